@@ -1,0 +1,365 @@
+//! `webhook_claim`: decide, without waiting, who processes a delivery.
+//!
+//! The outcome of a claim, for the caller:
+//!
+//! | status        | claimed | caller does                                   |
+//! |---------------|---------|-----------------------------------------------|
+//! | `claimed`     | true    | the work, then `webhook_complete`             |
+//! | `retry`       | true    | the same: an earlier attempt failed or expired |
+//! | `duplicate`   | false   | nothing; answer 2xx                           |
+//! | `in_progress` | false   | nothing; answer non-2xx (409) so it comes back |
+
+use crate::errors::{Result, WebhookError};
+use crate::event_lock::EventLock;
+use crate::input::{self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES};
+use crate::jsonb::RawJsonb;
+use crate::plans::Statement;
+use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+const FUNCTION: &str = "webhook_claim";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimStatus {
+    Claimed,
+    Retry,
+    Duplicate,
+    InProgress,
+}
+
+impl ClaimStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Claimed => "claimed",
+            Self::Retry => "retry",
+            Self::Duplicate => "duplicate",
+            Self::InProgress => "in_progress",
+        }
+    }
+
+    pub fn owns_event(self) -> bool {
+        matches!(self, Self::Claimed | Self::Retry)
+    }
+
+    /// The archive's processing_status for a delivery answered this way.
+    fn initial_processing_status(self) -> &'static str {
+        if self.owns_event() { "PENDING" } else { "SKIPPED" }
+    }
+}
+
+/// One delivery, validated, as the claim writes it.
+struct Delivery<'a> {
+    provider: &'a str,
+    event_id: &'a str,
+    event_type: &'a str,
+    payload: RawJsonb,
+    raw_body: Option<&'a [u8]>,
+    signature: Option<&'a str>,
+    lease: Interval,
+}
+
+type ClaimRow = TableIterator<
+    'static,
+    (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32)),
+>;
+
+/// Claim a delivery whose payload is already `jsonb`.
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_claim(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    payload: Option<RawJsonb>,
+    signature: Option<&str>,
+    lease: default!(Option<Interval>, "NULL"),
+) -> std::result::Result<
+    TableIterator<'static, (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32))>,
+    pg_sys::panic::ErrorReport,
+> {
+    let payload = input::required(FUNCTION, "payload", payload)?;
+    if !payload.is_object() {
+        return Err(WebhookError::NotAnObject { function: FUNCTION, arg: "payload", found: payload.kind() }.into());
+    }
+    claim_row(provider, event_id, event_type, payload, None, signature, lease)
+}
+
+/// Claim a delivery given its raw body, kept byte for byte in the archive so
+/// its signature can be verified again later.
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_claim")]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_claim_raw(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&[u8]>,
+    signature: Option<&str>,
+    lease: default!(Option<Interval>, "NULL"),
+) -> std::result::Result<
+    TableIterator<'static, (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32))>,
+    pg_sys::panic::ErrorReport,
+> {
+    let body = input::required(FUNCTION, "body", body)?;
+    let payload = parse_body(body)?;
+    claim_row(provider, event_id, event_type, payload, Some(body), signature, lease)
+}
+
+/// Text form of the raw-body claim: an untyped literal or a client's string
+/// parameter lands here, and its bytes are archived as given.
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_claim")]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_claim_text(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&str>,
+    signature: Option<&str>,
+    lease: default!(Option<Interval>, "NULL"),
+) -> std::result::Result<
+    TableIterator<'static, (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32))>,
+    pg_sys::panic::ErrorReport,
+> {
+    let body = input::required(FUNCTION, "body", body)?.as_bytes();
+    let payload = parse_body(body)?;
+    claim_row(provider, event_id, event_type, payload, Some(body), signature, lease)
+}
+
+fn parse_body(body: &[u8]) -> Result<RawJsonb> {
+    let text = input::json_object_body(FUNCTION, "body", body)?;
+    // JSON text never contains a raw NUL byte, so this cannot fail after
+    // the check above; stay defensive all the same.
+    let cstring = std::ffi::CString::new(text).map_err(|_| WebhookError::InvalidJson {
+        function: FUNCTION,
+        arg: "body",
+        detail: "The body contains a NUL byte.".into(),
+    })?;
+    // SAFETY: jsonb_in takes a NUL-terminated C string and returns a jsonb
+    // datum allocated in the current memory context, or raises an ERROR.
+    let datum = unsafe {
+        pgrx::direct_function_call_as_datum(pg_sys::jsonb_in, &[Some(pg_sys::Datum::from(cstring.as_ptr()))])
+    }
+    .ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))?;
+    // SAFETY: the datum is a freshly built, non-NULL jsonb.
+    unsafe { RawJsonb::from_polymorphic_datum(datum, false, pg_sys::JSONBOID) }
+        .ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))
+}
+
+fn claim_row(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    payload: RawJsonb,
+    raw_body: Option<&[u8]>,
+    signature: Option<&str>,
+    lease: Option<Interval>,
+) -> std::result::Result<ClaimRow, pg_sys::panic::ErrorReport> {
+    let delivery = Delivery {
+        provider: input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?,
+        event_id: input::required_text(FUNCTION, "event_id", event_id, MAX_EVENT_ID_BYTES)?,
+        event_type: input::required_text(FUNCTION, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?,
+        payload,
+        raw_body,
+        signature: input::optional_text(FUNCTION, "signature", signature, MAX_SIGNATURE_BYTES)?,
+        lease: input::lease(FUNCTION, "lease", lease)?,
+    };
+    let outcome = Spi::connect_mut(|client| claim(client, delivery))?;
+    Ok(TableIterator::once((
+        outcome.id,
+        outcome.status.owns_event(),
+        outcome.status.as_str().to_string(),
+        outcome.attempts,
+    )))
+}
+
+struct Outcome {
+    id: pgrx::Uuid,
+    status: ClaimStatus,
+    attempts: i32,
+}
+
+/// The new-event path in one statement: insert the event, and only if that
+/// inserted a row, archive the delivery as claimed.
+static INSERT_NEW: Statement = Statement {
+    sql: "WITH new_event AS (
+              INSERT INTO webhook.events AS e
+                  (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at)
+              VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $8)
+              ON CONFLICT (provider, event_id) DO NOTHING
+              RETURNING e.attempts
+          )
+          INSERT INTO webhook.deliveries
+              (id, provider, event_id, event_type, payload, raw_body, signature,
+               claim_status, processing_status)
+          SELECT $4, $1, $2, $3, $5, $6, $7, 'claimed', 'PENDING' FROM new_event
+          RETURNING 1",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::UUIDOID,
+        pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
+        pg_sys::TEXTOID,
+        pg_sys::INTERVALOID,
+    ],
+};
+
+/// The committed state of an event, read without locking anything.
+static INSPECT: Statement = Statement {
+    sql: "SELECT status, attempts, claim_id,
+                 lease_expires_at > pg_catalog.clock_timestamp() AS lease_live
+            FROM webhook.events
+           WHERE provider = $1 AND event_id = $2",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Take over a failed or expired event. Runs only under the event lock.
+static RETAKE: Statement = Statement {
+    sql: "UPDATE webhook.events
+             SET status = 'processing',
+                 attempts = attempts + 1,
+                 claim_id = $3,
+                 lease_expires_at = pg_catalog.clock_timestamp() + $4
+           WHERE provider = $1 AND event_id = $2
+       RETURNING attempts",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::UUIDOID, pg_sys::INTERVALOID],
+};
+
+/// Close the archive row of a claim whose lease ran out and was taken over,
+/// so the archive never shows a delivery as PENDING forever.
+static SUPERSEDE: Statement = Statement {
+    sql: "UPDATE webhook.deliveries
+             SET processing_status = 'FAILED',
+                 error_message = pg_catalog.format(
+                     'lease expired; event taken over by delivery %s', $2::text),
+                 finished_at = pg_catalog.now()
+           WHERE id = $1 AND processing_status = 'PENDING'",
+    arg_types: &[pg_sys::UUIDOID, pg_sys::UUIDOID],
+};
+
+static ARCHIVE: Statement = Statement {
+    sql: "INSERT INTO webhook.deliveries
+              (id, provider, event_id, event_type, payload, raw_body, signature,
+               claim_status, processing_status)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    arg_types: &[
+        pg_sys::UUIDOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+    ],
+};
+
+struct EventState {
+    status: String,
+    attempts: i32,
+    claim_id: pgrx::Uuid,
+    lease_live: bool,
+}
+
+fn inspect(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Option<EventState>> {
+    let rows = INSPECT.run(client, &[d.provider.into(), d.event_id.into()])?;
+    let Some(row) = rows.into_iter().next() else { return Ok(None) };
+    Ok(Some(EventState {
+        status: row.get::<String>(1)?.unwrap_or_default(),
+        attempts: row.get::<i32>(2)?.unwrap_or(0),
+        claim_id: row.get::<pgrx::Uuid>(3)?.ok_or_else(|| WebhookError::Internal("event without claim_id".into()))?,
+        lease_live: row.get::<bool>(4)?.unwrap_or(false),
+    }))
+}
+
+fn claim(client: &mut SpiClient<'_>, d: Delivery<'_>) -> Result<Outcome> {
+    let id = crate::uuid::new_v4();
+    let lock = EventLock::for_event(d.provider, d.event_id);
+
+    if !lock.try_acquire() {
+        // Another transaction is working on this event right now. Its
+        // committed state still tells a finished event apart.
+        let state = inspect(client, &d)?;
+        let (status, attempts) = match state {
+            Some(s) if s.status == "processed" => (ClaimStatus::Duplicate, s.attempts),
+            Some(s) => (ClaimStatus::InProgress, s.attempts),
+            None => (ClaimStatus::InProgress, 0),
+        };
+        archive(client, &d, id, status)?;
+        return Ok(Outcome { id, status, attempts });
+    }
+
+    let inserted = INSERT_NEW.run(
+        client,
+        &[
+            d.provider.into(),
+            d.event_id.into(),
+            d.event_type.into(),
+            id.into(),
+            payload_arg(&d),
+            d.raw_body.into(),
+            d.signature.into(),
+            d.lease.into(),
+        ],
+    )?;
+    if inserted.len() > 0 {
+        return Ok(Outcome { id, status: ClaimStatus::Claimed, attempts: 1 });
+    }
+
+    // The event exists and, since we hold its lock, no open transaction is
+    // changing it: its committed state decides.
+    let state = inspect(client, &d)?
+        .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
+    let takeover = match state.status.as_str() {
+        "failed" => true,
+        "processing" => !state.lease_live,
+        _ => false,
+    };
+    if !takeover {
+        lock.release();
+        let status =
+            if state.status == "processed" { ClaimStatus::Duplicate } else { ClaimStatus::InProgress };
+        archive(client, &d, id, status)?;
+        return Ok(Outcome { id, status, attempts: state.attempts });
+    }
+
+    let retaken = RETAKE.run(
+        client,
+        &[d.provider.into(), d.event_id.into(), id.into(), d.lease.into()],
+    )?;
+    let attempts = retaken
+        .into_iter()
+        .next()
+        .and_then(|row| row.get::<i32>(1).ok().flatten())
+        .ok_or_else(|| WebhookError::Internal("retake updated no event".into()))?;
+    if state.status == "processing" {
+        SUPERSEDE.run(client, &[state.claim_id.into(), id.into()])?;
+    }
+    archive(client, &d, id, ClaimStatus::Retry)?;
+    Ok(Outcome { id, status: ClaimStatus::Retry, attempts })
+}
+
+fn payload_arg<'a>(d: &Delivery<'_>) -> DatumWithOid<'a> {
+    d.payload.into()
+}
+
+fn archive(client: &mut SpiClient<'_>, d: &Delivery<'_>, id: pgrx::Uuid, status: ClaimStatus) -> Result<()> {
+    ARCHIVE.run(
+        client,
+        &[
+            id.into(),
+            d.provider.into(),
+            d.event_id.into(),
+            d.event_type.into(),
+            payload_arg(d),
+            d.raw_body.into(),
+            d.signature.into(),
+            status.as_str().into(),
+            status.initial_processing_status().into(),
+        ],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! Every error the extension raises, each with its own SQLSTATE.
+//!
+//! Handlers in any language branch on the SQLSTATE, not on the message text,
+//! so each kind of failure maps to exactly one code and keeps it across
+//! releases. The message always names the offending argument.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::PgSqlErrorCode;
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookError {
+    /// A required argument was NULL.
+    NullArgument { function: &'static str, arg: &'static str },
+    /// A text argument that identifies something was the empty string.
+    EmptyArgument { function: &'static str, arg: &'static str },
+    /// A text argument exceeded its documented byte limit.
+    ArgumentTooLong { function: &'static str, arg: &'static str, limit: usize, actual: usize },
+    /// An interval argument was zero or negative.
+    NonPositiveInterval { function: &'static str, arg: &'static str },
+    /// A raw body was not valid UTF-8.
+    InvalidUtf8 { function: &'static str, arg: &'static str, detail: String },
+    /// A body or payload was not parseable JSON.
+    InvalidJson { function: &'static str, arg: &'static str, detail: String },
+    /// A body or payload was JSON, but not a JSON object.
+    NotAnObject { function: &'static str, arg: &'static str, found: &'static str },
+    /// No delivery with this id exists.
+    UnknownDelivery { function: &'static str, id: String },
+    /// The delivery exists but never owned its event (it was answered
+    /// `duplicate` or `in_progress`), so there is nothing to finish.
+    NotOwner { function: &'static str, id: String, claim_status: String },
+    /// The delivery already reached a final state.
+    AlreadyFinished { function: &'static str, id: String, processing_status: String },
+    /// Another claim took the event over after this one's lease ran out.
+    LeaseLost { function: &'static str, id: String, detail: String },
+    /// verify_hmac was asked for an algorithm it does not implement.
+    UnknownAlgorithm { arg: &'static str, given: String },
+    /// A signature that is neither hex nor base64 of the digest's length.
+    MalformedSignature { arg: &'static str, detail: String },
+    /// An SPI failure: a bug or a broken installation, never the caller's input.
+    Internal(String),
+}
+
+impl WebhookError {
+    pub fn sqlstate(&self) -> PgSqlErrorCode {
+        use PgSqlErrorCode::*;
+        match self {
+            Self::NullArgument { .. } => ERRCODE_NULL_VALUE_NOT_ALLOWED, // 22004
+            Self::EmptyArgument { .. } => ERRCODE_ZERO_LENGTH_CHARACTER_STRING, // 2200F
+            Self::ArgumentTooLong { .. } => ERRCODE_STRING_DATA_RIGHT_TRUNCATION, // 22001
+            Self::NonPositiveInterval { .. } => ERRCODE_INVALID_PARAMETER_VALUE, // 22023
+            Self::InvalidUtf8 { .. } => ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, // 22021
+            Self::InvalidJson { .. } => ERRCODE_INVALID_JSON_TEXT,           // 22032
+            Self::NotAnObject { .. } => ERRCODE_SQL_JSON_OBJECT_NOT_FOUND,   // 2203C
+            Self::UnknownDelivery { .. } => ERRCODE_NO_DATA_FOUND,           // P0002
+            Self::NotOwner { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,         // 42501
+            Self::AlreadyFinished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
+            Self::LeaseLost { .. } => ERRCODE_OBJECT_IN_USE,                 // 55006
+            Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,       // 42704
+            Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
+            Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                     // XX000
+        }
+    }
+
+    fn detail(&self) -> Option<String> {
+        match self {
+            Self::ArgumentTooLong { limit, actual, .. } => {
+                Some(format!("The limit is {limit} bytes; {actual} bytes were given."))
+            }
+            Self::InvalidUtf8 { detail, .. }
+            | Self::InvalidJson { detail, .. }
+            | Self::LeaseLost { detail, .. }
+            | Self::MalformedSignature { detail, .. } => Some(detail.clone()),
+            _ => None,
+        }
+    }
+
+    fn hint(&self) -> Option<&'static str> {
+        match self {
+            Self::NotOwner { .. } => Some(
+                "Only a delivery answered \"claimed\" or \"retry\" may be completed, failed or extended.",
+            ),
+            Self::LeaseLost { .. } => Some(
+                "Roll back this transaction: another worker owns the event now. \
+                 Use a longer lease or webhook_extend() for long work.",
+            ),
+            Self::UnknownAlgorithm { .. } => Some("Use one of: sha256, sha1, sha512."),
+            Self::MalformedSignature { .. } => Some(
+                "Give the digest as hex or base64, optionally prefixed with the algorithm (\"sha256=...\").",
+            ),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for WebhookError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NullArgument { function, arg } => {
+                write!(f, "{function}: argument \"{arg}\" must not be NULL")
+            }
+            Self::EmptyArgument { function, arg } => {
+                write!(f, "{function}: argument \"{arg}\" must not be empty")
+            }
+            Self::ArgumentTooLong { function, arg, limit, .. } => {
+                write!(f, "{function}: argument \"{arg}\" is longer than {limit} bytes")
+            }
+            Self::NonPositiveInterval { function, arg } => {
+                write!(f, "{function}: argument \"{arg}\" must be a positive interval")
+            }
+            Self::InvalidUtf8 { function, arg, .. } => {
+                write!(f, "{function}: argument \"{arg}\" is not valid UTF-8")
+            }
+            Self::InvalidJson { function, arg, .. } => {
+                write!(f, "{function}: argument \"{arg}\" is not valid JSON")
+            }
+            Self::NotAnObject { function, arg, found } => {
+                write!(f, "{function}: argument \"{arg}\" must be a JSON object, not {found}")
+            }
+            Self::UnknownDelivery { function, id } => {
+                write!(f, "{function}: argument \"id\": no delivery {id}")
+            }
+            Self::NotOwner { function, id, claim_status } => write!(
+                f,
+                "{function}: argument \"id\": delivery {id} was answered \"{claim_status}\" and does not own its event"
+            ),
+            Self::AlreadyFinished { function, id, processing_status } => write!(
+                f,
+                "{function}: argument \"id\": delivery {id} is already {processing_status}"
+            ),
+            Self::LeaseLost { function, id, .. } => write!(
+                f,
+                "{function}: argument \"id\": delivery {id} lost its lease to another claim"
+            ),
+            Self::UnknownAlgorithm { arg, given } => {
+                write!(f, "verify_hmac: argument \"{arg}\": unknown HMAC algorithm \"{given}\"")
+            }
+            Self::MalformedSignature { arg, .. } => {
+                write!(f, "verify_hmac: argument \"{arg}\" is not a well-formed signature")
+            }
+            Self::Internal(msg) => write!(f, "pg_webhook_inbox internal error: {msg}"),
+        }
+    }
+}
+
+impl From<WebhookError> for ErrorReport {
+    #[track_caller]
+    fn from(err: WebhookError) -> Self {
+        let mut report = ErrorReport::new(err.sqlstate(), err.to_string(), "pg_webhook_inbox");
+        if let Some(detail) = err.detail() {
+            report = report.set_detail(detail);
+        }
+        if let Some(hint) = err.hint() {
+            report = report.set_hint(hint);
+        }
+        report
+    }
+}
+
+impl From<pgrx::spi::SpiError> for WebhookError {
+    fn from(err: pgrx::spi::SpiError) -> Self {
+        Self::Internal(err.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, WebhookError>;

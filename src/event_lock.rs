@@ -1,0 +1,91 @@
+//! The per-event lock that makes "someone is working on this right now"
+//! visible to other backends without anyone waiting for it.
+//!
+//! A claim that owns its event holds a transaction-scoped advisory lock on
+//! the event's key until its transaction ends; so do `webhook_complete`,
+//! `webhook_fail` and `webhook_extend`. Every write to an event row happens
+//! under this lock, which gives two guarantees:
+//!
+//! * a claim tries the lock without waiting: if it is taken, another
+//!   transaction is live on the event and the answer is `in_progress` at
+//!   once, never a wait on that transaction's row lock;
+//! * a claim that gets the lock never meets an uncommitted insert or update
+//!   of the event row, so its INSERT … ON CONFLICT cannot block either.
+//!
+//! An aborted transaction (error, lost client, `pg_terminate_backend`,
+//! crash) releases the lock together with its uncommitted rows, so nothing
+//! is left behind that could block the retry.
+//!
+//! The lock lives in the advisory lock space but under its own sub-id, so it
+//! never collides with an application's `pg_advisory_lock(bigint)` or
+//! `pg_advisory_lock(int, int)` keys. In `pg_locks` it shows as an advisory
+//! lock with `objsubid` = 22344 ("WH").
+
+use pgrx::pg_sys;
+use sha2::{Digest, Sha256};
+
+const EVENT_LOCK_SUBID: u16 = 0x5748;
+
+#[derive(Clone, Copy)]
+pub struct EventLock {
+    tag: pg_sys::LOCKTAG,
+}
+
+impl EventLock {
+    pub fn for_event(provider: &str, event_id: &str) -> Self {
+        // A cryptographic digest keeps the 64-bit key stable across builds,
+        // platforms and Rust versions (std's hashers promise none of that),
+        // so backends running different builds during an upgrade agree.
+        let mut hasher = Sha256::new();
+        hasher.update(provider.as_bytes());
+        hasher.update([0u8]);
+        hasher.update(event_id.as_bytes());
+        let digest = hasher.finalize();
+        let hi = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+        let lo = u32::from_be_bytes([digest[4], digest[5], digest[6], digest[7]]);
+
+        let tag = pg_sys::LOCKTAG {
+            // SAFETY: MyDatabaseId is set once at backend start and only read here.
+            locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+            locktag_field2: hi,
+            locktag_field3: lo,
+            locktag_field4: EVENT_LOCK_SUBID,
+            locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+            locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+        };
+        EventLock { tag }
+    }
+
+    /// Take the lock if nobody else holds it; never waits.
+    pub fn try_acquire(&self) -> bool {
+        // SAFETY: the tag is fully initialised; a transaction-scoped lock is
+        // released by PostgreSQL at commit or abort.
+        let result = unsafe {
+            pg_sys::LockAcquire(&self.tag, pg_sys::ExclusiveLock as i32, false, true)
+        };
+        result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+    }
+
+    /// Take the lock, waiting for its holder's transaction to end. Only the
+    /// functions that finish a claim wait: the holder is then a competing
+    /// claim, and the waiter must see its outcome to answer correctly.
+    /// Deadlock detection and `lock_timeout` apply as to any lock.
+    pub fn acquire(&self) {
+        // SAFETY: as above; with dontWait = false the call either returns
+        // with the lock or raises an ERROR.
+        unsafe {
+            pg_sys::LockAcquire(&self.tag, pg_sys::ExclusiveLock as i32, false, false);
+        }
+    }
+
+    /// Give back a lock taken by this call when the claim turned out not to
+    /// own the event, so a duplicate's open transaction does not make later
+    /// deliveries look `in_progress`.
+    pub fn release(&self) {
+        // SAFETY: only called after a successful acquire in the same
+        // resource owner; releasing decrements that owner's hold once.
+        unsafe {
+            pg_sys::LockRelease(&self.tag, pg_sys::ExclusiveLock as i32, false);
+        }
+    }
+}

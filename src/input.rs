@@ -1,0 +1,98 @@
+//! Validation of the arguments every entry point shares.
+//!
+//! Checks run before anything is written, so a rejected call leaves no row
+//! behind; each failure names the argument it is about.
+
+use crate::errors::{Result, WebhookError};
+use pgrx::datum::Interval;
+
+/// Byte limits. `event_id` follows the providers: Stripe, Paddle and GitHub
+/// ids are well under 255 bytes, and the seed schema used VARCHAR(255).
+pub const MAX_PROVIDER_BYTES: usize = 64;
+pub const MAX_EVENT_ID_BYTES: usize = 255;
+pub const MAX_EVENT_TYPE_BYTES: usize = 255;
+pub const MAX_SIGNATURE_BYTES: usize = 8192;
+
+/// A required, non-empty, bounded text argument.
+pub fn required_text<'a>(
+    function: &'static str,
+    arg: &'static str,
+    value: Option<&'a str>,
+    limit: usize,
+) -> Result<&'a str> {
+    let value = value.ok_or(WebhookError::NullArgument { function, arg })?;
+    if value.is_empty() {
+        return Err(WebhookError::EmptyArgument { function, arg });
+    }
+    if value.len() > limit {
+        return Err(WebhookError::ArgumentTooLong { function, arg, limit, actual: value.len() });
+    }
+    Ok(value)
+}
+
+/// An optional, bounded text argument (NULL allowed, length checked).
+pub fn optional_text<'a>(
+    function: &'static str,
+    arg: &'static str,
+    value: Option<&'a str>,
+    limit: usize,
+) -> Result<Option<&'a str>> {
+    match value {
+        Some(v) if v.len() > limit => {
+            Err(WebhookError::ArgumentTooLong { function, arg, limit, actual: v.len() })
+        }
+        other => Ok(other),
+    }
+}
+
+pub fn required<T>(function: &'static str, arg: &'static str, value: Option<T>) -> Result<T> {
+    value.ok_or(WebhookError::NullArgument { function, arg })
+}
+
+/// A lease length: positive, or the caller's mistake is caught before any
+/// row is written. NULL means "use the `webhook.lease_timeout` setting".
+pub fn lease(
+    function: &'static str,
+    arg: &'static str,
+    value: Option<Interval>,
+) -> Result<Interval> {
+    match value {
+        None => Ok(crate::gucs::default_lease()),
+        Some(iv) if iv.as_micros() > 0 => Ok(iv),
+        Some(_) => Err(WebhookError::NonPositiveInterval { function, arg }),
+    }
+}
+
+/// Raw webhook body → the text PostgreSQL will parse as jsonb.
+///
+/// The body must be UTF-8 JSON whose top level is an object: every provider
+/// sends an object, and anything else is a misrouted or forged request.
+pub fn json_object_body<'a>(
+    function: &'static str,
+    arg: &'static str,
+    body: &'a [u8],
+) -> Result<&'a str> {
+    let text = std::str::from_utf8(body).map_err(|e| WebhookError::InvalidUtf8 {
+        function,
+        arg,
+        detail: format!("Invalid byte sequence at byte offset {}.", e.valid_up_to()),
+    })?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        WebhookError::InvalidJson { function, arg, detail: format!("{e}.") }
+    })?;
+    if !value.is_object() {
+        return Err(WebhookError::NotAnObject { function, arg, found: json_kind(&value) });
+    }
+    Ok(text)
+}
+
+pub fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,81 @@
+//! A zero-copy handle on a `jsonb` argument.
+//!
+//! pgrx's `JsonB` converts through text and serde on the way in and out,
+//! which would cost a full re-parse of every payload on the claim path.
+//! The claim only needs to know the top-level kind and to pass the value
+//! on to its INSERT, so it keeps the datum as PostgreSQL gave it.
+
+use pgrx::prelude::*;
+use pgrx::{pg_sys, FromDatum, IntoDatum};
+
+/// Top-level flags of a jsonb root container (`JB_FSCALAR`, `JB_FOBJECT`,
+/// `JB_FARRAY` in PostgreSQL's `utils/jsonb.h`), part of the on-disk
+/// format and unchanged since jsonb was introduced.
+const JB_FSCALAR: u32 = 0x1000_0000;
+const JB_FOBJECT: u32 = 0x2000_0000;
+
+#[derive(Clone, Copy)]
+pub struct RawJsonb {
+    datum: pg_sys::Datum,
+    root_header: u32,
+}
+
+impl RawJsonb {
+    pub fn is_object(&self) -> bool {
+        self.root_header & JB_FOBJECT != 0
+    }
+
+    pub fn kind(&self) -> &'static str {
+        if self.is_object() {
+            "an object"
+        } else if self.root_header & JB_FSCALAR != 0 {
+            "a scalar"
+        } else {
+            "an array"
+        }
+    }
+}
+
+impl FromDatum for RawJsonb {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _: pg_sys::Oid,
+    ) -> Option<Self> {
+        if is_null {
+            return None;
+        }
+        // Detoasting gives an in-memory copy valid for the rest of the call;
+        // keeping that datum means the INSERT does not detoast it again.
+        let detoasted = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+        let data = pgrx::vardata_any(detoasted) as *const u8;
+        let root_header = u32::from_ne_bytes(std::ptr::read_unaligned(data as *const [u8; 4]));
+        Some(RawJsonb { datum: pg_sys::Datum::from(detoasted), root_header })
+    }
+}
+
+impl IntoDatum for RawJsonb {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        Some(self.datum)
+    }
+
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::JSONBOID
+    }
+}
+
+// SAFETY: jsonb is a varlena; FromDatum above reads it as one and maps SQL
+// NULL to None, which is all that unboxing an argument needs.
+unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for RawJsonb {
+    unsafe fn unbox_arg_unchecked(arg: pgrx::callconv::Arg<'_, 'fcx>) -> Self {
+        let index = arg.index();
+        arg.unbox_arg_using_from_datum()
+            .unwrap_or_else(|| panic!("argument {index} must not be null"))
+    }
+
+    unsafe fn unbox_nullable_arg(arg: pgrx::callconv::Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
+        arg.unbox_arg_using_from_datum().into()
+    }
+}
+
+impl_sql_translatable!(RawJsonb, "jsonb");

@@ -1,0 +1,219 @@
+//! Finishing a claim: `webhook_complete`, `webhook_fail`, and the lease
+//! heartbeat `webhook_extend`.
+//!
+//! Ownership is the rule for all three: the delivery must have been answered
+//! `claimed` or `retry`, must still be PENDING, and must still be the
+//! event's current claim. A lease that ran out but was not taken over is
+//! not lost: nobody else has done the work, so finishing it is still right.
+//! Once another delivery took the event over, every call is refused with
+//! SQLSTATE 55006, so the caller's transaction rolls back its business
+//! writes instead of committing them a second time.
+
+use crate::errors::{Result, WebhookError};
+use crate::event_lock::EventLock;
+use crate::input;
+use crate::plans::Statement;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
+
+/// Mark the delivery's event processed. Call it in the transaction that made
+/// the business writes (one-transaction use), or after the side effect
+/// succeeded (two-phase use).
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_complete(id: Option<pgrx::Uuid>) -> PgResult<()> {
+    const F: &str = "webhook_complete";
+    let id = input::required(F, "id", id)?;
+    Spi::connect_mut(|client| {
+        let owned = take_ownership(client, F, id)?;
+        let done = COMPLETE.run(client, &[id.into(), owned.provider.as_str().into(), owned.event_id.as_str().into()])?;
+        if done.is_empty() {
+            return Err(refusal(client, F, id)?);
+        }
+        Ok(())
+    })
+    .map_err(Into::into)
+}
+
+/// Record a failed attempt and release the event so that its next delivery
+/// is answered `retry`. In one-transaction use, roll back to a savepoint
+/// taken after the claim first, so the failure is recorded without the
+/// failed work.
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_fail(id: Option<pgrx::Uuid>, err: Option<&str>) -> PgResult<()> {
+    const F: &str = "webhook_fail";
+    let id = input::required(F, "id", id)?;
+    let err = input::required(F, "err", err)?;
+    Spi::connect_mut(|client| {
+        let owned = take_ownership(client, F, id)?;
+        let done = FAIL.run(
+            client,
+            &[id.into(), owned.provider.as_str().into(), owned.event_id.as_str().into(), err.into()],
+        )?;
+        if done.is_empty() {
+            return Err(refusal(client, F, id)?);
+        }
+        Ok(())
+    })
+    .map_err(Into::into)
+}
+
+/// Renew the lease of a live claim, measured from now. Returns the new
+/// expiry. Long two-phase work calls it as a heartbeat.
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_extend(id: Option<pgrx::Uuid>, lease: Option<Interval>) -> PgResult<TimestampWithTimeZone> {
+    const F: &str = "webhook_extend";
+    let id = input::required(F, "id", id)?;
+    let lease = input::lease(F, "lease", Some(input::required(F, "lease", lease)?))?;
+    Spi::connect_mut(|client| {
+        let owned = take_ownership(client, F, id)?;
+        let extended = EXTEND.run(
+            client,
+            &[id.into(), owned.provider.as_str().into(), owned.event_id.as_str().into(), lease.into()],
+        )?;
+        match extended.into_iter().next() {
+            Some(row) => row
+                .get::<TimestampWithTimeZone>(1)?
+                .ok_or_else(|| WebhookError::Internal("extended lease without expiry".into())),
+            None => Err(refusal(client, F, id)?),
+        }
+    })
+    .map_err(Into::into)
+}
+
+static LOOKUP: Statement = Statement {
+    sql: "SELECT provider, event_id, claim_status, processing_status
+            FROM webhook.deliveries
+           WHERE id = $1",
+    arg_types: &[pg_sys::UUIDOID],
+};
+
+/// Both rows change in one statement, and only if the delivery still owns
+/// the event and is still PENDING.
+static COMPLETE: Statement = Statement {
+    sql: "WITH event AS (
+              UPDATE webhook.events
+                 SET status = 'processed',
+                     processed_at = pg_catalog.now(),
+                     lease_expires_at = NULL
+               WHERE provider = $2 AND event_id = $3
+                 AND claim_id = $1 AND status = 'processing'
+              RETURNING 1
+          )
+          UPDATE webhook.deliveries
+             SET processing_status = 'PROCESSED', finished_at = pg_catalog.now()
+           WHERE id = $1 AND processing_status = 'PENDING'
+             AND EXISTS (SELECT FROM event)
+       RETURNING 1",
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+static FAIL: Statement = Statement {
+    sql: "WITH event AS (
+              UPDATE webhook.events
+                 SET status = 'failed',
+                     last_error = $4,
+                     lease_expires_at = NULL
+               WHERE provider = $2 AND event_id = $3
+                 AND claim_id = $1 AND status = 'processing'
+              RETURNING 1
+          )
+          UPDATE webhook.deliveries
+             SET processing_status = 'FAILED', error_message = $4,
+                 finished_at = pg_catalog.now()
+           WHERE id = $1 AND processing_status = 'PENDING'
+             AND EXISTS (SELECT FROM event)
+       RETURNING 1",
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+static EXTEND: Statement = Statement {
+    sql: "UPDATE webhook.events
+             SET lease_expires_at = pg_catalog.clock_timestamp() + $4
+           WHERE provider = $2 AND event_id = $3
+             AND claim_id = $1 AND status = 'processing'
+             AND EXISTS (SELECT FROM webhook.deliveries
+                          WHERE id = $1 AND processing_status = 'PENDING')
+       RETURNING lease_expires_at",
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INTERVALOID],
+};
+
+/// Why a finishing call found nothing to change, read after the lock.
+static DIAGNOSE: Statement = Statement {
+    sql: "SELECT d.processing_status, e.claim_id, e.status, e.attempts
+            FROM webhook.deliveries d
+            LEFT JOIN webhook.events e
+              ON e.provider = d.provider AND e.event_id = d.event_id
+           WHERE d.id = $1",
+    arg_types: &[pg_sys::UUIDOID],
+};
+
+struct Owned {
+    provider: String,
+    event_id: String,
+}
+
+/// Check the delivery may finish its event, then take the event lock
+/// (waiting if a competing claim holds it, so its outcome is seen).
+fn take_ownership(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -> Result<Owned> {
+    let rows = LOOKUP.run(client, &[id.into()])?;
+    let Some(row) = rows.into_iter().next() else {
+        return Err(WebhookError::UnknownDelivery { function, id: id.to_string() });
+    };
+    let provider: String = row.get(1)?.unwrap_or_default();
+    let event_id: String = row.get(2)?.unwrap_or_default();
+    let claim_status: String = row.get(3)?.unwrap_or_default();
+    if claim_status != "claimed" && claim_status != "retry" {
+        return Err(WebhookError::NotOwner { function, id: id.to_string(), claim_status });
+    }
+    EventLock::for_event(&provider, &event_id).acquire();
+    Ok(Owned { provider, event_id })
+}
+
+/// Build the error for a finishing call that changed nothing.
+fn refusal(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -> Result<WebhookError> {
+    let rows = DIAGNOSE.run(client, &[id.into()])?;
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(WebhookError::UnknownDelivery { function, id: id.to_string() });
+    };
+    let processing_status: String = row.get(1)?.unwrap_or_default();
+    let owner: Option<pgrx::Uuid> = row.get(2)?;
+    let event_status: Option<String> = row.get(3)?;
+    let attempts: Option<i32> = row.get(4)?;
+    Ok(match owner {
+        _ if processing_status == "PROCESSED" => WebhookError::AlreadyFinished {
+            function,
+            id: id.to_string(),
+            processing_status,
+        },
+        Some(owner) if owner != id => WebhookError::LeaseLost {
+            function,
+            id: id.to_string(),
+            detail: format!(
+                "The event is now held by delivery {owner} (attempt {}, status {}).",
+                attempts.unwrap_or(0),
+                event_status.unwrap_or_default()
+            ),
+        },
+        None => WebhookError::LeaseLost {
+            function,
+            id: id.to_string(),
+            detail: "The event row no longer exists.".into(),
+        },
+        Some(_) => WebhookError::AlreadyFinished {
+            function,
+            id: id.to_string(),
+            processing_status: if processing_status == "PENDING" {
+                event_status.unwrap_or_default()
+            } else {
+                processing_status
+            },
+        },
+    })
+}

@@ -1,0 +1,185 @@
+//! `verify_hmac`: the one primitive every provider scheme is built on.
+//!
+//! The comparison is the `hmac` crate's `verify_slice`, which is constant
+//! time in the signature: a forger learns nothing from how long a rejection
+//! took. The expected digest is never turned into a string and compared.
+
+use crate::errors::{Result, WebhookError};
+use crate::input;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    Sha1,
+    Sha256,
+    Sha512,
+}
+
+impl Algorithm {
+    pub fn parse(name: &str) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "sha256" | "sha-256" => Ok(Self::Sha256),
+            "sha1" | "sha-1" => Ok(Self::Sha1),
+            "sha512" | "sha-512" => Ok(Self::Sha512),
+            _ => Err(WebhookError::UnknownAlgorithm { arg: "algorithm", given: name.to_string() }),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sha1 => "sha1",
+            Self::Sha256 => "sha256",
+            Self::Sha512 => "sha512",
+        }
+    }
+
+    pub fn digest_len(self) -> usize {
+        match self {
+            Self::Sha1 => 20,
+            Self::Sha256 => 32,
+            Self::Sha512 => 64,
+        }
+    }
+}
+
+/// Verify `signature` over the raw body bytes.
+#[pg_extern(immutable, parallel_safe)]
+fn verify_hmac(
+    secret: Option<&str>,
+    payload: Option<&[u8]>,
+    signature: Option<&str>,
+    algorithm: default!(Option<&str>, "'sha256'"),
+) -> PgResult<bool> {
+    Ok(verify_args(secret, payload, signature, algorithm)?)
+}
+
+/// Text form: the body's bytes in the database encoding (UTF-8 in practice).
+#[pg_extern(immutable, parallel_safe, name = "verify_hmac")]
+fn verify_hmac_text(
+    secret: Option<&str>,
+    payload: Option<&str>,
+    signature: Option<&str>,
+    algorithm: default!(Option<&str>, "'sha256'"),
+) -> PgResult<bool> {
+    Ok(verify_args(secret, payload.map(str::as_bytes), signature, algorithm)?)
+}
+
+fn verify_args(
+    secret: Option<&str>,
+    payload: Option<&[u8]>,
+    signature: Option<&str>,
+    algorithm: Option<&str>,
+) -> Result<bool> {
+    const F: &str = "verify_hmac";
+    let secret = input::required(F, "secret", secret)?;
+    if secret.is_empty() {
+        return Err(WebhookError::EmptyArgument { function: F, arg: "secret" });
+    }
+    let payload = input::required(F, "payload", payload)?;
+    let signature = input::required(F, "signature", signature)?;
+    let algorithm = Algorithm::parse(input::required(F, "algorithm", algorithm)?)?;
+    let expected = decode_signature(signature, algorithm)?;
+    Ok(verify(algorithm, secret.as_bytes(), payload, &expected))
+}
+
+/// Constant-time HMAC check of `tag` over `message`.
+pub fn verify(algorithm: Algorithm, key: &[u8], message: &[u8], tag: &[u8]) -> bool {
+    fn check<M: Mac + hmac::digest::KeyInit>(key: &[u8], message: &[u8], tag: &[u8]) -> bool {
+        // HMAC accepts keys of any length, so new_from_slice cannot fail.
+        match <M as hmac::digest::KeyInit>::new_from_slice(key) {
+            Ok(mut mac) => {
+                mac.update(message);
+                mac.verify_slice(tag).is_ok()
+            }
+            Err(_) => false,
+        }
+    }
+    match algorithm {
+        Algorithm::Sha1 => check::<Hmac<sha1::Sha1>>(key, message, tag),
+        Algorithm::Sha256 => check::<Hmac<sha2::Sha256>>(key, message, tag),
+        Algorithm::Sha512 => check::<Hmac<sha2::Sha512>>(key, message, tag),
+    }
+}
+
+/// Turn a signature as providers send it into digest bytes.
+///
+/// Accepted: hex (either case) or base64 (standard or URL-safe alphabet,
+/// padded or not), optionally behind a `<algorithm>=` prefix such as
+/// GitHub's `sha256=`. The digest length of each algorithm tells the two
+/// encodings apart without guessing (hex of SHA-256 is 64 characters,
+/// base64 is 43 or 44). A prefix naming another algorithm is malformed:
+/// it means the caller verifies with the wrong one.
+pub fn decode_signature(signature: &str, algorithm: Algorithm) -> Result<Vec<u8>> {
+    let malformed = |detail: String| WebhookError::MalformedSignature { arg: "signature", detail };
+    let trimmed = signature.trim();
+    let digest = match trimmed.split_once('=') {
+        Some((prefix, rest)) if !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
+            match Algorithm::parse(prefix) {
+                Ok(named) if named == algorithm => rest,
+                Ok(named) => {
+                    return Err(malformed(format!(
+                        "The signature is labelled \"{}\" but the algorithm is \"{}\".",
+                        named.name(),
+                        algorithm.name()
+                    )))
+                }
+                // Not an algorithm label: '=' may be base64 padding.
+                Err(_) => trimmed,
+            }
+        }
+        _ => trimmed,
+    };
+    let want = algorithm.digest_len();
+    if digest.len() == want * 2 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return hex::decode(digest).map_err(|e| malformed(format!("Invalid hex: {e}.")));
+    }
+    let engines = [
+        &base64::engine::general_purpose::STANDARD,
+        &base64::engine::general_purpose::STANDARD_NO_PAD,
+        &base64::engine::general_purpose::URL_SAFE,
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ];
+    for engine in engines {
+        if let Ok(bytes) = engine.decode(digest) {
+            if bytes.len() == want {
+                return Ok(bytes);
+            }
+        }
+    }
+    Err(malformed(format!(
+        "A {} signature is {} hex characters or {} base64 characters; got {} characters.",
+        algorithm.name(),
+        want * 2,
+        want.div_ceil(3) * 4,
+        digest.len()
+    )))
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn hex_and_base64_of_the_same_digest_decode_alike() {
+        let digest: Vec<u8> = (0u8..32).collect();
+        let hex = hex::encode(&digest);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&digest);
+        assert_eq!(decode_signature(&hex, Algorithm::Sha256).unwrap(), digest);
+        assert_eq!(decode_signature(&hex.to_uppercase(), Algorithm::Sha256).unwrap(), digest);
+        assert_eq!(decode_signature(&b64, Algorithm::Sha256).unwrap(), digest);
+        assert_eq!(decode_signature(b64.trim_end_matches('='), Algorithm::Sha256).unwrap(), digest);
+        assert_eq!(decode_signature(&format!("sha256={hex}"), Algorithm::Sha256).unwrap(), digest);
+    }
+
+    #[test]
+    fn wrong_shapes_are_malformed() {
+        for bad in ["", "zz", "sha1=00", "sha512=abcd", &"a".repeat(63), "not base64 at all!!"] {
+            assert!(decode_signature(bad, Algorithm::Sha256).is_err(), "{bad:?}");
+        }
+    }
+}
