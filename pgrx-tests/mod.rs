@@ -4,5 +4,68 @@
 
 mod claim_tests;
 mod lifecycle_tests;
-mod signature_tests;
 mod schema_tests;
+mod signature_tests;
+
+use pgrx::prelude::*;
+
+// Runs a statement in a subtransaction and reports its error, if any, as
+// "SQLSTATE: message", so tests can assert on the code and on the wording.
+extension_sql!(
+    r#"
+CREATE FUNCTION error_of(sql text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE sql;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+"#,
+    name = "test_error_of"
+);
+
+/// `SQLSTATE: message` of the error `sql` raises; panics if it succeeds.
+pub fn error_of(sql: &str) -> String {
+    Spi::get_one_with_args::<String>("SELECT error_of($1)", &[sql.into()])
+        .expect("error_of runs")
+        .unwrap_or_else(|| panic!("expected an error from: {sql}"))
+}
+
+/// Assert that `sql` fails with `sqlstate` and a message containing `needle`.
+pub fn assert_error(sql: &str, sqlstate: &str, needle: &str) {
+    let err = error_of(sql);
+    assert!(
+        err.starts_with(&format!("{sqlstate}: ")) && err.contains(needle),
+        "{sql}\n  expected {sqlstate} mentioning {needle:?}\n  got {err}"
+    );
+}
+
+/// One claim: (id, claimed, status, attempts).
+pub fn claim(provider: &str, event_id: &str, lease: Option<&str>) -> (pgrx::Uuid, bool, String, i32) {
+    let row = Spi::connect_mut(|client| {
+        let rows = client.update(
+            "SELECT id, claimed, status, attempts
+               FROM webhook_claim($1, $2, 'test.event', '{\"k\": 1}'::jsonb, 'sig', $3::interval)",
+            None,
+            &[provider.into(), event_id.into(), lease.into()],
+        )?;
+        let row = rows.first();
+        Ok::<_, pgrx::spi::Error>((
+            row.get::<pgrx::Uuid>(1)?.unwrap(),
+            row.get::<bool>(2)?.unwrap(),
+            row.get::<String>(3)?.unwrap(),
+            row.get::<i32>(4)?.unwrap(),
+        ))
+    });
+    row.expect("webhook_claim returns one row")
+}
+
+pub fn run(sql: &str, id: pgrx::Uuid) {
+    Spi::run_with_args(sql, &[id.into()]).expect(sql);
+}
+
+pub fn text_of(sql: &str, id: pgrx::Uuid) -> Option<String> {
+    Spi::get_one_with_args::<String>(sql, &[id.into()]).expect(sql)
+}

@@ -1,0 +1,82 @@
+//! What CREATE EXTENSION leaves behind: tables in schema `webhook`, the
+//! privileges on them, and the security settings of each function.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    fn one<T: pgrx::FromDatum + pgrx::IntoDatum>(sql: &str) -> T {
+        Spi::get_one::<T>(sql).expect(sql).expect(sql)
+    }
+
+    #[pg_test]
+    fn tables_live_in_schema_webhook() {
+        let n: i64 = one(
+            "SELECT count(*) FROM pg_tables
+              WHERE schemaname = 'webhook' AND tablename IN ('events', 'deliveries')",
+        );
+        assert_eq!(n, 2);
+    }
+
+    #[pg_test]
+    fn dedup_is_the_primary_key_of_events() {
+        let def: String = one(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint
+              WHERE conrelid = 'webhook.events'::regclass AND contype = 'p'",
+        );
+        assert_eq!(def, "PRIMARY KEY (provider, event_id)");
+    }
+
+    #[pg_test]
+    fn functions_that_write_are_security_definer_with_a_pinned_search_path() {
+        let bad: i64 = one(
+            "SELECT count(*) FROM pg_proc
+              WHERE proname IN ('webhook_claim', 'webhook_complete', 'webhook_fail', 'webhook_extend')
+                AND NOT (prosecdef AND proconfig @> ARRAY['search_path=pg_catalog, pg_temp'])",
+        );
+        assert_eq!(bad, 0);
+        let count: i64 = one(
+            "SELECT count(*) FROM pg_proc
+              WHERE proname IN ('webhook_claim', 'webhook_complete', 'webhook_fail', 'webhook_extend')",
+        );
+        assert_eq!(count, 6);
+    }
+
+    #[pg_test]
+    fn public_may_not_call_the_writers_nor_touch_the_tables() {
+        let callable: i64 = one(
+            "SELECT count(*) FROM pg_proc
+              WHERE proname IN ('webhook_claim', 'webhook_complete', 'webhook_fail', 'webhook_extend')
+                AND has_function_privilege('public', oid, 'EXECUTE')",
+        );
+        assert_eq!(callable, 0);
+        let writable: i64 = one(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = 'webhook' AND c.relkind = 'r'
+                AND (has_table_privilege('public', c.oid, 'SELECT')
+                  OR has_table_privilege('public', c.oid, 'INSERT')
+                  OR has_table_privilege('public', c.oid, 'UPDATE')
+                  OR has_table_privilege('public', c.oid, 'DELETE'))",
+        );
+        assert_eq!(writable, 0);
+        let verify_public: bool = one(
+            "SELECT bool_and(has_function_privilege('public', oid, 'EXECUTE'))
+               FROM pg_proc WHERE proname = 'verify_hmac'",
+        );
+        assert!(verify_public);
+    }
+
+    #[pg_test]
+    fn table_rows_survive_pg_dump() {
+        let dumped: i64 = one(
+            "SELECT cardinality(extconfig) FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
+        );
+        assert_eq!(dumped, 2);
+    }
+
+    #[pg_test]
+    fn lease_timeout_setting_exists_with_its_default() {
+        let value: String = one("SELECT current_setting('webhook.lease_timeout')");
+        assert_eq!(value, "5min");
+    }
+}
