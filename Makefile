@@ -1,0 +1,61 @@
+# pg_webhook_inbox — build, test and demo.
+#
+#   make demo    build, install, start a throwaway PostgreSQL (unless PGHOST
+#                is set) and replay a signed webhook against it
+#   make test    every test: in-database (#[pg_test]) and client-side
+#                suites over real connections
+#
+# Both install what they need first (.ci/setup): Debian's PostgreSQL 15,
+# its headers, clang, and cargo-pgrx at the version Cargo.toml pins.
+
+PG_MAJOR   ?= 15
+PG_CONFIG  ?= /usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config
+CARGO      ?= cargo
+# Scratch space for throwaway servers; must be reachable by the postgres user.
+STATE_DIR  ?= /var/tmp/pg_webhook_inbox
+
+ROOT := $(filter 0,$(shell id -u))
+# PostgreSQL refuses to run as root: as root, pgrx's test server runs as
+# the postgres user in a data directory that user owns.
+PGRX_TEST_FLAGS := $(if $(ROOT),--runas postgres --pgdata $(STATE_DIR)/pgrx-test,)
+CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
+
+.PHONY: all setup build install install-release test test-in-db test-client demo clean
+
+all: build
+
+setup:
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) .ci/setup
+
+build: setup
+	$(CARGO) build
+
+install: setup
+	$(CARGO) pgrx install --pg-config $(PG_CONFIG)
+
+install-release: setup
+	$(CARGO) pgrx install --release --pg-config $(PG_CONFIG)
+
+test: test-in-db test-client
+
+test-in-db: setup
+	@mkdir -p $(STATE_DIR)
+	@if [ -n "$(ROOT)" ]; then install -d -o postgres -g postgres $(STATE_DIR)/pgrx-test; fi
+	$(CARGO) pgrx test pg$(PG_MAJOR) $(PGRX_TEST_FLAGS)
+
+# `cargo pgrx test` leaves its test build installed; put the real one back
+# first, then run the client suites against a fresh throwaway server.
+test-client: install
+	.ci/pg-temp run $(STATE_DIR)/client-pg -- \
+		$(CARGO) test $(CLIENT_FEATURES) --test '*'
+
+demo: install-release
+	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \
+		examples/demo.sh; \
+	else \
+		.ci/pg-temp run $(STATE_DIR)/demo-pg -- examples/demo.sh; \
+	fi
+
+clean:
+	$(CARGO) clean
+	rm -rf $(STATE_DIR)

@@ -1,0 +1,123 @@
+//! Many connections, the same events, at the same time: every side effect
+//! happens exactly once, and no claim ever waits for another transaction.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::*;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+const CONNECTIONS: usize = 8;
+const EVENTS: usize = 200;
+
+/// Each of 8 connections delivers all 200 events, in its own shuffled
+/// order, holding its transaction open for a while after each claim. Every
+/// connection runs with a `lock_timeout` far shorter than that hold: a
+/// claim that waited on another handler's open transaction would fail the
+/// test with SQLSTATE 55P03 instead of answering.
+#[test]
+fn eight_connections_same_two_hundred_events_exactly_once_without_waiting() {
+    let db = database("pgwi_concurrency");
+    let hold = Duration::from_millis(30);
+    let barrier = Arc::new(Barrier::new(CONNECTIONS));
+
+    let workers: Vec<_> = (0..CONNECTIONS)
+        .map(|worker| {
+            let barrier = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                let mut client = connect(db);
+                client.batch_execute("SET lock_timeout = '10ms'").unwrap();
+                let mut order: Vec<usize> = (0..EVENTS).collect();
+                shuffle(&mut order, worker as u64 + 1);
+                barrier.wait();
+                let mut answers = Vec::with_capacity(EVENTS);
+                let mut slowest_claim = Duration::ZERO;
+                for event in order {
+                    let started = Instant::now();
+                    let answer = try_deliver(&mut client, "storm", &format!("evt_{event}"), hold)
+                        .unwrap_or_else(|e| panic!("delivery of evt_{event} failed: {e}"));
+                    if answer != Answer::Done {
+                        slowest_claim = slowest_claim.max(started.elapsed());
+                    }
+                    answers.push((event, answer));
+                }
+                (answers, slowest_claim)
+            })
+        })
+        .collect();
+
+    let mut in_progress = 0;
+    let mut slowest = Duration::ZERO;
+    for w in workers {
+        let (answers, slowest_claim) = w.join().expect("worker thread");
+        in_progress += answers.iter().filter(|(_, a)| *a == Answer::InProgress).count();
+        slowest = slowest.max(slowest_claim);
+    }
+    eprintln!("in_progress answers: {in_progress}; slowest non-owning claim: {slowest:?}");
+
+    // The provider retries whatever was answered 409; then every event is done.
+    let mut client = connect(db);
+    for event in 0..EVENTS {
+        deliver_until_acknowledged(&mut client, "storm", &format!("evt_{event}"));
+    }
+    let rows = client
+        .query(
+            "SELECT e.event_id, count(s.*)
+               FROM webhook.events e LEFT JOIN side_effects s USING (provider, event_id)
+              WHERE e.provider = 'storm'
+              GROUP BY e.event_id",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), EVENTS, "every event is known");
+    for row in rows {
+        let (event, count): (String, i64) = (row.get(0), row.get(1));
+        assert_eq!(count, 1, "{event} had {count} side effects");
+    }
+    let unfinished: i64 = client
+        .query_one(
+            "SELECT count(*) FROM webhook.events WHERE provider = 'storm' AND status <> 'processed'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(unfinished, 0);
+}
+
+/// The seeds' lost event: a duplicate arrives while the first attempt is
+/// still running, and the first attempt then fails. The duplicate must not
+/// have been acknowledged, so the provider's retry still processes it.
+#[test]
+fn duplicate_during_an_attempt_that_then_fails_is_not_lost() {
+    let db = database("pgwi_concurrency");
+    let mut first = connect(db);
+    let mut second = connect(db);
+
+    let mut tx = first.transaction().unwrap();
+    let claim = claim_in(&mut tx, "clerk", "evt_flaky", None).unwrap();
+    assert_eq!(claim.status, "claimed");
+    tx.execute("INSERT INTO side_effects VALUES ('clerk', 'evt_flaky')", &[]).unwrap();
+
+    let started = Instant::now();
+    let answer = deliver(&mut second, "clerk", "evt_flaky", Duration::ZERO);
+    assert_eq!(answer, Answer::InProgress, "a live attempt is never acknowledged");
+    assert!(started.elapsed() < Duration::from_secs(2), "the duplicate did not wait");
+
+    tx.rollback().unwrap(); // the first attempt fails
+
+    let attempts = deliver_until_acknowledged(&mut second, "clerk", "evt_flaky");
+    assert_eq!(attempts, 1, "the retry after the failure is processed at once");
+    assert_eq!(side_effects(&mut second, "clerk", "evt_flaky"), 1);
+    assert_eq!(event_state(&mut second, "clerk", "evt_flaky").0, "processed");
+}
+
+/// Small deterministic shuffle (xorshift), so runs are reproducible.
+fn shuffle(v: &mut [usize], seed: u64) {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for i in (1..v.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        v.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+}
