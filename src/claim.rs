@@ -121,9 +121,7 @@ fn webhook_claim_text(
     TableIterator<'static, (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32))>,
     pg_sys::panic::ErrorReport,
 > {
-    let body = input::required(FUNCTION, "body", body)?.as_bytes();
-    let payload = parse_body(body)?;
-    claim_row(provider, event_id, event_type, payload, Some(body), signature, lease)
+    webhook_claim_raw(provider, event_id, event_type, body.map(str::as_bytes), signature, lease)
 }
 
 fn parse_body(body: &[u8]) -> Result<RawJsonb> {

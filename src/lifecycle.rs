@@ -13,7 +13,8 @@ use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::input;
 use crate::plans::Statement;
-use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
+use pgrx::{FromDatum, IntoDatum};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -28,15 +29,8 @@ type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 fn webhook_complete(id: Option<pgrx::Uuid>) -> PgResult<()> {
     const F: &str = "webhook_complete";
     let id = input::required(F, "id", id)?;
-    Spi::connect_mut(|client| {
-        let owned = take_ownership(client, F, id)?;
-        let done = COMPLETE.run(client, &[id.into(), owned.provider.as_str().into(), owned.event_id.as_str().into()])?;
-        if done.is_empty() {
-            return Err(refusal(client, F, id)?);
-        }
-        Ok(())
-    })
-    .map_err(Into::into)
+    finish::<bool>(F, id, &COMPLETE, None)?;
+    Ok(())
 }
 
 /// Record a failed attempt and release the event so that its next delivery
@@ -49,18 +43,8 @@ fn webhook_fail(id: Option<pgrx::Uuid>, err: Option<&str>) -> PgResult<()> {
     const F: &str = "webhook_fail";
     let id = input::required(F, "id", id)?;
     let err = input::required(F, "err", err)?;
-    Spi::connect_mut(|client| {
-        let owned = take_ownership(client, F, id)?;
-        let done = FAIL.run(
-            client,
-            &[id.into(), owned.provider.as_str().into(), owned.event_id.as_str().into(), err.into()],
-        )?;
-        if done.is_empty() {
-            return Err(refusal(client, F, id)?);
-        }
-        Ok(())
-    })
-    .map_err(Into::into)
+    finish::<bool>(F, id, &FAIL, Some(err.into()))?;
+    Ok(())
 }
 
 /// Renew the lease of a live claim, measured from now. Returns the new
@@ -71,20 +55,32 @@ fn webhook_extend(id: Option<pgrx::Uuid>, lease: Option<Interval>) -> PgResult<T
     const F: &str = "webhook_extend";
     let id = input::required(F, "id", id)?;
     let lease = input::lease(F, "lease", Some(input::required(F, "lease", lease)?))?;
+    Ok(finish(F, id, &EXTEND, Some(lease.into()))?)
+}
+
+/// Check ownership, take the event lock, and run one of the finishing
+/// statements, whose arguments are (id, provider, event_id[, extra]). It
+/// returns one row when it changed the event, and none when the delivery
+/// may no longer finish it: then the error says why.
+fn finish<T: FromDatum + IntoDatum>(
+    function: &'static str,
+    id: pgrx::Uuid,
+    statement: &'static Statement,
+    extra: Option<DatumWithOid<'_>>,
+) -> Result<T> {
     Spi::connect_mut(|client| {
-        let owned = take_ownership(client, F, id)?;
-        let extended = EXTEND.run(
-            client,
-            &[id.into(), owned.provider.as_str().into(), owned.event_id.as_str().into(), lease.into()],
-        )?;
-        match extended.into_iter().next() {
+        let owned = take_ownership(client, function, id)?;
+        let mut args: Vec<DatumWithOid<'_>> =
+            vec![id.into(), owned.provider.as_str().into(), owned.event_id.as_str().into()];
+        args.extend(extra);
+        let changed = statement.run(client, &args)?;
+        match changed.into_iter().next() {
             Some(row) => row
-                .get::<TimestampWithTimeZone>(1)?
-                .ok_or_else(|| WebhookError::Internal("extended lease without expiry".into())),
-            None => Err(refusal(client, F, id)?),
+                .get::<T>(1)?
+                .ok_or_else(|| WebhookError::Internal(format!("{function}: empty result"))),
+            None => Err(refusal(client, function, id)?),
         }
     })
-    .map_err(Into::into)
 }
 
 static LOOKUP: Statement = Statement {
@@ -110,7 +106,7 @@ static COMPLETE: Statement = Statement {
              SET processing_status = 'PROCESSED', finished_at = pg_catalog.now()
            WHERE id = $1 AND processing_status = 'PENDING'
              AND EXISTS (SELECT FROM event)
-       RETURNING 1",
+       RETURNING true",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
@@ -129,7 +125,7 @@ static FAIL: Statement = Statement {
                  finished_at = pg_catalog.now()
            WHERE id = $1 AND processing_status = 'PENDING'
              AND EXISTS (SELECT FROM event)
-       RETURNING 1",
+       RETURNING true",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
