@@ -200,6 +200,33 @@ mod tests {
     }
 
     #[pg_test]
+    fn payloads_over_the_size_limit_are_refused_before_anything_is_written() {
+        Spi::run("SET LOCAL webhook.max_payload_size = '1kB'").unwrap();
+        let big = "jsonb_build_object('pad', repeat('x', 2000))";
+        assert_error(
+            &format!("SELECT webhook_claim('p', 'big', 't', {big}, NULL)"),
+            "54000",
+            "\"payload\"",
+        );
+        assert_error(
+            &format!("SELECT webhook_claim('p', 'big', 't', ({big})::text, NULL)"),
+            "54000",
+            "\"body\"",
+        );
+        assert_error(
+            &format!("SELECT webhook_claim('p', 'big', 't', convert_to(({big})::text, 'UTF8'), NULL)"),
+            "54000",
+            "\"body\"",
+        );
+        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM webhook.deliveries"), Ok(Some(0)));
+        // Just under the limit is fine.
+        let status = Spi::get_one::<String>(
+            "SELECT status FROM webhook_claim('p', 'small', 't', jsonb_build_object('pad', repeat('x', 900)), NULL)",
+        );
+        assert_eq!(status, Ok(Some("claimed".into())));
+    }
+
+    #[pg_test]
     fn limits_are_inclusive() {
         let id = "x".repeat(255);
         let status = Spi::get_one_with_args::<String>(

@@ -75,8 +75,10 @@ mod tests {
     }
 
     #[pg_test]
-    fn lease_timeout_setting_exists_with_its_default() {
+    fn settings_exist_with_their_defaults() {
         let value: String = one("SELECT current_setting('webhook.lease_timeout')");
         assert_eq!(value, "5min");
+        let value: String = one("SELECT current_setting('webhook.max_payload_size')");
+        assert_eq!(value, "25MB");
     }
 }

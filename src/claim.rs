@@ -80,6 +80,7 @@ fn webhook_claim(
     pg_sys::panic::ErrorReport,
 > {
     let payload = input::required(FUNCTION, "payload", payload)?;
+    input::payload_size(FUNCTION, "payload", payload.size())?;
     if !payload.is_object() {
         return Err(WebhookError::NotAnObject { function: FUNCTION, arg: "payload", found: payload.kind() }.into());
     }
@@ -102,6 +103,7 @@ fn webhook_claim_raw(
     pg_sys::panic::ErrorReport,
 > {
     let body = input::required(FUNCTION, "body", body)?;
+    input::payload_size(FUNCTION, "body", body.len())?;
     let payload = parse_body(body)?;
     claim_row(provider, event_id, event_type, payload, Some(body), signature, lease)
 }

@@ -16,6 +16,8 @@ pub enum WebhookError {
     EmptyArgument { function: &'static str, arg: &'static str },
     /// A text argument exceeded its documented byte limit.
     ArgumentTooLong { function: &'static str, arg: &'static str, limit: usize, actual: usize },
+    /// A payload or raw body larger than `webhook.max_payload_size`.
+    PayloadTooLarge { function: &'static str, arg: &'static str, limit: usize, actual: usize },
     /// An interval argument was zero or negative.
     NonPositiveInterval { function: &'static str, arg: &'static str },
     /// A raw body was not valid UTF-8.
@@ -48,6 +50,7 @@ impl WebhookError {
             Self::NullArgument { .. } => ERRCODE_NULL_VALUE_NOT_ALLOWED, // 22004
             Self::EmptyArgument { .. } => ERRCODE_ZERO_LENGTH_CHARACTER_STRING, // 2200F
             Self::ArgumentTooLong { .. } => ERRCODE_STRING_DATA_RIGHT_TRUNCATION, // 22001
+            Self::PayloadTooLarge { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,  // 54000
             Self::NonPositiveInterval { .. } => ERRCODE_INVALID_PARAMETER_VALUE, // 22023
             Self::InvalidUtf8 { .. } => ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, // 22021
             Self::InvalidJson { .. } => ERRCODE_INVALID_JSON_TEXT,           // 22032
@@ -64,7 +67,7 @@ impl WebhookError {
 
     fn detail(&self) -> Option<String> {
         match self {
-            Self::ArgumentTooLong { limit, actual, .. } => {
+            Self::ArgumentTooLong { limit, actual, .. } | Self::PayloadTooLarge { limit, actual, .. } => {
                 Some(format!("The limit is {limit} bytes; {actual} bytes were given."))
             }
             Self::InvalidUtf8 { detail, .. }
@@ -77,6 +80,7 @@ impl WebhookError {
 
     fn hint(&self) -> Option<&'static str> {
         match self {
+            Self::PayloadTooLarge { .. } => Some("The limit is the setting webhook.max_payload_size."),
             Self::NotOwner { .. } => Some(
                 "Only a delivery answered \"claimed\" or \"retry\" may be completed, failed or extended.",
             ),
@@ -104,6 +108,9 @@ impl fmt::Display for WebhookError {
             }
             Self::ArgumentTooLong { function, arg, limit, .. } => {
                 write!(f, "{function}: argument \"{arg}\" is longer than {limit} bytes")
+            }
+            Self::PayloadTooLarge { function, arg, .. } => {
+                write!(f, "{function}: argument \"{arg}\" is larger than webhook.max_payload_size")
             }
             Self::NonPositiveInterval { function, arg } => {
                 write!(f, "{function}: argument \"{arg}\" must be a positive interval")

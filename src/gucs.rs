@@ -8,6 +8,10 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 /// `in_progress` before one of them may take the event over as `retry`.
 pub static LEASE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(300);
 
+/// Largest payload or raw body a claim accepts, in kB. GitHub, whose cap is
+/// the largest among the major providers, documents 25 MB.
+pub static MAX_PAYLOAD_SIZE: GucSetting<i32> = GucSetting::<i32>::new(25 * 1024);
+
 pub fn init() {
     GucRegistry::define_int_guc(
         c"webhook.lease_timeout",
@@ -21,6 +25,20 @@ pub fn init() {
         GucContext::Userset,
         GucFlags::UNIT_S,
     );
+    GucRegistry::define_int_guc(
+        c"webhook.max_payload_size",
+        c"Largest webhook payload or raw body webhook_claim accepts.",
+        c"Larger deliveries are refused with SQLSTATE 54000 before anything is parsed or written.",
+        &MAX_PAYLOAD_SIZE,
+        1,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
+}
+
+pub fn max_payload_bytes() -> usize {
+    usize::try_from(MAX_PAYLOAD_SIZE.get()).unwrap_or(0) * 1024
 }
 
 pub fn default_lease() -> Interval {

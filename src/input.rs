@@ -63,6 +63,15 @@ pub fn lease(
     }
 }
 
+/// A payload within `webhook.max_payload_size`, checked before any parsing.
+pub fn payload_size(function: &'static str, arg: &'static str, actual: usize) -> Result<()> {
+    let limit = crate::gucs::max_payload_bytes();
+    if actual > limit {
+        return Err(WebhookError::PayloadTooLarge { function, arg, limit, actual });
+    }
+    Ok(())
+}
+
 /// Raw webhook body → the text PostgreSQL will parse as jsonb.
 ///
 /// The body must be UTF-8 JSON whose top level is an object: every provider

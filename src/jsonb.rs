@@ -18,11 +18,17 @@ const JB_FOBJECT: u32 = 0x2000_0000;
 pub struct RawJsonb {
     datum: pg_sys::Datum,
     root_header: u32,
+    size: usize,
 }
 
 impl RawJsonb {
     pub fn is_object(&self) -> bool {
         self.root_header & JB_FOBJECT != 0
+    }
+
+    /// Size of the jsonb value in bytes (its binary form, uncompressed).
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     pub fn kind(&self) -> &'static str {
@@ -50,7 +56,8 @@ impl FromDatum for RawJsonb {
         let detoasted = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
         let data = pgrx::vardata_any(detoasted) as *const u8;
         let root_header = u32::from_ne_bytes(std::ptr::read_unaligned(data as *const [u8; 4]));
-        Some(RawJsonb { datum: pg_sys::Datum::from(detoasted), root_header })
+        let size = pgrx::varsize_any_exhdr(detoasted);
+        Some(RawJsonb { datum: pg_sys::Datum::from(detoasted), root_header, size })
     }
 }
 
