@@ -19,8 +19,12 @@ ROOT := $(filter 0,$(shell id -u))
 # the postgres user in a data directory that user owns.
 PGRX_TEST_FLAGS := $(if $(ROOT),--runas postgres --pgdata $(STATE_DIR)/pgrx-test,)
 CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
+# Suites that stop the server or count a whole provider run in `hardening`,
+# on a server of their own; every other file in tests/ is a client suite.
+HARDENING_SUITES := hardening checklist
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all setup build install install-release test test-in-db test-client demo clean
+.PHONY: all setup build install install-release test test-in-db test-client hardening demo clean
 
 all: build
 
@@ -36,7 +40,7 @@ install: setup
 install-release: setup
 	$(CARGO) pgrx install --release --pg-config $(PG_CONFIG)
 
-test: test-in-db test-client
+test: test-in-db test-client hardening
 
 test-in-db: setup
 	@mkdir -p $(STATE_DIR)
@@ -47,7 +51,15 @@ test-in-db: setup
 # first, then run the client suites against a fresh throwaway server.
 test-client: install
 	.ci/pg-temp run $(STATE_DIR)/client-pg -- \
-		$(CARGO) test $(CLIENT_FEATURES) --test '*'
+		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(CLIENT_SUITES))
+
+# Every failure mode as an attack on a real server, with figures: printed,
+# and written into docs/hardening.md.
+hardening: install
+	@rm -f $(STATE_DIR)/hardening.tsv
+	HARDENING_REPORT=$(STATE_DIR)/hardening.tsv .ci/pg-temp run $(STATE_DIR)/hardening-pg 28816 -- \
+		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(HARDENING_SUITES))
+	@PG_CONFIG=$(PG_CONFIG) .ci/hardening-report $(STATE_DIR)/hardening.tsv docs/hardening.md
 
 demo: install-release
 	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \

@@ -45,6 +45,7 @@ pub fn database(name: &str) -> &'static str {
              );",
         )
         .unwrap();
+        db.batch_execute(SQL_HANDLER).unwrap();
         name.to_string()
     })
 }
@@ -53,11 +54,11 @@ pub fn database(name: &str) -> &'static str {
 /// transaction, so a lock wait past a few seconds is a bug: `lock_timeout`
 /// turns it into a failed test instead of a hung one.
 pub fn connect(db: &str) -> Client {
-    base_config()
-        .dbname(db)
-        .options("-c lock_timeout=5s")
-        .connect(NoTls)
-        .expect("connect to the suite's database")
+    try_connect(db).expect("connect to the suite's database")
+}
+
+pub fn try_connect(db: &str) -> Result<Client, postgres::Error> {
+    base_config().dbname(db).options("-c lock_timeout=5s").connect(NoTls)
 }
 
 pub fn payload(event_id: &str) -> String {
@@ -179,4 +180,222 @@ pub fn archive(client: &mut Client, provider: &str, event_id: &str) -> Vec<Strin
         .iter()
         .map(|r| r.get(0))
         .collect()
+}
+
+/// A handler as a SQL function, for clients that can only send one query
+/// string (the raw-protocol client below, psql): the same one-transaction
+/// pattern, answering the HTTP status.
+pub const SQL_HANDLER: &str = r#"
+CREATE FUNCTION handle(p_provider text, p_event_id text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM webhook_claim(p_provider, p_event_id, 'invoice.paid',
+                                       jsonb_build_object('id', p_event_id), NULL);
+    IF c.status = 'duplicate' THEN RETURN 200; END IF;
+    IF c.status = 'in_progress' THEN RETURN 409; END IF;
+    INSERT INTO side_effects (provider, event_id) VALUES (p_provider, p_event_id);
+    PERFORM webhook_complete(c.id);
+    RETURN 200;
+END
+$$;
+"#;
+
+// ---------------------------------------------------------------------------
+// Figures of a hardening scenario.
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Scenarios that count a whole provider's side effects, or stop the
+/// server, must not overlap: each holds this for its duration.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Counts one scenario's deliveries and, at the end, checks and reports
+/// what the server holds: side effects, duplicates, lost events and
+/// backends that crashed while it ran.
+pub struct Scenario {
+    name: &'static str,
+    provider: &'static str,
+    crashes_before: usize,
+    deliveries: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Debug)]
+pub struct Figures {
+    pub deliveries: usize,
+    pub events: usize,
+    pub side_effects: i64,
+    pub duplicates: i64,
+    pub lost: i64,
+    pub crashed: usize,
+}
+
+impl Scenario {
+    pub fn start(name: &'static str, provider: &'static str) -> Self {
+        Scenario { name, provider, crashes_before: backend_crashes(), deliveries: 0.into() }
+    }
+
+    pub fn sent(&self, n: usize) {
+        self.deliveries.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Figures for `events` distinct events sent under this scenario's
+    /// provider. Panics unless duplicates = lost = crashed = 0.
+    pub fn finish(self, client: &mut Client, events: usize) -> Figures {
+        let row = client
+            .query_one(
+                "SELECT count(*), coalesce(sum(n), 0)::bigint, coalesce(sum(n - 1), 0)::bigint
+                   FROM (SELECT event_id, count(*) AS n FROM side_effects
+                          WHERE provider = $1 GROUP BY event_id) per_event",
+                &[&self.provider],
+            )
+            .unwrap();
+        let with_effect: i64 = row.get(0);
+        let figures = Figures {
+            deliveries: self.deliveries.load(std::sync::atomic::Ordering::Relaxed),
+            events,
+            side_effects: row.get(1),
+            duplicates: row.get(2),
+            lost: events as i64 - with_effect,
+            crashed: backend_crashes() - self.crashes_before,
+        };
+        eprintln!("{}: {figures:?}", self.name);
+        if let Ok(path) = std::env::var("HARDENING_REPORT") {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+            writeln!(
+                file,
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                self.name,
+                figures.deliveries,
+                figures.events,
+                figures.side_effects,
+                figures.duplicates,
+                figures.lost,
+                figures.crashed
+            )
+            .unwrap();
+        }
+        assert_eq!(figures.duplicates, 0, "{}: duplicated side effects", self.name);
+        assert_eq!(figures.lost, 0, "{}: lost events", self.name);
+        assert_eq!(figures.crashed, 0, "{}: crashed backends", self.name);
+        figures
+    }
+}
+
+/// Backends the postmaster saw die of a signal (a segfault, an abort, a
+/// panic that escaped): PostgreSQL logs each one, then restarts every
+/// backend. Terminations we ask for (pg_terminate_backend, an immediate
+/// shutdown) are logged differently and not counted.
+pub fn backend_crashes() -> usize {
+    match std::env::var("PG_SERVER_LOG") {
+        Ok(path) => std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("terminated by signal") || l.contains("was terminated by exception"))
+            .count(),
+        Err(_) => 0,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The server itself, for crash tests: only a server started by .ci/pg-temp.
+
+fn server_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: crash tests need a server started by .ci/pg-temp (make hardening)")
+    })
+}
+
+fn pg_ctl(args: &[&str]) -> std::process::ExitStatus {
+    let pg_ctl = format!("{}/pg_ctl", server_env("PG_BINDIR"));
+    let user = std::env::var("PG_SERVER_USER").unwrap_or_default();
+    let mut cmd = if user.is_empty() {
+        std::process::Command::new(&pg_ctl)
+    } else {
+        let mut c = std::process::Command::new("runuser");
+        c.args(["-u", &user, "--", &pg_ctl]);
+        c
+    };
+    cmd.args(args).stdout(std::process::Stdio::null()).status().expect("run pg_ctl")
+}
+
+/// Stop the server the way a power cut would: no checkpoint, no goodbye.
+pub fn crash_server() {
+    assert!(pg_ctl(&["-D", &server_env("PG_DATA_DIR"), "-m", "immediate", "stop"]).success());
+}
+
+pub fn start_server() {
+    let status = pg_ctl(&[
+        "-D",
+        &server_env("PG_DATA_DIR"),
+        "-l",
+        &server_env("PG_SERVER_LOG"),
+        "-o",
+        &server_env("PG_SERVER_OPTS"),
+        "-w",
+        "start",
+    ]);
+    assert!(status.success(), "server restarted");
+}
+
+// ---------------------------------------------------------------------------
+// A minimal PostgreSQL protocol client, for dropping a connection with a
+// TCP reset at an exact moment, which a driver does not let one do.
+
+pub fn query_then_reset(db: &str, sql: &str, mut before_reset: impl FnMut()) {
+    use std::io::{Read, Write};
+    let port: u16 = std::env::var("PGPORT").unwrap_or_else(|_| "5432".into()).parse().unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let user = std::env::var("PGUSER").unwrap_or_else(|_| "postgres".into());
+
+    let mut startup = Vec::new();
+    startup.extend_from_slice(&196_608i32.to_be_bytes()); // protocol 3.0
+    for (k, v) in [("user", user.as_str()), ("database", db)] {
+        startup.extend_from_slice(k.as_bytes());
+        startup.push(0);
+        startup.extend_from_slice(v.as_bytes());
+        startup.push(0);
+    }
+    startup.push(0);
+    let mut msg = ((startup.len() + 4) as i32).to_be_bytes().to_vec();
+    msg.extend(startup);
+    stream.write_all(&msg).unwrap();
+
+    // Read until ReadyForQuery; trust authentication only.
+    loop {
+        let mut header = [0u8; 5];
+        stream.read_exact(&mut header).unwrap();
+        let len = i32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize - 4;
+        let mut body = vec![0u8; len];
+        stream.read_exact(&mut body).unwrap();
+        match header[0] {
+            b'R' => assert_eq!(&body[..4], &[0, 0, 0, 0], "raw client supports trust authentication only"),
+            b'E' => panic!("server refused the raw connection: {}", String::from_utf8_lossy(&body)),
+            b'Z' => break,
+            _ => {}
+        }
+    }
+
+    let mut query = vec![b'Q'];
+    query.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
+    query.extend_from_slice(sql.as_bytes());
+    query.push(0);
+    stream.write_all(&query).unwrap();
+
+    before_reset();
+    // Linger 0: close sends RST, and whatever the server answered is never read.
+    socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO)).unwrap();
+    drop(stream);
+}
+
+pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
