@@ -5,6 +5,7 @@
 mod claim_tests;
 mod lifecycle_tests;
 mod schema_tests;
+mod verify_tests;
 mod signature_tests;
 
 use pgrx::prelude::*;

@@ -35,6 +35,10 @@ pub enum WebhookError {
     AlreadyFinished { function: &'static str, id: String, processing_status: String },
     /// Another claim took the event over after this one's lease ran out.
     LeaseLost { function: &'static str, id: String, detail: String },
+    /// webhook_verify was asked for a scheme it does not know.
+    UnknownScheme { given: String },
+    /// A generic `hmac;…` scheme string with a bad option.
+    BadSchemeOption { given: String, detail: String },
     /// verify_hmac was asked for an algorithm it does not implement.
     UnknownAlgorithm { arg: &'static str, given: String },
     /// A signature that is neither hex nor base64 of the digest's length.
@@ -60,6 +64,8 @@ impl WebhookError {
             Self::AlreadyFinished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::LeaseLost { .. } => ERRCODE_OBJECT_IN_USE,                 // 55006
             Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,       // 42704
+            Self::UnknownScheme { .. } => ERRCODE_UNDEFINED_OBJECT,          // 42704
+            Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,            // 42601
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
             Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                     // XX000
         }
@@ -73,7 +79,8 @@ impl WebhookError {
             Self::InvalidUtf8 { detail, .. }
             | Self::InvalidJson { detail, .. }
             | Self::LeaseLost { detail, .. }
-            | Self::MalformedSignature { detail, .. } => Some(detail.clone()),
+            | Self::MalformedSignature { detail, .. }
+            | Self::BadSchemeOption { detail, .. } => Some(detail.clone()),
             _ => None,
         }
     }
@@ -89,6 +96,9 @@ impl WebhookError {
                  Use a longer lease or webhook_extend() for long work.",
             ),
             Self::UnknownAlgorithm { .. } => Some("Use one of: sha256, sha1, sha512."),
+            Self::BadSchemeOption { .. } => Some(
+                "The generic form is hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>].",
+            ),
             Self::MalformedSignature { .. } => Some(
                 "Give the digest as hex or base64, optionally prefixed with the algorithm (\"sha256=...\").",
             ),
@@ -141,6 +151,14 @@ impl fmt::Display for WebhookError {
             ),
             Self::UnknownAlgorithm { arg, given } => {
                 write!(f, "verify_hmac: argument \"{arg}\": unknown HMAC algorithm \"{given}\"")
+            }
+            Self::UnknownScheme { given } => write!(
+                f,
+                "webhook_verify: argument \"scheme\": unknown signature scheme \"{given}\"; known: {}",
+                crate::schemes::KNOWN_SCHEMES
+            ),
+            Self::BadSchemeOption { given, .. } => {
+                write!(f, "webhook_verify: argument \"scheme\": invalid scheme \"{given}\"")
             }
             Self::MalformedSignature { arg, .. } => {
                 write!(f, "verify_hmac: argument \"{arg}\" is not a well-formed signature")

@@ -21,6 +21,7 @@ mod input;
 mod jsonb;
 mod lifecycle;
 mod plans;
+mod schemes;
 mod signature;
 mod uuid;
 

@@ -89,21 +89,54 @@ fn verify_args(
 
 /// Constant-time HMAC check of `tag` over `message`.
 pub fn verify(algorithm: Algorithm, key: &[u8], message: &[u8], tag: &[u8]) -> bool {
-    fn check<M: Mac + hmac::digest::KeyInit>(key: &[u8], message: &[u8], tag: &[u8]) -> bool {
+    matches_any(algorithm, key, &[message], std::slice::from_ref(&tag))
+}
+
+/// Whether any of `tags` is the HMAC of the concatenated `parts` under
+/// `key`. The MAC is computed once; each comparison is the `hmac` crate's
+/// constant-time `verify_slice` on a copy of it.
+pub fn matches_any<T: AsRef<[u8]>>(algorithm: Algorithm, key: &[u8], parts: &[&[u8]], tags: &[T]) -> bool {
+    fn check<M: Mac + hmac::digest::KeyInit + Clone, T: AsRef<[u8]>>(
+        key: &[u8],
+        parts: &[&[u8]],
+        tags: &[T],
+    ) -> bool {
         // HMAC accepts keys of any length, so new_from_slice cannot fail.
-        match <M as hmac::digest::KeyInit>::new_from_slice(key) {
-            Ok(mut mac) => {
-                mac.update(message);
-                mac.verify_slice(tag).is_ok()
-            }
-            Err(_) => false,
+        let Ok(mut mac) = <M as hmac::digest::KeyInit>::new_from_slice(key) else { return false };
+        for part in parts {
+            mac.update(part);
         }
+        tags.iter().any(|tag| mac.clone().verify_slice(tag.as_ref()).is_ok())
     }
     match algorithm {
-        Algorithm::Sha1 => check::<Hmac<sha1::Sha1>>(key, message, tag),
-        Algorithm::Sha256 => check::<Hmac<sha2::Sha256>>(key, message, tag),
-        Algorithm::Sha512 => check::<Hmac<sha2::Sha512>>(key, message, tag),
+        Algorithm::Sha1 => check::<Hmac<sha1::Sha1>, T>(key, parts, tags),
+        Algorithm::Sha256 => check::<Hmac<sha2::Sha256>, T>(key, parts, tags),
+        Algorithm::Sha512 => check::<Hmac<sha2::Sha512>, T>(key, parts, tags),
     }
+}
+
+/// Hex of exactly `len` bytes, either case.
+pub fn decode_hex(text: &str, len: usize) -> Option<Vec<u8>> {
+    if text.len() != len * 2 {
+        return None;
+    }
+    hex::decode(text).ok()
+}
+
+/// Base64 of exactly `len` bytes: standard or URL-safe alphabet, padded or not.
+pub fn decode_base64(text: &str, len: usize) -> Option<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD]
+        .into_iter()
+        .find_map(|engine| engine.decode(text).ok().filter(|bytes| bytes.len() == len))
+}
+
+/// Base64 of any length (secrets), same alphabets.
+pub fn decode_base64_any(text: &str) -> Option<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD]
+        .into_iter()
+        .find_map(|engine| engine.decode(text).ok())
 }
 
 /// Turn a signature as providers send it into digest bytes.
@@ -135,21 +168,8 @@ pub fn decode_signature(signature: &str, algorithm: Algorithm) -> Result<Vec<u8>
         _ => trimmed,
     };
     let want = algorithm.digest_len();
-    if digest.len() == want * 2 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return hex::decode(digest).map_err(|e| malformed(format!("Invalid hex: {e}.")));
-    }
-    let engines = [
-        &base64::engine::general_purpose::STANDARD,
-        &base64::engine::general_purpose::STANDARD_NO_PAD,
-        &base64::engine::general_purpose::URL_SAFE,
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-    ];
-    for engine in engines {
-        if let Ok(bytes) = engine.decode(digest) {
-            if bytes.len() == want {
-                return Ok(bytes);
-            }
-        }
+    if let Some(bytes) = decode_hex(digest, want).or_else(|| decode_base64(digest, want)) {
+        return Ok(bytes);
     }
     Err(malformed(format!(
         "A {} signature is {} hex characters or {} base64 characters; got {} characters.",

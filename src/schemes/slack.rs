@@ -1,0 +1,19 @@
+//! Slack: `X-Slack-Signature: v0=<hex>` and `X-Slack-Request-Timestamp:
+//! <unix seconds>`. Signed: `v0:<timestamp>:<body>`, HMAC-SHA256, hex.
+//! Key: the app's signing secret verbatim.
+
+use super::{unix_seconds, Headers, Reason, Signed};
+use crate::signature::{decode_hex, Algorithm};
+
+pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
+    let signature = headers.get("X-Slack-Signature")?;
+    let timestamp = unix_seconds(headers.get("X-Slack-Request-Timestamp")?)?;
+    let hex = signature.strip_prefix("v0=").ok_or(Reason::MalformedHeader)?;
+    let digest = decode_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
+    Ok(Signed {
+        algorithm: Algorithm::Sha256,
+        candidates: vec![digest],
+        prefix: format!("v0:{timestamp}:").into_bytes(),
+        timestamp: Some(timestamp),
+    })
+}
