@@ -24,7 +24,7 @@ CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 HARDENING_SUITES := hardening checklist
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all setup build install install-release test test-in-db test-client hardening demo clean
+.PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening demo clean
 
 all: build
 
@@ -49,9 +49,13 @@ test-in-db: setup
 
 # `cargo pgrx test` leaves its test build installed; put the real one back
 # first, then run the client suites against a fresh throwaway server.
-test-client: install
-	.ci/pg-temp run $(STATE_DIR)/client-pg -- \
+test-client: install sdk-fixtures
+	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl .ci/pg-temp run $(STATE_DIR)/client-pg -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(CLIENT_SUITES))
+
+# Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
+sdk-fixtures:
+	.ci/sdk-fixtures $(STATE_DIR)/sdk
 
 # Every failure mode as an attack on a real server, with figures: printed,
 # and written into docs/hardening.md.
