@@ -199,5 +199,31 @@ fn unix_seconds(text: &str) -> Result<i64, Reason> {
     text.parse().map_err(|_| Reason::MalformedHeader)
 }
 
+/// The `t=…,v1=…` family of headers (Stripe with ',', Paddle with ';'):
+/// a timestamp under `ts_key` and one or more hex SHA-256 signatures under
+/// `sig_key`; other keys are ignored. Signatures that are not 64 hex digits
+/// cannot match and are dropped, but at least one must be usable.
+fn timestamp_and_signatures(
+    header: &str,
+    separator: char,
+    ts_key: &str,
+    sig_key: &str,
+) -> Result<(i64, Vec<Vec<u8>>), Reason> {
+    let mut timestamp = None;
+    let mut candidates = Vec::new();
+    for item in header.split(separator) {
+        let Some((key, value)) = item.trim().split_once('=') else { continue };
+        if key == ts_key {
+            timestamp = Some(unix_seconds(value)?);
+        } else if key == sig_key {
+            candidates.extend(signature::decode_hex(value, 32));
+        }
+    }
+    match (timestamp, candidates.is_empty()) {
+        (Some(ts), false) => Ok((ts, candidates)),
+        _ => Err(Reason::MalformedHeader),
+    }
+}
+
 #[cfg(test)]
 mod property_tests;

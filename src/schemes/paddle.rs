@@ -7,29 +7,11 @@
 //! rejects legitimate deliveries that queued a little; the tolerance here
 //! is the caller's, 5 minutes by default.
 
-use super::{unix_seconds, Headers, Reason, Signed};
-use crate::signature::{decode_hex, Algorithm};
+use super::{timestamp_and_signatures, Headers, Reason, Signed};
+use crate::signature::Algorithm;
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
-    let header = headers.get("Paddle-Signature")?;
-    let mut timestamp = None;
-    let mut candidates = Vec::new();
-    let mut saw_h1 = false;
-    for item in header.split(';') {
-        let Some((key, value)) = item.trim().split_once('=') else { continue };
-        match key {
-            "ts" => timestamp = Some(unix_seconds(value)?),
-            "h1" => {
-                saw_h1 = true;
-                candidates.extend(decode_hex(value, 32));
-            }
-            _ => {}
-        }
-    }
-    let timestamp = timestamp.ok_or(Reason::MalformedHeader)?;
-    if !saw_h1 || candidates.is_empty() {
-        return Err(Reason::MalformedHeader);
-    }
+    let (timestamp, candidates) = timestamp_and_signatures(headers.get("Paddle-Signature")?, ';', "ts", "h1")?;
     Ok(Signed {
         algorithm: Algorithm::Sha256,
         candidates,
