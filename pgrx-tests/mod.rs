@@ -4,6 +4,9 @@
 
 mod claim_tests;
 mod lifecycle_tests;
+mod operations_tests;
+mod receive_tests;
+mod roles_tests;
 mod schema_tests;
 mod verify_tests;
 mod signature_tests;
@@ -69,4 +72,43 @@ pub fn run(sql: &str, id: pgrx::Uuid) {
 
 pub fn text_of(sql: &str, id: pgrx::Uuid) -> Option<String> {
     Spi::get_one_with_args::<String>(sql, &[id.into()]).expect(sql)
+}
+
+/// Register the providers the receive tests use, with pgcrypto available
+/// to sign deliveries independently of the extension.
+pub fn register_test_providers() {
+    Spi::run(
+        "CREATE EXTENSION IF NOT EXISTS pgcrypto;
+         SELECT webhook_register_provider('github', secret => 'gh-secret');
+         SELECT webhook_register_provider('stripe', secret => 'whsec_stripe_test');",
+    )
+    .unwrap();
+}
+
+/// A GitHub delivery signed with `secret`: the SQL of its headers.
+pub fn github_headers(delivery: &str, event: &str, body: &str, secret: &str) -> String {
+    format!(
+        "jsonb_build_object('X-GitHub-Delivery', '{delivery}', 'X-GitHub-Event', '{event}',
+             'X-Hub-Signature-256', 'sha256=' || encode(hmac('{body}', '{secret}', 'sha256'), 'hex'))"
+    )
+}
+
+/// webhook_receive's answer: (status, http_status, reason).
+pub fn receive(provider: &str, headers_sql: &str, body: &str) -> (String, i32, String) {
+    let row = Spi::connect_mut(|c| {
+        let rows = c.update(
+            &format!(
+                "SELECT status, http_status, reason FROM webhook_receive('{provider}', {headers_sql}, convert_to('{body}', 'UTF8'))"
+            ),
+            None,
+            &[],
+        )?;
+        let row = rows.first();
+        Ok::<_, pgrx::spi::Error>((
+            row.get::<String>(1)?.unwrap(),
+            row.get::<i32>(2)?.unwrap(),
+            row.get::<String>(3)?.unwrap(),
+        ))
+    });
+    row.expect("webhook_receive answers")
 }

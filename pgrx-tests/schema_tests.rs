@@ -27,32 +27,44 @@ mod tests {
         assert_eq!(def, "PRIMARY KEY (provider, event_id)");
     }
 
+    const TOUCHING_STATE: &str = "('webhook_receive', 'webhook_claim', 'webhook_complete', 'webhook_fail',
+        'webhook_extend', 'webhook_requeue', 'webhook_purge', 'webhook_register_provider',
+        'webhook_add_secret', 'webhook_retire_secret', 'webhook_providers')";
+
     #[pg_test]
-    fn functions_that_write_are_security_definer_with_a_pinned_search_path() {
-        let bad: i64 = one(
-            "SELECT count(*) FROM pg_proc
-              WHERE proname IN ('webhook_claim', 'webhook_complete', 'webhook_fail', 'webhook_extend')
-                AND NOT (prosecdef AND proconfig @> ARRAY['search_path=pg_catalog, pg_temp'])",
-        );
-        assert_eq!(bad, 0);
-        let count: i64 = one(
-            "SELECT count(*) FROM pg_proc
-              WHERE proname IN ('webhook_claim', 'webhook_complete', 'webhook_fail', 'webhook_extend')",
-        );
-        assert_eq!(count, 6);
+    fn functions_that_touch_the_tables_are_security_definer_with_a_pinned_search_path() {
+        let bad: Vec<String> = Spi::connect(|c| {
+            c.select(
+                &format!(
+                    "SELECT proname::text FROM pg_proc
+                      WHERE proname IN {TOUCHING_STATE}
+                        AND NOT (prosecdef AND proconfig @> ARRAY['search_path=pg_catalog, pg_temp'])"
+                ),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| r.get::<String>(1).unwrap().unwrap())
+            .collect()
+        });
+        assert!(bad.is_empty(), "not SECURITY DEFINER with a pinned search_path: {bad:?}");
+        let count: i64 = one(&format!("SELECT count(*) FROM pg_proc WHERE proname IN {TOUCHING_STATE}"));
+        assert_eq!(count, 14, "every overload is covered");
     }
 
     #[pg_test]
     fn public_may_not_call_the_writers_nor_touch_the_tables() {
-        let callable: i64 = one(
+        let callable: i64 = one(&format!(
             "SELECT count(*) FROM pg_proc
-              WHERE proname IN ('webhook_claim', 'webhook_complete', 'webhook_fail', 'webhook_extend')
-                AND has_function_privilege('public', oid, 'EXECUTE')",
-        );
+              WHERE (proname IN {TOUCHING_STATE}
+                     OR proname IN ('webhook_grant_app', 'webhook_grant_operator')
+                     OR pronamespace = 'webhook'::regnamespace)
+                AND has_function_privilege('public', oid, 'EXECUTE')"
+        ));
         assert_eq!(callable, 0);
         let writable: i64 = one(
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE n.nspname = 'webhook' AND c.relkind = 'r'
+              WHERE n.nspname = 'webhook' AND c.relkind IN ('r', 'v')
                 AND (has_table_privilege('public', c.oid, 'SELECT')
                   OR has_table_privilege('public', c.oid, 'INSERT')
                   OR has_table_privilege('public', c.oid, 'UPDATE')
@@ -61,7 +73,7 @@ mod tests {
         assert_eq!(writable, 0);
         let verify_public: bool = one(
             "SELECT bool_and(has_function_privilege('public', oid, 'EXECUTE'))
-               FROM pg_proc WHERE proname = 'verify_hmac'",
+               FROM pg_proc WHERE proname IN ('verify_hmac', 'webhook_verify', 'webhook_verify_detail')",
         );
         assert!(verify_public);
     }
@@ -71,7 +83,7 @@ mod tests {
         let dumped: i64 = one(
             "SELECT cardinality(extconfig) FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
         );
-        assert_eq!(dumped, 2);
+        assert_eq!(dumped, 4, "events, deliveries, providers, provider_secrets");
     }
 
     #[pg_test]
@@ -80,5 +92,7 @@ mod tests {
         assert_eq!(value, "5min");
         let value: String = one("SELECT current_setting('webhook.max_payload_size')");
         assert_eq!(value, "25MB");
+        let value: String = one("SELECT current_setting('webhook.max_attempts')");
+        assert_eq!(value, "10");
     }
 }

@@ -17,11 +17,14 @@ CREATE TABLE webhook.events (
     provider         text        NOT NULL,
     event_id         text        NOT NULL,
     event_type       text        NOT NULL,
+    -- processing: claimed, lease running; processed: done; failed: the
+    -- next delivery retries it; dead: failed webhook.max_attempts times,
+    -- parked until an operator requeues it.
     status           text        NOT NULL
                      CONSTRAINT events_status_check
-                     CHECK (status IN ('processing', 'processed', 'failed')),
+                     CHECK (status IN ('processing', 'processed', 'failed', 'dead')),
     attempts         integer     NOT NULL DEFAULT 1
-                     CONSTRAINT events_attempts_check CHECK (attempts >= 1),
+                     CONSTRAINT events_attempts_check CHECK (attempts >= 0),
     -- The delivery that owns the event now (the last claim or retry).
     claim_id         uuid        NOT NULL,
     -- Set while status = 'processing'; after it, the next delivery may take
@@ -30,6 +33,13 @@ CREATE TABLE webhook.events (
     first_seen_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
     processed_at     timestamptz,
     last_error       text,
+    -- SHA-256 of the first delivery's payload (its canonical jsonb text):
+    -- a redelivery with a different payload is flagged, not silently skipped.
+    payload_hash     bytea,
+    -- Stored by webhook_complete(id, result) and returned to duplicates.
+    result           jsonb,
+    -- How many times an operator put the event back with webhook_requeue.
+    requeues         integer     NOT NULL DEFAULT 0,
     CONSTRAINT events_pkey PRIMARY KEY (provider, event_id)
 )
 -- Status and lease updates touch no indexed column; free space on the page
@@ -42,31 +52,84 @@ COMMENT ON TABLE webhook.events IS
 CREATE TABLE webhook.deliveries (
     id                uuid        NOT NULL,
     provider          text        NOT NULL,
-    event_id          text        NOT NULL,
-    event_type        text        NOT NULL,
-    payload           jsonb       NOT NULL,
+    -- event_id, event_type and payload are unknown only for a delivery
+    -- rejected before they could be read (bad signature, body not JSON).
+    event_id          text,
+    event_type        text,
+    payload           jsonb,
     -- The exact bytes received, when the claim was given them; signatures
     -- cover these bytes, which jsonb does not preserve.
     raw_body          bytea,
     signature         text,
-    -- What webhook_claim answered this delivery.
+    -- All request headers, when webhook_receive was given them.
+    headers           jsonb,
+    -- What the claim answered this delivery; 'rejected' when
+    -- webhook_receive refused it before claiming.
     claim_status      text        NOT NULL
                       CONSTRAINT deliveries_claim_status_check
-                      CHECK (claim_status IN ('claimed', 'retry', 'duplicate', 'in_progress')),
+                      CHECK (claim_status IN ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected')),
     processing_status text        NOT NULL
                       CONSTRAINT deliveries_processing_status_check
-                      CHECK (processing_status IN ('PENDING', 'PROCESSED', 'SKIPPED', 'FAILED')),
+                      CHECK (processing_status IN ('PENDING', 'PROCESSED', 'SKIPPED', 'FAILED', 'REJECTED')),
+    -- For rejections, the reason (bad_signature, timestamp_too_old, …).
     error_message     text,
+    -- This redelivery's payload differs from the first delivery's.
+    payload_mismatch  boolean     NOT NULL DEFAULT false,
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     finished_at       timestamptz,
-    CONSTRAINT deliveries_pkey PRIMARY KEY (id)
+    CONSTRAINT deliveries_pkey PRIMARY KEY (id),
+    CONSTRAINT deliveries_known_event_check
+        CHECK (processing_status = 'REJECTED'
+               OR (event_id IS NOT NULL AND event_type IS NOT NULL AND payload IS NOT NULL))
 );
 
 CREATE INDEX deliveries_event_idx ON webhook.deliveries (provider, event_id);
 CREATE INDEX deliveries_created_at_idx ON webhook.deliveries (created_at);
+-- What the operations views look for, kept small by the predicate.
+CREATE INDEX deliveries_attention_idx ON webhook.deliveries (created_at)
+    WHERE processing_status IN ('FAILED', 'REJECTED') OR payload_mismatch;
 
 COMMENT ON TABLE webhook.deliveries IS
     'One row per webhook_claim call: payload, raw body, signature and outcome, for forensics; safe to purge';
+
+-- The provider registry: how to verify each provider's deliveries and where
+-- its event id and type are. Written through webhook_register_provider().
+CREATE TABLE webhook.providers (
+    name            text        NOT NULL
+                    CONSTRAINT providers_name_check CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'),
+    scheme          text        NOT NULL,
+    tolerance       interval    NOT NULL DEFAULT '5 minutes'
+                    CONSTRAINT providers_tolerance_check CHECK (tolerance > interval '0'),
+    -- 'header:<name>' or 'body:<dotted.json.path>', alternatives joined by '|'.
+    event_id_from   text        NOT NULL
+                    CONSTRAINT providers_event_id_from_check
+                    CHECK (event_id_from ~ '^(header|body):[^|]+(\|(header|body):[^|]+)*$'),
+    event_type_from text        NOT NULL
+                    CONSTRAINT providers_event_type_from_check
+                    CHECK (event_type_from ~ '^(header|body):[^|]+(\|(header|body):[^|]+)*$'),
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT providers_pkey PRIMARY KEY (name)
+);
+
+COMMENT ON TABLE webhook.providers IS
+    'Registered providers: signature scheme, timestamp tolerance, where the event id and type are';
+
+-- Signing secrets, several per provider while rotating. Readable by no one
+-- but the extension owner; listed by fingerprint only.
+CREATE TABLE webhook.provider_secrets (
+    provider    text        NOT NULL
+                CONSTRAINT provider_secrets_provider_fkey
+                REFERENCES webhook.providers (name) ON DELETE CASCADE,
+    secret      text        NOT NULL CONSTRAINT provider_secrets_secret_check CHECK (secret <> ''),
+    -- First 16 hex digits of the secret's SHA-256: how it is listed.
+    fingerprint text        NOT NULL,
+    added_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    retired_at  timestamptz,
+    CONSTRAINT provider_secrets_pkey PRIMARY KEY (provider, fingerprint)
+);
+
+COMMENT ON TABLE webhook.provider_secrets IS
+    'Signing secrets per provider; active while retired_at is NULL. Never granted to anyone.';
 
 -- Nobody but the extension's functions writes here. (New tables grant
 -- nothing to PUBLIC; these statements make that explicit for DBAs.)

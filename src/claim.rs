@@ -8,6 +8,7 @@
 //! | `retry`       | true    | the same: an earlier attempt failed or expired |
 //! | `duplicate`   | false   | nothing; answer 2xx                           |
 //! | `in_progress` | false   | nothing; answer non-2xx (409) so it comes back |
+//! | `dead`        | false   | nothing; answer 2xx: the event failed `webhook.max_attempts` times and waits for an operator |
 
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
@@ -27,6 +28,9 @@ pub enum ClaimStatus {
     Retry,
     Duplicate,
     InProgress,
+    Dead,
+    /// webhook_receive refused the delivery before claiming.
+    Rejected,
 }
 
 impl ClaimStatus {
@@ -36,6 +40,8 @@ impl ClaimStatus {
             Self::Retry => "retry",
             Self::Duplicate => "duplicate",
             Self::InProgress => "in_progress",
+            Self::Dead => "dead",
+            Self::Rejected => "rejected",
         }
     }
 
@@ -50,19 +56,26 @@ impl ClaimStatus {
 }
 
 /// One delivery, validated, as the claim writes it.
-struct Delivery<'a> {
-    provider: &'a str,
-    event_id: &'a str,
-    event_type: &'a str,
-    payload: RawJsonb,
-    raw_body: Option<&'a [u8]>,
-    signature: Option<&'a str>,
-    lease: Interval,
+pub struct Delivery<'a> {
+    pub provider: &'a str,
+    pub event_id: &'a str,
+    pub event_type: &'a str,
+    pub payload: RawJsonb,
+    pub raw_body: Option<&'a [u8]>,
+    pub signature: Option<&'a str>,
+    pub headers: Option<RawJsonb>,
+    pub lease: Interval,
 }
 
 type ClaimRow = TableIterator<
     'static,
-    (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32)),
+    (
+        name!(id, pgrx::Uuid),
+        name!(claimed, bool),
+        name!(status, String),
+        name!(attempts, i32),
+        name!(result, Option<RawJsonb>),
+    ),
 >;
 
 /// Claim a delivery whose payload is already `jsonb`.
@@ -76,7 +89,16 @@ fn webhook_claim(
     signature: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
 ) -> std::result::Result<
-    TableIterator<'static, (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32))>,
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+        ),
+    >,
     pg_sys::panic::ErrorReport,
 > {
     let payload = input::required(FUNCTION, "payload", payload)?;
@@ -99,7 +121,16 @@ fn webhook_claim_raw(
     signature: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
 ) -> std::result::Result<
-    TableIterator<'static, (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32))>,
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+        ),
+    >,
     pg_sys::panic::ErrorReport,
 > {
     let body = input::required(FUNCTION, "body", body)?;
@@ -120,13 +151,22 @@ fn webhook_claim_text(
     signature: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
 ) -> std::result::Result<
-    TableIterator<'static, (name!(id, pgrx::Uuid), name!(claimed, bool), name!(status, String), name!(attempts, i32))>,
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+        ),
+    >,
     pg_sys::panic::ErrorReport,
 > {
     webhook_claim_raw(provider, event_id, event_type, body.map(str::as_bytes), signature, lease)
 }
 
-fn parse_body(body: &[u8]) -> Result<RawJsonb> {
+pub fn parse_body(body: &[u8]) -> Result<RawJsonb> {
     let text = input::json_object_body(FUNCTION, "body", body)?;
     // JSON text never contains a raw NUL byte, so this cannot fail after
     // the check above; stay defensive all the same.
@@ -142,8 +182,7 @@ fn parse_body(body: &[u8]) -> Result<RawJsonb> {
     }
     .ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))?;
     // SAFETY: the datum is a freshly built, non-NULL jsonb.
-    unsafe { RawJsonb::from_polymorphic_datum(datum, false, pg_sys::JSONBOID) }
-        .ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))
+    unsafe { RawJsonb::from_datum(datum) }.ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))
 }
 
 fn claim_row(
@@ -162,21 +201,25 @@ fn claim_row(
         payload,
         raw_body,
         signature: input::optional_text(FUNCTION, "signature", signature, MAX_SIGNATURE_BYTES)?,
+        headers: None,
         lease: input::lease(FUNCTION, "lease", lease)?,
     };
-    let outcome = Spi::connect_mut(|client| claim(client, delivery))?;
-    Ok(TableIterator::once((
-        outcome.id,
-        outcome.status.owns_event(),
-        outcome.status.as_str().to_string(),
-        outcome.attempts,
-    )))
+    let outcome = Spi::connect_mut(|client| claim(client, &delivery))?;
+    Ok(TableIterator::once(outcome.row()))
 }
 
-struct Outcome {
-    id: pgrx::Uuid,
-    status: ClaimStatus,
-    attempts: i32,
+pub struct Outcome {
+    pub id: pgrx::Uuid,
+    pub status: ClaimStatus,
+    pub attempts: i32,
+    /// What webhook_complete stored, for duplicates.
+    pub result: Option<RawJsonb>,
+}
+
+impl Outcome {
+    pub fn row(self) -> (pgrx::Uuid, bool, String, i32, Option<RawJsonb>) {
+        (self.id, self.status.owns_event(), self.status.as_str().to_string(), self.attempts, self.result)
+    }
 }
 
 /// The new-event path in one statement: insert the event, and only if that
@@ -184,15 +227,16 @@ struct Outcome {
 static INSERT_NEW: Statement = Statement {
     sql: "WITH new_event AS (
               INSERT INTO webhook.events AS e
-                  (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at)
-              VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $8)
+                  (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at, payload_hash)
+              VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $8,
+                      pg_catalog.sha256(pg_catalog.textsend($5::text)))
               ON CONFLICT (provider, event_id) DO NOTHING
               RETURNING e.attempts
           )
           INSERT INTO webhook.deliveries
-              (id, provider, event_id, event_type, payload, raw_body, signature,
+              (id, provider, event_id, event_type, payload, raw_body, signature, headers,
                claim_status, processing_status)
-          SELECT $4, $1, $2, $3, $5, $6, $7, 'claimed', 'PENDING' FROM new_event
+          SELECT $4, $1, $2, $3, $5, $6, $7, $9, 'claimed', 'PENDING' FROM new_event
           RETURNING 1",
     arg_types: &[
         pg_sys::TEXTOID,
@@ -203,13 +247,15 @@ static INSERT_NEW: Statement = Statement {
         pg_sys::BYTEAOID,
         pg_sys::TEXTOID,
         pg_sys::INTERVALOID,
+        pg_sys::JSONBOID,
     ],
 };
 
 /// The committed state of an event, read without locking anything.
 static INSPECT: Statement = Statement {
     sql: "SELECT status, attempts, claim_id,
-                 lease_expires_at > pg_catalog.clock_timestamp() AS lease_live
+                 lease_expires_at > pg_catalog.clock_timestamp() AS lease_live,
+                 result
             FROM webhook.events
            WHERE provider = $1 AND event_id = $2",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
@@ -227,23 +273,36 @@ static RETAKE: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::UUIDOID, pg_sys::INTERVALOID],
 };
 
+/// Park an event that has used up its attempts. Runs only under the lock.
+static BURY: Statement = Statement {
+    sql: "UPDATE webhook.events
+             SET status = 'dead',
+                 lease_expires_at = NULL,
+                 last_error = COALESCE(last_error, $3)
+           WHERE provider = $1 AND event_id = $2",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
 /// Close the archive row of a claim whose lease ran out and was taken over,
 /// so the archive never shows a delivery as PENDING forever.
 static SUPERSEDE: Statement = Statement {
     sql: "UPDATE webhook.deliveries
              SET processing_status = 'FAILED',
-                 error_message = pg_catalog.format(
-                     'lease expired; event taken over by delivery %s', $2::text),
+                 error_message = $2,
                  finished_at = pg_catalog.now()
            WHERE id = $1 AND processing_status = 'PENDING'",
-    arg_types: &[pg_sys::UUIDOID, pg_sys::UUIDOID],
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID],
 };
 
+/// Archive a delivery of a known event, flagging a payload that differs
+/// from the first delivery's.
 static ARCHIVE: Statement = Statement {
     sql: "INSERT INTO webhook.deliveries
-              (id, provider, event_id, event_type, payload, raw_body, signature,
-               claim_status, processing_status)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+              (id, provider, event_id, event_type, payload, raw_body, signature, headers,
+               claim_status, processing_status, payload_mismatch)
+          SELECT $1, $2, $3, $4, $5, $6, $7, $10, $8, $9,
+                 pg_catalog.sha256(pg_catalog.textsend($5::text)) IS DISTINCT FROM
+                 (SELECT payload_hash FROM webhook.events WHERE provider = $2 AND event_id = $3)",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
@@ -254,6 +313,7 @@ static ARCHIVE: Statement = Statement {
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
     ],
 };
 
@@ -262,6 +322,7 @@ struct EventState {
     attempts: i32,
     claim_id: pgrx::Uuid,
     lease_live: bool,
+    result: Option<RawJsonb>,
 }
 
 fn inspect(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Option<EventState>> {
@@ -272,26 +333,38 @@ fn inspect(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Option<EventS
         attempts: row.get::<i32>(2)?.unwrap_or(0),
         claim_id: row.get::<pgrx::Uuid>(3)?.ok_or_else(|| WebhookError::Internal("event without claim_id".into()))?,
         lease_live: row.get::<bool>(4)?.unwrap_or(false),
+        result: row.get::<RawJsonb>(5)?,
     }))
 }
 
-fn claim(client: &mut SpiClient<'_>, d: Delivery<'_>) -> Result<Outcome> {
+/// What a delivery that does not own its event is answered, from the
+/// event's committed state.
+fn bystander(state: Option<EventState>) -> Outcome {
     let id = crate::uuid::new_v4();
+    match state {
+        Some(s) if s.status == "processed" => {
+            Outcome { id, status: ClaimStatus::Duplicate, attempts: s.attempts, result: s.result }
+        }
+        Some(s) if s.status == "dead" => Outcome { id, status: ClaimStatus::Dead, attempts: s.attempts, result: None },
+        Some(s) => Outcome { id, status: ClaimStatus::InProgress, attempts: s.attempts, result: None },
+        None => Outcome { id, status: ClaimStatus::InProgress, attempts: 0, result: None },
+    }
+}
+
+/// Claim a validated delivery: the shared core of webhook_claim and
+/// webhook_receive.
+pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     let lock = EventLock::for_event(d.provider, d.event_id);
 
     if !lock.try_acquire() {
         // Another transaction is working on this event right now. Its
-        // committed state still tells a finished event apart.
-        let state = inspect(client, &d)?;
-        let (status, attempts) = match state {
-            Some(s) if s.status == "processed" => (ClaimStatus::Duplicate, s.attempts),
-            Some(s) => (ClaimStatus::InProgress, s.attempts),
-            None => (ClaimStatus::InProgress, 0),
-        };
-        archive(client, &d, id, status)?;
-        return Ok(Outcome { id, status, attempts });
+        // committed state still tells a finished or dead event apart.
+        let outcome = bystander(inspect(client, d)?);
+        archive(client, d, outcome.id, outcome.status)?;
+        return Ok(outcome);
     }
 
+    let id = crate::uuid::new_v4();
     let inserted = INSERT_NEW.run(
         client,
         &[
@@ -299,47 +372,51 @@ fn claim(client: &mut SpiClient<'_>, d: Delivery<'_>) -> Result<Outcome> {
             d.event_id.into(),
             d.event_type.into(),
             id.into(),
-            payload_arg(&d),
+            payload_arg(d),
             d.raw_body.into(),
             d.signature.into(),
             d.lease.into(),
+            d.headers.into(),
         ],
     )?;
-    if inserted.len() > 0 {
-        return Ok(Outcome { id, status: ClaimStatus::Claimed, attempts: 1 });
+    if !inserted.is_empty() {
+        return Ok(Outcome { id, status: ClaimStatus::Claimed, attempts: 1, result: None });
     }
 
     // The event exists and, since we hold its lock, no open transaction is
     // changing it: its committed state decides.
-    let state = inspect(client, &d)?
+    let state = inspect(client, d)?
         .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
-    let takeover = match state.status.as_str() {
-        "failed" => true,
-        "processing" => !state.lease_live,
-        _ => false,
-    };
-    if !takeover {
+    let expired = state.status == "processing" && !state.lease_live;
+    if state.status != "failed" && !expired {
         lock.release();
-        let status =
-            if state.status == "processed" { ClaimStatus::Duplicate } else { ClaimStatus::InProgress };
-        archive(client, &d, id, status)?;
-        return Ok(Outcome { id, status, attempts: state.attempts });
+        let outcome = bystander(Some(state));
+        archive(client, d, outcome.id, outcome.status)?;
+        return Ok(outcome);
     }
 
-    let retaken = RETAKE.run(
-        client,
-        &[d.provider.into(), d.event_id.into(), id.into(), d.lease.into()],
-    )?;
+    if expired {
+        let note = format!("lease expired; event taken over by delivery {id}");
+        SUPERSEDE.run(client, &[state.claim_id.into(), note.as_str().into()])?;
+    }
+    let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
+    if max_attempts > 0 && state.attempts >= max_attempts {
+        // Out of attempts (the last one expired): park it for an operator.
+        let note = format!("gave up after {} attempts", state.attempts);
+        BURY.run(client, &[d.provider.into(), d.event_id.into(), note.as_str().into()])?;
+        lock.release();
+        archive(client, d, id, ClaimStatus::Dead)?;
+        return Ok(Outcome { id, status: ClaimStatus::Dead, attempts: state.attempts, result: None });
+    }
+
+    let retaken = RETAKE.run(client, &[d.provider.into(), d.event_id.into(), id.into(), d.lease.into()])?;
     let attempts = retaken
         .into_iter()
         .next()
         .and_then(|row| row.get::<i32>(1).ok().flatten())
         .ok_or_else(|| WebhookError::Internal("retake updated no event".into()))?;
-    if state.status == "processing" {
-        SUPERSEDE.run(client, &[state.claim_id.into(), id.into()])?;
-    }
-    archive(client, &d, id, ClaimStatus::Retry)?;
-    Ok(Outcome { id, status: ClaimStatus::Retry, attempts })
+    archive(client, d, id, ClaimStatus::Retry)?;
+    Ok(Outcome { id, status: ClaimStatus::Retry, attempts, result: None })
 }
 
 fn payload_arg<'a>(d: &Delivery<'_>) -> DatumWithOid<'a> {
@@ -359,6 +436,7 @@ fn archive(client: &mut SpiClient<'_>, d: &Delivery<'_>, id: pgrx::Uuid, status:
             d.signature.into(),
             status.as_str().into(),
             status.initial_processing_status().into(),
+            d.headers.into(),
         ],
     )?;
     Ok(())

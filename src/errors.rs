@@ -35,6 +35,12 @@ pub enum WebhookError {
     AlreadyFinished { function: &'static str, id: String, processing_status: String },
     /// Another claim took the event over after this one's lease ran out.
     LeaseLost { function: &'static str, id: String, detail: String },
+    /// webhook_requeue was given an event that does not exist.
+    UnknownEvent { function: &'static str, provider: String, event_id: String },
+    /// webhook_requeue on an event that is processing or processed.
+    NotRequeueable { function: &'static str, status: String },
+    /// webhook_receive was given a provider nobody registered.
+    UnknownProvider { given: String },
     /// webhook_verify was asked for a scheme it does not know.
     UnknownScheme { given: String },
     /// A generic `hmac;…` scheme string with a bad option.
@@ -65,6 +71,9 @@ impl WebhookError {
             Self::LeaseLost { .. } => ERRCODE_OBJECT_IN_USE,                 // 55006
             Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,       // 42704
             Self::UnknownScheme { .. } => ERRCODE_UNDEFINED_OBJECT,          // 42704
+            Self::UnknownProvider { .. } => ERRCODE_UNDEFINED_OBJECT,        // 42704
+            Self::UnknownEvent { .. } => ERRCODE_NO_DATA_FOUND,              // P0002
+            Self::NotRequeueable { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,            // 42601
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
             Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                     // XX000
@@ -96,6 +105,12 @@ impl WebhookError {
                  Use a longer lease or webhook_extend() for long work.",
             ),
             Self::UnknownAlgorithm { .. } => Some("Use one of: sha256, sha1, sha512."),
+            Self::NotRequeueable { .. } => {
+                Some("A processed event is never requeued: that would process it twice.")
+            }
+            Self::UnknownProvider { .. } => {
+                Some("Register it first: SELECT * FROM webhook_register_provider('<name>', secret => '...').")
+            }
             Self::BadSchemeOption { .. } => Some(
                 "The generic form is hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>].",
             ),
@@ -157,6 +172,16 @@ impl fmt::Display for WebhookError {
                 "webhook_verify: argument \"scheme\": unknown signature scheme \"{given}\"; known: {}",
                 crate::schemes::KNOWN_SCHEMES
             ),
+            Self::UnknownEvent { function, provider, event_id } => {
+                write!(f, "{function}: no event \"{event_id}\" from provider \"{provider}\"")
+            }
+            Self::NotRequeueable { function, status } => write!(
+                f,
+                "{function}: the event is {status}; only dead or failed events can be requeued"
+            ),
+            Self::UnknownProvider { given } => {
+                write!(f, "webhook_receive: argument \"provider\": no provider \"{given}\" is registered")
+            }
             Self::BadSchemeOption { given, .. } => {
                 write!(f, "webhook_verify: argument \"scheme\": invalid scheme \"{given}\"")
             }

@@ -12,6 +12,10 @@ pub static LEASE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(300);
 /// the largest among the major providers, documents 25 MB.
 pub static MAX_PAYLOAD_SIZE: GucSetting<i32> = GucSetting::<i32>::new(25 * 1024);
 
+/// Failed attempts after which an event is parked as dead instead of being
+/// retried again; 0 retries forever.
+pub static MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(10);
+
 pub fn init() {
     GucRegistry::define_int_guc(
         c"webhook.lease_timeout",
@@ -34,6 +38,18 @@ pub fn init() {
         1024 * 1024,
         GucContext::Suset,
         GucFlags::UNIT_KB,
+    );
+
+    GucRegistry::define_int_guc(
+        c"webhook.max_attempts",
+        c"Failed attempts after which an event is dead.",
+        c"An event that failed (webhook_fail, or a lease that ran out) this many times is parked: \
+          its deliveries are answered 'dead' until an operator calls webhook_requeue. 0 means never.",
+        &MAX_ATTEMPTS,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::default(),
     );
 }
 

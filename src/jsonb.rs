@@ -31,6 +31,17 @@ impl RawJsonb {
         self.size
     }
 
+    /// The value as serde_json, through PostgreSQL's own text output. For
+    /// small values (request headers), never for payloads on the hot path.
+    pub fn to_json(&self) -> Option<serde_json::Value> {
+        // SAFETY: the datum is a valid jsonb; jsonb_out returns a palloc'd
+        // C string or raises an ERROR.
+        let text = unsafe {
+            pgrx::direct_function_call::<&std::ffi::CStr>(pg_sys::jsonb_out, &[Some(self.datum)])
+        }?;
+        serde_json::from_str(text.to_str().ok()?).ok()
+    }
+
     pub fn kind(&self) -> &'static str {
         if self.is_object() {
             "an object"
@@ -59,6 +70,33 @@ impl FromDatum for RawJsonb {
         let size = pgrx::varsize_any_exhdr(detoasted);
         Some(RawJsonb { datum: pg_sys::Datum::from(detoasted), root_header, size })
     }
+
+    /// Values read from SPI results live in SPI's memory, freed when the
+    /// SPI connection closes: copy the varlena into the caller's context.
+    unsafe fn from_datum_in_memory_context(
+        mut memory_context: pgrx::PgMemoryContexts,
+        datum: pg_sys::Datum,
+        is_null: bool,
+        typoid: pg_sys::Oid,
+    ) -> Option<Self> {
+        if is_null {
+            return None;
+        }
+        memory_context.switch_to(|_| {
+            let copy = pg_sys::pg_detoast_datum_copy(datum.cast_mut_ptr());
+            Self::from_polymorphic_datum(pg_sys::Datum::from(copy), false, typoid)
+        })
+    }
+}
+
+impl RawJsonb {
+    /// Build from a freshly made jsonb datum (e.g. jsonb_in's result).
+    ///
+    /// # Safety
+    /// `datum` must be a valid, non-NULL jsonb that outlives the value.
+    pub unsafe fn from_datum(datum: pg_sys::Datum) -> Option<Self> {
+        Self::from_polymorphic_datum(datum, false, pg_sys::JSONBOID)
+    }
 }
 
 impl IntoDatum for RawJsonb {
@@ -82,6 +120,13 @@ unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for RawJsonb {
 
     unsafe fn unbox_nullable_arg(arg: pgrx::callconv::Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
         arg.unbox_arg_using_from_datum().into()
+    }
+}
+
+// SAFETY: the datum is returned to PostgreSQL as the function's jsonb result.
+unsafe impl pgrx::callconv::BoxRet for RawJsonb {
+    unsafe fn box_into<'fcx>(self, fcinfo: &mut pgrx::callconv::FcInfo<'fcx>) -> pgrx::datum::Datum<'fcx> {
+        fcinfo.return_raw_datum(self.datum)
     }
 }
 

@@ -5,6 +5,9 @@
 //! * `claim` — `webhook_claim`, deciding who processes a delivery;
 //! * `lifecycle` — `webhook_complete`, `webhook_fail`, `webhook_extend`;
 //! * `signature` — `verify_hmac`;
+//! * `schemes` — `webhook_verify`, one module per provider's scheme;
+//! * `receive` — `webhook_receive`: verify, extract, claim in one call;
+//! * `operations` — `webhook_requeue`;
 //! * `event_lock` — the per-event lock that keeps claims from waiting;
 //! * `plans` — the kept SPI plans of the hot path;
 //! * `input`, `errors`, `gucs`, `jsonb`, `uuid` — shared plumbing.
@@ -20,7 +23,9 @@ mod gucs;
 mod input;
 mod jsonb;
 mod lifecycle;
+mod operations;
 mod plans;
+mod receive;
 mod schemes;
 mod signature;
 mod uuid;
@@ -28,6 +33,8 @@ mod uuid;
 pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!("../sql/providers.sql", name = "providers", requires = ["schema"]);
+extension_sql_file!("../sql/operations.sql", name = "operations", requires = ["schema"]);
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
 #[pg_guard]

@@ -12,6 +12,7 @@
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::input;
+use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::{FromDatum, IntoDatum};
@@ -23,15 +24,30 @@ type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 
 /// Mark the delivery's event processed. Call it in the transaction that made
 /// the business writes (one-transaction use), or after the side effect
-/// succeeded (two-phase use).
+/// succeeded (two-phase use). `result`, if given, is returned to every later
+/// duplicate, so it can be answered exactly as the first delivery was.
 #[pg_extern(volatile, security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_complete(id: Option<pgrx::Uuid>) -> PgResult<()> {
+fn webhook_complete(id: Option<pgrx::Uuid>, result: default!(Option<RawJsonb>, "NULL")) -> PgResult<()> {
     const F: &str = "webhook_complete";
     let id = input::required(F, "id", id)?;
-    finish::<bool>(F, id, &COMPLETE, None)?;
+    if let Some(result) = &result {
+        if result.size() > MAX_RESULT_BYTES {
+            return Err(WebhookError::ArgumentTooLong {
+                function: F,
+                arg: "result",
+                limit: MAX_RESULT_BYTES,
+                actual: result.size(),
+            }
+            .into());
+        }
+    }
+    finish::<bool>(F, id, &COMPLETE, vec![result.into()])?;
     Ok(())
 }
+
+/// A stored result is an answer, not an archive: 64 kB is plenty.
+const MAX_RESULT_BYTES: usize = 64 * 1024;
 
 /// Record a failed attempt and release the event so that its next delivery
 /// is answered `retry`. In one-transaction use, roll back to a savepoint
@@ -43,7 +59,8 @@ fn webhook_fail(id: Option<pgrx::Uuid>, err: Option<&str>) -> PgResult<()> {
     const F: &str = "webhook_fail";
     let id = input::required(F, "id", id)?;
     let err = input::required(F, "err", err)?;
-    finish::<bool>(F, id, &FAIL, Some(err.into()))?;
+    let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
+    finish::<bool>(F, id, &FAIL, vec![err.into(), max_attempts.into()])?;
     Ok(())
 }
 
@@ -55,18 +72,18 @@ fn webhook_extend(id: Option<pgrx::Uuid>, lease: Option<Interval>) -> PgResult<T
     const F: &str = "webhook_extend";
     let id = input::required(F, "id", id)?;
     let lease = input::lease(F, "lease", Some(input::required(F, "lease", lease)?))?;
-    Ok(finish(F, id, &EXTEND, Some(lease.into()))?)
+    Ok(finish(F, id, &EXTEND, vec![lease.into()])?)
 }
 
 /// Check ownership, take the event lock, and run one of the finishing
-/// statements, whose arguments are (id, provider, event_id[, extra]). It
+/// statements, whose arguments are (id, provider, event_id, extra…). It
 /// returns one row when it changed the event, and none when the delivery
 /// may no longer finish it: then the error says why.
 fn finish<T: FromDatum + IntoDatum>(
     function: &'static str,
     id: pgrx::Uuid,
     statement: &'static Statement,
-    extra: Option<DatumWithOid<'_>>,
+    extra: Vec<DatumWithOid<'_>>,
 ) -> Result<T> {
     Spi::connect_mut(|client| {
         let owned = take_ownership(client, function, id)?;
@@ -97,7 +114,8 @@ static COMPLETE: Statement = Statement {
               UPDATE webhook.events
                  SET status = 'processed',
                      processed_at = pg_catalog.now(),
-                     lease_expires_at = NULL
+                     lease_expires_at = NULL,
+                     result = $4
                WHERE provider = $2 AND event_id = $3
                  AND claim_id = $1 AND status = 'processing'
               RETURNING 1
@@ -107,13 +125,14 @@ static COMPLETE: Statement = Statement {
            WHERE id = $1 AND processing_status = 'PENDING'
              AND EXISTS (SELECT FROM event)
        RETURNING true",
-    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID],
 };
 
 static FAIL: Statement = Statement {
     sql: "WITH event AS (
               UPDATE webhook.events
-                 SET status = 'failed',
+                 -- Out of attempts: parked as dead, not retried again.
+                 SET status = CASE WHEN $5 > 0 AND attempts >= $5 THEN 'dead' ELSE 'failed' END,
                      last_error = $4,
                      lease_expires_at = NULL
                WHERE provider = $2 AND event_id = $3
@@ -126,7 +145,7 @@ static FAIL: Statement = Statement {
            WHERE id = $1 AND processing_status = 'PENDING'
              AND EXISTS (SELECT FROM event)
        RETURNING true",
-    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INT4OID],
 };
 
 static EXTEND: Statement = Statement {

@@ -51,6 +51,10 @@ impl GenericHmac {
         Ok(GenericHmac { header, algorithm, base64, prefix })
     }
 
+    pub fn header(&self) -> &str {
+        &self.header
+    }
+
     pub fn read(&self, headers: &Headers<'_>) -> Result<Signed, Reason> {
         let value = headers.get(&self.header)?;
         let encoded = value.strip_prefix(self.prefix.as_str()).ok_or(Reason::MalformedHeader)?;

@@ -136,6 +136,20 @@ impl Scheme {
         }
     }
 
+    /// The headers that carry the signature, in the order they are read;
+    /// the first present one is archived with the delivery.
+    pub fn signature_headers(&self) -> Vec<&str> {
+        match self {
+            Scheme::Stripe => vec!["Stripe-Signature"],
+            Scheme::Github => vec!["X-Hub-Signature-256", "X-Hub-Signature"],
+            Scheme::Standard => vec!["webhook-signature", "svix-signature"],
+            Scheme::Paddle => vec!["Paddle-Signature"],
+            Scheme::Shopify => vec!["X-Shopify-Hmac-Sha256"],
+            Scheme::Slack => vec!["X-Slack-Signature"],
+            Scheme::Hmac(generic) => vec![generic.header()],
+        }
+    }
+
     /// How a configured secret becomes the HMAC key: the scheme's rule,
     /// never guessed from the secret's look. None: not a valid key here.
     fn key(&self, secret: &str) -> Option<Vec<u8>> {
@@ -188,6 +202,15 @@ pub fn verify(
         Some(ts) if ts > now.saturating_add(tolerance) => verdict(Reason::TimestampInFuture),
         _ => verdict(Reason::Ok),
     }
+}
+
+/// The current time in Unix seconds, from the system clock (not the
+/// transaction's start: a long transaction must not widen the window).
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// A Unix timestamp in whole seconds, as every timestamped scheme sends

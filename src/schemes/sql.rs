@@ -90,14 +90,7 @@ fn run(
     }
     let tolerance_secs = i64::try_from(tolerance.as_micros() / 1_000_000).unwrap_or(i64::MAX);
     let secrets: Vec<Option<&str>> = secrets.iter().map(Option::as_deref).collect();
-    Ok(verify(&scheme, &headers.0, body, &secrets, tolerance_secs, now_unix()))
-}
-
-fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    Ok(verify(&scheme, &headers.0, body, &secrets, tolerance_secs, super::now_unix()))
 }
 
 /// Unix seconds → timestamptz (microseconds since 2000-01-01).

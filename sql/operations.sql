@@ -1,0 +1,143 @@
+-- pg_webhook_inbox: what operators look at, and the maintenance they run.
+
+-- Deliveries whose processing failed in the last day.
+CREATE VIEW webhook.recent_failures AS
+SELECT d.id, d.provider, d.event_id, d.event_type, d.claim_status, d.error_message,
+       d.created_at, d.finished_at, e.status AS event_status, e.attempts
+  FROM webhook.deliveries d
+  LEFT JOIN webhook.events e ON e.provider = d.provider AND e.event_id = d.event_id
+ WHERE d.processing_status = 'FAILED'
+   AND d.created_at > pg_catalog.now() - interval '1 day';
+
+-- Claims that committed, were never finished, and whose lease has run out:
+-- their worker is gone or stuck. The next delivery will retry them.
+CREATE VIEW webhook.stuck_claims AS
+SELECT provider, event_id, event_type, attempts, claim_id, first_seen_at, lease_expires_at,
+       pg_catalog.clock_timestamp() - lease_expires_at AS overdue
+  FROM webhook.events
+ WHERE status = 'processing' AND lease_expires_at < pg_catalog.clock_timestamp();
+
+-- Deliveries webhook_receive refused: forgeries, replays, stale or
+-- misconfigured secrets, bodies that are not JSON, missing event ids.
+CREATE VIEW webhook.rejected_deliveries AS
+SELECT id, provider, error_message AS reason, event_id, signature, headers,
+       pg_catalog.octet_length(raw_body) AS body_bytes, created_at
+  FROM webhook.deliveries
+ WHERE processing_status = 'REJECTED';
+
+-- Events that failed webhook.max_attempts times and wait for an operator.
+CREATE VIEW webhook.dead_letters AS
+SELECT provider, event_id, event_type, attempts, requeues, last_error, first_seen_at, claim_id
+  FROM webhook.events
+ WHERE status = 'dead';
+
+-- Redeliveries whose payload differs from the first delivery of the same
+-- event: a forgery that got hold of a secret, a provider bug, or two
+-- senders sharing one provider name.
+CREATE VIEW webhook.payload_mismatches AS
+SELECT d.id, d.provider, d.event_id, d.event_type, d.claim_status, d.payload, d.created_at
+  FROM webhook.deliveries d
+ WHERE d.payload_mismatch;
+
+-- Per provider: events by status, retries spent, last activity.
+CREATE VIEW webhook.provider_stats AS
+SELECT provider,
+       count(*) AS events,
+       count(*) FILTER (WHERE status = 'processed')  AS processed,
+       count(*) FILTER (WHERE status = 'processing') AS processing,
+       count(*) FILTER (WHERE status = 'failed')     AS failed,
+       count(*) FILTER (WHERE status = 'dead')       AS dead,
+       coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0) AS retries,
+       max(first_seen_at) AS last_event_at
+  FROM webhook.events
+ GROUP BY provider;
+
+-- Delete archive rows older than `older_than` whose event is processed (and
+-- rejected deliveries, which have none), `batch_size` rows per statement.
+-- webhook.events is never touched: a replay after the purge is still a
+-- duplicate. Returns the number of rows deleted. For a large backlog, pass
+-- max_batches and call it repeatedly, each call its own transaction.
+CREATE FUNCTION @extschema@.webhook_purge(
+    older_than  interval DEFAULT '90 days',
+    batch_size  integer  DEFAULT 10000,
+    max_batches integer  DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cutoff  timestamptz;
+    deleted bigint := 0;
+    batch   bigint;
+    batches integer := 0;
+BEGIN
+    IF older_than IS NULL OR older_than <= interval '0' THEN
+        RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_size IS NULL OR batch_size < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "batch_size" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    cutoff := now() - older_than;
+    LOOP
+        DELETE FROM webhook.deliveries
+         WHERE ctid = ANY (ARRAY(
+               SELECT d.ctid
+                 FROM webhook.deliveries d
+                WHERE d.created_at < cutoff
+                  AND (d.processing_status = 'REJECTED'
+                       OR EXISTS (SELECT FROM webhook.events e
+                                   WHERE e.provider = d.provider AND e.event_id = d.event_id
+                                     AND e.status = 'processed'))
+                LIMIT batch_size));
+        GET DIAGNOSTICS batch = ROW_COUNT;
+        deleted := deleted + batch;
+        batches := batches + 1;
+        EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
+    END LOOP;
+    RETURN deleted;
+END
+$$;
+
+-- Grant an application role exactly what a webhook handler needs: EXECUTE
+-- on the handler functions. No table privilege at all.
+CREATE FUNCTION @extschema@.webhook_grant_app(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_receive(text, jsonb, bytea, interval),
+        @extschema@.webhook_receive(text, jsonb, text, interval),
+        @extschema@.webhook_claim(text, text, text, jsonb, text, interval),
+        @extschema@.webhook_claim(text, text, text, bytea, text, interval),
+        @extschema@.webhook_claim(text, text, text, text, text, interval),
+        @extschema@.webhook_complete(uuid, jsonb),
+        @extschema@.webhook_fail(uuid, text),
+        @extschema@.webhook_extend(uuid, interval)
+        TO %s', role);
+END
+$$;
+
+-- Grant an operator role the archive, the views and the maintenance
+-- functions; never the secrets.
+CREATE FUNCTION @extschema@.webhook_grant_operator(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
+    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.providers,
+        webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
+        webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
+        webhook.provider_stats TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_requeue(text, text),
+        @extschema@.webhook_purge(interval, integer, integer),
+        @extschema@.webhook_providers()
+        TO %s', role);
+END
+$$;

@@ -1,0 +1,162 @@
+-- pg_webhook_inbox: the provider registry's functions.
+--
+-- Registering a provider is one call for the providers the extension knows:
+--   SELECT * FROM webhook_register_provider('stripe', secret => 'whsec_...');
+-- Secrets are written here and read only by webhook_receive; they are listed
+-- by fingerprint (the first 16 hex digits of their SHA-256), never shown.
+
+-- Where each known scheme's providers put the event id and type.
+CREATE FUNCTION webhook._scheme_defaults(scheme text, OUT event_id_from text, OUT event_type_from text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT d.event_id_from, d.event_type_from
+      FROM (VALUES
+        -- Stripe: the event object's id (evt_…) and type.
+        ('stripe',   'body:id',                          'body:type'),
+        -- GitHub: one id per delivery attempt group, and the event name.
+        ('github',   'header:X-GitHub-Delivery',         'header:X-GitHub-Event'),
+        -- Standard Webhooks (Svix, Clerk): the message id; type in the body.
+        ('standard', 'header:webhook-id|header:svix-id', 'body:type'),
+        ('paddle',   'body:event_id',                    'body:event_type'),
+        -- Shopify sends one delivery per subscription, all with the same
+        -- event id: deduplicating on it processes the event once.
+        ('shopify',  'header:X-Shopify-Event-Id',        'header:X-Shopify-Topic'),
+        ('slack',    'body:event_id',                    'body:event.type')
+      ) AS d(scheme, event_id_from, event_type_from)
+     WHERE d.scheme = $1
+$$;
+
+-- How a secret is named without being shown.
+CREATE FUNCTION webhook._fingerprint(secret text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 16) $$;
+
+-- What anyone allowed to see the registry sees: no secrets.
+CREATE VIEW webhook.provider_summary AS
+SELECT p.name, p.scheme, p.tolerance, p.event_id_from, p.event_type_from,
+       count(s.fingerprint) FILTER (WHERE s.retired_at IS NULL)::int AS active_secrets,
+       coalesce(array_agg(s.fingerprint ORDER BY s.added_at) FILTER (WHERE s.retired_at IS NULL), '{}')
+           AS active_fingerprints,
+       coalesce(array_agg(s.fingerprint ORDER BY s.added_at) FILTER (WHERE s.retired_at IS NOT NULL), '{}')
+           AS retired_fingerprints,
+       p.created_at
+  FROM webhook.providers p
+  LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
+ GROUP BY p.name;
+
+-- Create or update a provider. Arguments left NULL keep their current value,
+-- or take the scheme's defaults for a new provider. The scheme defaults to
+-- the name when the name is a known scheme ('svix' and 'clerk' mean
+-- 'standard').
+CREATE FUNCTION @extschema@.webhook_register_provider(
+    name            text,
+    secret          text     DEFAULT NULL,
+    scheme          text     DEFAULT NULL,
+    tolerance       interval DEFAULT NULL,
+    event_id_from   text     DEFAULT NULL,
+    event_type_from text     DEFAULT NULL
+) RETURNS SETOF webhook.provider_summary
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p_name     text := lower(webhook_register_provider.name);
+    existing   webhook.providers;
+    v_scheme   text;
+    d_id_from   text;
+    d_type_from text;
+BEGIN
+    IF p_name IS NULL OR p_name = '' THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "name" must not be empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO existing FROM webhook.providers p WHERE p.name = p_name FOR UPDATE;
+
+    v_scheme := coalesce(webhook_register_provider.scheme, existing.scheme,
+                         CASE p_name WHEN 'svix' THEN 'standard' WHEN 'clerk' THEN 'standard' ELSE p_name END);
+    -- Refuses an unknown scheme with the list of known ones.
+    PERFORM @extschema@.webhook_verify(v_scheme, '{}'::jsonb, ''::bytea, '{}'::text[]);
+    SELECT d.event_id_from, d.event_type_from INTO d_id_from, d_type_from
+      FROM webhook._scheme_defaults(lower(v_scheme)) d;
+
+    INSERT INTO webhook.providers AS p (name, scheme, tolerance, event_id_from, event_type_from)
+    VALUES (p_name,
+            v_scheme,
+            coalesce(webhook_register_provider.tolerance, existing.tolerance, interval '5 minutes'),
+            coalesce(webhook_register_provider.event_id_from, existing.event_id_from, d_id_from),
+            coalesce(webhook_register_provider.event_type_from, existing.event_type_from, d_type_from))
+    ON CONFLICT ON CONSTRAINT providers_pkey DO UPDATE
+       SET scheme = excluded.scheme, tolerance = excluded.tolerance,
+           event_id_from = excluded.event_id_from, event_type_from = excluded.event_type_from;
+
+    IF webhook_register_provider.secret IS NOT NULL THEN
+        PERFORM @extschema@.webhook_add_secret(p_name, webhook_register_provider.secret);
+    END IF;
+    RETURN QUERY SELECT * FROM webhook.provider_summary s WHERE s.name = p_name;
+EXCEPTION
+    WHEN not_null_violation THEN
+        RAISE EXCEPTION 'webhook_register_provider: scheme "%" has no defaults; give event_id_from and event_type_from', v_scheme
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Sources are ''header:<name>'' or ''body:<dotted.path>'', alternatives joined by ''|''.';
+    WHEN check_violation THEN
+        RAISE EXCEPTION 'webhook_register_provider: %', SQLERRM
+            USING ERRCODE = 'check_violation',
+                  HINT = 'Names are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.';
+END
+$$;
+
+-- Add a signing secret (or re-activate a retired one). Returns its fingerprint.
+CREATE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    fp text;
+BEGIN
+    IF webhook_add_secret.secret IS NULL OR webhook_add_secret.secret = '' THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "secret" must not be empty'
+            USING ERRCODE = 'zero_length_character_string';
+    END IF;
+    IF NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = webhook_add_secret.provider) THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "provider": no provider "%" is registered', webhook_add_secret.provider
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    fp := webhook._fingerprint(webhook_add_secret.secret);
+    INSERT INTO webhook.provider_secrets AS s (provider, secret, fingerprint)
+    VALUES (webhook_add_secret.provider, webhook_add_secret.secret, fp)
+    ON CONFLICT ON CONSTRAINT provider_secrets_pkey DO UPDATE SET retired_at = NULL;
+    RETURN fp;
+END
+$$;
+
+-- Retire a secret, named by its fingerprint (as listed) or by itself.
+-- Deliveries signed with it fail from now on.
+CREATE FUNCTION @extschema@.webhook_retire_secret(provider text, secret_or_fingerprint text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE webhook.provider_secrets s
+       SET retired_at = now()
+     WHERE s.provider = webhook_retire_secret.provider
+       AND s.retired_at IS NULL
+       AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
+                             webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'webhook_retire_secret: provider "%" has no active secret "%"',
+            webhook_retire_secret.provider, left(webhook_retire_secret.secret_or_fingerprint, 16)
+            USING ERRCODE = 'no_data_found';
+    END IF;
+END
+$$;
+
+-- The registry, without secrets.
+CREATE FUNCTION @extschema@.webhook_providers()
+RETURNS SETOF webhook.provider_summary
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM webhook.provider_summary ORDER BY name $$;
