@@ -1,0 +1,185 @@
+//! webhook_receive over a real connection, as an application role that
+//! holds nothing but EXECUTE on the handler functions: a Stripe, a GitHub
+//! and a Standard Webhooks delivery, each genuine, forged, stale and
+//! replayed.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::*;
+use hmac::{Hmac, Mac};
+use postgres::{Client, NoTls};
+
+const STRIPE_SECRET: &str = "whsec_client_test_stripe";
+const GITHUB_SECRET: &str = "client-test-github";
+/// Standard Webhooks secret: whsec_ + base64 of the key bytes.
+const STANDARD_SECRET: &str = "whsec_Y2xpZW50LXRlc3Qtc3RhbmRhcmQta2V5MDE=";
+
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+fn stripe(body: &str, ts: i64, secret: &str) -> serde_json::Value {
+    let sig = hex::encode(hmac_sha256(secret.as_bytes(), &[format!("{ts}.").as_bytes(), body.as_bytes()]));
+    serde_json::json!({ "Stripe-Signature": format!("t={ts},v1={sig}") })
+}
+
+fn github(delivery: &str, body: &str, secret: &str) -> serde_json::Value {
+    let sig = hex::encode(hmac_sha256(secret.as_bytes(), &[body.as_bytes()]));
+    serde_json::json!({ "X-GitHub-Delivery": delivery, "X-GitHub-Event": "push",
+                        "X-Hub-Signature-256": format!("sha256={sig}") })
+}
+
+fn standard(msg_id: &str, body: &str, ts: i64, secret: &str) -> serde_json::Value {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+    let sig = b64.encode(hmac_sha256(&key, &[format!("{msg_id}.{ts}.").as_bytes(), body.as_bytes()]));
+    serde_json::json!({ "svix-id": msg_id, "svix-timestamp": ts.to_string(), "svix-signature": format!("v1,{sig}") })
+}
+
+struct Answer {
+    id: String,
+    status: String,
+    http: i32,
+    reason: String,
+    result: Option<String>,
+}
+
+/// The whole handler: receive, do the work if it is ours, complete with
+/// the answer we want duplicates to get.
+fn handle(app: &mut Client, provider: &str, headers: &serde_json::Value, body: &str) -> Answer {
+    let mut tx = app.transaction().unwrap();
+    let row = tx
+        .query_one(
+            "SELECT id::text, claimed, status, http_status, reason, result::text
+               FROM webhook_receive($1, $2::text::jsonb, $3::bytea)",
+            &[&provider, &headers.to_string(), &body.as_bytes()],
+        )
+        .unwrap();
+    let answer = Answer { id: row.get(0), status: row.get(2), http: row.get(3), reason: row.get(4), result: row.get(5) };
+    if row.get::<_, bool>(1) {
+        tx.execute(
+            "SELECT webhook_complete($1::text::uuid, jsonb_build_object('handled_by', 'receive-test'))",
+            &[&answer.id],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    answer
+}
+
+fn app_connection(db: &str) -> Client {
+    let mut admin = connect(db);
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'webhook_handler') THEN
+                     CREATE ROLE webhook_handler LOGIN;
+                 END IF;
+             END $$;
+             SELECT webhook_grant_app('webhook_handler');",
+        )
+        .unwrap();
+    admin
+        .execute("SELECT webhook_register_provider('stripe', secret => $1)", &[&STRIPE_SECRET])
+        .unwrap();
+    admin
+        .execute("SELECT webhook_register_provider('github', secret => $1)", &[&GITHUB_SECRET])
+        .unwrap();
+    admin
+        .execute("SELECT webhook_register_provider('clerk', secret => $1)", &[&STANDARD_SECRET])
+        .unwrap();
+    let config: postgres::Config = format!(
+        "host={} port={} user=webhook_handler dbname={db}",
+        std::env::var("PGHOST").unwrap_or_else(|_| "127.0.0.1".into()),
+        std::env::var("PGPORT").unwrap_or_else(|_| "5432".into())
+    )
+    .parse()
+    .unwrap();
+    config.connect(NoTls).expect("connect as the application role")
+}
+
+#[test]
+fn stripe_github_and_standard_webhooks_through_webhook_receive_as_an_app_role() {
+    let db = database("pgwi_receive");
+    let mut app = app_connection(db);
+
+    let stripe_body = r#"{"id":"evt_recv_1","type":"invoice.paid","data":{"object":{"amount_paid":500}}}"#;
+    let github_body = r#"{"ref":"refs/heads/main","commits":[]}"#;
+    let clerk_body = r#"{"type":"user.created","data":{"id":"user_1"}}"#;
+    let deliveries = [
+        ("stripe", stripe(stripe_body, now(), STRIPE_SECRET), stripe_body),
+        ("github", github("gh-delivery-1", github_body, GITHUB_SECRET), github_body),
+        ("clerk", standard("msg_recv_1", clerk_body, now(), STANDARD_SECRET), clerk_body),
+    ];
+
+    for (provider, headers, body) in &deliveries {
+        // Genuine: claimed, handled, 200.
+        let first = handle(&mut app, provider, headers, body);
+        assert_eq!((first.status.as_str(), first.http, first.reason.as_str()), ("claimed", 200, "ok"), "{provider}");
+
+        // Replayed (the provider's retry, or an attacker's copy): a duplicate
+        // that gets the first answer back, and does nothing.
+        let replay = handle(&mut app, provider, headers, body);
+        assert_eq!((replay.status.as_str(), replay.http), ("duplicate", 200), "{provider}");
+        assert_eq!(replay.result.as_deref(), Some(r#"{"handled_by": "receive-test"}"#));
+
+        // Forged: the body changed under the same signature.
+        let forged_body = body.replace("main", "evil").replace("500", "50000").replace("user_1", "user_2");
+        let forged = handle(&mut app, provider, headers, &forged_body);
+        assert_eq!((forged.status.as_str(), forged.http, forged.reason.as_str()), ("rejected", 401, "bad_signature"), "{provider}");
+    }
+
+    // Stale: genuine signatures from an hour ago (GitHub signs no time).
+    let old = now() - 3600;
+    let stale_stripe = handle(&mut app, "stripe", &stripe(stripe_body, old, STRIPE_SECRET), stripe_body);
+    assert_eq!((stale_stripe.http, stale_stripe.reason.as_str()), (401, "timestamp_too_old"));
+    let stale_clerk = handle(&mut app, "clerk", &standard("msg_recv_1", clerk_body, old, STANDARD_SECRET), clerk_body);
+    assert_eq!((stale_clerk.http, stale_clerk.reason.as_str()), (401, "timestamp_too_old"));
+
+    // What the application role cannot do, over its own connection.
+    for sql in [
+        "SELECT count(*) FROM webhook.events",
+        "UPDATE webhook.events SET status = 'processed'",
+        "DELETE FROM webhook.deliveries",
+        "SELECT secret FROM webhook.provider_secrets",
+        "SELECT * FROM webhook_providers()",
+        "SELECT webhook_add_secret('stripe', 'attacker')",
+    ] {
+        let err = app.batch_execute(sql).expect_err(sql);
+        assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{sql}: {err}");
+    }
+
+    // The archive, seen by the owner: three events processed once each,
+    // every forgery and replay on record.
+    let mut admin = connect(db);
+    let processed: i64 = admin
+        .query_one("SELECT count(*) FROM webhook.events WHERE status = 'processed'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(processed, 3);
+    let rejected: Vec<String> = admin
+        .query("SELECT provider || ':' || reason FROM webhook.rejected_deliveries ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        rejected,
+        [
+            "clerk:bad_signature",
+            "clerk:timestamp_too_old",
+            "github:bad_signature",
+            "stripe:bad_signature",
+            "stripe:timestamp_too_old"
+        ]
+    );
+}
