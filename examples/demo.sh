@@ -16,20 +16,26 @@ sql() { psql -X -q -v ON_ERROR_STOP=1 "${conn[@]}" "$@"; }
 secret='demo-signing-secret'
 event_id="evt_demo_$(date +%s)"
 body="{\"id\":\"$event_id\",\"type\":\"invoice.paid\",\"data\":{\"customer\":\"cus_42\",\"credits\":100}}"
-# How the provider signs: HMAC-SHA256 of the raw body, hex, "sha256=" prefix.
-signature="sha256=$(printf '%s' "$body" | openssl dgst -sha256 -hmac "$secret" -r | cut -d' ' -f1)"
+sign() { printf 'sha256=%s' "$(printf '%s' "$1" | openssl dgst -sha256 -hmac "$secret" -r | cut -d' ' -f1)"; }
+headers() {  # the request headers, as the web framework hands them over
+    printf '{"X-GitHub-Delivery": "%s", "X-GitHub-Event": "invoice.paid", "X-Hub-Signature-256": "%s"}' \
+        "$event_id" "$1"
+}
+signed_headers=$(headers "$(sign "$body")")
+started=$(sql -At -c "SELECT clock_timestamp()")
 
-sql -f demo_handler.sql
+echo "Registering the provider and the handler (examples/demo_handler.sql)"
+sql -v secret="$secret" -f demo_handler.sql
+echo
 
 deliver() {  # deliver LABEL BODY [inject_failure] [work_seconds]
     local label=$1 payload=$2 fail=${3:-false} work=${4:-0} code
-    code=$(sql -At -v body="$payload" -v sig="$signature" -v secret="$secret" \
-               -v fail="$fail" -v work="$work" \
-               <<< "SELECT demo.handle_delivery(:'body', :'sig', :'secret', :'fail', :'work')")
+    code=$(sql -At -v headers="$signed_headers" -v body="$payload" -v fail="$fail" -v work="$work" \
+               <<< "SELECT demo.handle_delivery(:'headers', :'body', :'fail', :'work')")
     printf '  %-46s -> HTTP %s\n' "$label" "$code"
 }
 
-echo "Delivering $event_id, signed $signature"
+echo "Delivering $event_id, signed $(sign "$body")"
 deliver "delivery 1: handler fails halfway" "$body" true
 deliver "delivery 2: slow handler (1 s)" "$body" false 1 &
 sleep 0.3
@@ -41,15 +47,16 @@ done
 deliver "forged copy: credits changed, same signature" "${body/100/100000}"
 
 echo
-echo "The archive: every delivery and what the claim answered"
-sql -v event_id="$event_id" <<< "
+echo "The archive: every delivery, what the claim answered, and why"
+sql -v event_id="$event_id" -v started="$started" <<< "
 SELECT claim_status, processing_status, error_message, created_at::time(3) AS received
   FROM webhook.deliveries
- WHERE provider = 'demo-shop' AND event_id = :'event_id'
+ WHERE provider = 'demo-shop'
+   AND (event_id = :'event_id' OR (processing_status = 'REJECTED' AND created_at >= :'started'))
  ORDER BY created_at, claim_status DESC"
 echo "The event: the dedup row, kept forever"
 sql -v event_id="$event_id" <<< "
-SELECT provider, event_id, status, attempts, last_error
+SELECT provider, event_id, status, attempts, last_error, result
   FROM webhook.events WHERE provider = 'demo-shop' AND event_id = :'event_id'"
 echo "The side effect: credits granted once"
 sql -v event_id="$event_id" <<< "

@@ -1,6 +1,7 @@
 -- A complete webhook handler written in SQL, in the one-transaction style:
--- verify, claim, do the work, complete — or record the failure — all in the
--- caller's transaction. Handlers in Python, Node or Go make the same calls.
+-- webhook_receive verifies, reads the event id and claims; the work and its
+-- completion (or the recorded failure) commit with it. Handlers in Python,
+-- Node or Go make the same two calls.
 CREATE EXTENSION IF NOT EXISTS pg_webhook_inbox;
 CREATE SCHEMA IF NOT EXISTS demo;
 
@@ -11,30 +12,30 @@ CREATE TABLE IF NOT EXISTS demo.credit_grants (
     granted_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- The demo's sender signs like GitHub: X-Hub-Signature-256 over the body,
+-- its delivery id in X-GitHub-Delivery. One call registers it.
+SELECT name, scheme, event_id_from, active_secrets
+  FROM webhook_register_provider('demo-shop', scheme => 'github', secret => :'secret');
+
 -- Returns the HTTP status the endpoint answers the provider.
 CREATE OR REPLACE FUNCTION demo.handle_delivery(
+    headers        jsonb,
     body           text,
-    signature      text,
-    secret         text,
     inject_failure boolean DEFAULT false,
     work_seconds   float8  DEFAULT 0
 ) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
+    r     record;
     event jsonb;
-    c     record;
 BEGIN
-    IF NOT verify_hmac(secret, body, signature) THEN
-        RETURN 401;                               -- forged or misconfigured
-    END IF;
-    event := body::jsonb;
-    SELECT * INTO c FROM webhook_claim('demo-shop', event->>'id', event->>'type', body, signature);
-    IF c.status = 'duplicate' THEN
-        RETURN 200;                               -- done before: acknowledge, do nothing
-    ELSIF c.status = 'in_progress' THEN
-        RETURN 409;                               -- live elsewhere: provider retries later
+    SELECT * INTO r FROM webhook_receive('demo-shop', headers, convert_to(body, 'UTF8'));
+    IF NOT r.claimed THEN
+        -- 200 duplicate, 409 in progress elsewhere, 401 bad signature, 400 unreadable
+        RETURN r.http_status;
     END IF;
 
+    event := body::jsonb;
     BEGIN                                         -- a savepoint around the business work
         INSERT INTO demo.credit_grants (event_id, customer, credits)
         VALUES (event->>'id', event->'data'->>'customer', (event->'data'->>'credits')::int);
@@ -42,10 +43,10 @@ BEGIN
         IF inject_failure THEN
             RAISE EXCEPTION 'payment service unavailable';
         END IF;
-        PERFORM webhook_complete(c.id);
+        PERFORM webhook_complete(r.id, jsonb_build_object('credits', event->'data'->'credits'));
         RETURN 200;
     EXCEPTION WHEN OTHERS THEN                    -- work rolled back; the claim is kept
-        PERFORM webhook_fail(c.id, SQLERRM);
+        PERFORM webhook_fail(r.id, SQLERRM);
         RETURN 500;                               -- provider retries; next one is a 'retry'
     END;
 END
