@@ -24,7 +24,7 @@ CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 HARDENING_SUITES := hardening checklist
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening demo clean
+.PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening bench demo clean
 
 all: build
 
@@ -64,6 +64,12 @@ hardening: install
 	HARDENING_REPORT=$(STATE_DIR)/hardening.tsv .ci/pg-temp run $(STATE_DIR)/hardening-pg 28816 -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(HARDENING_SUITES))
 	@PG_CONFIG=$(PG_CONFIG) .ci/hardening-report $(STATE_DIR)/hardening.tsv docs/hardening.md
+
+# Benchmarks (not part of `make test`): pgbench against a throwaway server,
+# figures printed and written into docs/performance.md.
+BENCH_PG_OPTS ?= -c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min
+bench: install-release
+	PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg 28817 -- bench/run
 
 demo: install-release
 	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \

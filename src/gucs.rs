@@ -16,6 +16,11 @@ pub static MAX_PAYLOAD_SIZE: GucSetting<i32> = GucSetting::<i32>::new(25 * 1024)
 /// retried again; 0 retries forever.
 pub static MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(10);
 
+/// Whether duplicates of processed events are archived. Off makes the
+/// duplicate answer read-only (one index lookup, nothing written), at the
+/// price of not recording the redeliveries themselves.
+pub static ARCHIVE_DUPLICATES: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 pub fn init() {
     GucRegistry::define_int_guc(
         c"webhook.lease_timeout",
@@ -40,6 +45,15 @@ pub fn init() {
         GucFlags::UNIT_KB,
     );
 
+    GucRegistry::define_bool_guc(
+        c"webhook.archive_duplicates",
+        c"Archive every duplicate delivery of a processed event.",
+        c"Off answers duplicates without writing anything: faster under retry storms, \
+          but the archive no longer shows each redelivery (nor flags a changed payload in one).",
+        &ARCHIVE_DUPLICATES,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"webhook.max_attempts",
         c"Failed attempts after which an event is dead.",

@@ -1,0 +1,1 @@
+SELECT bench.storm_limit(nextval('bench.storm_seq') / 16);

@@ -1,0 +1,1 @@
+SELECT bench.storm_ours(nextval('bench.storm_seq') / 16);

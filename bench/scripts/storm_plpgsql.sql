@@ -1,0 +1,1 @@
+SELECT bench.storm_plpgsql(nextval('bench.storm_seq') / 16);

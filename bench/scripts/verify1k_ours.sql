@@ -1,0 +1,1 @@
+SELECT verify_hmac('bench-secret', body, sig) FROM bench.payloads WHERE name = 'body_1k';

@@ -1,0 +1,84 @@
+-- Benchmark fixtures: payloads, bodies with their signatures, the "limit"
+-- table, and the handlers the storm scenario runs for each implementation.
+CREATE EXTENSION IF NOT EXISTS pg_webhook_inbox;
+CREATE EXTENSION IF NOT EXISTS pgcrypto;
+CREATE SCHEMA bench;
+
+-- Read from a table by every script, so no implementation gets its input
+-- constant-folded at plan time.
+CREATE TABLE bench.payloads (name text PRIMARY KEY, payload jsonb, body bytea, sig text);
+INSERT INTO bench.payloads (name, payload)
+SELECT '1k', jsonb_build_object(
+           'id', 'evt_1Nbench', 'object', 'event', 'type', 'invoice.paid', 'api_version', '2024-06-20',
+           'data', jsonb_build_object('object', jsonb_build_object(
+               'id', 'in_1Nbench', 'customer', 'cus_bench', 'amount_paid', 1000, 'currency', 'usd',
+               'lines', (SELECT jsonb_agg(jsonb_build_object('id', 'il_' || i, 'amount', i * 100,
+                                                             'description', repeat('x', 40)))
+                           FROM generate_series(1, 10) i))));
+INSERT INTO bench.payloads (name, body)
+SELECT n, (SELECT string_agg(gen_random_bytes(1024), ''::bytea) FROM generate_series(1, k))
+  FROM (VALUES ('body_1k', 1), ('body_64k', 64)) v(n, k);
+UPDATE bench.payloads SET sig = encode(hmac(body, 'bench-secret', 'sha256'), 'hex') WHERE body IS NOT NULL;
+-- Bodies are random bytes: TOAST cannot compress them, so every read pays
+-- the same detoast for both implementations.
+
+-- The limit: the least any correct dedup can do.
+CREATE TABLE bench.limit_events (
+    provider text NOT NULL,
+    event_id text NOT NULL,
+    UNIQUE (provider, event_id)
+);
+
+CREATE TABLE bench.side_effects (impl text NOT NULL, event_id bigint NOT NULL);
+CREATE SEQUENCE bench.storm_seq;
+
+-- Storm handlers: claim, do the side effect if ours, complete.
+CREATE FUNCTION bench.storm_ours(sid bigint) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE c record;
+BEGIN
+    SELECT * INTO c FROM webhook_claim('storm', sid::text, 't', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig');
+    IF c.claimed THEN
+        INSERT INTO bench.side_effects VALUES ('ours', sid);
+        PERFORM webhook_complete(c.id);
+    END IF;
+    RETURN c.status;
+END $$;
+
+CREATE FUNCTION bench.storm_plpgsql(sid bigint) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE c record;
+BEGIN
+    SELECT * INTO c FROM handmade.claim('storm', sid::text, 't', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig');
+    IF c.claimed THEN
+        INSERT INTO bench.side_effects VALUES ('plpgsql', sid);
+        PERFORM handmade.complete(c.id);
+    END IF;
+    RETURN c.status;
+END $$;
+
+CREATE FUNCTION bench.storm_limit(sid bigint) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO bench.limit_events VALUES ('storm', sid::text) ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+        INSERT INTO bench.side_effects VALUES ('limit', sid);
+        RETURN 'claimed';
+    END IF;
+    RETURN 'duplicate';
+END $$;
+
+-- Events the duplicate scenario redelivers: 100,000 processed events each,
+-- committed 1,000 at a time (a transaction holds one event lock per event
+-- it claims until it ends).
+DO $$
+BEGIN
+    FOR batch IN 0..99 LOOP
+        PERFORM webhook_complete(c.id)
+           FROM generate_series(batch * 1000 + 1, batch * 1000 + 1000) i,
+                LATERAL webhook_claim('bench', 'dup_' || i, 't', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig') c;
+        PERFORM handmade.complete(c.id)
+           FROM generate_series(batch * 1000 + 1, batch * 1000 + 1000) i,
+                LATERAL handmade.claim('bench', 'dup_' || i, 't', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig') c;
+        COMMIT;
+    END LOOP;
+    INSERT INTO bench.limit_events SELECT 'bench', 'dup_' || i FROM generate_series(1, 100000) i;
+END $$;
+VACUUM ANALYZE;
