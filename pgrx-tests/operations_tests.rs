@@ -124,7 +124,7 @@ mod tests {
         let (recent, ..) = claim("stripe", "evt_recent", None);
         run("SELECT webhook_complete($1)", recent);
         Spi::run(
-            "UPDATE webhook.deliveries SET created_at = now() - interval '100 days'
+            "UPDATE webhook.delivery_log SET created_at = now() - interval '100 days'
               WHERE event_id IN ('evt_old_done', 'evt_old_failed')",
         )
         .unwrap();

@@ -46,7 +46,7 @@ mod tests {
         let denied = [
             "UPDATE webhook.events SET status = 'processed'",
             "DELETE FROM webhook.events",
-            "DELETE FROM webhook.deliveries",
+            "DELETE FROM webhook.delivery_log",
             "INSERT INTO webhook.events (provider, event_id, event_type, status, claim_id)
                  VALUES ('stripe', 'evt_forged', 't', 'processed', gen_random_uuid())",
             "SELECT secret FROM webhook.provider_secrets",

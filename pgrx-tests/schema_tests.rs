@@ -13,9 +13,11 @@ mod tests {
     fn tables_live_in_schema_webhook() {
         let n: i64 = one(
             "SELECT count(*) FROM pg_tables
-              WHERE schemaname = 'webhook' AND tablename IN ('events', 'deliveries')",
+              WHERE schemaname = 'webhook' AND tablename IN ('events', 'delivery_log', 'delivery_failures')",
         );
-        assert_eq!(n, 2);
+        assert_eq!(n, 3);
+        let view: i64 = one("SELECT count(*) FROM pg_views WHERE schemaname = 'webhook' AND viewname = 'deliveries'");
+        assert_eq!(view, 1, "the archive with outcomes is a view");
     }
 
     #[pg_test]
@@ -83,7 +85,7 @@ mod tests {
         let dumped: i64 = one(
             "SELECT cardinality(extconfig) FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
         );
-        assert_eq!(dumped, 4, "events, deliveries, providers, provider_secrets");
+        assert_eq!(dumped, 5, "events, delivery_log, delivery_failures, providers, provider_secrets");
     }
 
     #[pg_test]

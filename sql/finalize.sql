@@ -35,6 +35,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA webhook FROM PUBLIC;
 -- Keep the rows across pg_dump / pg_restore: losing webhook.events would
 -- lose the dedup of every event ever processed.
 SELECT pg_catalog.pg_extension_config_dump('webhook.events', '');
-SELECT pg_catalog.pg_extension_config_dump('webhook.deliveries', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_log', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.providers', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.provider_secrets', '');

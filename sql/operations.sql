@@ -2,12 +2,12 @@
 
 -- Deliveries whose processing failed in the last day.
 CREATE VIEW webhook.recent_failures AS
-SELECT d.id, d.provider, d.event_id, d.event_type, d.claim_status, d.error_message,
-       d.created_at, d.finished_at, e.status AS event_status, e.attempts
-  FROM webhook.deliveries d
-  LEFT JOIN webhook.events e ON e.provider = d.provider AND e.event_id = d.event_id
- WHERE d.processing_status = 'FAILED'
-   AND d.created_at > pg_catalog.now() - interval '1 day';
+SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, f.error_message,
+       l.created_at, f.failed_at, e.status AS event_status, e.attempts
+  FROM webhook.delivery_failures f
+  JOIN webhook.delivery_log l ON l.id = f.delivery_id
+  LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
+ WHERE f.failed_at > pg_catalog.now() - interval '1 day';
 
 -- Claims that committed, were never finished, and whose lease has run out:
 -- their worker is gone or stuck. The next delivery will retry them.
@@ -20,10 +20,10 @@ SELECT provider, event_id, event_type, attempts, claim_id, first_seen_at, lease_
 -- Deliveries webhook_receive refused: forgeries, replays, stale or
 -- misconfigured secrets, bodies that are not JSON, missing event ids.
 CREATE VIEW webhook.rejected_deliveries AS
-SELECT id, provider, error_message AS reason, event_id, signature, headers,
+SELECT id, provider, reject_reason AS reason, event_id, signature, headers,
        pg_catalog.octet_length(raw_body) AS body_bytes, created_at
-  FROM webhook.deliveries
- WHERE processing_status = 'REJECTED';
+  FROM webhook.delivery_log
+ WHERE claim_status = 'rejected';
 
 -- Events that failed webhook.max_attempts times and wait for an operator.
 CREATE VIEW webhook.dead_letters AS
@@ -35,9 +35,9 @@ SELECT provider, event_id, event_type, attempts, requeues, last_error, first_see
 -- event: a forgery that got hold of a secret, a provider bug, or two
 -- senders sharing one provider name.
 CREATE VIEW webhook.payload_mismatches AS
-SELECT d.id, d.provider, d.event_id, d.event_type, d.claim_status, d.payload, d.created_at
-  FROM webhook.deliveries d
- WHERE d.payload_mismatch;
+SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, l.payload, l.created_at
+  FROM webhook.delivery_log l
+ WHERE l.payload_mismatch;
 
 -- Per provider: events by status, retries spent, last activity.
 CREATE VIEW webhook.provider_stats AS
@@ -81,14 +81,15 @@ BEGIN
     END IF;
     cutoff := now() - older_than;
     LOOP
-        DELETE FROM webhook.deliveries
+        -- Failure records go with their deliveries (ON DELETE CASCADE).
+        DELETE FROM webhook.delivery_log
          WHERE ctid = ANY (ARRAY(
-               SELECT d.ctid
-                 FROM webhook.deliveries d
-                WHERE d.created_at < cutoff
-                  AND (d.processing_status = 'REJECTED'
+               SELECT l.ctid
+                 FROM webhook.delivery_log l
+                WHERE l.created_at < cutoff
+                  AND (l.claim_status = 'rejected'
                        OR EXISTS (SELECT FROM webhook.events e
-                                   WHERE e.provider = d.provider AND e.event_id = d.event_id
+                                   WHERE e.provider = l.provider AND e.event_id = l.event_id
                                      AND e.status = 'processed'))
                 LIMIT batch_size));
         GET DIAGNOSTICS batch = ROW_COUNT;
@@ -130,7 +131,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
-    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.providers,
+    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
+        webhook.delivery_failures, webhook.providers,
         webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
         webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
         webhook.provider_stats TO %s', role);

@@ -49,7 +49,12 @@ WITH (fillfactor = 80);
 COMMENT ON TABLE webhook.events IS
     'One row per (provider, event_id), kept forever: the dedup and the claim state machine';
 
-CREATE TABLE webhook.deliveries (
+-- The archive is written once per delivery and never updated: a delivery's
+-- outcome follows from its event (the current owner of a processed event
+-- is PROCESSED) or from webhook.delivery_failures. Rewriting a row with a
+-- kilobyte of payload to flip a status would double the archive's WAL.
+CREATE TABLE webhook.delivery_log (
+    -- Time-ordered (UUID version 7): new ids land on the index's right edge.
     id                uuid        NOT NULL,
     provider          text        NOT NULL,
     -- event_id, event_type and payload are unknown only for a delivery
@@ -66,31 +71,71 @@ CREATE TABLE webhook.deliveries (
     -- What the claim answered this delivery; 'rejected' when
     -- webhook_receive refused it before claiming.
     claim_status      text        NOT NULL
-                      CONSTRAINT deliveries_claim_status_check
+                      CONSTRAINT delivery_log_claim_status_check
                       CHECK (claim_status IN ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected')),
-    processing_status text        NOT NULL
-                      CONSTRAINT deliveries_processing_status_check
-                      CHECK (processing_status IN ('PENDING', 'PROCESSED', 'SKIPPED', 'FAILED', 'REJECTED')),
     -- For rejections, the reason (bad_signature, timestamp_too_old, …).
-    error_message     text,
+    reject_reason     text,
     -- This redelivery's payload differs from the first delivery's.
     payload_mismatch  boolean     NOT NULL DEFAULT false,
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    finished_at       timestamptz,
-    CONSTRAINT deliveries_pkey PRIMARY KEY (id),
-    CONSTRAINT deliveries_known_event_check
-        CHECK (processing_status = 'REJECTED'
+    CONSTRAINT delivery_log_pkey PRIMARY KEY (id),
+    CONSTRAINT delivery_log_known_event_check
+        CHECK (claim_status = 'rejected'
                OR (event_id IS NOT NULL AND event_type IS NOT NULL AND payload IS NOT NULL))
 );
 
-CREATE INDEX deliveries_event_idx ON webhook.deliveries (provider, event_id);
-CREATE INDEX deliveries_created_at_idx ON webhook.deliveries (created_at);
+CREATE INDEX delivery_log_event_idx ON webhook.delivery_log (provider, event_id);
+-- Rows arrive in time order: a BRIN index finds a time range for the purge
+-- at a tiny fraction of a btree's size and write cost.
+CREATE INDEX delivery_log_created_at_idx ON webhook.delivery_log USING brin (created_at);
 -- What the operations views look for, kept small by the predicate.
-CREATE INDEX deliveries_attention_idx ON webhook.deliveries (created_at)
-    WHERE processing_status IN ('FAILED', 'REJECTED') OR payload_mismatch;
+CREATE INDEX delivery_log_attention_idx ON webhook.delivery_log (created_at)
+    WHERE claim_status = 'rejected' OR payload_mismatch;
 
-COMMENT ON TABLE webhook.deliveries IS
-    'One row per webhook_claim call: payload, raw body, signature and outcome, for forensics; safe to purge';
+COMMENT ON TABLE webhook.delivery_log IS
+    'One row per webhook_claim / webhook_receive call, written once: payload, raw body, signature, headers, answer';
+
+-- Attempts that failed: webhook_fail's message, or the lease that ran out.
+CREATE TABLE webhook.delivery_failures (
+    delivery_id   uuid        NOT NULL
+                  CONSTRAINT delivery_failures_delivery_id_fkey
+                  REFERENCES webhook.delivery_log (id) ON DELETE CASCADE,
+    error_message text        NOT NULL,
+    failed_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT delivery_failures_pkey PRIMARY KEY (delivery_id)
+);
+CREATE INDEX delivery_failures_failed_at_idx ON webhook.delivery_failures (failed_at);
+
+COMMENT ON TABLE webhook.delivery_failures IS
+    'Failed attempts: the error given to webhook_fail, or the lease that ran out and was taken over';
+
+-- The archive as one row per delivery, with its outcome.
+CREATE VIEW webhook.deliveries AS
+SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.signature, l.headers,
+       l.claim_status,
+       CASE
+           WHEN l.claim_status = 'rejected' THEN 'REJECTED'
+           WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') THEN 'SKIPPED'
+           WHEN f.delivery_id IS NOT NULL THEN 'FAILED'
+           WHEN e.claim_id = l.id AND e.status = 'processed' THEN 'PROCESSED'
+           WHEN e.claim_id = l.id AND e.status = 'processing' THEN 'PENDING'
+           -- Every way an owner loses its event records a failure; an
+           -- archive edited by hand lands here.
+           ELSE 'FAILED'
+       END AS processing_status,
+       coalesce(f.error_message, l.reject_reason) AS error_message,
+       l.payload_mismatch,
+       l.created_at,
+       CASE
+           WHEN f.delivery_id IS NOT NULL THEN f.failed_at
+           WHEN e.claim_id = l.id AND e.status = 'processed' THEN e.processed_at
+       END AS finished_at
+  FROM webhook.delivery_log l
+  LEFT JOIN webhook.delivery_failures f ON f.delivery_id = l.id
+  LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id;
+
+COMMENT ON VIEW webhook.deliveries IS
+    'The archive: one row per delivery with processing_status PENDING, PROCESSED, SKIPPED, FAILED or REJECTED';
 
 -- The provider registry: how to verify each provider's deliveries and where
 -- its event id and type are. Written through webhook_register_provider().

@@ -48,11 +48,6 @@ impl ClaimStatus {
     pub fn owns_event(self) -> bool {
         matches!(self, Self::Claimed | Self::Retry)
     }
-
-    /// The archive's processing_status for a delivery answered this way.
-    fn initial_processing_status(self) -> &'static str {
-        if self.owns_event() { "PENDING" } else { "SKIPPED" }
-    }
 }
 
 /// One delivery, validated, as the claim writes it.
@@ -222,22 +217,28 @@ impl Outcome {
     }
 }
 
-/// The new-event path in one statement: insert the event, and only if that
-/// inserted a row, archive the delivery as claimed.
-static INSERT_NEW: Statement = Statement {
+/// Insert the event if it is new, archiving the delivery as claimed; if it
+/// exists, return its committed state instead. One statement either way:
+/// the final SELECT reads the snapshot taken before the INSERT, so it sees
+/// the existing row and nothing of the insert.
+static INSERT_OR_INSPECT: Statement = Statement {
     sql: "WITH new_event AS (
               INSERT INTO webhook.events AS e
                   (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at, payload_hash)
-              VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $8,
-                      pg_catalog.sha256(pg_catalog.textsend($5::text)))
+              VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $8, $10)
               ON CONFLICT (provider, event_id) DO NOTHING
-              RETURNING e.attempts
+              RETURNING 1
+          ), archived AS (
+              INSERT INTO webhook.delivery_log
+                  (id, provider, event_id, event_type, payload, raw_body, signature, headers, claim_status)
+              SELECT $4, $1, $2, $3, $5, $6, $7, $9, 'claimed' FROM new_event
           )
-          INSERT INTO webhook.deliveries
-              (id, provider, event_id, event_type, payload, raw_body, signature, headers,
-               claim_status, processing_status)
-          SELECT $4, $1, $2, $3, $5, $6, $7, $9, 'claimed', 'PENDING' FROM new_event
-          RETURNING 1",
+          SELECT true, NULL::text, 1, NULL::uuid, NULL::bool, NULL::jsonb, NULL::bytea FROM new_event
+          UNION ALL
+          SELECT false, e.status, e.attempts, e.claim_id,
+                 e.lease_expires_at > pg_catalog.clock_timestamp(), e.result, e.payload_hash
+            FROM webhook.events e
+           WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)",
     arg_types: &[
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
@@ -248,14 +249,14 @@ static INSERT_NEW: Statement = Statement {
         pg_sys::TEXTOID,
         pg_sys::INTERVALOID,
         pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
     ],
 };
 
 /// The committed state of an event, read without locking anything.
 static INSPECT: Statement = Statement {
-    sql: "SELECT status, attempts, claim_id,
-                 lease_expires_at > pg_catalog.clock_timestamp() AS lease_live,
-                 result
+    sql: "SELECT false, status, attempts, claim_id,
+                 lease_expires_at > pg_catalog.clock_timestamp(), result, payload_hash
             FROM webhook.events
            WHERE provider = $1 AND event_id = $2",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
@@ -283,26 +284,21 @@ static BURY: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
-/// Close the archive row of a claim whose lease ran out and was taken over,
-/// so the archive never shows a delivery as PENDING forever.
+/// Record that a claim's lease ran out and the event was taken over, so the
+/// archive never shows that delivery as PENDING forever.
 static SUPERSEDE: Statement = Statement {
-    sql: "UPDATE webhook.deliveries
-             SET processing_status = 'FAILED',
-                 error_message = $2,
-                 finished_at = pg_catalog.now()
-           WHERE id = $1 AND processing_status = 'PENDING'",
+    sql: "INSERT INTO webhook.delivery_failures (delivery_id, error_message)
+          SELECT $1, $2 WHERE EXISTS (SELECT FROM webhook.delivery_log WHERE id = $1)
+          ON CONFLICT (delivery_id) DO NOTHING",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID],
 };
 
-/// Archive a delivery of a known event, flagging a payload that differs
-/// from the first delivery's.
+/// Archive a delivery that did not create its event.
 static ARCHIVE: Statement = Statement {
-    sql: "INSERT INTO webhook.deliveries
+    sql: "INSERT INTO webhook.delivery_log
               (id, provider, event_id, event_type, payload, raw_body, signature, headers,
-               claim_status, processing_status, payload_mismatch)
-          SELECT $1, $2, $3, $4, $5, $6, $7, $10, $8, $9,
-                 pg_catalog.sha256(pg_catalog.textsend($5::text)) IS DISTINCT FROM
-                 (SELECT payload_hash FROM webhook.events WHERE provider = $2 AND event_id = $3)",
+               claim_status, payload_mismatch)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $8, $10)",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
@@ -312,35 +308,47 @@ static ARCHIVE: Statement = Statement {
         pg_sys::BYTEAOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
         pg_sys::JSONBOID,
+        pg_sys::BOOLOID,
     ],
 };
 
 struct EventState {
     status: String,
     attempts: i32,
-    claim_id: pgrx::Uuid,
+    claim_id: Option<pgrx::Uuid>,
     lease_live: bool,
     result: Option<RawJsonb>,
+    payload_hash: Option<Vec<u8>>,
+}
+
+/// Read the (inserted, status, attempts, claim_id, lease_live, result,
+/// payload_hash) row INSERT_OR_INSPECT and INSPECT return.
+fn event_state(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Option<(bool, EventState)>> {
+    let Some(row) = rows.into_iter().next() else { return Ok(None) };
+    let inserted = row.get::<bool>(1)?.unwrap_or(false);
+    Ok(Some((
+        inserted,
+        EventState {
+            status: row.get::<String>(2)?.unwrap_or_default(),
+            attempts: row.get::<i32>(3)?.unwrap_or(0),
+            claim_id: row.get::<pgrx::Uuid>(4)?,
+            lease_live: row.get::<bool>(5)?.unwrap_or(false),
+            result: row.get::<RawJsonb>(6)?,
+            payload_hash: row.get::<Vec<u8>>(7)?,
+        },
+    )))
 }
 
 fn inspect(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Option<EventState>> {
     let rows = INSPECT.run(client, &[d.provider.into(), d.event_id.into()])?;
-    let Some(row) = rows.into_iter().next() else { return Ok(None) };
-    Ok(Some(EventState {
-        status: row.get::<String>(1)?.unwrap_or_default(),
-        attempts: row.get::<i32>(2)?.unwrap_or(0),
-        claim_id: row.get::<pgrx::Uuid>(3)?.ok_or_else(|| WebhookError::Internal("event without claim_id".into()))?,
-        lease_live: row.get::<bool>(4)?.unwrap_or(false),
-        result: row.get::<RawJsonb>(5)?,
-    }))
+    Ok(event_state(rows)?.map(|(_, state)| state))
 }
 
 /// What a delivery that does not own its event is answered, from the
 /// event's committed state.
 fn bystander(state: Option<EventState>) -> Outcome {
-    let id = crate::uuid::new_v4();
+    let id = crate::uuid::new_v7();
     match state {
         Some(s) if s.status == "processed" => {
             Outcome { id, status: ClaimStatus::Duplicate, attempts: s.attempts, result: s.result }
@@ -354,6 +362,7 @@ fn bystander(state: Option<EventState>) -> Outcome {
 /// Claim a validated delivery: the shared core of webhook_claim and
 /// webhook_receive.
 pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
+    let digest = d.payload.digest();
     if !crate::gucs::ARCHIVE_DUPLICATES.get() {
         // Processed is final (requeue refuses it), so a committed
         // 'processed' needs no lock to be answered, and nothing is written.
@@ -366,13 +375,15 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     if !lock.try_acquire() {
         // Another transaction is working on this event right now. Its
         // committed state still tells a finished or dead event apart.
-        let outcome = bystander(inspect(client, d)?);
-        archive(client, d, outcome.id, outcome.status)?;
+        let state = inspect(client, d)?;
+        let mismatch = payload_differs(state.as_ref(), &digest);
+        let outcome = bystander(state);
+        archive(client, d, outcome.id, outcome.status, mismatch)?;
         return Ok(outcome);
     }
 
-    let id = crate::uuid::new_v4();
-    let inserted = INSERT_NEW.run(
+    let id = crate::uuid::new_v7();
+    let rows = INSERT_OR_INSPECT.run(
         client,
         &[
             d.provider.into(),
@@ -384,27 +395,32 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             d.signature.into(),
             d.lease.into(),
             d.headers.into(),
+            digest.as_slice().into(),
         ],
     )?;
-    if !inserted.is_empty() {
+    // The event exists unless we just inserted it, and since we hold its
+    // lock, no open transaction is changing it: its committed state decides.
+    let (inserted, state) =
+        event_state(rows)?.ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
+    if inserted {
+        owned_claims::remember(id, d.provider, d.event_id);
         return Ok(Outcome { id, status: ClaimStatus::Claimed, attempts: 1, result: None });
     }
 
-    // The event exists and, since we hold its lock, no open transaction is
-    // changing it: its committed state decides.
-    let state = inspect(client, d)?
-        .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
+    let mismatch = payload_differs(Some(&state), &digest);
     let expired = state.status == "processing" && !state.lease_live;
     if state.status != "failed" && !expired {
         lock.release();
         let outcome = bystander(Some(state));
-        archive(client, d, outcome.id, outcome.status)?;
+        archive(client, d, outcome.id, outcome.status, mismatch)?;
         return Ok(outcome);
     }
 
     if expired {
-        let note = format!("lease expired; event taken over by delivery {id}");
-        SUPERSEDE.run(client, &[state.claim_id.into(), note.as_str().into()])?;
+        if let Some(previous) = state.claim_id {
+            let note = format!("lease expired; event taken over by delivery {id}");
+            SUPERSEDE.run(client, &[previous.into(), note.as_str().into()])?;
+        }
     }
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
     if max_attempts > 0 && state.attempts >= max_attempts {
@@ -412,7 +428,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         let note = format!("gave up after {} attempts", state.attempts);
         BURY.run(client, &[d.provider.into(), d.event_id.into(), note.as_str().into()])?;
         lock.release();
-        archive(client, d, id, ClaimStatus::Dead)?;
+        archive(client, d, id, ClaimStatus::Dead, mismatch)?;
         return Ok(Outcome { id, status: ClaimStatus::Dead, attempts: state.attempts, result: None });
     }
 
@@ -422,15 +438,26 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         .next()
         .and_then(|row| row.get::<i32>(1).ok().flatten())
         .ok_or_else(|| WebhookError::Internal("retake updated no event".into()))?;
-    archive(client, d, id, ClaimStatus::Retry)?;
+    archive(client, d, id, ClaimStatus::Retry, mismatch)?;
+    owned_claims::remember(id, d.provider, d.event_id);
     Ok(Outcome { id, status: ClaimStatus::Retry, attempts, result: None })
+}
+
+fn payload_differs(state: Option<&EventState>, digest: &[u8]) -> bool {
+    matches!(state.and_then(|s| s.payload_hash.as_deref()), Some(first) if first != digest)
 }
 
 fn payload_arg<'a>(d: &Delivery<'_>) -> DatumWithOid<'a> {
     d.payload.into()
 }
 
-fn archive(client: &mut SpiClient<'_>, d: &Delivery<'_>, id: pgrx::Uuid, status: ClaimStatus) -> Result<()> {
+fn archive(
+    client: &mut SpiClient<'_>,
+    d: &Delivery<'_>,
+    id: pgrx::Uuid,
+    status: ClaimStatus,
+    payload_mismatch: bool,
+) -> Result<()> {
     ARCHIVE.run(
         client,
         &[
@@ -442,9 +469,45 @@ fn archive(client: &mut SpiClient<'_>, d: &Delivery<'_>, id: pgrx::Uuid, status:
             d.raw_body.into(),
             d.signature.into(),
             status.as_str().into(),
-            status.initial_processing_status().into(),
             d.headers.into(),
+            payload_mismatch.into(),
         ],
     )?;
     Ok(())
+}
+
+/// Claims this backend made that own their event, so that finishing them in
+/// the same session skips looking the delivery up. Only a shortcut: the
+/// finishing statement itself checks ownership, so a stale entry changes
+/// nothing but the speed of the refusal.
+pub mod owned_claims {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    /// A session that claims without ever finishing must not grow this
+    /// without bound; past this many entries it starts over.
+    const CAPACITY: usize = 1024;
+
+    thread_local! {
+        static OWNED: RefCell<HashMap<pgrx::Uuid, (String, String)>> = RefCell::new(HashMap::new());
+    }
+
+    pub fn remember(id: pgrx::Uuid, provider: &str, event_id: &str) {
+        OWNED.with(|owned| {
+            let mut owned = owned.borrow_mut();
+            if owned.len() >= CAPACITY {
+                owned.clear();
+            }
+            owned.insert(id, (provider.to_string(), event_id.to_string()));
+        });
+    }
+
+    /// The event a claim of this session owns.
+    pub fn get(id: pgrx::Uuid) -> Option<(String, String)> {
+        OWNED.with(|owned| owned.borrow().get(&id).cloned())
+    }
+
+    pub fn forget(id: pgrx::Uuid) {
+        OWNED.with(|owned| owned.borrow_mut().remove(&id));
+    }
 }

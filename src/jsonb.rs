@@ -26,6 +26,18 @@ impl RawJsonb {
         self.root_header & JB_FOBJECT != 0
     }
 
+    /// SHA-256 of the value's binary form. jsonb stores equal documents
+    /// identically (keys sorted and deduplicated, no whitespace), so this
+    /// tells a changed payload from a reformatted one without printing it.
+    pub fn digest(&self) -> Vec<u8> {
+        use sha2::{Digest, Sha256};
+        // SAFETY: the datum is a detoasted jsonb varlena of `size` data bytes.
+        let data = unsafe {
+            std::slice::from_raw_parts(pgrx::vardata_any(self.datum.cast_mut_ptr()) as *const u8, self.size)
+        };
+        Sha256::digest(data).to_vec()
+    }
+
     /// Size of the jsonb value in bytes (its binary form, uncompressed).
     pub fn size(&self) -> usize {
         self.size

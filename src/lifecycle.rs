@@ -43,6 +43,7 @@ fn webhook_complete(id: Option<pgrx::Uuid>, result: default!(Option<RawJsonb>, "
         }
     }
     finish::<bool>(F, id, &COMPLETE, vec![result.into()])?;
+    crate::claim::owned_claims::forget(id);
     Ok(())
 }
 
@@ -61,6 +62,7 @@ fn webhook_fail(id: Option<pgrx::Uuid>, err: Option<&str>) -> PgResult<()> {
     let err = input::required(F, "err", err)?;
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
     finish::<bool>(F, id, &FAIL, vec![err.into(), max_attempts.into()])?;
+    crate::claim::owned_claims::forget(id);
     Ok(())
 }
 
@@ -101,29 +103,22 @@ fn finish<T: FromDatum + IntoDatum>(
 }
 
 static LOOKUP: Statement = Statement {
-    sql: "SELECT provider, event_id, claim_status, processing_status
-            FROM webhook.deliveries
-           WHERE id = $1",
+    sql: "SELECT provider, event_id, claim_status FROM webhook.delivery_log WHERE id = $1",
     arg_types: &[pg_sys::UUIDOID],
 };
 
-/// Both rows change in one statement, and only if the delivery still owns
-/// the event and is still PENDING.
+// The event row alone says whether a delivery may still finish: it is the
+// event's current claim (claim_id) and the event is still processing. A
+// failed, superseded or completed delivery fails one of the two.
+
 static COMPLETE: Statement = Statement {
-    sql: "WITH event AS (
-              UPDATE webhook.events
-                 SET status = 'processed',
-                     processed_at = pg_catalog.now(),
-                     lease_expires_at = NULL,
-                     result = $4
-               WHERE provider = $2 AND event_id = $3
-                 AND claim_id = $1 AND status = 'processing'
-              RETURNING 1
-          )
-          UPDATE webhook.deliveries
-             SET processing_status = 'PROCESSED', finished_at = pg_catalog.now()
-           WHERE id = $1 AND processing_status = 'PENDING'
-             AND EXISTS (SELECT FROM event)
+    sql: "UPDATE webhook.events
+             SET status = 'processed',
+                 processed_at = pg_catalog.now(),
+                 lease_expires_at = NULL,
+                 result = $4
+           WHERE provider = $2 AND event_id = $3
+             AND claim_id = $1 AND status = 'processing'
        RETURNING true",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID],
 };
@@ -139,11 +134,8 @@ static FAIL: Statement = Statement {
                  AND claim_id = $1 AND status = 'processing'
               RETURNING 1
           )
-          UPDATE webhook.deliveries
-             SET processing_status = 'FAILED', error_message = $4,
-                 finished_at = pg_catalog.now()
-           WHERE id = $1 AND processing_status = 'PENDING'
-             AND EXISTS (SELECT FROM event)
+          INSERT INTO webhook.delivery_failures (delivery_id, error_message)
+          SELECT $1, $4 FROM event
        RETURNING true",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INT4OID],
 };
@@ -153,8 +145,6 @@ static EXTEND: Statement = Statement {
              SET lease_expires_at = pg_catalog.clock_timestamp() + $4
            WHERE provider = $2 AND event_id = $3
              AND claim_id = $1 AND status = 'processing'
-             AND EXISTS (SELECT FROM webhook.deliveries
-                          WHERE id = $1 AND processing_status = 'PENDING')
        RETURNING lease_expires_at",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INTERVALOID],
 };
@@ -177,6 +167,10 @@ struct Owned {
 /// Check the delivery may finish its event, then take the event lock
 /// (waiting if a competing claim holds it, so its outcome is seen).
 fn take_ownership(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -> Result<Owned> {
+    if let Some((provider, event_id)) = crate::claim::owned_claims::get(id) {
+        EventLock::for_event(&provider, &event_id).acquire();
+        return Ok(Owned { provider, event_id });
+    }
     let rows = LOOKUP.run(client, &[id.into()])?;
     let Some(row) = rows.into_iter().next() else {
         return Err(WebhookError::UnknownDelivery { function, id: id.to_string() });

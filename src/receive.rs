@@ -108,10 +108,10 @@ static LOAD_PROVIDER: Statement = Statement {
 
 /// A delivery refused before any claim: archived with its reason.
 static REJECT: Statement = Statement {
-    sql: "INSERT INTO webhook.deliveries
+    sql: "INSERT INTO webhook.delivery_log
               (id, provider, event_id, event_type, payload, raw_body, signature, headers,
-               claim_status, processing_status, error_message)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'rejected', 'REJECTED', $9)",
+               claim_status, reject_reason)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'rejected', $9)",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
@@ -175,7 +175,7 @@ fn receive(
                   http_status: i32,
                   reason: &'static str,
                   event: (Option<&str>, Option<&str>, Option<RawJsonb>)| {
-        let id = crate::uuid::new_v4();
+        let id = crate::uuid::new_v7();
         REJECT.run(
             client,
             &[

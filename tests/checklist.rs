@@ -208,8 +208,9 @@ fn outbound_call_with_the_same_idempotency_key_returns_the_cached_result() {
 }
 
 /// "Cleanup job removes events older than retention period"
-/// Here the cleanup removes archive rows of finished events; the dedup row
-/// is kept forever, so a replay after the cleanup is still a duplicate.
+/// Here the cleanup is webhook_purge: it removes archive rows of finished
+/// events; the dedup row is kept forever, so a replay after the cleanup is
+/// still a duplicate.
 #[test]
 fn cleanup_removes_archive_rows_older_than_retention_but_never_dedup() {
     let _turn = one_at_a_time();
@@ -221,13 +222,13 @@ fn cleanup_removes_archive_rows_older_than_retention_but_never_dedup() {
     }
     client
         .execute(
-            "UPDATE webhook.deliveries SET created_at = now() - interval '100 days'
+            "UPDATE webhook.delivery_log SET created_at = now() - interval '100 days'
               WHERE provider = 'cl-cleanup' AND event_id = 'evt_old'",
             &[],
         )
         .unwrap();
 
-    let purged = client.execute(CLEANUP_SQL, &[]).unwrap();
+    let purged: i64 = client.query_one("SELECT webhook_purge('90 days')", &[]).unwrap().get(0);
     assert_eq!(purged, 2, "both deliveries of the old event");
     let remaining: Vec<String> = client
         .query("SELECT event_id FROM webhook.deliveries WHERE provider = 'cl-cleanup'", &[])
@@ -241,11 +242,3 @@ fn cleanup_removes_archive_rows_older_than_retention_but_never_dedup() {
     scenario.sent(5);
     scenario.finish(&mut client, 2);
 }
-
-/// The retention cleanup the README documents.
-const CLEANUP_SQL: &str = "
-DELETE FROM webhook.deliveries d
- USING webhook.events e
- WHERE e.provider = d.provider AND e.event_id = d.event_id
-   AND e.status = 'processed'
-   AND d.created_at < now() - interval '90 days'";
