@@ -24,7 +24,7 @@ CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 HARDENING_SUITES := hardening checklist
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening bench demo clean
+.PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening examples-test bench demo clean
 
 all: build
 
@@ -64,6 +64,11 @@ hardening: install
 	HARDENING_REPORT=$(STATE_DIR)/hardening.tsv .ci/pg-temp run $(STATE_DIR)/hardening-pg 28816 -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(HARDENING_SUITES))
 	@PG_CONFIG=$(PG_CONFIG) .ci/hardening-report $(STATE_DIR)/hardening.tsv docs/hardening.md
+
+# The example receivers in Python, Node and Rust, end to end, with
+# deliveries signed by the providers' SDKs.
+examples-test: install
+	.ci/examples-test $(STATE_DIR)/examples
 
 # Benchmarks (not part of `make test`): pgbench against a throwaway server,
 # figures printed and written into docs/performance.md.

@@ -38,6 +38,8 @@ fn webhook_receive(
             name!(result, Option<RawJsonb>),
             name!(http_status, i32),
             name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
         ),
     >,
     pg_sys::panic::ErrorReport,
@@ -49,7 +51,17 @@ fn webhook_receive(
     let lease = input::lease(FUNCTION, "lease", lease)?;
     let answer = Spi::connect_mut(|client| receive(client, provider, headers, body, lease))?;
     let (id, claimed, status, attempts, result) = answer.outcome.row();
-    Ok(TableIterator::once((id, claimed, status, attempts, result, answer.http_status, answer.reason.to_string())))
+    Ok(TableIterator::once((
+        id,
+        claimed,
+        status,
+        attempts,
+        result,
+        answer.http_status,
+        answer.reason.to_string(),
+        answer.event_id,
+        answer.event_type,
+    )))
 }
 
 /// Text form, for a body passed as a string.
@@ -71,6 +83,8 @@ fn webhook_receive_text(
             name!(result, Option<RawJsonb>),
             name!(http_status, i32),
             name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
         ),
     >,
     pg_sys::panic::ErrorReport,
@@ -82,6 +96,9 @@ struct Answer {
     outcome: Outcome,
     http_status: i32,
     reason: &'static str,
+    /// What the handler dispatches on; unknown for rejected deliveries.
+    event_id: Option<String>,
+    event_type: Option<String>,
 }
 
 struct Provider {
@@ -191,7 +208,7 @@ fn receive(
             ],
         )?;
         let outcome = Outcome { id, status: ClaimStatus::Rejected, attempts: 0, result: None };
-        Ok::<_, WebhookError>(Answer { outcome, http_status, reason })
+        Ok::<_, WebhookError>(Answer { outcome, http_status, reason, event_id: None, event_type: None })
     };
 
     let secrets: Vec<Option<&str>> = provider.secrets.iter().map(Option::as_deref).collect();
@@ -235,5 +252,5 @@ fn receive(
         ClaimStatus::InProgress => 409,
         _ => 200,
     };
-    Ok(Answer { outcome, http_status, reason: "ok" })
+    Ok(Answer { outcome, http_status, reason: "ok", event_id: Some(event_id), event_type: Some(event_type) })
 }

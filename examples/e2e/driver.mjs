@@ -1,0 +1,238 @@
+// End-to-end test of the example receivers: deliveries signed by the
+// providers' official SDKs, each delivered 5 to 10 times — some at once,
+// some after an injected handler failure — plus tampered and stale copies,
+// sent over HTTP to every receiver. Asserts one business row per event, the
+// right HTTP answer per delivery, forgeries rejected and archived, and one
+// email per event in two-phase mode; prints a table.
+//
+// Needs a PostgreSQL with the extension installed (PGHOST, PGPORT, PGUSER)
+// and the receivers' commands in RECEIVERS (JSON: {language: [cmd, ...args]}).
+import http from 'node:http';
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import pg from 'pg';
+import Stripe from 'stripe';
+import { sign as githubSign } from '@octokit/webhooks-methods';
+import { Webhook as StandardWebhook } from 'standardwebhooks';
+
+const DB = 'pgwi_examples';
+const EVENTS_PER_PROVIDER = 6;
+const receivers = JSON.parse(process.env.RECEIVERS);
+const base = { host: process.env.PGHOST ?? '127.0.0.1', port: Number(process.env.PGPORT ?? 5432) };
+
+const secrets = {
+  stripe: 'whsec_' + crypto.randomBytes(24).toString('base64url'),
+  github: crypto.randomBytes(20).toString('hex'),
+  clerk: 'whsec_' + crypto.randomBytes(24).toString('base64'),
+};
+
+async function setup() {
+  const admin = new pg.Client({ ...base, user: process.env.PGUSER ?? 'postgres', database: 'postgres' });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
+  await admin.query(`CREATE DATABASE ${DB}`);
+  await admin.end();
+  const db = new pg.Client({ ...base, user: process.env.PGUSER ?? 'postgres', database: DB });
+  await db.connect();
+  await db.query(`
+    CREATE EXTENSION pg_webhook_inbox;
+    CREATE TABLE orders (provider text, event_id text, event_type text, language text,
+                         created_at timestamptz DEFAULT clock_timestamp());
+    DO $$ BEGIN
+      IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'webhook_example_app') THEN
+        CREATE ROLE webhook_example_app LOGIN;
+      END IF;
+    END $$;
+    SELECT webhook_grant_app('webhook_example_app');
+    GRANT INSERT ON orders TO webhook_example_app;`);
+  for (const [provider, secret] of Object.entries(secrets)) {
+    await db.query('SELECT webhook_register_provider($1, secret => $2)', [provider, secret]);
+  }
+  return db;
+}
+
+// A stand-in for an email API; it counts the requests made per idempotency key.
+function emailStub() {
+  const sends = new Map();
+  const server = http.createServer((req, res) => {
+    const key = req.headers['idempotency-key'];
+    sends.set(key, (sends.get(key) ?? 0) + 1);
+    req.resume();
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"sent":true}');
+  });
+  return new Promise((resolve) => server.listen(8025, '127.0.0.1', () => resolve({ server, sends })));
+}
+
+const stripe = new Stripe('sk_test_not_used_offline');
+
+// A delivery as the provider's own SDK signs it: { headers, body }.
+function signed(provider, eventId, { timestamp, tamper } = {}) {
+  const now = timestamp ?? Math.floor(Date.now() / 1000);
+  if (provider === 'stripe') {
+    const body = JSON.stringify({ id: eventId, object: 'event', type: 'invoice.paid', data: { amount: 1000 } });
+    const header = stripe.webhooks.generateTestHeaderString({ payload: body, secret: secrets.stripe, timestamp: now });
+    return { headers: { 'Stripe-Signature': header }, body: tamper ? body.replace('1000', '1') : body };
+  }
+  if (provider === 'github') {
+    const body = JSON.stringify({ ref: 'refs/heads/main', after: eventId });
+    return githubSign(secrets.github, body).then((sig) => ({
+      headers: { 'X-GitHub-Delivery': eventId, 'X-GitHub-Event': 'push', 'X-Hub-Signature-256': sig },
+      body: tamper ? body.replace('main', 'evil') : body,
+    }));
+  }
+  const body = JSON.stringify({ type: 'user.created', data: { id: eventId } });
+  const hook = new StandardWebhook(secrets.clerk.slice('whsec_'.length));
+  const signature = hook.sign(eventId, new Date(now * 1000), body);
+  return {
+    headers: { 'svix-id': eventId, 'svix-timestamp': String(now), 'svix-signature': signature },
+    body: tamper ? body.replace('user.created', 'user.deleted') : body,
+  };
+}
+
+async function post(port, path, delivery, extraHeaders = {}) {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...delivery.headers, ...extraHeaders },
+    body: delivery.body,
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+function start(language, command, port) {
+  const [cmd, ...args] = command;
+  const child = spawn(cmd, args, {
+    env: {
+      ...process.env,
+      PORT: String(port),
+      DATABASE_URL: `postgresql://webhook_example_app@${base.host}:${base.port}/${DB}`,
+      EMAIL_URL: 'http://127.0.0.1:8025/send',
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (d) => { stderr += d; });
+  child.on('exit', (code) => { if (code) console.error(`${language} receiver exited ${code}:\n${stderr}`); });
+  return child;
+}
+
+async function waitHealthy(port) {
+  for (let i = 0; i < 300; i++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) return;
+    } catch { /* not up yet */ }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`receiver on ${port} never became healthy`);
+}
+
+async function exercise(language, port, stats) {
+  const providers = ['stripe', 'github', 'clerk'];
+  const answers = [];
+  const expect = (what, status, allowed) => {
+    stats.deliveries++;
+    answers.push(status);
+    if (!allowed.includes(status)) {
+      stats.wrong++;
+      console.error(`${language}: ${what} answered ${status}, expected ${allowed.join(' or ')}`);
+    }
+  };
+  for (const provider of providers) {
+    for (let n = 0; n < EVENTS_PER_PROVIDER; n++) {
+      const eventId = `${language}_${provider}_${n}_${crypto.randomBytes(4).toString('hex')}`;
+      const delivery = await signed(provider, eventId);
+      stats.events++;
+      const copies = 5 + (n % 6); // 5 to 10 deliveries of each event
+      let sent = 0;
+      if (n % 3 === 0) {
+        // The first attempt fails halfway: 500, and the failure is recorded.
+        expect(`${eventId} with an injected failure`, await post(port, '/webhooks/' + provider, delivery, { 'x-test-fail': '1' }), [500]);
+        sent++;
+      }
+      if (n % 2 === 0) {
+        // Three at once: exactly one does the work; the others are told 409
+        // (or, if it already finished, 200 as a duplicate).
+        const burst = await Promise.all([0, 1, 2].map(() => post(port, '/webhooks/' + provider, delivery)));
+        burst.forEach((s) => expect(`${eventId} in a burst`, s, [200, 409]));
+        sent += 3;
+      }
+      while (sent < copies) {
+        const status = await post(port, '/webhooks/' + provider, delivery);
+        // 409 only while a burst's winner is still committing.
+        expect(`${eventId} retry`, status, [200, 409]);
+        if (status === 409) await new Promise((r) => setTimeout(r, 50));
+        sent++;
+      }
+      // Forged: one byte of meaning changed under the same signature.
+      expect(`${eventId} tampered`, await post(port, '/webhooks/' + provider, await signed(provider, eventId, { tamper: true })), [401]);
+      stats.forged++;
+      if (provider !== 'github') {
+        // Stale: genuinely signed an hour ago (GitHub signs no timestamp).
+        const stale = await signed(provider, eventId, { timestamp: Math.floor(Date.now() / 1000) - 3600 });
+        expect(`${eventId} stale`, await post(port, '/webhooks/' + provider, stale), [401]);
+        stats.forged++;
+      }
+    }
+  }
+  // Two-phase: claim, email through the stub, complete; redelivered twice.
+  for (let n = 0; n < 3; n++) {
+    const eventId = `${language}_2p_${n}_${crypto.randomBytes(4).toString('hex')}`;
+    const delivery = await signed('stripe', eventId);
+    stats.twoPhase.push(`stripe:${eventId}`);
+    expect(`${eventId} two-phase`, await post(port, '/webhooks-2p/stripe', delivery), [200]);
+    expect(`${eventId} two-phase retry`, await post(port, '/webhooks-2p/stripe', delivery), [200]);
+    expect(`${eventId} two-phase retry`, await post(port, '/webhooks-2p/stripe', delivery), [200]);
+  }
+  return answers;
+}
+
+async function main() {
+  const db = await setup();
+  const { server, sends } = await emailStub();
+  const rows = [];
+  let failed = 0;
+  let port = 8101;
+  for (const [language, command] of Object.entries(receivers)) {
+    const child = start(language, command, port);
+    const stats = { deliveries: 0, events: 0, forged: 0, wrong: 0, twoPhase: [] };
+    const { rows: [{ now: started }] } = await db.query('SELECT clock_timestamp() AS now');
+    try {
+      await waitHealthy(port);
+      await exercise(language, port, stats);
+    } finally {
+      child.kill('SIGTERM');
+    }
+    const { rows: [counts] } = await db.query(
+      `SELECT count(*)::int AS side_effects,
+              count(*) - count(DISTINCT (provider, event_id))::int AS duplicated,
+              (SELECT count(*)::int FROM webhook.rejected_deliveries r WHERE r.created_at >= $2) AS rejected
+         FROM orders WHERE language = $1`, [language, started]);
+    const emails = stats.twoPhase.map((key) => sends.get(key) ?? 0);
+    const problems = [];
+    if (counts.side_effects !== stats.events) problems.push(`${counts.side_effects} side effects for ${stats.events} events`);
+    if (counts.duplicated !== 0) problems.push(`${counts.duplicated} duplicated`);
+    if (counts.rejected !== stats.forged) problems.push(`${counts.rejected} rejected of ${stats.forged} forged or stale`);
+    if (stats.wrong !== 0) problems.push(`${stats.wrong} wrong answers`);
+    if (!emails.every((n) => n === 1)) problems.push(`emails per two-phase event: ${emails.join(',')}`);
+    if (problems.length) {
+      failed++;
+      console.error(`${language}: ${problems.join('; ')}`);
+    }
+    rows.push([language, stats.deliveries, stats.events, counts.side_effects, counts.rejected, stats.wrong]);
+    port++;
+  }
+  server.close();
+  await db.end();
+
+  console.log('| language | deliveries | events | side effects | rejected | wrong answers |');
+  console.log('|---|---:|---:|---:|---:|---:|');
+  for (const r of rows) console.log(`| ${r.join(' | ')} |`);
+  console.log(`${rows.length - failed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((err) => {
+  console.error(err);
+  console.log('0 passed, 1 failed');
+  process.exit(1);
+});

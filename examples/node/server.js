@@ -1,0 +1,98 @@
+// A webhook receiver in Express + pg.
+//
+//   POST /webhooks/:provider      one transaction: claim, business write, complete
+//   POST /webhooks-2p/:provider   two phases: claim, send an email, complete
+//
+// The database verifies the signature, deduplicates and claims the delivery
+// (webhook_receive); the handler does its work and answers what the provider
+// should hear: 200 done or duplicate, 409 in progress elsewhere, 401 bad
+// signature, 400 unreadable, 500 failed (recorded: the next delivery retries).
+//
+//   DATABASE_URL=postgresql://app@localhost/shop PORT=8002 node server.js
+import express from 'express';
+import pg from 'pg';
+
+const LANGUAGE = 'node';
+const EMAIL_URL = process.env.EMAIL_URL ?? 'http://127.0.0.1:8025/send';
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 8 });
+const app = express();
+
+// The raw bytes: signatures cover exactly these, so never parse before verifying.
+app.use(express.raw({ type: () => true, limit: '25mb' }));
+
+const RECEIVE = `SELECT id, claimed, status, http_status, reason, event_id, event_type
+                   FROM webhook_receive($1, $2::jsonb, $3::bytea)`;
+
+app.get('/healthz', (_req, res) => res.json({ ok: true }));
+
+app.post('/webhooks/:provider', async (req, res) => {
+  const { provider } = req.params;
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const { rows: [r] } = await client.query(RECEIVE, [provider, JSON.stringify(req.headers), req.body]);
+    if (!r.claimed) {
+      await client.query('COMMIT');
+      return res.status(r.http_status).json({ status: r.status, reason: r.reason });
+    }
+    await client.query('SAVEPOINT work'); // a failure undoes the work, not the claim
+    try {
+      await client.query(
+        'INSERT INTO orders (provider, event_id, event_type, language) VALUES ($1, $2, $3, $4)',
+        [provider, r.event_id, r.event_type, LANGUAGE]);
+      if (req.get('x-test-fail') === '1') throw new Error('injected failure halfway');
+      await client.query('SELECT webhook_complete($1, $2::jsonb)', [r.id, JSON.stringify({ order: r.event_id })]);
+      await client.query('COMMIT');
+      return res.status(200).json({ status: r.status });
+    } catch (err) {
+      await client.query('ROLLBACK TO SAVEPOINT work');
+      await client.query('SELECT webhook_fail($1, $2)', [r.id, String(err.message ?? err)]);
+      await client.query('COMMIT');
+      return res.status(500).json({ status: 'failed' });
+    }
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    return res.status(500).json({ status: 'error', error: String(err.message ?? err) });
+  } finally {
+    client.release();
+  }
+});
+
+// Renews a two-phase claim's lease while slow work runs.
+function heartbeat(id, everyMs = 5000, lease = '30 seconds') {
+  const timer = setInterval(() => {
+    pool.query('SELECT webhook_extend($1, $2::interval)', [id, lease]).catch(() => {});
+  }, everyMs);
+  return () => clearInterval(timer);
+}
+
+app.post('/webhooks-2p/:provider', async (req, res) => {
+  const { provider } = req.params;
+  // Autocommit: the claim commits on its own, with its lease.
+  const { rows: [r] } = await pool.query(
+    `SELECT id, claimed, status, http_status, reason, event_id, event_type
+       FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds')`,
+    [provider, JSON.stringify(req.headers), req.body]);
+  if (!r.claimed) return res.status(r.http_status).json({ status: r.status, reason: r.reason });
+  const stop = heartbeat(r.id);
+  try {
+    // The side effect outside the database, keyed by the event so that a
+    // retry after a crash cannot send it twice.
+    const sent = await fetch(EMAIL_URL, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': `${provider}:${r.event_id}` },
+      body: JSON.stringify({ to: 'customer@example.com', event: r.event_id }),
+    });
+    if (!sent.ok) throw new Error(`email API answered ${sent.status}`);
+    stop();
+    await pool.query('SELECT webhook_complete($1)', [r.id]);
+    return res.status(200).json({ status: r.status });
+  } catch (err) {
+    stop();
+    await pool.query('SELECT webhook_fail($1, $2)', [r.id, String(err.message ?? err)]);
+    return res.status(500).json({ status: 'failed' });
+  }
+});
+
+const port = Number(process.env.PORT ?? 8002);
+app.listen(port, '127.0.0.1', () => console.log(`listening on 127.0.0.1:${port}`));

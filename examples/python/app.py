@@ -1,0 +1,122 @@
+"""A webhook receiver in FastAPI + psycopg 3.
+
+    POST /webhooks/{provider}      one transaction: claim, business write, complete
+    POST /webhooks-2p/{provider}   two phases: claim, send an email, complete
+
+The database verifies the signature, deduplicates and claims the delivery
+(webhook_receive); the handler only does its work and answers what the
+provider should hear: 200 done or duplicate, 409 in progress elsewhere,
+401 bad signature, 400 unreadable, 500 failed (recorded: the next delivery
+retries it).
+
+    DATABASE_URL=postgresql://app@localhost/shop uvicorn app:app --port 8001
+"""
+import json
+import os
+import threading
+import urllib.request
+
+from fastapi import FastAPI, Request, Response
+from psycopg_pool import ConnectionPool
+from starlette.concurrency import run_in_threadpool
+
+LANGUAGE = "python"
+EMAIL_URL = os.environ.get("EMAIL_URL", "http://127.0.0.1:8025/send")
+pool = ConnectionPool(os.environ["DATABASE_URL"], min_size=1, max_size=8, open=True)
+app = FastAPI()
+
+RECEIVE = """SELECT id, claimed, status, http_status, reason, event_id, event_type
+               FROM webhook_receive(%s, %s::jsonb, %s::bytea)"""
+
+
+def answer(status: int, **body) -> Response:
+    return Response(json.dumps(body), status_code=status, media_type="application/json")
+
+
+@app.get("/healthz")
+def healthz():
+    return {"ok": True}
+
+
+@app.post("/webhooks/{provider}")
+async def webhook(provider: str, request: Request) -> Response:
+    body = await request.body()  # the raw bytes: signatures cover exactly these
+    return await run_in_threadpool(handle, provider, dict(request.headers), body)
+
+
+def handle(provider: str, request_headers: dict, body: bytes) -> Response:
+    headers = json.dumps(request_headers)
+    with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        cur.execute(RECEIVE, (provider, headers, body))
+        delivery, claimed, status, http_status, reason, event_id, event_type = cur.fetchone()
+        if not claimed:
+            return answer(http_status, status=status, reason=reason)
+        try:
+            with conn.transaction():  # a savepoint: a failure undoes the work, not the claim
+                cur.execute(
+                    "INSERT INTO orders (provider, event_id, event_type, language) VALUES (%s, %s, %s, %s)",
+                    (provider, event_id, event_type, LANGUAGE),
+                )
+                if request_headers.get("x-test-fail") == "1":
+                    raise RuntimeError("injected failure halfway")
+                cur.execute("SELECT webhook_complete(%s, %s::jsonb)", (delivery, json.dumps({"order": event_id})))
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded, then retried
+            cur.execute("SELECT webhook_fail(%s, %s)", (delivery, str(exc)))
+            return answer(500, status="failed")
+    return answer(200, status=status)
+
+
+class Heartbeat:
+    """Renews a two-phase claim's lease while slow work runs."""
+
+    def __init__(self, delivery, every=5.0, lease="30 seconds"):
+        self.delivery, self.every, self.lease = delivery, every, lease
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.wait(self.every):
+            with pool.connection() as conn:
+                conn.execute("SELECT webhook_extend(%s, %s::interval)", (self.delivery, self.lease))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+@app.post("/webhooks-2p/{provider}")
+async def webhook_two_phase(provider: str, request: Request) -> Response:
+    body = await request.body()
+    return await run_in_threadpool(handle_two_phase, provider, dict(request.headers), body)
+
+
+def handle_two_phase(provider: str, request_headers: dict, body: bytes) -> Response:
+    headers = json.dumps(request_headers)
+    with pool.connection() as conn:
+        conn.autocommit = True  # the claim commits on its own, with its lease
+        delivery, claimed, status, http_status, reason, event_id, event_type = conn.execute(
+            "SELECT id, claimed, status, http_status, reason, event_id, event_type "
+            "FROM webhook_receive(%s, %s::jsonb, %s::bytea, lease => '30 seconds')",
+            (provider, headers, body),
+        ).fetchone()
+        if not claimed:
+            return answer(http_status, status=status, reason=reason)
+        try:
+            with Heartbeat(delivery):
+                # The side effect outside the database, keyed by the event so
+                # that a retry after a crash cannot send it twice.
+                req = urllib.request.Request(
+                    EMAIL_URL,
+                    data=json.dumps({"to": "customer@example.com", "event": event_id}).encode(),
+                    headers={"Idempotency-Key": f"{provider}:{event_id}", "Content-Type": "application/json"},
+                )
+                urllib.request.urlopen(req, timeout=10).read()
+            conn.execute("SELECT webhook_complete(%s)", (delivery,))
+        except Exception as exc:  # noqa: BLE001
+            conn.execute("SELECT webhook_fail(%s, %s)", (delivery, str(exc)))
+            return answer(500, status="failed")
+    return answer(200, status=status)

@@ -1,0 +1,186 @@
+//! A webhook receiver in axum + tokio-postgres.
+//!
+//! * `POST /webhooks/{provider}` — one transaction: claim, business write, complete;
+//! * `POST /webhooks-2p/{provider}` — two phases: claim, send an email, complete.
+//!
+//! The database verifies the signature, deduplicates and claims the delivery
+//! (`webhook_receive`); the handler does its work and answers what the
+//! provider should hear: 200 done or duplicate, 409 in progress elsewhere,
+//! 401 bad signature, 400 unreadable, 500 failed (recorded: the next
+//! delivery retries it).
+//!
+//! `DATABASE_URL=postgresql://app@localhost/shop PORT=8003 cargo run --release`
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use deadpool_postgres::{Manager, Pool};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const LANGUAGE: &str = "rust";
+
+#[derive(Clone)]
+struct App {
+    pool: Pool,
+    email_url: String,
+    http: reqwest::Client,
+}
+
+type Answer = (StatusCode, Json<Value>);
+
+fn answer(status: i32, body: Value) -> Answer {
+    (StatusCode::from_u16(status as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), Json(body))
+}
+
+/// Request headers as the JSON object webhook_receive reads.
+fn headers_json(headers: &HeaderMap) -> Value {
+    let map = headers
+        .iter()
+        .map(|(name, value)| (name.to_string(), Value::from(String::from_utf8_lossy(value.as_bytes()).into_owned())))
+        .collect();
+    Value::Object(map)
+}
+
+const RECEIVE: &str = "SELECT id, claimed, status, http_status, reason, event_id, event_type
+                         FROM webhook_receive($1, $2::jsonb, $3::bytea)";
+
+async fn webhook(State(app): State<App>, Path(provider): Path<String>, headers: HeaderMap, body: Bytes) -> Answer {
+    match one_transaction(&app, &provider, &headers, &body).await {
+        Ok(answer) => answer,
+        Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
+    }
+}
+
+async fn one_transaction(
+    app: &App,
+    provider: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
+    let mut client = app.pool.get().await?;
+    let tx = client.transaction().await?;
+    let r = tx.query_one(RECEIVE, &[&provider, &headers_json(headers), &body]).await?;
+    let (id, claimed, status): (uuid::Uuid, bool, String) = (r.get(0), r.get(1), r.get(2));
+    if !claimed {
+        tx.commit().await?;
+        return Ok(answer(r.get(3), json!({ "status": status, "reason": r.get::<_, String>(4) })));
+    }
+    let (event_id, event_type): (String, String) = (r.get(5), r.get(6));
+    // A savepoint: a failure undoes the work, not the claim.
+    let work = async {
+        let sp = tx.savepoint("work").await?;
+        sp.execute(
+            "INSERT INTO orders (provider, event_id, event_type, language) VALUES ($1, $2, $3, $4)",
+            &[&provider, &event_id, &event_type, &LANGUAGE],
+        )
+        .await?;
+        if headers.get("x-test-fail").is_some_and(|v| v == "1") {
+            return Err::<(), Box<dyn std::error::Error + Send + Sync>>("injected failure halfway".into());
+        }
+        sp.execute("SELECT webhook_complete($1, $2)", &[&id, &json!({ "order": event_id })]).await?;
+        sp.commit().await?;
+        Ok(())
+    }
+    .await;
+    match work {
+        Ok(()) => {
+            tx.commit().await?;
+            Ok(answer(200, json!({ "status": status })))
+        }
+        Err(err) => {
+            tx.execute("SELECT webhook_fail($1, $2)", &[&id, &err.to_string()]).await?;
+            tx.commit().await?;
+            Ok(answer(500, json!({ "status": "failed" })))
+        }
+    }
+}
+
+async fn webhook_two_phase(
+    State(app): State<App>,
+    Path(provider): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    match two_phase(&app, &provider, &headers, &body).await {
+        Ok(answer) => answer,
+        Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
+    }
+}
+
+async fn two_phase(
+    app: &App,
+    provider: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
+    let client = app.pool.get().await?;
+    // Autocommit: the claim commits on its own, with its lease.
+    let r = client
+        .query_one(
+            "SELECT id, claimed, status, http_status, reason, event_id
+               FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds')",
+            &[&provider, &headers_json(headers), &body],
+        )
+        .await?;
+    let (id, claimed, status): (uuid::Uuid, bool, String) = (r.get(0), r.get(1), r.get(2));
+    if !claimed {
+        return Ok(answer(r.get(3), json!({ "status": status, "reason": r.get::<_, String>(4) })));
+    }
+    let event_id: String = r.get(5);
+
+    // A heartbeat renews the lease while the side effect runs.
+    let pool = app.pool.clone();
+    let heartbeat = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            if let Ok(c) = pool.get().await {
+                let _ = c.execute("SELECT webhook_extend($1, '30 seconds')", &[&id]).await;
+            }
+        }
+    });
+    // The side effect outside the database, keyed by the event so that a
+    // retry after a crash cannot send it twice.
+    let sent = app
+        .http
+        .post(&app.email_url)
+        .header("idempotency-key", format!("{provider}:{event_id}"))
+        .json(&json!({ "to": "customer@example.com", "event": event_id }))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status());
+    heartbeat.abort();
+    match sent {
+        Ok(_) => {
+            client.execute("SELECT webhook_complete($1)", &[&id]).await?;
+            Ok(answer(200, json!({ "status": status })))
+        }
+        Err(err) => {
+            client.execute("SELECT webhook_fail($1, $2)", &[&id, &err.to_string()]).await?;
+            Ok(answer(500, json!({ "status": "failed" })))
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let config: tokio_postgres::Config = url.parse().expect("a valid DATABASE_URL");
+    let pool = Pool::builder(Manager::new(config, tokio_postgres::NoTls)).max_size(8).build().expect("pool");
+    let app = App {
+        pool,
+        email_url: std::env::var("EMAIL_URL").unwrap_or_else(|_| "http://127.0.0.1:8025/send".into()),
+        http: reqwest::Client::new(),
+    };
+    let router = Router::new()
+        .route("/healthz", get(|| async { Json(json!({ "ok": true })) }))
+        .route("/webhooks/{provider}", post(webhook))
+        .route("/webhooks-2p/{provider}", post(webhook_two_phase))
+        .with_state(app);
+    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8003);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+    println!("listening on 127.0.0.1:{port}");
+    axum::serve(listener, router).await.expect("serve");
+}
