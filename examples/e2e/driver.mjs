@@ -204,7 +204,7 @@ async function main() {
     }
     const { rows: [counts] } = await db.query(
       `SELECT count(*)::int AS side_effects,
-              count(*) - count(DISTINCT (provider, event_id))::int AS duplicated,
+              (count(*) - count(DISTINCT (provider, event_id)))::int AS duplicated,
               (SELECT count(*)::int FROM webhook.rejected_deliveries r WHERE r.created_at >= $2) AS rejected
          FROM orders WHERE language = $1`, [language, started]);
     const emails = stats.twoPhase.map((key) => sends.get(key) ?? 0);

@@ -29,8 +29,8 @@ RECEIVE = """SELECT id, claimed, status, http_status, reason, event_id, event_ty
                FROM webhook_receive(%s, %s::jsonb, %s::bytea)"""
 
 
-def answer(status: int, **body) -> Response:
-    return Response(json.dumps(body), status_code=status, media_type="application/json")
+def answer(code: int, **body) -> Response:
+    return Response(json.dumps(body), status_code=code, media_type="application/json")
 
 
 @app.get("/healthz")

@@ -61,7 +61,7 @@ async fn one_transaction(
     body: &[u8],
 ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
     let mut client = app.pool.get().await?;
-    let tx = client.transaction().await?;
+    let mut tx = client.transaction().await?;
     let r = tx.query_one(RECEIVE, &[&provider, &headers_json(headers), &body]).await?;
     let (id, claimed, status): (uuid::Uuid, bool, String) = (r.get(0), r.get(1), r.get(2));
     if !claimed {
