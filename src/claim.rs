@@ -362,7 +362,6 @@ fn bystander(state: Option<EventState>) -> Outcome {
 /// Claim a validated delivery: the shared core of webhook_claim and
 /// webhook_receive.
 pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
-    let digest = d.payload.digest();
     if !crate::gucs::ARCHIVE_DUPLICATES.get() {
         // Processed is final (requeue refuses it), so a committed
         // 'processed' needs no lock to be answered, and nothing is written.
@@ -370,6 +369,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             return Ok(bystander(Some(state)));
         }
     }
+    let digest = d.payload.digest();
     let lock = EventLock::for_event(d.provider, d.event_id);
 
     if !lock.try_acquire() {

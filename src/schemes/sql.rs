@@ -1,6 +1,7 @@
 //! The SQL face of the schemes: `webhook_verify` and
 //! `webhook_verify_detail`, each for a `bytea` body (exact: signatures
-//! cover the raw bytes) and a `text` body.
+//! cover the raw bytes) and a `text` body. VOLATILE: the timestamp window
+//! is measured against the clock at each call.
 
 use super::{verify, Scheme, Verdict};
 use crate::errors::WebhookError;
@@ -13,7 +14,7 @@ type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 
 /// True when the delivery is signed by one of `secrets` under `scheme` and,
 /// for schemes that sign a timestamp, within `tolerance` of now.
-#[pg_extern(stable, parallel_safe)]
+#[pg_extern(volatile, parallel_safe)]
 fn webhook_verify(
     scheme: Option<&str>,
     headers: Option<JsonB>,
@@ -24,7 +25,7 @@ fn webhook_verify(
     Ok(run("webhook_verify", scheme, headers, body, secrets, tolerance)?.valid())
 }
 
-#[pg_extern(stable, parallel_safe, name = "webhook_verify")]
+#[pg_extern(volatile, parallel_safe, name = "webhook_verify")]
 fn webhook_verify_text(
     scheme: Option<&str>,
     headers: Option<JsonB>,
@@ -38,7 +39,7 @@ fn webhook_verify_text(
 /// The same check, saying why: `reason` is one of ok, missing_header,
 /// malformed_header, bad_signature, timestamp_too_old, timestamp_in_future,
 /// no_secret, invalid_secret; `signed_at` is the signed timestamp, if any.
-#[pg_extern(stable, parallel_safe)]
+#[pg_extern(volatile, parallel_safe)]
 fn webhook_verify_detail(
     scheme: Option<&str>,
     headers: Option<JsonB>,
@@ -53,7 +54,7 @@ fn webhook_verify_detail(
     Ok(TableIterator::once(detail_row(verdict)))
 }
 
-#[pg_extern(stable, parallel_safe, name = "webhook_verify_detail")]
+#[pg_extern(volatile, parallel_safe, name = "webhook_verify_detail")]
 fn webhook_verify_detail_text(
     scheme: Option<&str>,
     headers: Option<JsonB>,
