@@ -217,28 +217,42 @@ impl Outcome {
     }
 }
 
-/// Insert the event if it is new, archiving the delivery as claimed; if it
-/// exists, return its committed state instead. One statement either way:
-/// the final SELECT reads the snapshot taken before the INSERT, so it sees
-/// the existing row and nothing of the insert.
-static INSERT_OR_INSPECT: Statement = Statement {
+/// The whole claim of a new event, or of an existing one it does not take
+/// over, in one statement: insert the event if it is new, and archive the
+/// delivery with the answer its event's committed state gives (the final
+/// SELECT and the archive read the snapshot taken before the INSERT, so
+/// they see the existing row and nothing of the insert). Only a failed or
+/// expired event — a takeover — is left for further statements, which the
+/// caller recognises by `archived` being false.
+static CLAIM: Statement = Statement {
     sql: "WITH new_event AS (
               INSERT INTO webhook.events AS e
                   (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at, payload_hash)
               VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $8, $10)
               ON CONFLICT (provider, event_id) DO NOTHING
               RETURNING 1
+          ), existing AS (
+              SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash,
+                     CASE WHEN e.status = 'processed' THEN 'duplicate'
+                          WHEN e.status = 'dead' THEN 'dead'
+                          WHEN e.status = 'processing' AND e.lease_expires_at > pg_catalog.clock_timestamp()
+                              THEN 'in_progress'
+                     END AS answer
+                FROM webhook.events e
+               WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
           ), archived AS (
               INSERT INTO webhook.delivery_log
-                  (id, provider, event_id, event_type, payload, raw_body, signature, headers, claim_status)
-              SELECT $4, $1, $2, $3, $5, $6, $7, $9, 'claimed' FROM new_event
+                  (id, provider, event_id, event_type, payload, raw_body, signature, headers,
+                   claim_status, payload_mismatch)
+              SELECT $4, $1, $2, $3, $5, $6, $7, $9, 'claimed', false FROM new_event
+              UNION ALL
+              SELECT $4, $1, $2, $3, $5, $6, $7, $9, x.answer, x.payload_hash IS DISTINCT FROM $10
+                FROM existing x WHERE x.answer IS NOT NULL
           )
-          SELECT true, NULL::text, 1, NULL::uuid, NULL::bool, NULL::jsonb, NULL::bytea FROM new_event
+          SELECT true, true, NULL::text, 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
           UNION ALL
-          SELECT false, e.status, e.attempts, e.claim_id,
-                 e.lease_expires_at > pg_catalog.clock_timestamp(), e.result, e.payload_hash
-            FROM webhook.events e
-           WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)",
+          SELECT false, x.answer IS NOT NULL, x.status, x.attempts, x.claim_id, x.result, x.payload_hash
+            FROM existing x",
     arg_types: &[
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
@@ -253,10 +267,44 @@ static INSERT_OR_INSPECT: Statement = Statement {
     ],
 };
 
+/// A delivery arriving while another transaction holds the event: read the
+/// committed state and archive the answer it gives, in one statement.
+static OBSERVE: Statement = Statement {
+    sql: "WITH existing AS (
+              SELECT e.status, e.attempts, e.result, e.payload_hash
+                FROM webhook.events e
+               WHERE e.provider = $1 AND e.event_id = $2
+          ), answer AS (
+              SELECT x.*,
+                     CASE x.status WHEN 'processed' THEN 'duplicate' WHEN 'dead' THEN 'dead'
+                                   ELSE 'in_progress' END AS answer
+                FROM (VALUES (1)) AS one(x_)
+                LEFT JOIN existing x ON true
+          ), archived AS (
+              INSERT INTO webhook.delivery_log
+                  (id, provider, event_id, event_type, payload, raw_body, signature, headers,
+                   claim_status, payload_mismatch)
+              SELECT $3, $1, $2, $4, $5, $6, $7, $8, a.answer,
+                     a.payload_hash IS NOT NULL AND a.payload_hash IS DISTINCT FROM $9
+                FROM answer a
+          )
+          SELECT a.answer, coalesce(a.attempts, 0), a.result FROM answer a",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::UUIDOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
+    ],
+};
+
 /// The committed state of an event, read without locking anything.
 static INSPECT: Statement = Statement {
-    sql: "SELECT false, status, attempts, claim_id,
-                 lease_expires_at > pg_catalog.clock_timestamp(), result, payload_hash
+    sql: "SELECT false, false, status, attempts, claim_id, result, payload_hash
             FROM webhook.events
            WHERE provider = $1 AND event_id = $2",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
@@ -317,23 +365,21 @@ struct EventState {
     status: String,
     attempts: i32,
     claim_id: Option<pgrx::Uuid>,
-    lease_live: bool,
     result: Option<RawJsonb>,
     payload_hash: Option<Vec<u8>>,
 }
 
-/// Read the (inserted, status, attempts, claim_id, lease_live, result,
-/// payload_hash) row INSERT_OR_INSPECT and INSPECT return.
-fn event_state(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Option<(bool, EventState)>> {
+/// Read the (inserted, archived, status, attempts, claim_id, result,
+/// payload_hash) row CLAIM and INSPECT return.
+fn event_state(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Option<(bool, bool, EventState)>> {
     let Some(row) = rows.into_iter().next() else { return Ok(None) };
-    let inserted = row.get::<bool>(1)?.unwrap_or(false);
     Ok(Some((
-        inserted,
+        row.get::<bool>(1)?.unwrap_or(false),
+        row.get::<bool>(2)?.unwrap_or(false),
         EventState {
-            status: row.get::<String>(2)?.unwrap_or_default(),
-            attempts: row.get::<i32>(3)?.unwrap_or(0),
-            claim_id: row.get::<pgrx::Uuid>(4)?,
-            lease_live: row.get::<bool>(5)?.unwrap_or(false),
+            status: row.get::<String>(3)?.unwrap_or_default(),
+            attempts: row.get::<i32>(4)?.unwrap_or(0),
+            claim_id: row.get::<pgrx::Uuid>(5)?,
             result: row.get::<RawJsonb>(6)?,
             payload_hash: row.get::<Vec<u8>>(7)?,
         },
@@ -342,13 +388,12 @@ fn event_state(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Option<(bool, Event
 
 fn inspect(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Option<EventState>> {
     let rows = INSPECT.run(client, &[d.provider.into(), d.event_id.into()])?;
-    Ok(event_state(rows)?.map(|(_, state)| state))
+    Ok(event_state(rows)?.map(|(_, _, state)| state))
 }
 
 /// What a delivery that does not own its event is answered, from the
 /// event's committed state.
-fn bystander(state: Option<EventState>) -> Outcome {
-    let id = crate::uuid::new_v7();
+fn bystander(id: pgrx::Uuid, state: Option<EventState>) -> Outcome {
     match state {
         Some(s) if s.status == "processed" => {
             Outcome { id, status: ClaimStatus::Duplicate, attempts: s.attempts, result: s.result }
@@ -362,11 +407,12 @@ fn bystander(state: Option<EventState>) -> Outcome {
 /// Claim a validated delivery: the shared core of webhook_claim and
 /// webhook_receive.
 pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
+    let id = crate::uuid::new_v7();
     if !crate::gucs::ARCHIVE_DUPLICATES.get() {
         // Processed is final (requeue refuses it), so a committed
         // 'processed' needs no lock to be answered, and nothing is written.
         if let Some(state) = inspect(client, d)?.filter(|s| s.status == "processed") {
-            return Ok(bystander(Some(state)));
+            return Ok(bystander(id, Some(state)));
         }
     }
     let digest = d.payload.digest();
@@ -375,15 +421,32 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     if !lock.try_acquire() {
         // Another transaction is working on this event right now. Its
         // committed state still tells a finished or dead event apart.
-        let state = inspect(client, d)?;
-        let mismatch = payload_differs(state.as_ref(), &digest);
-        let outcome = bystander(state);
-        archive(client, d, outcome.id, outcome.status, mismatch)?;
-        return Ok(outcome);
+        let rows = OBSERVE.run(
+            client,
+            &[
+                d.provider.into(),
+                d.event_id.into(),
+                id.into(),
+                d.event_type.into(),
+                payload_arg(d),
+                d.raw_body.into(),
+                d.signature.into(),
+                d.headers.into(),
+                digest.as_slice().into(),
+            ],
+        )?;
+        let row = rows.first();
+        let status = match row.get::<String>(1)?.as_deref() {
+            Some("duplicate") => ClaimStatus::Duplicate,
+            Some("dead") => ClaimStatus::Dead,
+            _ => ClaimStatus::InProgress,
+        };
+        let attempts = row.get::<i32>(2)?.unwrap_or(0);
+        let result = if status == ClaimStatus::Duplicate { row.get::<RawJsonb>(3)? } else { None };
+        return Ok(Outcome { id, status, attempts, result });
     }
 
-    let id = crate::uuid::new_v7();
-    let rows = INSERT_OR_INSPECT.run(
+    let rows = CLAIM.run(
         client,
         &[
             d.provider.into(),
@@ -400,23 +463,21 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     )?;
     // The event exists unless we just inserted it, and since we hold its
     // lock, no open transaction is changing it: its committed state decides.
-    let (inserted, state) =
+    let (inserted, archived, state) =
         event_state(rows)?.ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
     if inserted {
         owned_claims::remember(id, d.provider, d.event_id);
         return Ok(Outcome { id, status: ClaimStatus::Claimed, attempts: 1, result: None });
     }
-
-    let mismatch = payload_differs(Some(&state), &digest);
-    let expired = state.status == "processing" && !state.lease_live;
-    if state.status != "failed" && !expired {
+    if archived {
+        // Duplicate, dead, or live elsewhere: answered and archived already.
         lock.release();
-        let outcome = bystander(Some(state));
-        archive(client, d, outcome.id, outcome.status, mismatch)?;
-        return Ok(outcome);
+        return Ok(bystander(id, Some(state)));
     }
 
-    if expired {
+    // A takeover: the event failed, or its lease ran out.
+    let mismatch = payload_differs(Some(&state), &digest);
+    if state.status == "processing" {
         if let Some(previous) = state.claim_id {
             let note = format!("lease expired; event taken over by delivery {id}");
             SUPERSEDE.run(client, &[previous.into(), note.as_str().into()])?;
