@@ -148,7 +148,7 @@ mod tests {
         }
         // The claim is untouched by all of that.
         assert_eq!(
-            Spi::get_one::<String>("SELECT status FROM webhook.events WHERE event_id = 'evt_args'"),
+            Spi::get_one::<String>("SELECT status::text FROM webhook.events WHERE event_id = 'evt_args'"),
             Ok(Some("processing".into()))
         );
     }

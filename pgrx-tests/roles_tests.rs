@@ -68,7 +68,7 @@ mod tests {
             "no delivery",
         );
         Spi::run("RESET ROLE").unwrap();
-        let status = Spi::get_one::<String>("SELECT status FROM webhook.events WHERE event_id = 'evt_guarded'");
+        let status = Spi::get_one::<String>("SELECT status::text FROM webhook.events WHERE event_id = 'evt_guarded'");
         assert_eq!(status, Ok(Some("processing".into())));
         let _ = id;
     }

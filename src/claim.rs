@@ -244,14 +244,15 @@ static CLAIM: Statement = Statement {
               INSERT INTO webhook.delivery_log
                   (id, provider, event_id, event_type, payload, raw_body, signature, headers,
                    claim_status, payload_mismatch)
-              SELECT $4, $1, $2, $3, $5, $6, $7, $9, 'claimed', false FROM new_event
+              SELECT $4, $1, $2, $3, $5, $6, $7, $9, 'claimed'::webhook.claim_status, false FROM new_event
               UNION ALL
-              SELECT $4, $1, $2, $3, $5, $6, $7, $9, x.answer, x.payload_hash IS DISTINCT FROM $10
+              SELECT $4, $1, $2, $3, $5, $6, $7, $9, x.answer::webhook.claim_status,
+                     x.payload_hash IS DISTINCT FROM $10
                 FROM existing x WHERE x.answer IS NOT NULL
           )
           SELECT true, true, NULL::text, 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
           UNION ALL
-          SELECT false, x.answer IS NOT NULL, x.status, x.attempts, x.claim_id, x.result, x.payload_hash
+          SELECT false, x.answer IS NOT NULL, x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
             FROM existing x",
     arg_types: &[
         pg_sys::TEXTOID,
@@ -284,7 +285,7 @@ static OBSERVE: Statement = Statement {
               INSERT INTO webhook.delivery_log
                   (id, provider, event_id, event_type, payload, raw_body, signature, headers,
                    claim_status, payload_mismatch)
-              SELECT $3, $1, $2, $4, $5, $6, $7, $8, a.answer,
+              SELECT $3, $1, $2, $4, $5, $6, $7, $8, a.answer::webhook.claim_status,
                      a.payload_hash IS NOT NULL AND a.payload_hash IS DISTINCT FROM $9
                 FROM answer a
           )
@@ -304,7 +305,7 @@ static OBSERVE: Statement = Statement {
 
 /// The committed state of an event, read without locking anything.
 static INSPECT: Statement = Statement {
-    sql: "SELECT false, false, status, attempts, claim_id, result, payload_hash
+    sql: "SELECT false, false, status::text, attempts, claim_id, result, payload_hash
             FROM webhook.events
            WHERE provider = $1 AND event_id = $2",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
@@ -346,7 +347,7 @@ static ARCHIVE: Statement = Statement {
     sql: "INSERT INTO webhook.delivery_log
               (id, provider, event_id, event_type, payload, raw_body, signature, headers,
                claim_status, payload_mismatch)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $8, $10)",
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $8::webhook.claim_status, $10)",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,

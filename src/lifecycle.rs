@@ -103,7 +103,7 @@ fn finish<T: FromDatum + IntoDatum>(
 }
 
 static LOOKUP: Statement = Statement {
-    sql: "SELECT provider, event_id, claim_status FROM webhook.delivery_log WHERE id = $1",
+    sql: "SELECT provider, event_id, claim_status::text FROM webhook.delivery_log WHERE id = $1",
     arg_types: &[pg_sys::UUIDOID],
 };
 
@@ -127,7 +127,7 @@ static FAIL: Statement = Statement {
     sql: "WITH event AS (
               UPDATE webhook.events
                  -- Out of attempts: parked as dead, not retried again.
-                 SET status = CASE WHEN $5 > 0 AND attempts >= $5 THEN 'dead' ELSE 'failed' END,
+                 SET status = CASE WHEN $5 > 0 AND attempts >= $5 THEN 'dead' ELSE 'failed' END::webhook.event_status,
                      last_error = $4,
                      lease_expires_at = NULL
                WHERE provider = $2 AND event_id = $3
@@ -151,7 +151,7 @@ static EXTEND: Statement = Statement {
 
 /// Why a finishing call found nothing to change, read after the lock.
 static DIAGNOSE: Statement = Statement {
-    sql: "SELECT d.processing_status, e.claim_id, e.status, e.attempts
+    sql: "SELECT d.processing_status, e.claim_id, e.status::text, e.attempts
             FROM webhook.deliveries d
             LEFT JOIN webhook.events e
               ON e.provider = d.provider AND e.event_id = d.event_id

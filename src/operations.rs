@@ -52,6 +52,6 @@ static REQUEUE: Statement = Statement {
 };
 
 static STATUS: Statement = Statement {
-    sql: "SELECT status FROM webhook.events WHERE provider = $1 AND event_id = $2",
+    sql: "SELECT status::text FROM webhook.events WHERE provider = $1 AND event_id = $2",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };

@@ -161,7 +161,7 @@ pub fn side_effects(client: &mut Client, provider: &str, event_id: &str) -> i64 
 pub fn event_state(client: &mut Client, provider: &str, event_id: &str) -> (String, i32) {
     let row = client
         .query_one(
-            "SELECT status, attempts FROM webhook.events WHERE provider = $1 AND event_id = $2",
+            "SELECT status::text, attempts FROM webhook.events WHERE provider = $1 AND event_id = $2",
             &[&provider, &event_id],
         )
         .unwrap();
