@@ -12,7 +12,10 @@ mod tests {
         assert!(claimed);
         assert_eq!((status.as_str(), attempts), ("claimed", 1));
         assert_eq!(
-            text_of("SELECT status || '/' || claim_id FROM webhook.events WHERE event_id = 'evt_new'", id),
+            text_of(
+                "SELECT status || '/' || claim_id FROM webhook.events WHERE event_id = 'evt_new'",
+                id
+            ),
             Some(format!("processing/{id}"))
         );
         assert_eq!(
@@ -32,7 +35,9 @@ mod tests {
             text_of("SELECT claim_status || '/' || processing_status FROM webhook.deliveries WHERE id = $1", id),
             Some("duplicate/SKIPPED".into())
         );
-        let deliveries = Spi::get_one::<i64>("SELECT count(*) FROM webhook.deliveries WHERE event_id = 'evt_dup'");
+        let deliveries = Spi::get_one::<i64>(
+            "SELECT count(*) FROM webhook.deliveries WHERE event_id = 'evt_dup'",
+        );
         assert_eq!(deliveries, Ok(Some(2)));
     }
 
@@ -71,7 +76,10 @@ mod tests {
             Some("FAILED/db timeout".into())
         );
         assert_eq!(
-            text_of("SELECT last_error FROM webhook.events WHERE claim_id = $1", id),
+            text_of(
+                "SELECT last_error FROM webhook.events WHERE claim_id = $1",
+                id
+            ),
             Some("db timeout".into())
         );
         // And the retry can finish the event: the failure did not poison it.
@@ -90,7 +98,10 @@ mod tests {
         assert_ne!(id, first);
         // The abandoned attempt is closed in the archive, not left PENDING.
         assert_eq!(
-            text_of("SELECT processing_status FROM webhook.deliveries WHERE id = $1", first),
+            text_of(
+                "SELECT processing_status FROM webhook.deliveries WHERE id = $1",
+                first
+            ),
             Some("FAILED".into())
         );
     }
@@ -138,11 +149,17 @@ mod tests {
         assert_eq!(status.as_deref(), Some("claimed"));
         let id = id.unwrap();
         assert_eq!(
-            text_of("SELECT convert_from(raw_body, 'UTF8') FROM webhook.deliveries WHERE id = $1", id),
+            text_of(
+                "SELECT convert_from(raw_body, 'UTF8') FROM webhook.deliveries WHERE id = $1",
+                id
+            ),
             Some(body.to_string())
         );
         assert_eq!(
-            text_of("SELECT payload->>'id' FROM webhook.deliveries WHERE id = $1", id),
+            text_of(
+                "SELECT payload->>'id' FROM webhook.deliveries WHERE id = $1",
+                id
+            ),
             Some("evt_raw".into())
         );
     }
@@ -171,32 +188,114 @@ mod tests {
     #[pg_test]
     fn claim_refuses_bad_arguments_with_their_own_sqlstate() {
         let cases: &[(&str, &str, &str)] = &[
-            ("SELECT webhook_claim(NULL, 'e', 't', '{}'::jsonb, NULL)", "22004", "\"provider\""),
-            ("SELECT webhook_claim('p', NULL, 't', '{}'::jsonb, NULL)", "22004", "\"event_id\""),
-            ("SELECT webhook_claim('p', 'e', NULL, '{}'::jsonb, NULL)", "22004", "\"event_type\""),
-            ("SELECT webhook_claim('p', 'e', 't', NULL::jsonb, NULL)", "22004", "\"payload\""),
-            ("SELECT webhook_claim('p', 'e', 't', NULL::bytea, NULL)", "22004", "\"body\""),
-            ("SELECT webhook_claim('', 'e', 't', '{}'::jsonb, NULL)", "2200F", "\"provider\""),
-            ("SELECT webhook_claim('p', '', 't', '{}'::jsonb, NULL)", "2200F", "\"event_id\""),
-            ("SELECT webhook_claim('p', 'e', '', '{}'::jsonb, NULL)", "2200F", "\"event_type\""),
-            ("SELECT webhook_claim('p', repeat('x', 256), 't', '{}'::jsonb, NULL)", "22001", "\"event_id\""),
-            ("SELECT webhook_claim(repeat('p', 65), 'e', 't', '{}'::jsonb, NULL)", "22001", "\"provider\""),
-            ("SELECT webhook_claim('p', 'e', repeat('t', 256), '{}'::jsonb, NULL)", "22001", "\"event_type\""),
-            ("SELECT webhook_claim('p', 'e', 't', '{}'::jsonb, repeat('s', 8193))", "22001", "\"signature\""),
-            ("SELECT webhook_claim('p', 'e', 't', '[1, 2]'::jsonb, NULL)", "2203C", "\"payload\""),
-            ("SELECT webhook_claim('p', 'e', 't', '\"str\"'::jsonb, NULL)", "2203C", "\"payload\""),
-            ("SELECT webhook_claim('p', 'e', 't', '42', NULL)", "2203C", "\"body\""),
-            ("SELECT webhook_claim('p', 'e', 't', '{\"a\":', NULL)", "22032", "\"body\""),
-            ("SELECT webhook_claim('p', 'e', 't', '\\xc328'::bytea, NULL)", "22021", "\"body\""),
-            ("SELECT webhook_claim('p', 'e', 't', '{}'::jsonb, NULL, '0 seconds')", "22023", "\"lease\""),
-            ("SELECT webhook_claim('p', 'e', 't', '{}'::jsonb, NULL, '-5 minutes')", "22023", "\"lease\""),
+            (
+                "SELECT webhook_claim(NULL, 'e', 't', '{}'::jsonb, NULL)",
+                "22004",
+                "\"provider\"",
+            ),
+            (
+                "SELECT webhook_claim('p', NULL, 't', '{}'::jsonb, NULL)",
+                "22004",
+                "\"event_id\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', NULL, '{}'::jsonb, NULL)",
+                "22004",
+                "\"event_type\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', NULL::jsonb, NULL)",
+                "22004",
+                "\"payload\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', NULL::bytea, NULL)",
+                "22004",
+                "\"body\"",
+            ),
+            (
+                "SELECT webhook_claim('', 'e', 't', '{}'::jsonb, NULL)",
+                "2200F",
+                "\"provider\"",
+            ),
+            (
+                "SELECT webhook_claim('p', '', 't', '{}'::jsonb, NULL)",
+                "2200F",
+                "\"event_id\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', '', '{}'::jsonb, NULL)",
+                "2200F",
+                "\"event_type\"",
+            ),
+            (
+                "SELECT webhook_claim('p', repeat('x', 256), 't', '{}'::jsonb, NULL)",
+                "22001",
+                "\"event_id\"",
+            ),
+            (
+                "SELECT webhook_claim(repeat('p', 65), 'e', 't', '{}'::jsonb, NULL)",
+                "22001",
+                "\"provider\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', repeat('t', 256), '{}'::jsonb, NULL)",
+                "22001",
+                "\"event_type\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '{}'::jsonb, repeat('s', 8193))",
+                "22001",
+                "\"signature\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '[1, 2]'::jsonb, NULL)",
+                "2203C",
+                "\"payload\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '\"str\"'::jsonb, NULL)",
+                "2203C",
+                "\"payload\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '42', NULL)",
+                "2203C",
+                "\"body\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '{\"a\":', NULL)",
+                "22032",
+                "\"body\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '\\xc328'::bytea, NULL)",
+                "22021",
+                "\"body\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '{}'::jsonb, NULL, '0 seconds')",
+                "22023",
+                "\"lease\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '{}'::jsonb, NULL, '-5 minutes')",
+                "22023",
+                "\"lease\"",
+            ),
         ];
         for (sql, sqlstate, arg) in cases {
             assert_error(sql, sqlstate, arg);
         }
         // Nothing was written by any of them.
-        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM webhook.events"), Ok(Some(0)));
-        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM webhook.deliveries"), Ok(Some(0)));
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM webhook.events"),
+            Ok(Some(0))
+        );
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM webhook.deliveries"),
+            Ok(Some(0))
+        );
     }
 
     #[pg_test]
@@ -214,11 +313,16 @@ mod tests {
             "\"body\"",
         );
         assert_error(
-            &format!("SELECT webhook_claim('p', 'big', 't', convert_to(({big})::text, 'UTF8'), NULL)"),
+            &format!(
+                "SELECT webhook_claim('p', 'big', 't', convert_to(({big})::text, 'UTF8'), NULL)"
+            ),
             "54000",
             "\"body\"",
         );
-        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM webhook.deliveries"), Ok(Some(0)));
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM webhook.deliveries"),
+            Ok(Some(0))
+        );
         // Just under the limit is fine.
         let status = Spi::get_one::<String>(
             "SELECT status FROM webhook_claim('p', 'small', 't', jsonb_build_object('pad', repeat('x', 900)), NULL)",

@@ -38,7 +38,10 @@ mod tests {
         run("SELECT webhook_fail($1, 'card declined')", id);
         assert_eq!(state(id), "failed/FAILED");
         assert_eq!(
-            text_of("SELECT error_message FROM webhook.deliveries WHERE id = $1", id),
+            text_of(
+                "SELECT error_message FROM webhook.deliveries WHERE id = $1",
+                id
+            ),
             Some("card declined".into())
         );
     }
@@ -52,7 +55,10 @@ mod tests {
         run("SELECT webhook_complete($1)", second);
         assert_eq!(state(second), "processed/PROCESSED");
         assert_eq!(
-            text_of("SELECT processing_status FROM webhook.deliveries WHERE id = $1", first),
+            text_of(
+                "SELECT processing_status FROM webhook.deliveries WHERE id = $1",
+                first
+            ),
             Some("FAILED".into())
         );
     }
@@ -87,9 +93,21 @@ mod tests {
         let (current, _, status, _) = claim("stripe", "evt_stale", None);
         assert_eq!(status, "retry");
         let id = stale.to_string();
-        assert_error(&format!("SELECT webhook_complete('{id}')"), "55006", "lost its lease");
-        assert_error(&format!("SELECT webhook_fail('{id}', 'late')"), "55006", "lost its lease");
-        assert_error(&format!("SELECT webhook_extend('{id}', '1 minute')"), "55006", "lost its lease");
+        assert_error(
+            &format!("SELECT webhook_complete('{id}')"),
+            "55006",
+            "lost its lease",
+        );
+        assert_error(
+            &format!("SELECT webhook_fail('{id}', 'late')"),
+            "55006",
+            "lost its lease",
+        );
+        assert_error(
+            &format!("SELECT webhook_extend('{id}', '1 minute')"),
+            "55006",
+            "lost its lease",
+        );
         // The current owner is untouched and can finish.
         run("SELECT webhook_complete($1)", current);
         assert_eq!(state(current), "processed/PROCESSED");
@@ -100,15 +118,35 @@ mod tests {
         let (done, ..) = claim("stripe", "evt_done", None);
         run("SELECT webhook_complete($1)", done);
         let id = done.to_string();
-        assert_error(&format!("SELECT webhook_complete('{id}')"), "55000", "already PROCESSED");
-        assert_error(&format!("SELECT webhook_fail('{id}', 'x')"), "55000", "already PROCESSED");
-        assert_error(&format!("SELECT webhook_extend('{id}', '1 minute')"), "55000", "already PROCESSED");
+        assert_error(
+            &format!("SELECT webhook_complete('{id}')"),
+            "55000",
+            "already PROCESSED",
+        );
+        assert_error(
+            &format!("SELECT webhook_fail('{id}', 'x')"),
+            "55000",
+            "already PROCESSED",
+        );
+        assert_error(
+            &format!("SELECT webhook_extend('{id}', '1 minute')"),
+            "55000",
+            "already PROCESSED",
+        );
 
         let (failed, ..) = claim("stripe", "evt_failed_once", None);
         run("SELECT webhook_fail($1, 'x')", failed);
         let id = failed.to_string();
-        assert_error(&format!("SELECT webhook_complete('{id}')"), "55000", "already FAILED");
-        assert_error(&format!("SELECT webhook_fail('{id}', 'y')"), "55000", "already FAILED");
+        assert_error(
+            &format!("SELECT webhook_complete('{id}')"),
+            "55000",
+            "already FAILED",
+        );
+        assert_error(
+            &format!("SELECT webhook_fail('{id}', 'y')"),
+            "55000",
+            "already FAILED",
+        );
     }
 
     #[pg_test]
@@ -116,14 +154,30 @@ mod tests {
         let (owner, ..) = claim("stripe", "evt_owned", Some("1 hour"));
         let (in_progress, ..) = claim("stripe", "evt_owned", None);
         let id = in_progress.to_string();
-        assert_error(&format!("SELECT webhook_complete('{id}')"), "42501", "\"in_progress\"");
-        assert_error(&format!("SELECT webhook_fail('{id}', 'x')"), "42501", "\"in_progress\"");
-        assert_error(&format!("SELECT webhook_extend('{id}', '1 minute')"), "42501", "\"in_progress\"");
+        assert_error(
+            &format!("SELECT webhook_complete('{id}')"),
+            "42501",
+            "\"in_progress\"",
+        );
+        assert_error(
+            &format!("SELECT webhook_fail('{id}', 'x')"),
+            "42501",
+            "\"in_progress\"",
+        );
+        assert_error(
+            &format!("SELECT webhook_extend('{id}', '1 minute')"),
+            "42501",
+            "\"in_progress\"",
+        );
 
         run("SELECT webhook_complete($1)", owner);
         let (duplicate, ..) = claim("stripe", "evt_owned", None);
         let id = duplicate.to_string();
-        assert_error(&format!("SELECT webhook_complete('{id}')"), "42501", "\"duplicate\"");
+        assert_error(
+            &format!("SELECT webhook_complete('{id}')"),
+            "42501",
+            "\"duplicate\"",
+        );
     }
 
     #[pg_test]
@@ -132,23 +186,65 @@ mod tests {
         let id = id.to_string();
         let unknown = "00000000-0000-4000-8000-000000000000";
         let cases = [
-            ("SELECT webhook_complete(NULL)".to_string(), "22004", "\"id\""),
-            ("SELECT webhook_fail(NULL, 'x')".to_string(), "22004", "\"id\""),
-            (format!("SELECT webhook_fail('{id}', NULL)"), "22004", "\"err\""),
-            ("SELECT webhook_extend(NULL, '1 minute')".to_string(), "22004", "\"id\""),
-            (format!("SELECT webhook_extend('{id}', NULL)"), "22004", "\"lease\""),
-            (format!("SELECT webhook_extend('{id}', '0 seconds')"), "22023", "\"lease\""),
-            (format!("SELECT webhook_extend('{id}', '-1 minute')"), "22023", "\"lease\""),
-            (format!("SELECT webhook_complete('{unknown}')"), "P0002", "no delivery"),
-            (format!("SELECT webhook_fail('{unknown}', 'x')"), "P0002", "no delivery"),
-            (format!("SELECT webhook_extend('{unknown}', '1 minute')"), "P0002", "no delivery"),
+            (
+                "SELECT webhook_complete(NULL)".to_string(),
+                "22004",
+                "\"id\"",
+            ),
+            (
+                "SELECT webhook_fail(NULL, 'x')".to_string(),
+                "22004",
+                "\"id\"",
+            ),
+            (
+                format!("SELECT webhook_fail('{id}', NULL)"),
+                "22004",
+                "\"err\"",
+            ),
+            (
+                "SELECT webhook_extend(NULL, '1 minute')".to_string(),
+                "22004",
+                "\"id\"",
+            ),
+            (
+                format!("SELECT webhook_extend('{id}', NULL)"),
+                "22004",
+                "\"lease\"",
+            ),
+            (
+                format!("SELECT webhook_extend('{id}', '0 seconds')"),
+                "22023",
+                "\"lease\"",
+            ),
+            (
+                format!("SELECT webhook_extend('{id}', '-1 minute')"),
+                "22023",
+                "\"lease\"",
+            ),
+            (
+                format!("SELECT webhook_complete('{unknown}')"),
+                "P0002",
+                "no delivery",
+            ),
+            (
+                format!("SELECT webhook_fail('{unknown}', 'x')"),
+                "P0002",
+                "no delivery",
+            ),
+            (
+                format!("SELECT webhook_extend('{unknown}', '1 minute')"),
+                "P0002",
+                "no delivery",
+            ),
         ];
         for (sql, sqlstate, needle) in &cases {
             assert_error(sql, sqlstate, needle);
         }
         // The claim is untouched by all of that.
         assert_eq!(
-            Spi::get_one::<String>("SELECT status::text FROM webhook.events WHERE event_id = 'evt_args'"),
+            Spi::get_one::<String>(
+                "SELECT status::text FROM webhook.events WHERE event_id = 'evt_args'"
+            ),
             Ok(Some("processing".into()))
         );
     }

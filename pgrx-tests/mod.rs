@@ -8,8 +8,8 @@ mod operations_tests;
 mod receive_tests;
 mod roles_tests;
 mod schema_tests;
-mod verify_tests;
 mod signature_tests;
+mod verify_tests;
 
 use pgrx::prelude::*;
 
@@ -47,7 +47,11 @@ pub fn assert_error(sql: &str, sqlstate: &str, needle: &str) {
 }
 
 /// One claim: (id, claimed, status, attempts).
-pub fn claim(provider: &str, event_id: &str, lease: Option<&str>) -> (pgrx::Uuid, bool, String, i32) {
+pub fn claim(
+    provider: &str,
+    event_id: &str,
+    lease: Option<&str>,
+) -> (pgrx::Uuid, bool, String, i32) {
     let row = Spi::connect_mut(|client| {
         let rows = client.update(
             "SELECT id, claimed, status, attempts

@@ -18,16 +18,25 @@ mod tests {
             run("SELECT webhook_fail($1, 'boom')", id);
             let (next, claimed, status, attempts) = claim("stripe", "evt_dead", None);
             if attempt < 3 {
-                assert_eq!((claimed, status.as_str(), attempts), (true, "retry", attempt + 1));
+                assert_eq!(
+                    (claimed, status.as_str(), attempts),
+                    (true, "retry", attempt + 1)
+                );
                 id = next;
             } else {
                 assert_eq!((claimed, status.as_str(), attempts), (false, "dead", 3));
             }
         }
-        assert_eq!(count("SELECT count(*) FROM webhook.dead_letters WHERE event_id = 'evt_dead'"), 1);
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.dead_letters WHERE event_id = 'evt_dead'"),
+            1
+        );
         assert_eq!(count("SELECT count(*) FROM webhook.deliveries WHERE event_id = 'evt_dead' AND claim_status = 'dead'"), 1);
         assert_eq!(
-            text_of("SELECT processing_status FROM webhook.deliveries WHERE id = $1", id),
+            text_of(
+                "SELECT processing_status FROM webhook.deliveries WHERE id = $1",
+                id
+            ),
             Some("FAILED".into()),
             "the last attempt's own record"
         );
@@ -36,10 +45,21 @@ mod tests {
         let (retry, claimed, status, attempts) = claim("stripe", "evt_dead", None);
         assert_eq!((claimed, status.as_str(), attempts), (true, "retry", 1));
         run("SELECT webhook_complete($1)", retry);
-        assert_eq!(count("SELECT requeues FROM webhook.events WHERE event_id = 'evt_dead'"), 1);
+        assert_eq!(
+            count("SELECT requeues FROM webhook.events WHERE event_id = 'evt_dead'"),
+            1
+        );
         // Never twice: a processed event is not requeued.
-        assert_error("SELECT webhook_requeue('stripe', 'evt_dead')", "55000", "only dead or failed");
-        assert_error("SELECT webhook_requeue('stripe', 'nope')", "P0002", "no event");
+        assert_error(
+            "SELECT webhook_requeue('stripe', 'evt_dead')",
+            "55000",
+            "only dead or failed",
+        );
+        assert_error(
+            "SELECT webhook_requeue('stripe', 'nope')",
+            "P0002",
+            "no event",
+        );
     }
 
     #[pg_test]
@@ -49,7 +69,10 @@ mod tests {
         Spi::run("SELECT pg_sleep(0.02)").unwrap();
         let (_, claimed, status, _) = claim("slack", "ev_expire", None);
         assert_eq!((claimed, status.as_str()), (false, "dead"));
-        assert_eq!(count("SELECT count(*) FROM webhook.dead_letters WHERE event_id = 'ev_expire'"), 1);
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.dead_letters WHERE event_id = 'ev_expire'"),
+            1
+        );
     }
 
     #[pg_test]
@@ -74,7 +97,9 @@ mod tests {
         assert_eq!(result, Ok(Some("42".into())));
         let (big, ..) = claim("stripe", "evt_big_result", None);
         assert_error(
-            &format!("SELECT webhook_complete('{big}', jsonb_build_object('x', repeat('y', 70000)))"),
+            &format!(
+                "SELECT webhook_complete('{big}', jsonb_build_object('x', repeat('y', 70000)))"
+            ),
             "22001",
             "\"result\"",
         );
@@ -87,9 +112,16 @@ mod tests {
         // Same payload (claim's helper sends {"k": 1}): not flagged.
         claim("paddle", "evt_mismatch", None);
         // Same content, other key order and spacing: not flagged either.
-        Spi::run("SELECT webhook_claim('paddle', 'evt_mismatch', 't', '{ \"k\" : 1 }', NULL)").unwrap();
-        Spi::run("SELECT webhook_claim('paddle', 'evt_mismatch', 't', '{\"k\": 2}'::jsonb, NULL)").unwrap();
-        assert_eq!(count("SELECT count(*) FROM webhook.payload_mismatches WHERE event_id = 'evt_mismatch'"), 1);
+        Spi::run("SELECT webhook_claim('paddle', 'evt_mismatch', 't', '{ \"k\" : 1 }', NULL)")
+            .unwrap();
+        Spi::run("SELECT webhook_claim('paddle', 'evt_mismatch', 't', '{\"k\": 2}'::jsonb, NULL)")
+            .unwrap();
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM webhook.payload_mismatches WHERE event_id = 'evt_mismatch'"
+            ),
+            1
+        );
         assert_eq!(
             count("SELECT (payload->>'k')::int8 FROM webhook.payload_mismatches WHERE event_id = 'evt_mismatch'"),
             2
@@ -105,8 +137,16 @@ mod tests {
         run("SELECT webhook_complete($1)", done);
         Spi::run("SELECT pg_sleep(0.02)").unwrap();
 
-        assert_eq!(count("SELECT count(*) FROM webhook.recent_failures WHERE error_message = 'bad gateway'"), 1);
-        assert_eq!(count("SELECT count(*) FROM webhook.stuck_claims WHERE event_id = 'd-stuck'"), 1);
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM webhook.recent_failures WHERE error_message = 'bad gateway'"
+            ),
+            1
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.stuck_claims WHERE event_id = 'd-stuck'"),
+            1
+        );
         let stats = Spi::get_three::<i64, i64, i64>(
             "SELECT processed, processing, failed FROM webhook.provider_stats WHERE provider = 'github'",
         )
@@ -129,8 +169,13 @@ mod tests {
         )
         .unwrap();
 
-        let purged = Spi::get_one::<i64>("SELECT webhook_purge('90 days', batch_size => 1)").unwrap();
-        assert_eq!(purged, Some(2), "both deliveries of the old processed event, one per batch");
+        let purged =
+            Spi::get_one::<i64>("SELECT webhook_purge('90 days', batch_size => 1)").unwrap();
+        assert_eq!(
+            purged,
+            Some(2),
+            "both deliveries of the old processed event, one per batch"
+        );
         let left = Spi::get_one::<String>(
             "SELECT string_agg(DISTINCT event_id, ',' ORDER BY event_id) FROM webhook.deliveries",
         );
@@ -140,6 +185,10 @@ mod tests {
         assert_eq!(status, "duplicate");
         assert_eq!(count("SELECT count(*) FROM webhook.events"), 3);
         assert_error("SELECT webhook_purge('0 days')", "22023", "\"older_than\"");
-        assert_error("SELECT webhook_purge('1 day', 0)", "22023", "\"batch_size\"");
+        assert_error(
+            "SELECT webhook_purge('1 day', 0)",
+            "22023",
+            "\"batch_size\"",
+        );
     }
 }

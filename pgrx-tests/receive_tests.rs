@@ -17,7 +17,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             row,
-            (Some("github".into()), Some("header:X-GitHub-Delivery".into()), Some("header:X-GitHub-Event".into()))
+            (
+                Some("github".into()),
+                Some("header:X-GitHub-Delivery".into()),
+                Some("header:X-GitHub-Event".into())
+            )
         );
         for (name, scheme, id_from) in [
             ("stripe", "stripe", "body:id"),
@@ -43,15 +47,24 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(!listed.contains("gh-secret"), "{listed}");
-        let fingerprint = Spi::get_one::<String>("SELECT left(encode(sha256('gh-secret'), 'hex'), 16)").unwrap().unwrap();
-        assert!(listed.contains(&fingerprint), "listed by fingerprint: {listed}");
+        let fingerprint =
+            Spi::get_one::<String>("SELECT left(encode(sha256('gh-secret'), 'hex'), 16)")
+                .unwrap()
+                .unwrap();
+        assert!(
+            listed.contains(&fingerprint),
+            "listed by fingerprint: {listed}"
+        );
     }
 
     #[pg_test]
     fn a_signed_delivery_is_claimed_then_a_duplicate() {
         register_test_providers();
         let headers = github_headers("d-1", "pull_request", BODY, "gh-secret");
-        assert_eq!(receive("github", &headers, BODY), ("claimed".into(), 200, "ok".into()));
+        assert_eq!(
+            receive("github", &headers, BODY),
+            ("claimed".into(), 200, "ok".into())
+        );
         let (event_type, signature, has_headers) = Spi::get_three::<String, String, bool>(
             "SELECT event_type, signature, headers ? 'X-GitHub-Event' FROM webhook.deliveries WHERE event_id = 'd-1'",
         )
@@ -60,9 +73,15 @@ mod tests {
         assert!(signature.unwrap().starts_with("sha256="));
         assert_eq!(has_headers, Some(true));
         // Still running: a redelivery is in progress (409).
-        assert_eq!(receive("github", &headers, BODY), ("in_progress".into(), 409, "ok".into()));
+        assert_eq!(
+            receive("github", &headers, BODY),
+            ("in_progress".into(), 409, "ok".into())
+        );
         Spi::run("SELECT webhook_complete(id, '{\"pr\": 7}') FROM webhook.deliveries WHERE event_id = 'd-1' AND claim_status = 'claimed'").unwrap();
-        assert_eq!(receive("github", &headers, BODY), ("duplicate".into(), 200, "ok".into()));
+        assert_eq!(
+            receive("github", &headers, BODY),
+            ("duplicate".into(), 200, "ok".into())
+        );
         // The stored result comes back with the duplicate.
         let result = Spi::get_one::<String>(&format!(
             "SELECT result->>'pr' FROM webhook_receive('github', {headers}, convert_to('{BODY}', 'UTF8'))"
@@ -74,21 +93,42 @@ mod tests {
     fn bad_deliveries_are_rejected_and_archived_without_a_claim() {
         register_test_providers();
         let forged = github_headers("d-2", "push", BODY, "not-the-secret");
-        assert_eq!(receive("github", &forged, BODY), ("rejected".into(), 401, "bad_signature".into()));
+        assert_eq!(
+            receive("github", &forged, BODY),
+            ("rejected".into(), 401, "bad_signature".into())
+        );
         let unsigned = "'{\"X-GitHub-Delivery\": \"d-3\", \"X-GitHub-Event\": \"push\"}'::jsonb";
-        assert_eq!(receive("github", unsigned, BODY), ("rejected".into(), 401, "missing_header".into()));
+        assert_eq!(
+            receive("github", unsigned, BODY),
+            ("rejected".into(), 401, "missing_header".into())
+        );
         let not_json = "not json";
         let signed_not_json = github_headers("d-4", "push", not_json, "gh-secret");
-        assert_eq!(receive("github", &signed_not_json, not_json), ("rejected".into(), 400, "malformed_body".into()));
+        assert_eq!(
+            receive("github", &signed_not_json, not_json),
+            ("rejected".into(), 400, "malformed_body".into())
+        );
         let no_id = "jsonb_build_object('X-GitHub-Event', 'push', 'X-Hub-Signature-256',
                          'sha256=' || encode(hmac('{}', 'gh-secret', 'sha256'), 'hex'))";
-        assert_eq!(receive("github", no_id, "{}"), ("rejected".into(), 400, "missing_event_id".into()));
+        assert_eq!(
+            receive("github", no_id, "{}"),
+            ("rejected".into(), 400, "missing_event_id".into())
+        );
 
-        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM webhook.events"), Ok(Some(0)), "nothing claimed");
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM webhook.events"),
+            Ok(Some(0)),
+            "nothing claimed"
+        );
         let reasons = Spi::get_one::<String>(
             "SELECT string_agg(reason, ',' ORDER BY reason) FROM webhook.rejected_deliveries",
         );
-        assert_eq!(reasons, Ok(Some("bad_signature,malformed_body,missing_event_id,missing_header".into())));
+        assert_eq!(
+            reasons,
+            Ok(Some(
+                "bad_signature,malformed_body,missing_event_id,missing_header".into()
+            ))
+        );
     }
 
     #[pg_test]
@@ -102,10 +142,21 @@ mod tests {
                     FROM (SELECT (extract(epoch FROM now())::bigint + {offset})::text AS ts) t)"
             )
         };
-        assert_eq!(receive("stripe", &at(-3600), body), ("rejected".into(), 401, "timestamp_too_old".into()));
-        assert_eq!(receive("stripe", &at(0), body), ("claimed".into(), 200, "ok".into()));
-        let event = Spi::get_two::<String, String>("SELECT event_id, event_type FROM webhook.events WHERE provider = 'stripe'");
-        assert_eq!(event, Ok((Some("evt_stale".into()), Some("charge.succeeded".into()))));
+        assert_eq!(
+            receive("stripe", &at(-3600), body),
+            ("rejected".into(), 401, "timestamp_too_old".into())
+        );
+        assert_eq!(
+            receive("stripe", &at(0), body),
+            ("claimed".into(), 200, "ok".into())
+        );
+        let event = Spi::get_two::<String, String>(
+            "SELECT event_id, event_type FROM webhook.events WHERE provider = 'stripe'",
+        );
+        assert_eq!(
+            event,
+            Ok((Some("evt_stale".into()), Some("charge.succeeded".into())))
+        );
     }
 
     #[pg_test]
@@ -114,15 +165,25 @@ mod tests {
         let old = github_headers("d-rot-1", "push", BODY, "gh-secret");
         Spi::run("SELECT webhook_add_secret('github', 'gh-secret-2')").unwrap();
         let new = github_headers("d-rot-2", "push", BODY, "gh-secret-2");
-        assert_eq!(receive("github", &old, BODY).1, 200, "old secret still active");
+        assert_eq!(
+            receive("github", &old, BODY).1,
+            200,
+            "old secret still active"
+        );
         assert_eq!(receive("github", &new, BODY).1, 200, "new secret active");
         Spi::run("SELECT webhook_retire_secret('github', 'gh-secret')").unwrap();
         let old_again = github_headers("d-rot-3", "push", BODY, "gh-secret");
-        assert_eq!(receive("github", &old_again, BODY), ("rejected".into(), 401, "bad_signature".into()));
+        assert_eq!(
+            receive("github", &old_again, BODY),
+            ("rejected".into(), 401, "bad_signature".into())
+        );
         // Retiring by fingerprint works too.
         Spi::run("SELECT webhook_retire_secret('github', left(encode(sha256('gh-secret-2'), 'hex'), 16))").unwrap();
         let none = github_headers("d-rot-4", "push", BODY, "gh-secret-2");
-        assert_eq!(receive("github", &none, BODY), ("rejected".into(), 401, "no_secret".into()));
+        assert_eq!(
+            receive("github", &none, BODY),
+            ("rejected".into(), 401, "no_secret".into())
+        );
     }
 
     #[pg_test]

@@ -35,7 +35,11 @@ mod tests {
         let received = Spi::get_one::<i32>(
             "SELECT http_status FROM webhook_receive('github', '{}'::jsonb, '\\x7b7d'::bytea)",
         );
-        assert_eq!(received, Ok(Some(401)), "webhook_receive is callable, and rejects the unsigned");
+        assert_eq!(
+            received,
+            Ok(Some(401)),
+            "webhook_receive is callable, and rejects the unsigned"
+        );
     }
 
     #[pg_test]
@@ -68,7 +72,9 @@ mod tests {
             "no delivery",
         );
         Spi::run("RESET ROLE").unwrap();
-        let status = Spi::get_one::<String>("SELECT status::text FROM webhook.events WHERE event_id = 'evt_guarded'");
+        let status = Spi::get_one::<String>(
+            "SELECT status::text FROM webhook.events WHERE event_id = 'evt_guarded'",
+        );
         assert_eq!(status, Ok(Some("processing".into())));
         let _ = id;
     }
@@ -91,11 +97,27 @@ mod tests {
             "SELECT webhook_requeue('stripe', 'evt_ops')",
             "SELECT webhook_purge('90 days')",
         ] {
-            assert_eq!(Spi::get_one::<String>(&format!("SELECT error_of($${sql}$$)")), Ok(None), "{sql}");
+            assert_eq!(
+                Spi::get_one::<String>(&format!("SELECT error_of($${sql}$$)")),
+                Ok(None),
+                "{sql}"
+            );
         }
-        assert_error("SELECT secret FROM webhook.provider_secrets", "42501", "permission denied");
-        assert_error("SELECT webhook_claim('stripe', 'e', 't', '{}'::jsonb, NULL)", "42501", "permission denied");
-        assert_error("UPDATE webhook.events SET status = 'processed'", "42501", "permission denied");
+        assert_error(
+            "SELECT secret FROM webhook.provider_secrets",
+            "42501",
+            "permission denied",
+        );
+        assert_error(
+            "SELECT webhook_claim('stripe', 'e', 't', '{}'::jsonb, NULL)",
+            "42501",
+            "permission denied",
+        );
+        assert_error(
+            "UPDATE webhook.events SET status = 'processed'",
+            "42501",
+            "permission denied",
+        );
     }
 
     #[pg_test]
@@ -133,7 +155,14 @@ mod tests {
         let lease_sane = Spi::get_one::<bool>(
             "SELECT processed_at < now() + interval '1 day' FROM webhook.events WHERE event_id = 'evt_path'",
         );
-        assert_eq!(lease_sane, Ok(Some(true)), "the real tables and clock were used");
-        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM evil.events"), Ok(Some(0)));
+        assert_eq!(
+            lease_sane,
+            Ok(Some(true)),
+            "the real tables and clock were used"
+        );
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM evil.events"),
+            Ok(Some(0))
+        );
     }
 }

@@ -22,14 +22,13 @@ mod tests {
 
     #[pg_test]
     fn dedup_is_the_primary_key_of_events() {
-        let def: String = one(
-            "SELECT pg_get_constraintdef(oid) FROM pg_constraint
-              WHERE conrelid = 'webhook.events'::regclass AND contype = 'p'",
-        );
+        let def: String = one("SELECT pg_get_constraintdef(oid) FROM pg_constraint
+              WHERE conrelid = 'webhook.events'::regclass AND contype = 'p'");
         assert_eq!(def, "PRIMARY KEY (provider, event_id)");
     }
 
-    const TOUCHING_STATE: &str = "('webhook_receive', 'webhook_claim', 'webhook_complete', 'webhook_fail',
+    const TOUCHING_STATE: &str =
+        "('webhook_receive', 'webhook_claim', 'webhook_complete', 'webhook_fail',
         'webhook_extend', 'webhook_requeue', 'webhook_purge', 'webhook_register_provider',
         'webhook_add_secret', 'webhook_retire_secret', 'webhook_providers')";
 
@@ -49,8 +48,13 @@ mod tests {
             .map(|r| r.get::<String>(1).unwrap().unwrap())
             .collect()
         });
-        assert!(bad.is_empty(), "not SECURITY DEFINER with a pinned search_path: {bad:?}");
-        let count: i64 = one(&format!("SELECT count(*) FROM pg_proc WHERE proname IN {TOUCHING_STATE}"));
+        assert!(
+            bad.is_empty(),
+            "not SECURITY DEFINER with a pinned search_path: {bad:?}"
+        );
+        let count: i64 = one(&format!(
+            "SELECT count(*) FROM pg_proc WHERE proname IN {TOUCHING_STATE}"
+        ));
         assert_eq!(count, 14, "every overload is covered");
     }
 
@@ -85,7 +89,10 @@ mod tests {
         let dumped: i64 = one(
             "SELECT cardinality(extconfig) FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
         );
-        assert_eq!(dumped, 5, "events, delivery_log, delivery_failures, providers, provider_secrets");
+        assert_eq!(
+            dumped, 5,
+            "events, delivery_log, delivery_failures, providers, provider_secrets"
+        );
     }
 
     #[pg_test]

@@ -13,7 +13,9 @@ mod tests {
                           ea2505549758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737";
 
     fn verify(sql_args: &str) -> bool {
-        Spi::get_one::<bool>(&format!("SELECT verify_hmac({sql_args})")).unwrap().unwrap()
+        Spi::get_one::<bool>(&format!("SELECT verify_hmac({sql_args})"))
+            .unwrap()
+            .unwrap()
     }
 
     const DATA: &str = "'what do ya want for nothing?'";
@@ -24,7 +26,9 @@ mod tests {
         assert!(verify(&format!("'Jefe', {DATA}, '{SHA256}', 'sha256'")));
         assert!(verify(&format!("'Jefe', {DATA}, '{SHA1}', 'sha1'")));
         assert!(verify(&format!("'Jefe', {DATA}, '{SHA512}', 'sha512'")));
-        assert!(verify(&format!("'Jefe', convert_to({DATA}, 'UTF8'), '{SHA256}'")));
+        assert!(verify(&format!(
+            "'Jefe', convert_to({DATA}, 'UTF8'), '{SHA256}'"
+        )));
     }
 
     #[pg_test]
@@ -32,7 +36,9 @@ mod tests {
         let b64 = format!("encode(decode('{SHA256}', 'hex'), 'base64')");
         assert!(verify(&format!("'Jefe', {DATA}, {b64}")));
         assert!(verify(&format!("'Jefe', {DATA}, rtrim({b64}, '=')")));
-        assert!(verify(&format!("'Jefe', {DATA}, translate({b64}, '+/', '-_')")));
+        assert!(verify(&format!(
+            "'Jefe', {DATA}, translate({b64}, '+/', '-_')"
+        )));
         assert!(verify(&format!("'Jefe', {DATA}, upper('{SHA256}')")));
         assert!(verify(&format!("'Jefe', {DATA}, 'sha256={SHA256}'")));
         assert!(verify(&format!("'Jefe', {DATA}, 'sha1={SHA1}', 'SHA1'")));
@@ -44,22 +50,64 @@ mod tests {
         flipped.replace_range(0..1, "4");
         assert!(!verify(&format!("'Jefe', {DATA}, '{flipped}'")));
         assert!(!verify(&format!("'Jefd', {DATA}, '{SHA256}'")));
-        assert!(!verify(&format!("'Jefe', 'what do ya want for nothing!', '{SHA256}'")));
+        assert!(!verify(&format!(
+            "'Jefe', 'what do ya want for nothing!', '{SHA256}'"
+        )));
     }
 
     #[pg_test]
     fn verify_refuses_bad_arguments_with_their_own_sqlstate() {
         let cases = [
-            (format!("SELECT verify_hmac(NULL, {DATA}, '{SHA256}')"), "22004", "\"secret\""),
-            (format!("SELECT verify_hmac('', {DATA}, '{SHA256}')"), "2200F", "\"secret\""),
-            (format!("SELECT verify_hmac('k', NULL::bytea, '{SHA256}')"), "22004", "\"payload\""),
-            (format!("SELECT verify_hmac('k', {DATA}, NULL)"), "22004", "\"signature\""),
-            (format!("SELECT verify_hmac('k', {DATA}, '{SHA256}', NULL)"), "22004", "\"algorithm\""),
-            (format!("SELECT verify_hmac('k', {DATA}, '{SHA256}', 'md5')"), "42704", "\"algorithm\""),
-            (format!("SELECT verify_hmac('k', {DATA}, 'not-a-signature')"), "22P02", "\"signature\""),
-            (format!("SELECT verify_hmac('k', {DATA}, '{}')", &SHA256[..62]), "22P02", "\"signature\""),
-            (format!("SELECT verify_hmac('k', {DATA}, 'sha1={SHA256}')"), "22P02", "\"signature\""),
-            (format!("SELECT verify_hmac('k', {DATA}, '{SHA1}')"), "22P02", "\"signature\""),
+            (
+                format!("SELECT verify_hmac(NULL, {DATA}, '{SHA256}')"),
+                "22004",
+                "\"secret\"",
+            ),
+            (
+                format!("SELECT verify_hmac('', {DATA}, '{SHA256}')"),
+                "2200F",
+                "\"secret\"",
+            ),
+            (
+                format!("SELECT verify_hmac('k', NULL::bytea, '{SHA256}')"),
+                "22004",
+                "\"payload\"",
+            ),
+            (
+                format!("SELECT verify_hmac('k', {DATA}, NULL)"),
+                "22004",
+                "\"signature\"",
+            ),
+            (
+                format!("SELECT verify_hmac('k', {DATA}, '{SHA256}', NULL)"),
+                "22004",
+                "\"algorithm\"",
+            ),
+            (
+                format!("SELECT verify_hmac('k', {DATA}, '{SHA256}', 'md5')"),
+                "42704",
+                "\"algorithm\"",
+            ),
+            (
+                format!("SELECT verify_hmac('k', {DATA}, 'not-a-signature')"),
+                "22P02",
+                "\"signature\"",
+            ),
+            (
+                format!("SELECT verify_hmac('k', {DATA}, '{}')", &SHA256[..62]),
+                "22P02",
+                "\"signature\"",
+            ),
+            (
+                format!("SELECT verify_hmac('k', {DATA}, 'sha1={SHA256}')"),
+                "22P02",
+                "\"signature\"",
+            ),
+            (
+                format!("SELECT verify_hmac('k', {DATA}, '{SHA1}')"),
+                "22P02",
+                "\"signature\"",
+            ),
         ];
         for (sql, sqlstate, needle) in &cases {
             assert_error(sql, sqlstate, needle);

@@ -17,7 +17,8 @@ mod tests {
     use crate::in_db_tests::assert_error;
     use pgrx::prelude::*;
 
-    const GITHUB_SIG: &str = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+    const GITHUB_SIG: &str =
+        "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
     const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     const SW_SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
 
@@ -30,7 +31,9 @@ mod tests {
     }
 
     fn github(headers: &str, body: &str, secrets: &str) -> (bool, String) {
-        detail(&format!("'github', '{headers}'::jsonb, convert_to('{body}', 'UTF8'), {secrets}"))
+        detail(&format!(
+            "'github', '{headers}'::jsonb, convert_to('{body}', 'UTF8'), {secrets}"
+        ))
     }
 
     fn standard(headers: &str, tolerance: &str) -> (bool, String) {
@@ -49,16 +52,33 @@ mod tests {
     fn github_published_vector() {
         let secret = "ARRAY['It''s a Secret to Everybody']";
         let headers = format!(r#"{{"X-Hub-Signature-256": "{GITHUB_SIG}"}}"#);
-        assert_eq!(github(&headers, "Hello, World!", secret), (true, "ok".into()));
+        assert_eq!(
+            github(&headers, "Hello, World!", secret),
+            (true, "ok".into())
+        );
         // Header names are case-insensitive.
         let lower = format!(r#"{{"x-hub-signature-256": "{GITHUB_SIG}"}}"#);
         assert_eq!(github(&lower, "Hello, World!", secret), (true, "ok".into()));
         // One byte of the body or the secret changed.
-        assert_eq!(github(&headers, "Hello, World?", secret), (false, "bad_signature".into()));
-        assert_eq!(github(&headers, "Hello, World!", "ARRAY['It''s a Secret to Everybodz']"), (false, "bad_signature".into()));
+        assert_eq!(
+            github(&headers, "Hello, World?", secret),
+            (false, "bad_signature".into())
+        );
+        assert_eq!(
+            github(
+                &headers,
+                "Hello, World!",
+                "ARRAY['It''s a Secret to Everybodz']"
+            ),
+            (false, "bad_signature".into())
+        );
         // Rotation: the right secret anywhere in the list.
         assert_eq!(
-            github(&headers, "Hello, World!", "ARRAY['old-secret', NULL, 'It''s a Secret to Everybody']"),
+            github(
+                &headers,
+                "Hello, World!",
+                "ARRAY['old-secret', NULL, 'It''s a Secret to Everybody']"
+            ),
             (true, "ok".into())
         );
         let ok = Spi::get_one::<bool>(&format!(
@@ -70,12 +90,25 @@ mod tests {
     #[pg_test]
     fn standard_webhooks_published_vector() {
         // Signed in 2021: authentic, but a replay today.
-        assert_eq!(standard(&sw_headers("webhook", SW_SIG), "5 minutes"), (false, "timestamp_too_old".into()));
-        assert_eq!(standard(&sw_headers("webhook", SW_SIG), "100 years"), (true, "ok".into()));
-        assert_eq!(standard(&sw_headers("svix", SW_SIG), "100 years"), (true, "ok".into()));
+        assert_eq!(
+            standard(&sw_headers("webhook", SW_SIG), "5 minutes"),
+            (false, "timestamp_too_old".into())
+        );
+        assert_eq!(
+            standard(&sw_headers("webhook", SW_SIG), "100 years"),
+            (true, "ok".into())
+        );
+        assert_eq!(
+            standard(&sw_headers("svix", SW_SIG), "100 years"),
+            (true, "ok".into())
+        );
         // Several signatures in the header: any valid one passes.
-        let several = format!("v1,Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4Zm9vYmFyYmE= v1a,ignored {SW_SIG}");
-        assert_eq!(standard(&sw_headers("webhook", &several), "100 years"), (true, "ok".into()));
+        let several =
+            format!("v1,Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4Zm9vYmFyYmE= v1a,ignored {SW_SIG}");
+        assert_eq!(
+            standard(&sw_headers("webhook", &several), "100 years"),
+            (true, "ok".into())
+        );
         let signed_at = Spi::get_one::<String>(&format!(
             "SELECT signed_at::text FROM webhook_verify_detail('standard', '{}'::jsonb,
                  convert_to('{{\"test\": 2432232314}}', 'UTF8'), ARRAY['{SW_SECRET}'])",
@@ -135,11 +168,20 @@ mod tests {
     fn timestamps_are_checked_in_both_directions() {
         assert_eq!(slack_at(0, "5 minutes"), (true, "ok".into()));
         assert_eq!(slack_at(-240, "5 minutes"), (true, "ok".into()));
-        assert_eq!(slack_at(-3600, "5 minutes"), (false, "timestamp_too_old".into()));
-        assert_eq!(slack_at(3600, "5 minutes"), (false, "timestamp_in_future".into()));
+        assert_eq!(
+            slack_at(-3600, "5 minutes"),
+            (false, "timestamp_too_old".into())
+        );
+        assert_eq!(
+            slack_at(3600, "5 minutes"),
+            (false, "timestamp_in_future".into())
+        );
         // The tolerance is the caller's: a tight one (Paddle's SDK default is
         // 5 seconds) and a generous one.
-        assert_eq!(slack_at(-30, "5 seconds"), (false, "timestamp_too_old".into()));
+        assert_eq!(
+            slack_at(-30, "5 seconds"),
+            (false, "timestamp_too_old".into())
+        );
         assert_eq!(slack_at(-3600, "2 hours"), (true, "ok".into()));
     }
 
@@ -149,10 +191,24 @@ mod tests {
         let args = |scheme: &str| {
             format!("'{scheme}', '{headers}'::jsonb, convert_to('Hello, World!', 'UTF8'), ARRAY['It''s a Secret to Everybody']")
         };
-        assert_eq!(detail(&args("hmac;header=X-Signature;prefix=sha256=")), (true, "ok".into()));
-        assert_eq!(detail(&args("hmac;header=x-signature;algorithm=sha256;encoding=hex;prefix=sha256=")), (true, "ok".into()));
-        assert_eq!(detail(&args("hmac;header=X-Signature")), (false, "malformed_header".into()));
-        assert_eq!(detail(&args("hmac;header=X-Other;prefix=sha256=")), (false, "missing_header".into()));
+        assert_eq!(
+            detail(&args("hmac;header=X-Signature;prefix=sha256=")),
+            (true, "ok".into())
+        );
+        assert_eq!(
+            detail(&args(
+                "hmac;header=x-signature;algorithm=sha256;encoding=hex;prefix=sha256="
+            )),
+            (true, "ok".into())
+        );
+        assert_eq!(
+            detail(&args("hmac;header=X-Signature")),
+            (false, "malformed_header".into())
+        );
+        assert_eq!(
+            detail(&args("hmac;header=X-Other;prefix=sha256=")),
+            (false, "missing_header".into())
+        );
     }
 
     #[pg_test]

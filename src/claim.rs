@@ -12,7 +12,9 @@
 
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
-use crate::input::{self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES};
+use crate::input::{
+    self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES,
+};
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
 use pgrx::datum::{DatumWithOid, Interval};
@@ -99,9 +101,16 @@ fn webhook_claim(
     let payload = input::required(FUNCTION, "payload", payload)?;
     input::payload_size(FUNCTION, "payload", payload.size())?;
     if !payload.is_object() {
-        return Err(WebhookError::NotAnObject { function: FUNCTION, arg: "payload", found: payload.kind() }.into());
+        return Err(WebhookError::NotAnObject {
+            function: FUNCTION,
+            arg: "payload",
+            found: payload.kind(),
+        }
+        .into());
     }
-    claim_row(provider, event_id, event_type, payload, None, signature, lease)
+    claim_row(
+        provider, event_id, event_type, payload, None, signature, lease,
+    )
 }
 
 /// Claim a delivery given its raw body, kept byte for byte in the archive so
@@ -131,7 +140,15 @@ fn webhook_claim_raw(
     let body = input::required(FUNCTION, "body", body)?;
     input::payload_size(FUNCTION, "body", body.len())?;
     let payload = parse_body(body)?;
-    claim_row(provider, event_id, event_type, payload, Some(body), signature, lease)
+    claim_row(
+        provider,
+        event_id,
+        event_type,
+        payload,
+        Some(body),
+        signature,
+        lease,
+    )
 }
 
 /// Text form of the raw-body claim: an untyped literal or a client's string
@@ -158,7 +175,14 @@ fn webhook_claim_text(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    webhook_claim_raw(provider, event_id, event_type, body.map(str::as_bytes), signature, lease)
+    webhook_claim_raw(
+        provider,
+        event_id,
+        event_type,
+        body.map(str::as_bytes),
+        signature,
+        lease,
+    )
 }
 
 pub fn parse_body(body: &[u8]) -> Result<RawJsonb> {
@@ -173,11 +197,15 @@ pub fn parse_body(body: &[u8]) -> Result<RawJsonb> {
     // SAFETY: jsonb_in takes a NUL-terminated C string and returns a jsonb
     // datum allocated in the current memory context, or raises an ERROR.
     let datum = unsafe {
-        pgrx::direct_function_call_as_datum(pg_sys::jsonb_in, &[Some(pg_sys::Datum::from(cstring.as_ptr()))])
+        pgrx::direct_function_call_as_datum(
+            pg_sys::jsonb_in,
+            &[Some(pg_sys::Datum::from(cstring.as_ptr()))],
+        )
     }
     .ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))?;
     // SAFETY: the datum is a freshly built, non-NULL jsonb.
-    unsafe { RawJsonb::from_datum(datum) }.ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))
+    unsafe { RawJsonb::from_datum(datum) }
+        .ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))
 }
 
 fn claim_row(
@@ -213,7 +241,13 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn row(self) -> (pgrx::Uuid, bool, String, i32, Option<RawJsonb>) {
-        (self.id, self.status.owns_event(), self.status.as_str().to_string(), self.attempts, self.result)
+        (
+            self.id,
+            self.status.owns_event(),
+            self.status.as_str().to_string(),
+            self.attempts,
+            self.result,
+        )
     }
 }
 
@@ -320,7 +354,12 @@ static RETAKE: Statement = Statement {
                  lease_expires_at = pg_catalog.clock_timestamp() + $4
            WHERE provider = $1 AND event_id = $2
        RETURNING attempts",
-    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::UUIDOID, pg_sys::INTERVALOID],
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::UUIDOID,
+        pg_sys::INTERVALOID,
+    ],
 };
 
 /// Park an event that has used up its attempts. Runs only under the lock.
@@ -373,7 +412,9 @@ struct EventState {
 /// Read the (inserted, archived, status, attempts, claim_id, result,
 /// payload_hash) row CLAIM and INSPECT return.
 fn event_state(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Option<(bool, bool, EventState)>> {
-    let Some(row) = rows.into_iter().next() else { return Ok(None) };
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(None);
+    };
     Ok(Some((
         row.get::<bool>(1)?.unwrap_or(false),
         row.get::<bool>(2)?.unwrap_or(false),
@@ -396,12 +437,30 @@ fn inspect(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Option<EventS
 /// event's committed state.
 fn bystander(id: pgrx::Uuid, state: Option<EventState>) -> Outcome {
     match state {
-        Some(s) if s.status == "processed" => {
-            Outcome { id, status: ClaimStatus::Duplicate, attempts: s.attempts, result: s.result }
-        }
-        Some(s) if s.status == "dead" => Outcome { id, status: ClaimStatus::Dead, attempts: s.attempts, result: None },
-        Some(s) => Outcome { id, status: ClaimStatus::InProgress, attempts: s.attempts, result: None },
-        None => Outcome { id, status: ClaimStatus::InProgress, attempts: 0, result: None },
+        Some(s) if s.status == "processed" => Outcome {
+            id,
+            status: ClaimStatus::Duplicate,
+            attempts: s.attempts,
+            result: s.result,
+        },
+        Some(s) if s.status == "dead" => Outcome {
+            id,
+            status: ClaimStatus::Dead,
+            attempts: s.attempts,
+            result: None,
+        },
+        Some(s) => Outcome {
+            id,
+            status: ClaimStatus::InProgress,
+            attempts: s.attempts,
+            result: None,
+        },
+        None => Outcome {
+            id,
+            status: ClaimStatus::InProgress,
+            attempts: 0,
+            result: None,
+        },
     }
 }
 
@@ -443,8 +502,17 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             _ => ClaimStatus::InProgress,
         };
         let attempts = row.get::<i32>(2)?.unwrap_or(0);
-        let result = if status == ClaimStatus::Duplicate { row.get::<RawJsonb>(3)? } else { None };
-        return Ok(Outcome { id, status, attempts, result });
+        let result = if status == ClaimStatus::Duplicate {
+            row.get::<RawJsonb>(3)?
+        } else {
+            None
+        };
+        return Ok(Outcome {
+            id,
+            status,
+            attempts,
+            result,
+        });
     }
 
     let rows = CLAIM.run(
@@ -464,11 +532,16 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     )?;
     // The event exists unless we just inserted it, and since we hold its
     // lock, no open transaction is changing it: its committed state decides.
-    let (inserted, archived, state) =
-        event_state(rows)?.ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
+    let (inserted, archived, state) = event_state(rows)?
+        .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
     if inserted {
         owned_claims::remember(id, d.provider, d.event_id);
-        return Ok(Outcome { id, status: ClaimStatus::Claimed, attempts: 1, result: None });
+        return Ok(Outcome {
+            id,
+            status: ClaimStatus::Claimed,
+            attempts: 1,
+            result: None,
+        });
     }
     if archived {
         // Duplicate, dead, or live elsewhere: answered and archived already.
@@ -488,13 +561,29 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     if max_attempts > 0 && state.attempts >= max_attempts {
         // Out of attempts (the last one expired): park it for an operator.
         let note = format!("gave up after {} attempts", state.attempts);
-        BURY.run(client, &[d.provider.into(), d.event_id.into(), note.as_str().into()])?;
+        BURY.run(
+            client,
+            &[d.provider.into(), d.event_id.into(), note.as_str().into()],
+        )?;
         lock.release();
         archive(client, d, id, ClaimStatus::Dead, mismatch)?;
-        return Ok(Outcome { id, status: ClaimStatus::Dead, attempts: state.attempts, result: None });
+        return Ok(Outcome {
+            id,
+            status: ClaimStatus::Dead,
+            attempts: state.attempts,
+            result: None,
+        });
     }
 
-    let retaken = RETAKE.run(client, &[d.provider.into(), d.event_id.into(), id.into(), d.lease.into()])?;
+    let retaken = RETAKE.run(
+        client,
+        &[
+            d.provider.into(),
+            d.event_id.into(),
+            id.into(),
+            d.lease.into(),
+        ],
+    )?;
     let attempts = retaken
         .into_iter()
         .next()
@@ -502,7 +591,12 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         .ok_or_else(|| WebhookError::Internal("retake updated no event".into()))?;
     archive(client, d, id, ClaimStatus::Retry, mismatch)?;
     owned_claims::remember(id, d.provider, d.event_id);
-    Ok(Outcome { id, status: ClaimStatus::Retry, attempts, result: None })
+    Ok(Outcome {
+        id,
+        status: ClaimStatus::Retry,
+        attempts,
+        result: None,
+    })
 }
 
 fn payload_differs(state: Option<&EventState>, digest: &[u8]) -> bool {

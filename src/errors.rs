@@ -11,34 +11,84 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WebhookError {
     /// A required argument was NULL.
-    NullArgument { function: &'static str, arg: &'static str },
+    NullArgument {
+        function: &'static str,
+        arg: &'static str,
+    },
     /// A text argument that identifies something was the empty string.
-    EmptyArgument { function: &'static str, arg: &'static str },
+    EmptyArgument {
+        function: &'static str,
+        arg: &'static str,
+    },
     /// A text argument exceeded its documented byte limit.
-    ArgumentTooLong { function: &'static str, arg: &'static str, limit: usize, actual: usize },
+    ArgumentTooLong {
+        function: &'static str,
+        arg: &'static str,
+        limit: usize,
+        actual: usize,
+    },
     /// A payload or raw body larger than `webhook.max_payload_size`.
-    PayloadTooLarge { function: &'static str, arg: &'static str, limit: usize, actual: usize },
+    PayloadTooLarge {
+        function: &'static str,
+        arg: &'static str,
+        limit: usize,
+        actual: usize,
+    },
     /// An interval argument was zero or negative.
-    NonPositiveInterval { function: &'static str, arg: &'static str },
+    NonPositiveInterval {
+        function: &'static str,
+        arg: &'static str,
+    },
     /// A raw body was not valid UTF-8.
-    InvalidUtf8 { function: &'static str, arg: &'static str, detail: String },
+    InvalidUtf8 {
+        function: &'static str,
+        arg: &'static str,
+        detail: String,
+    },
     /// A body or payload was not parseable JSON.
-    InvalidJson { function: &'static str, arg: &'static str, detail: String },
+    InvalidJson {
+        function: &'static str,
+        arg: &'static str,
+        detail: String,
+    },
     /// A body or payload was JSON, but not a JSON object.
-    NotAnObject { function: &'static str, arg: &'static str, found: &'static str },
+    NotAnObject {
+        function: &'static str,
+        arg: &'static str,
+        found: &'static str,
+    },
     /// No delivery with this id exists.
     UnknownDelivery { function: &'static str, id: String },
     /// The delivery exists but never owned its event (it was answered
     /// `duplicate` or `in_progress`), so there is nothing to finish.
-    NotOwner { function: &'static str, id: String, claim_status: String },
+    NotOwner {
+        function: &'static str,
+        id: String,
+        claim_status: String,
+    },
     /// The delivery already reached a final state.
-    AlreadyFinished { function: &'static str, id: String, processing_status: String },
+    AlreadyFinished {
+        function: &'static str,
+        id: String,
+        processing_status: String,
+    },
     /// Another claim took the event over after this one's lease ran out.
-    LeaseLost { function: &'static str, id: String, detail: String },
+    LeaseLost {
+        function: &'static str,
+        id: String,
+        detail: String,
+    },
     /// webhook_requeue was given an event that does not exist.
-    UnknownEvent { function: &'static str, provider: String, event_id: String },
+    UnknownEvent {
+        function: &'static str,
+        provider: String,
+        event_id: String,
+    },
     /// webhook_requeue on an event that is processing or processed.
-    NotRequeueable { function: &'static str, status: String },
+    NotRequeueable {
+        function: &'static str,
+        status: String,
+    },
     /// webhook_receive was given a provider nobody registered.
     UnknownProvider { given: String },
     /// webhook_verify was asked for a scheme it does not know.
@@ -60,31 +110,32 @@ impl WebhookError {
             Self::NullArgument { .. } => ERRCODE_NULL_VALUE_NOT_ALLOWED, // 22004
             Self::EmptyArgument { .. } => ERRCODE_ZERO_LENGTH_CHARACTER_STRING, // 2200F
             Self::ArgumentTooLong { .. } => ERRCODE_STRING_DATA_RIGHT_TRUNCATION, // 22001
-            Self::PayloadTooLarge { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED,  // 54000
+            Self::PayloadTooLarge { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED, // 54000
             Self::NonPositiveInterval { .. } => ERRCODE_INVALID_PARAMETER_VALUE, // 22023
             Self::InvalidUtf8 { .. } => ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, // 22021
-            Self::InvalidJson { .. } => ERRCODE_INVALID_JSON_TEXT,           // 22032
-            Self::NotAnObject { .. } => ERRCODE_SQL_JSON_OBJECT_NOT_FOUND,   // 2203C
-            Self::UnknownDelivery { .. } => ERRCODE_NO_DATA_FOUND,           // P0002
-            Self::NotOwner { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,         // 42501
+            Self::InvalidJson { .. } => ERRCODE_INVALID_JSON_TEXT,       // 22032
+            Self::NotAnObject { .. } => ERRCODE_SQL_JSON_OBJECT_NOT_FOUND, // 2203C
+            Self::UnknownDelivery { .. } => ERRCODE_NO_DATA_FOUND,       // P0002
+            Self::NotOwner { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,     // 42501
             Self::AlreadyFinished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
-            Self::LeaseLost { .. } => ERRCODE_OBJECT_IN_USE,                 // 55006
-            Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,       // 42704
-            Self::UnknownScheme { .. } => ERRCODE_UNDEFINED_OBJECT,          // 42704
-            Self::UnknownProvider { .. } => ERRCODE_UNDEFINED_OBJECT,        // 42704
-            Self::UnknownEvent { .. } => ERRCODE_NO_DATA_FOUND,              // P0002
+            Self::LeaseLost { .. } => ERRCODE_OBJECT_IN_USE,             // 55006
+            Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,   // 42704
+            Self::UnknownScheme { .. } => ERRCODE_UNDEFINED_OBJECT,      // 42704
+            Self::UnknownProvider { .. } => ERRCODE_UNDEFINED_OBJECT,    // 42704
+            Self::UnknownEvent { .. } => ERRCODE_NO_DATA_FOUND,          // P0002
             Self::NotRequeueable { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
-            Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,            // 42601
+            Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,        // 42601
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
-            Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                     // XX000
+            Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                 // XX000
         }
     }
 
     fn detail(&self) -> Option<String> {
         match self {
-            Self::ArgumentTooLong { limit, actual, .. } | Self::PayloadTooLarge { limit, actual, .. } => {
-                Some(format!("The limit is {limit} bytes; {actual} bytes were given."))
-            }
+            Self::ArgumentTooLong { limit, actual, .. }
+            | Self::PayloadTooLarge { limit, actual, .. } => Some(format!(
+                "The limit is {limit} bytes; {actual} bytes were given."
+            )),
             Self::InvalidUtf8 { detail, .. }
             | Self::InvalidJson { detail, .. }
             | Self::LeaseLost { detail, .. }

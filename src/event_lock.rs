@@ -60,9 +60,8 @@ impl EventLock {
     pub fn try_acquire(&self) -> bool {
         // SAFETY: the tag is fully initialised; a transaction-scoped lock is
         // released by PostgreSQL at commit or abort.
-        let result = unsafe {
-            pg_sys::LockAcquire(&self.tag, pg_sys::ExclusiveLock as i32, false, true)
-        };
+        let result =
+            unsafe { pg_sys::LockAcquire(&self.tag, pg_sys::ExclusiveLock as i32, false, true) };
         result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
     }
 

@@ -25,7 +25,12 @@ pub fn required_text<'a>(
         return Err(WebhookError::EmptyArgument { function, arg });
     }
     if value.len() > limit {
-        return Err(WebhookError::ArgumentTooLong { function, arg, limit, actual: value.len() });
+        return Err(WebhookError::ArgumentTooLong {
+            function,
+            arg,
+            limit,
+            actual: value.len(),
+        });
     }
     Ok(value)
 }
@@ -38,9 +43,12 @@ pub fn optional_text<'a>(
     limit: usize,
 ) -> Result<Option<&'a str>> {
     match value {
-        Some(v) if v.len() > limit => {
-            Err(WebhookError::ArgumentTooLong { function, arg, limit, actual: v.len() })
-        }
+        Some(v) if v.len() > limit => Err(WebhookError::ArgumentTooLong {
+            function,
+            arg,
+            limit,
+            actual: v.len(),
+        }),
         other => Ok(other),
     }
 }
@@ -67,7 +75,12 @@ pub fn lease(
 pub fn payload_size(function: &'static str, arg: &'static str, actual: usize) -> Result<()> {
     let limit = crate::gucs::max_payload_bytes();
     if actual > limit {
-        return Err(WebhookError::PayloadTooLarge { function, arg, limit, actual });
+        return Err(WebhookError::PayloadTooLarge {
+            function,
+            arg,
+            limit,
+            actual,
+        });
     }
     Ok(())
 }
@@ -86,11 +99,18 @@ pub fn json_object_body<'a>(
         arg,
         detail: format!("Invalid byte sequence at byte offset {}.", e.valid_up_to()),
     })?;
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        WebhookError::InvalidJson { function, arg, detail: format!("{e}.") }
-    })?;
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| WebhookError::InvalidJson {
+            function,
+            arg,
+            detail: format!("{e}."),
+        })?;
     if !value.is_object() {
-        return Err(WebhookError::NotAnObject { function, arg, found: json_kind(&value) });
+        return Err(WebhookError::NotAnObject {
+            function,
+            arg,
+            found: json_kind(&value),
+        });
     }
     Ok(text)
 }

@@ -33,7 +33,10 @@ impl RawJsonb {
         use sha2::{Digest, Sha256};
         // SAFETY: the datum is a detoasted jsonb varlena of `size` data bytes.
         let data = unsafe {
-            std::slice::from_raw_parts(pgrx::vardata_any(self.datum.cast_mut_ptr()) as *const u8, self.size)
+            std::slice::from_raw_parts(
+                pgrx::vardata_any(self.datum.cast_mut_ptr()) as *const u8,
+                self.size,
+            )
         };
         Sha256::digest(data).to_vec()
     }
@@ -80,7 +83,11 @@ impl FromDatum for RawJsonb {
         let data = pgrx::vardata_any(detoasted) as *const u8;
         let root_header = u32::from_ne_bytes(std::ptr::read_unaligned(data as *const [u8; 4]));
         let size = pgrx::varsize_any_exhdr(detoasted);
-        Some(RawJsonb { datum: pg_sys::Datum::from(detoasted), root_header, size })
+        Some(RawJsonb {
+            datum: pg_sys::Datum::from(detoasted),
+            root_header,
+            size,
+        })
     }
 
     /// Values read from SPI results live in SPI's memory, freed when the
@@ -130,14 +137,19 @@ unsafe impl<'fcx> pgrx::callconv::ArgAbi<'fcx> for RawJsonb {
             .unwrap_or_else(|| panic!("argument {index} must not be null"))
     }
 
-    unsafe fn unbox_nullable_arg(arg: pgrx::callconv::Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
+    unsafe fn unbox_nullable_arg(
+        arg: pgrx::callconv::Arg<'_, 'fcx>,
+    ) -> pgrx::nullable::Nullable<Self> {
         arg.unbox_arg_using_from_datum().into()
     }
 }
 
 // SAFETY: the datum is returned to PostgreSQL as the function's jsonb result.
 unsafe impl pgrx::callconv::BoxRet for RawJsonb {
-    unsafe fn box_into<'fcx>(self, fcinfo: &mut pgrx::callconv::FcInfo<'fcx>) -> pgrx::datum::Datum<'fcx> {
+    unsafe fn box_into<'fcx>(
+        self,
+        fcinfo: &mut pgrx::callconv::FcInfo<'fcx>,
+    ) -> pgrx::datum::Datum<'fcx> {
         fcinfo.return_raw_datum(self.datum)
     }
 }

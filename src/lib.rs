@@ -33,8 +33,16 @@ mod uuid;
 pgrx::pg_module_magic!();
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
-extension_sql_file!("../sql/providers.sql", name = "providers", requires = ["schema"]);
-extension_sql_file!("../sql/operations.sql", name = "operations", requires = ["schema"]);
+extension_sql_file!(
+    "../sql/providers.sql",
+    name = "providers",
+    requires = ["schema"]
+);
+extension_sql_file!(
+    "../sql/operations.sql",
+    name = "operations",
+    requires = ["schema"]
+);
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
 #[pg_guard]

@@ -15,10 +15,10 @@ use crate::input;
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
-use pgrx::{FromDatum, IntoDatum};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
+use pgrx::{FromDatum, IntoDatum};
 
 type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 
@@ -28,7 +28,10 @@ type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 /// duplicate, so it can be answered exactly as the first delivery was.
 #[pg_extern(volatile, security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_complete(id: Option<pgrx::Uuid>, result: default!(Option<RawJsonb>, "NULL")) -> PgResult<()> {
+fn webhook_complete(
+    id: Option<pgrx::Uuid>,
+    result: default!(Option<RawJsonb>, "NULL"),
+) -> PgResult<()> {
     const F: &str = "webhook_complete";
     let id = input::required(F, "id", id)?;
     if let Some(result) = &result {
@@ -70,7 +73,10 @@ fn webhook_fail(id: Option<pgrx::Uuid>, err: Option<&str>) -> PgResult<()> {
 /// expiry. Long two-phase work calls it as a heartbeat.
 #[pg_extern(volatile, security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_extend(id: Option<pgrx::Uuid>, lease: Option<Interval>) -> PgResult<TimestampWithTimeZone> {
+fn webhook_extend(
+    id: Option<pgrx::Uuid>,
+    lease: Option<Interval>,
+) -> PgResult<TimestampWithTimeZone> {
     const F: &str = "webhook_extend";
     let id = input::required(F, "id", id)?;
     let lease = input::lease(F, "lease", Some(input::required(F, "lease", lease)?))?;
@@ -89,8 +95,11 @@ fn finish<T: FromDatum + IntoDatum>(
 ) -> Result<T> {
     Spi::connect_mut(|client| {
         let owned = take_ownership(client, function, id)?;
-        let mut args: Vec<DatumWithOid<'_>> =
-            vec![id.into(), owned.provider.as_str().into(), owned.event_id.as_str().into()];
+        let mut args: Vec<DatumWithOid<'_>> = vec![
+            id.into(),
+            owned.provider.as_str().into(),
+            owned.event_id.as_str().into(),
+        ];
         args.extend(extra);
         let changed = statement.run(client, &args)?;
         match changed.into_iter().next() {
@@ -120,7 +129,12 @@ static COMPLETE: Statement = Statement {
            WHERE provider = $2 AND event_id = $3
              AND claim_id = $1 AND status = 'processing'
        RETURNING true",
-    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID],
+    arg_types: &[
+        pg_sys::UUIDOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+    ],
 };
 
 static FAIL: Statement = Statement {
@@ -146,7 +160,12 @@ static EXTEND: Statement = Statement {
            WHERE provider = $2 AND event_id = $3
              AND claim_id = $1 AND status = 'processing'
        RETURNING lease_expires_at",
-    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INTERVALOID],
+    arg_types: &[
+        pg_sys::UUIDOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::INTERVALOID,
+    ],
 };
 
 /// Why a finishing call found nothing to change, read after the lock.
@@ -166,30 +185,48 @@ struct Owned {
 
 /// Check the delivery may finish its event, then take the event lock
 /// (waiting if a competing claim holds it, so its outcome is seen).
-fn take_ownership(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -> Result<Owned> {
+fn take_ownership(
+    client: &mut SpiClient<'_>,
+    function: &'static str,
+    id: pgrx::Uuid,
+) -> Result<Owned> {
     if let Some((provider, event_id)) = crate::claim::owned_claims::get(id) {
         EventLock::for_event(&provider, &event_id).acquire();
         return Ok(Owned { provider, event_id });
     }
     let rows = LOOKUP.run(client, &[id.into()])?;
     let Some(row) = rows.into_iter().next() else {
-        return Err(WebhookError::UnknownDelivery { function, id: id.to_string() });
+        return Err(WebhookError::UnknownDelivery {
+            function,
+            id: id.to_string(),
+        });
     };
     let provider: String = row.get(1)?.unwrap_or_default();
     let event_id: String = row.get(2)?.unwrap_or_default();
     let claim_status: String = row.get(3)?.unwrap_or_default();
     if claim_status != "claimed" && claim_status != "retry" {
-        return Err(WebhookError::NotOwner { function, id: id.to_string(), claim_status });
+        return Err(WebhookError::NotOwner {
+            function,
+            id: id.to_string(),
+            claim_status,
+        });
     }
     EventLock::for_event(&provider, &event_id).acquire();
     Ok(Owned { provider, event_id })
 }
 
 /// Build the error for a finishing call that changed nothing.
-fn refusal(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -> Result<WebhookError> {
+fn refusal(
+    client: &mut SpiClient<'_>,
+    function: &'static str,
+    id: pgrx::Uuid,
+) -> Result<WebhookError> {
     let rows = DIAGNOSE.run(client, &[id.into()])?;
     let Some(row) = rows.into_iter().next() else {
-        return Ok(WebhookError::UnknownDelivery { function, id: id.to_string() });
+        return Ok(WebhookError::UnknownDelivery {
+            function,
+            id: id.to_string(),
+        });
     };
     let processing_status: String = row.get(1)?.unwrap_or_default();
     let owner: Option<pgrx::Uuid> = row.get(2)?;

@@ -32,7 +32,11 @@ fn webhook_requeue(
         }
         let status = STATUS.run(client, &[provider.into(), event_id.into()])?;
         match status.into_iter().next() {
-            None => Err(WebhookError::UnknownEvent { function: FUNCTION, provider: provider.into(), event_id: event_id.into() }),
+            None => Err(WebhookError::UnknownEvent {
+                function: FUNCTION,
+                provider: provider.into(),
+                event_id: event_id.into(),
+            }),
             Some(row) => Err(WebhookError::NotRequeueable {
                 function: FUNCTION,
                 status: row.get::<String>(1)?.unwrap_or_default(),

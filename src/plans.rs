@@ -8,9 +8,9 @@
 //! the claim relies on that after taking the event lock.
 
 use crate::errors::Result;
+use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
-use pgrx::datum::DatumWithOid;
 use std::cell::RefCell;
 use std::collections::HashMap;
 

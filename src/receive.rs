@@ -8,7 +8,9 @@
 
 use crate::claim::{self, ClaimStatus, Delivery, Outcome};
 use crate::errors::{Result, WebhookError};
-use crate::input::{self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES};
+use crate::input::{
+    self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES,
+};
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
 use crate::schemes::{self, Headers, Scheme};
@@ -144,7 +146,12 @@ static REJECT: Statement = Statement {
 
 fn load_provider(client: &mut SpiClient<'_>, name: &str) -> Result<Provider> {
     let rows = LOAD_PROVIDER.run(client, &[name.into()])?;
-    let row = rows.into_iter().next().ok_or_else(|| WebhookError::UnknownProvider { given: name.to_string() })?;
+    let row = rows
+        .into_iter()
+        .next()
+        .ok_or_else(|| WebhookError::UnknownProvider {
+            given: name.to_string(),
+        })?;
     Ok(Provider {
         scheme: Scheme::parse(&row.get::<String>(1)?.unwrap_or_default())?,
         tolerance: row.get::<i64>(2)?.unwrap_or(300),
@@ -161,7 +168,13 @@ fn extract(source: &str, headers: &Headers<'_>, body: &serde_json::Value) -> Opt
     source.split('|').find_map(|alternative| {
         let (kind, path) = alternative.split_once(':')?;
         let value = match kind {
-            "header" => return headers.get(path).ok().filter(|v| !v.is_empty()).map(str::to_string),
+            "header" => {
+                return headers
+                    .get(path)
+                    .ok()
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_string)
+            }
             "body" => path.split('.').try_fold(body, |node, key| node.get(key))?,
             _ => return None,
         };
@@ -184,7 +197,11 @@ fn receive(
     let headers_json = headers.to_json().unwrap_or(serde_json::Value::Null);
     let parsed_headers = Headers::from_json(&headers_json).ok();
     let signature = parsed_headers.as_ref().and_then(|h| {
-        provider.scheme.signature_headers().into_iter().find_map(|name| h.get(name).ok())
+        provider
+            .scheme
+            .signature_headers()
+            .into_iter()
+            .find_map(|name| h.get(name).ok())
     });
     let signature = signature.filter(|s| s.len() <= MAX_SIGNATURE_BYTES);
 
@@ -207,13 +224,30 @@ fn receive(
                 reason.into(),
             ],
         )?;
-        let outcome = Outcome { id, status: ClaimStatus::Rejected, attempts: 0, result: None };
-        Ok::<_, WebhookError>(Answer { outcome, http_status, reason, event_id: None, event_type: None })
+        let outcome = Outcome {
+            id,
+            status: ClaimStatus::Rejected,
+            attempts: 0,
+            result: None,
+        };
+        Ok::<_, WebhookError>(Answer {
+            outcome,
+            http_status,
+            reason,
+            event_id: None,
+            event_type: None,
+        })
     };
 
     let secrets: Vec<Option<&str>> = provider.secrets.iter().map(Option::as_deref).collect();
-    let verdict =
-        schemes::verify(&provider.scheme, &headers_json, body, &secrets, provider.tolerance, schemes::now_unix());
+    let verdict = schemes::verify(
+        &provider.scheme,
+        &headers_json,
+        body,
+        &secrets,
+        provider.tolerance,
+        schemes::now_unix(),
+    );
     if !verdict.valid() {
         return reject(client, 401, verdict.reason.as_str(), (None, None, None));
     }
@@ -234,7 +268,12 @@ fn receive(
         return reject(client, 400, "missing_event_id", (None, None, Some(payload)));
     };
     if event_id.len() > MAX_EVENT_ID_BYTES || event_type.len() > MAX_EVENT_TYPE_BYTES {
-        return reject(client, 400, "malformed_event_id", (None, None, Some(payload)));
+        return reject(
+            client,
+            400,
+            "malformed_event_id",
+            (None, None, Some(payload)),
+        );
     }
 
     let delivery = Delivery {
@@ -252,5 +291,11 @@ fn receive(
         ClaimStatus::InProgress => 409,
         _ => 200,
     };
-    Ok(Answer { outcome, http_status, reason: "ok", event_id: Some(event_id), event_type: Some(event_type) })
+    Ok(Answer {
+        outcome,
+        http_status,
+        reason: "ok",
+        event_id: Some(event_id),
+        event_type: Some(event_type),
+    })
 }

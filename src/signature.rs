@@ -26,7 +26,10 @@ impl Algorithm {
             "sha256" | "sha-256" => Ok(Self::Sha256),
             "sha1" | "sha-1" => Ok(Self::Sha1),
             "sha512" | "sha-512" => Ok(Self::Sha512),
-            _ => Err(WebhookError::UnknownAlgorithm { arg: "algorithm", given: name.to_string() }),
+            _ => Err(WebhookError::UnknownAlgorithm {
+                arg: "algorithm",
+                given: name.to_string(),
+            }),
         }
     }
 
@@ -66,7 +69,12 @@ fn verify_hmac_text(
     signature: Option<&str>,
     algorithm: default!(Option<&str>, "'sha256'"),
 ) -> PgResult<bool> {
-    Ok(verify_args(secret, payload.map(str::as_bytes), signature, algorithm)?)
+    Ok(verify_args(
+        secret,
+        payload.map(str::as_bytes),
+        signature,
+        algorithm,
+    )?)
 }
 
 fn verify_args(
@@ -78,7 +86,10 @@ fn verify_args(
     const F: &str = "verify_hmac";
     let secret = input::required(F, "secret", secret)?;
     if secret.is_empty() {
-        return Err(WebhookError::EmptyArgument { function: F, arg: "secret" });
+        return Err(WebhookError::EmptyArgument {
+            function: F,
+            arg: "secret",
+        });
     }
     let payload = input::required(F, "payload", payload)?;
     let signature = input::required(F, "signature", signature)?;
@@ -95,18 +106,26 @@ pub fn verify(algorithm: Algorithm, key: &[u8], message: &[u8], tag: &[u8]) -> b
 /// Whether any of `tags` is the HMAC of the concatenated `parts` under
 /// `key`. The MAC is computed once; each comparison is the `hmac` crate's
 /// constant-time `verify_slice` on a copy of it.
-pub fn matches_any<T: AsRef<[u8]>>(algorithm: Algorithm, key: &[u8], parts: &[&[u8]], tags: &[T]) -> bool {
+pub fn matches_any<T: AsRef<[u8]>>(
+    algorithm: Algorithm,
+    key: &[u8],
+    parts: &[&[u8]],
+    tags: &[T],
+) -> bool {
     fn check<M: Mac + hmac::digest::KeyInit + Clone, T: AsRef<[u8]>>(
         key: &[u8],
         parts: &[&[u8]],
         tags: &[T],
     ) -> bool {
         // HMAC accepts keys of any length, so new_from_slice cannot fail.
-        let Ok(mut mac) = <M as hmac::digest::KeyInit>::new_from_slice(key) else { return false };
+        let Ok(mut mac) = <M as hmac::digest::KeyInit>::new_from_slice(key) else {
+            return false;
+        };
         for part in parts {
             mac.update(part);
         }
-        tags.iter().any(|tag| mac.clone().verify_slice(tag.as_ref()).is_ok())
+        tags.iter()
+            .any(|tag| mac.clone().verify_slice(tag.as_ref()).is_ok())
     }
     match algorithm {
         Algorithm::Sha1 => check::<Hmac<sha1::Sha1>, T>(key, parts, tags),
@@ -148,10 +167,18 @@ pub fn decode_base64_any(text: &str) -> Option<Vec<u8>> {
 /// base64 is 43 or 44). A prefix naming another algorithm is malformed:
 /// it means the caller verifies with the wrong one.
 pub fn decode_signature(signature: &str, algorithm: Algorithm) -> Result<Vec<u8>> {
-    let malformed = |detail: String| WebhookError::MalformedSignature { arg: "signature", detail };
+    let malformed = |detail: String| WebhookError::MalformedSignature {
+        arg: "signature",
+        detail,
+    };
     let trimmed = signature.trim();
     let digest = match trimmed.split_once('=') {
-        Some((prefix, rest)) if !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
+        Some((prefix, rest))
+            if !prefix.is_empty()
+                && prefix
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
+        {
             match Algorithm::parse(prefix) {
                 Ok(named) if named == algorithm => rest,
                 Ok(named) => {
@@ -190,15 +217,31 @@ mod unit_tests {
         let hex = hex::encode(&digest);
         let b64 = base64::engine::general_purpose::STANDARD.encode(&digest);
         assert_eq!(decode_signature(&hex, Algorithm::Sha256).unwrap(), digest);
-        assert_eq!(decode_signature(&hex.to_uppercase(), Algorithm::Sha256).unwrap(), digest);
+        assert_eq!(
+            decode_signature(&hex.to_uppercase(), Algorithm::Sha256).unwrap(),
+            digest
+        );
         assert_eq!(decode_signature(&b64, Algorithm::Sha256).unwrap(), digest);
-        assert_eq!(decode_signature(b64.trim_end_matches('='), Algorithm::Sha256).unwrap(), digest);
-        assert_eq!(decode_signature(&format!("sha256={hex}"), Algorithm::Sha256).unwrap(), digest);
+        assert_eq!(
+            decode_signature(b64.trim_end_matches('='), Algorithm::Sha256).unwrap(),
+            digest
+        );
+        assert_eq!(
+            decode_signature(&format!("sha256={hex}"), Algorithm::Sha256).unwrap(),
+            digest
+        );
     }
 
     #[test]
     fn wrong_shapes_are_malformed() {
-        for bad in ["", "zz", "sha1=00", "sha512=abcd", &"a".repeat(63), "not base64 at all!!"] {
+        for bad in [
+            "",
+            "zz",
+            "sha1=00",
+            "sha512=abcd",
+            &"a".repeat(63),
+            "not base64 at all!!",
+        ] {
             assert!(decode_signature(bad, Algorithm::Sha256).is_err(), "{bad:?}");
         }
     }

@@ -17,8 +17,14 @@ fn same_webhook_event_sent_twice_creates_one_order() {
     let _turn = one_at_a_time();
     let scenario = Scenario::start("9 checklist: same event twice", "cl-twice");
     let mut client = connect(database(DB));
-    assert_eq!(deliver(&mut client, "cl-twice", "evt_1", Duration::ZERO), Answer::Done);
-    assert_eq!(deliver(&mut client, "cl-twice", "evt_1", Duration::ZERO), Answer::Duplicate);
+    assert_eq!(
+        deliver(&mut client, "cl-twice", "evt_1", Duration::ZERO),
+        Answer::Done
+    );
+    assert_eq!(
+        deliver(&mut client, "cl-twice", "evt_1", Duration::ZERO),
+        Answer::Duplicate
+    );
     scenario.sent(2);
     scenario.finish(&mut client, 1);
 }
@@ -36,13 +42,24 @@ fn webhook_sent_while_the_same_event_is_processing_is_rejected() {
 
     let mut tx = first.transaction().unwrap();
     let claim = claim_in(&mut tx, "cl-busy", "evt_1", None).unwrap();
-    tx.execute("INSERT INTO side_effects VALUES ('cl-busy', 'evt_1')", &[]).unwrap();
+    tx.execute("INSERT INTO side_effects VALUES ('cl-busy', 'evt_1')", &[])
+        .unwrap();
     let started = Instant::now();
-    assert_eq!(deliver(&mut second, "cl-busy", "evt_1", Duration::ZERO), Answer::InProgress);
-    assert!(started.elapsed() < Duration::from_secs(1), "rejected at once, not after waiting");
-    tx.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id]).unwrap();
+    assert_eq!(
+        deliver(&mut second, "cl-busy", "evt_1", Duration::ZERO),
+        Answer::InProgress
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "rejected at once, not after waiting"
+    );
+    tx.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+        .unwrap();
     tx.commit().unwrap();
-    assert_eq!(deliver(&mut second, "cl-busy", "evt_1", Duration::ZERO), Answer::Duplicate);
+    assert_eq!(
+        deliver(&mut second, "cl-busy", "evt_1", Duration::ZERO),
+        Answer::Duplicate
+    );
     scenario.sent(3);
     scenario.finish(&mut second, 1);
 }
@@ -58,25 +75,43 @@ fn server_killed_mid_processing_restarted_and_retried_processes_once() {
     {
         let mut handler = connect(db);
         let mut tx = handler.transaction().unwrap();
-        assert!(claim_in(&mut tx, "cl-kill", "evt_tx", None).unwrap().claimed);
-        tx.execute("INSERT INTO side_effects VALUES ('cl-kill', 'evt_tx')", &[]).unwrap();
+        assert!(
+            claim_in(&mut tx, "cl-kill", "evt_tx", None)
+                .unwrap()
+                .claimed
+        );
+        tx.execute("INSERT INTO side_effects VALUES ('cl-kill', 'evt_tx')", &[])
+            .unwrap();
         let mut worker = connect(db);
-        assert!(claim_in(&mut worker, "cl-kill", "evt_2p", Some("1 second")).unwrap().claimed);
+        assert!(
+            claim_in(&mut worker, "cl-kill", "evt_2p", Some("1 second"))
+                .unwrap()
+                .claimed
+        );
         scenario.sent(2);
 
         crash_server();
-        assert!(tx.commit().is_err(), "nothing commits through a dead server");
+        assert!(
+            tx.commit().is_err(),
+            "nothing commits through a dead server"
+        );
     }
     start_server();
 
     let mut client = connect(db);
-    assert_eq!(deliver(&mut client, "cl-kill", "evt_tx", Duration::ZERO), Answer::Done);
+    assert_eq!(
+        deliver(&mut client, "cl-kill", "evt_tx", Duration::ZERO),
+        Answer::Done
+    );
     scenario.sent(1);
     // The two-phase claim survived the crash with its lease: in progress
     // until the lease runs out, then a retry.
     let attempts = deliver_until_acknowledged(&mut client, "cl-kill", "evt_2p");
     scenario.sent(attempts);
-    assert_eq!(event_state(&mut client, "cl-kill", "evt_2p"), ("processed".into(), 2));
+    assert_eq!(
+        event_state(&mut client, "cl-kill", "evt_2p"),
+        ("processed".into(), 2)
+    );
     scenario.finish(&mut client, 2);
 }
 
@@ -94,8 +129,13 @@ fn webhook_with_invalid_signature_is_rejected() {
     let good = reference_signature(secret, body);
 
     let handle = |client: &mut Client, body: &str, signature: &str| -> u16 {
-        let valid: bool =
-            client.query_one("SELECT verify_hmac($1, $2, $3)", &[&secret, &body, &signature]).unwrap().get(0);
+        let valid: bool = client
+            .query_one(
+                "SELECT verify_hmac($1, $2, $3)",
+                &[&secret, &body, &signature],
+            )
+            .unwrap()
+            .get(0);
         if !valid {
             return 401;
         }
@@ -105,13 +145,23 @@ fn webhook_with_invalid_signature_is_rejected() {
         }
     };
     assert_eq!(handle(&mut client, body, &"0".repeat(64)), 401);
-    assert_eq!(handle(&mut client, &body.replace("evt_1", "evt_2"), &good), 401);
+    assert_eq!(
+        handle(&mut client, &body.replace("evt_1", "evt_2"), &good),
+        401
+    );
     let archived: i64 = client
-        .query_one("SELECT count(*) FROM webhook.deliveries WHERE provider = 'cl-sig'", &[])
+        .query_one(
+            "SELECT count(*) FROM webhook.deliveries WHERE provider = 'cl-sig'",
+            &[],
+        )
         .unwrap()
         .get(0);
     assert_eq!(archived, 0, "nothing claimed or archived for a forgery");
-    assert_eq!(handle(&mut client, body, &good), 200, "the genuine delivery goes through");
+    assert_eq!(
+        handle(&mut client, body, &good),
+        200,
+        "the genuine delivery goes through"
+    );
     scenario.sent(3);
     scenario.finish(&mut client, 1);
 }
@@ -130,7 +180,12 @@ fn reference_signature(secret: &str, body: &str) -> String {
             child.wait_with_output()
         })
         .expect("openssl computes the reference HMAC");
-    String::from_utf8(out.stdout).unwrap().split_whitespace().next().unwrap().to_string()
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// "Send webhook with old event ID (already completed) → acknowledged, not reprocessed"
@@ -139,7 +194,10 @@ fn webhook_with_an_already_completed_event_id_is_acknowledged_not_reprocessed() 
     let _turn = one_at_a_time();
     let scenario = Scenario::start("9 checklist: old event id", "cl-old");
     let mut client = connect(database(DB));
-    assert_eq!(deliver(&mut client, "cl-old", "evt_old", Duration::ZERO), Answer::Done);
+    assert_eq!(
+        deliver(&mut client, "cl-old", "evt_old", Duration::ZERO),
+        Answer::Done
+    );
     // Make it old: completed three days ago, past every provider's retry window.
     client
         .execute(
@@ -150,7 +208,10 @@ fn webhook_with_an_already_completed_event_id_is_acknowledged_not_reprocessed() 
         )
         .unwrap();
     for _ in 0..3 {
-        assert_eq!(deliver(&mut client, "cl-old", "evt_old", Duration::ZERO), Answer::Duplicate);
+        assert_eq!(
+            deliver(&mut client, "cl-old", "evt_old", Duration::ZERO),
+            Answer::Duplicate
+        );
     }
     scenario.sent(4);
     scenario.finish(&mut client, 1);
@@ -179,15 +240,25 @@ fn outbound_call_with_the_same_idempotency_key_returns_the_cached_result() {
             }
             self.charges += 1;
             let result = format!("ch_{}", self.charges);
-            self.by_key.insert(idempotency_key.to_string(), result.clone());
+            self.by_key
+                .insert(idempotency_key.to_string(), result.clone());
             result
         }
     }
-    let mut api = PaymentApi { charges: 0, by_key: HashMap::new() };
+    let mut api = PaymentApi {
+        charges: 0,
+        by_key: HashMap::new(),
+    };
 
     let first_result = {
         let mut worker = connect(db);
-        let claim = claim_in(&mut worker, "cl-outbound", "evt_1", Some("300 milliseconds")).unwrap();
+        let claim = claim_in(
+            &mut worker,
+            "cl-outbound",
+            "evt_1",
+            Some("300 milliseconds"),
+        )
+        .unwrap();
         assert!(claim.claimed);
         api.charge("cl-outbound:evt_1")
         // The worker dies here, before webhook_complete.
@@ -201,8 +272,15 @@ fn outbound_call_with_the_same_idempotency_key_returns_the_cached_result() {
     assert_eq!(claim.status, "retry");
     let second_result = api.charge("cl-outbound:evt_1");
     assert_eq!(second_result, first_result, "the cached result comes back");
-    worker.execute("INSERT INTO side_effects VALUES ('cl-outbound', 'evt_1')", &[]).unwrap();
-    worker.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id]).unwrap();
+    worker
+        .execute(
+            "INSERT INTO side_effects VALUES ('cl-outbound', 'evt_1')",
+            &[],
+        )
+        .unwrap();
+    worker
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+        .unwrap();
     assert_eq!(api.charges, 1, "one charge");
     scenario.finish(&mut worker, 1);
 }
@@ -217,8 +295,14 @@ fn cleanup_removes_archive_rows_older_than_retention_but_never_dedup() {
     let scenario = Scenario::start("9 checklist: retention cleanup", "cl-cleanup");
     let mut client = connect(database(DB));
     for event in ["evt_old", "evt_new"] {
-        assert_eq!(deliver(&mut client, "cl-cleanup", event, Duration::ZERO), Answer::Done);
-        assert_eq!(deliver(&mut client, "cl-cleanup", event, Duration::ZERO), Answer::Duplicate);
+        assert_eq!(
+            deliver(&mut client, "cl-cleanup", event, Duration::ZERO),
+            Answer::Done
+        );
+        assert_eq!(
+            deliver(&mut client, "cl-cleanup", event, Duration::ZERO),
+            Answer::Duplicate
+        );
     }
     client
         .execute(
@@ -228,17 +312,26 @@ fn cleanup_removes_archive_rows_older_than_retention_but_never_dedup() {
         )
         .unwrap();
 
-    let purged: i64 = client.query_one("SELECT webhook_purge('90 days')", &[]).unwrap().get(0);
+    let purged: i64 = client
+        .query_one("SELECT webhook_purge('90 days')", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(purged, 2, "both deliveries of the old event");
     let remaining: Vec<String> = client
-        .query("SELECT event_id FROM webhook.deliveries WHERE provider = 'cl-cleanup'", &[])
+        .query(
+            "SELECT event_id FROM webhook.deliveries WHERE provider = 'cl-cleanup'",
+            &[],
+        )
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     assert_eq!(remaining, ["evt_new", "evt_new"]);
 
-    assert_eq!(deliver(&mut client, "cl-cleanup", "evt_old", Duration::ZERO), Answer::Duplicate);
+    assert_eq!(
+        deliver(&mut client, "cl-cleanup", "evt_old", Duration::ZERO),
+        Answer::Duplicate
+    );
     scenario.sent(5);
     scenario.finish(&mut client, 2);
 }

@@ -50,7 +50,10 @@ fn eight_connections_same_two_hundred_events_exactly_once_without_waiting() {
     let mut slowest = Duration::ZERO;
     for w in workers {
         let (answers, slowest_claim) = w.join().expect("worker thread");
-        in_progress += answers.iter().filter(|(_, a)| *a == Answer::InProgress).count();
+        in_progress += answers
+            .iter()
+            .filter(|(_, a)| *a == Answer::InProgress)
+            .count();
         slowest = slowest.max(slowest_claim);
     }
     eprintln!("in_progress answers: {in_progress}; slowest non-owning claim: {slowest:?}");
@@ -96,19 +99,36 @@ fn duplicate_during_an_attempt_that_then_fails_is_not_lost() {
     let mut tx = first.transaction().unwrap();
     let claim = claim_in(&mut tx, "clerk", "evt_flaky", None).unwrap();
     assert_eq!(claim.status, "claimed");
-    tx.execute("INSERT INTO side_effects VALUES ('clerk', 'evt_flaky')", &[]).unwrap();
+    tx.execute(
+        "INSERT INTO side_effects VALUES ('clerk', 'evt_flaky')",
+        &[],
+    )
+    .unwrap();
 
     let started = Instant::now();
     let answer = deliver(&mut second, "clerk", "evt_flaky", Duration::ZERO);
-    assert_eq!(answer, Answer::InProgress, "a live attempt is never acknowledged");
-    assert!(started.elapsed() < Duration::from_secs(2), "the duplicate did not wait");
+    assert_eq!(
+        answer,
+        Answer::InProgress,
+        "a live attempt is never acknowledged"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the duplicate did not wait"
+    );
 
     tx.rollback().unwrap(); // the first attempt fails
 
     let attempts = deliver_until_acknowledged(&mut second, "clerk", "evt_flaky");
-    assert_eq!(attempts, 1, "the retry after the failure is processed at once");
+    assert_eq!(
+        attempts, 1,
+        "the retry after the failure is processed at once"
+    );
     assert_eq!(side_effects(&mut second, "clerk", "evt_flaky"), 1);
-    assert_eq!(event_state(&mut second, "clerk", "evt_flaky").0, "processed");
+    assert_eq!(
+        event_state(&mut second, "clerk", "evt_flaky").0,
+        "processed"
+    );
 }
 
 /// Small deterministic shuffle (xorshift), so runs are reproducible.

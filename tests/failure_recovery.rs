@@ -17,7 +17,11 @@ fn failure_halfway_recorded_then_retry_completes() {
     let claim = claim_in(&mut tx, "stripe", "evt_poison", None).unwrap();
     assert_eq!(claim.status, "claimed");
     tx.batch_execute("SAVEPOINT work").unwrap();
-    tx.execute("INSERT INTO side_effects VALUES ('stripe', 'evt_poison')", &[]).unwrap();
+    tx.execute(
+        "INSERT INTO side_effects VALUES ('stripe', 'evt_poison')",
+        &[],
+    )
+    .unwrap();
     // The business logic breaks halfway.
     let err = tx.batch_execute("SELECT 1 / 0").unwrap_err();
     tx.batch_execute("ROLLBACK TO SAVEPOINT work").unwrap();
@@ -29,15 +33,30 @@ fn failure_halfway_recorded_then_retry_completes() {
     tx.commit().unwrap();
 
     assert_eq!(side_effects(&mut client, "stripe", "evt_poison"), 0);
-    assert_eq!(event_state(&mut client, "stripe", "evt_poison"), ("failed".into(), 1));
+    assert_eq!(
+        event_state(&mut client, "stripe", "evt_poison"),
+        ("failed".into(), 1)
+    );
 
     // The provider retries: the event is re-claimed and driven to completion.
-    assert_eq!(deliver(&mut client, "stripe", "evt_poison", Duration::ZERO), Answer::Done);
+    assert_eq!(
+        deliver(&mut client, "stripe", "evt_poison", Duration::ZERO),
+        Answer::Done
+    );
     assert_eq!(side_effects(&mut client, "stripe", "evt_poison"), 1);
-    assert_eq!(event_state(&mut client, "stripe", "evt_poison"), ("processed".into(), 2));
-    assert_eq!(archive(&mut client, "stripe", "evt_poison"), ["claimed:FAILED", "retry:PROCESSED"]);
+    assert_eq!(
+        event_state(&mut client, "stripe", "evt_poison"),
+        ("processed".into(), 2)
+    );
+    assert_eq!(
+        archive(&mut client, "stripe", "evt_poison"),
+        ["claimed:FAILED", "retry:PROCESSED"]
+    );
     // And later retries are duplicates.
-    assert_eq!(deliver(&mut client, "stripe", "evt_poison", Duration::ZERO), Answer::Duplicate);
+    assert_eq!(
+        deliver(&mut client, "stripe", "evt_poison", Duration::ZERO),
+        Answer::Duplicate
+    );
     assert_eq!(side_effects(&mut client, "stripe", "evt_poison"), 1);
 }
 
@@ -51,13 +70,23 @@ fn aborted_transaction_leaves_nothing_behind() {
     let mut tx = client.transaction().unwrap();
     let claim = claim_in(&mut tx, "paddle", "evt_abort", None).unwrap();
     assert!(claim.claimed);
-    tx.execute("INSERT INTO side_effects VALUES ('paddle', 'evt_abort')", &[]).unwrap();
+    tx.execute(
+        "INSERT INTO side_effects VALUES ('paddle', 'evt_abort')",
+        &[],
+    )
+    .unwrap();
     assert!(tx.batch_execute("SELECT 1 / 0").is_err());
     drop(tx); // rolls back
 
-    assert_eq!(deliver(&mut client, "paddle", "evt_abort", Duration::ZERO), Answer::Done);
+    assert_eq!(
+        deliver(&mut client, "paddle", "evt_abort", Duration::ZERO),
+        Answer::Done
+    );
     assert_eq!(side_effects(&mut client, "paddle", "evt_abort"), 1);
-    assert_eq!(event_state(&mut client, "paddle", "evt_abort"), ("processed".into(), 1));
+    assert_eq!(
+        event_state(&mut client, "paddle", "evt_abort"),
+        ("processed".into(), 1)
+    );
 }
 
 /// A deploy or an OOM killer ends the handler's backend mid-transaction.
@@ -66,25 +95,46 @@ fn backend_terminated_mid_transaction_then_retry_completes() {
     let db = database("pgwi_failure_recovery");
     let mut victim = connect(db);
     let mut admin = connect(db);
-    let pid: i32 = victim.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
 
     let mut tx = victim.transaction().unwrap();
     let claim = claim_in(&mut tx, "github", "evt_killed", None).unwrap();
     assert!(claim.claimed);
-    tx.execute("INSERT INTO side_effects VALUES ('github', 'evt_killed')", &[]).unwrap();
+    tx.execute(
+        "INSERT INTO side_effects VALUES ('github', 'evt_killed')",
+        &[],
+    )
+    .unwrap();
 
     // While it is live, a retry is told to come back later.
-    assert_eq!(deliver(&mut admin, "github", "evt_killed", Duration::ZERO), Answer::InProgress);
+    assert_eq!(
+        deliver(&mut admin, "github", "evt_killed", Duration::ZERO),
+        Answer::InProgress
+    );
 
-    let killed: bool =
-        admin.query_one("SELECT pg_terminate_backend($1, 5000)", &[&pid]).unwrap().get(0);
+    let killed: bool = admin
+        .query_one("SELECT pg_terminate_backend($1, 5000)", &[&pid])
+        .unwrap()
+        .get(0);
     assert!(killed);
-    assert!(tx.execute("SELECT 1", &[]).is_err(), "the victim's connection is gone");
+    assert!(
+        tx.execute("SELECT 1", &[]).is_err(),
+        "the victim's connection is gone"
+    );
     drop(tx);
 
-    assert_eq!(deliver(&mut admin, "github", "evt_killed", Duration::ZERO), Answer::Done);
+    assert_eq!(
+        deliver(&mut admin, "github", "evt_killed", Duration::ZERO),
+        Answer::Done
+    );
     assert_eq!(side_effects(&mut admin, "github", "evt_killed"), 1);
-    assert_eq!(event_state(&mut admin, "github", "evt_killed"), ("processed".into(), 1));
+    assert_eq!(
+        event_state(&mut admin, "github", "evt_killed"),
+        ("processed".into(), 1)
+    );
 }
 
 /// A worker that holds its transaction longer than the lease is still
@@ -97,13 +147,24 @@ fn open_transaction_outlives_its_lease_without_being_taken_over() {
 
     let mut tx = slow.transaction().unwrap();
     let claim = claim_in(&mut tx, "shopify", "evt_slow_tx", Some("50 milliseconds")).unwrap();
-    tx.execute("INSERT INTO side_effects VALUES ('shopify', 'evt_slow_tx')", &[]).unwrap();
+    tx.execute(
+        "INSERT INTO side_effects VALUES ('shopify', 'evt_slow_tx')",
+        &[],
+    )
+    .unwrap();
     std::thread::sleep(Duration::from_millis(200));
 
-    assert_eq!(deliver(&mut other, "shopify", "evt_slow_tx", Duration::ZERO), Answer::InProgress);
-    tx.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id]).unwrap();
+    assert_eq!(
+        deliver(&mut other, "shopify", "evt_slow_tx", Duration::ZERO),
+        Answer::InProgress
+    );
+    tx.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+        .unwrap();
     tx.commit().unwrap();
 
-    assert_eq!(deliver(&mut other, "shopify", "evt_slow_tx", Duration::ZERO), Answer::Duplicate);
+    assert_eq!(
+        deliver(&mut other, "shopify", "evt_slow_tx", Duration::ZERO),
+        Answer::Duplicate
+    );
     assert_eq!(side_effects(&mut other, "shopify", "evt_slow_tx"), 1);
 }

@@ -54,13 +54,22 @@ fn s1_tcp_reset_after_commit() {
     let events = 50;
     for i in 0..events {
         let event_id = format!("evt_{i}");
-        query_then_reset(db, &format!("SELECT handle('tcp-reset', '{event_id}')"), || {
-            wait_for("the handler's commit", || side_effects(&mut observer, "tcp-reset", &event_id) == 1)
-        });
+        query_then_reset(
+            db,
+            &format!("SELECT handle('tcp-reset', '{event_id}')"),
+            || {
+                wait_for("the handler's commit", || {
+                    side_effects(&mut observer, "tcp-reset", &event_id) == 1
+                })
+            },
+        );
         scenario.sent(1);
         // The provider retries, twice for good measure: both are duplicates.
         for _ in 0..2 {
-            assert_eq!(deliver(&mut observer, "tcp-reset", &event_id, Duration::ZERO), Answer::Duplicate);
+            assert_eq!(
+                deliver(&mut observer, "tcp-reset", &event_id, Duration::ZERO),
+                Answer::Duplicate
+            );
             scenario.sent(1);
         }
     }
@@ -83,10 +92,15 @@ fn s2_worker_timeout_mid_process() {
         let mut tx = worker.transaction().unwrap();
         let claim = claim_in(&mut tx, "timeout", &event_id, None).unwrap();
         assert!(claim.claimed);
-        tx.execute("INSERT INTO side_effects VALUES ('timeout', $1)", &[&event_id]).unwrap();
+        tx.execute(
+            "INSERT INTO side_effects VALUES ('timeout', $1)",
+            &[&event_id],
+        )
+        .unwrap();
         match i % 3 {
             0 => {
-                tx.batch_execute("SET LOCAL statement_timeout = '50ms'").unwrap();
+                tx.batch_execute("SET LOCAL statement_timeout = '50ms'")
+                    .unwrap();
                 let err = tx.batch_execute("SELECT pg_sleep(5)").unwrap_err();
                 assert_eq!(sql_state(&err), Some("57014"), "{err}");
                 drop(tx);
@@ -110,7 +124,11 @@ fn s2_worker_timeout_mid_process() {
         scenario.sent(1);
         // Until the server notices the lost client, retries are answered
         // in_progress; the provider keeps trying.
-        scenario.sent(deliver_until_acknowledged(&mut provider, "timeout", &event_id));
+        scenario.sent(deliver_until_acknowledged(
+            &mut provider,
+            "timeout",
+            &event_id,
+        ));
     }
     scenario.finish(&mut provider, events);
 }
@@ -131,12 +149,25 @@ fn s3_deploy_mid_webhook() {
     for i in 0..terminated {
         let event_id = format!("evt_term_{i}");
         let mut victim = connect(db);
-        let pid: i32 = victim.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let pid: i32 = victim
+            .query_one("SELECT pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
         let mut tx = victim.transaction().unwrap();
-        assert!(claim_in(&mut tx, "deploy", &event_id, None).unwrap().claimed);
-        tx.execute("INSERT INTO side_effects VALUES ('deploy', $1)", &[&event_id]).unwrap();
-        let killed: bool =
-            admin.query_one("SELECT pg_terminate_backend($1, 5000)", &[&pid]).unwrap().get(0);
+        assert!(
+            claim_in(&mut tx, "deploy", &event_id, None)
+                .unwrap()
+                .claimed
+        );
+        tx.execute(
+            "INSERT INTO side_effects VALUES ('deploy', $1)",
+            &[&event_id],
+        )
+        .unwrap();
+        let killed: bool = admin
+            .query_one("SELECT pg_terminate_backend($1, 5000)", &[&pid])
+            .unwrap()
+            .get(0);
         assert!(killed);
         assert!(tx.commit().is_err(), "the terminated handler cannot commit");
         scenario.sent(1);
@@ -145,14 +176,26 @@ fn s3_deploy_mid_webhook() {
 
     // (b) two-phase workers killed as processes.
     let killed_workers = 10;
-    let psql = format!("{}/psql", std::env::var("PG_BINDIR").unwrap_or_else(|_| "/usr/bin".into()));
+    let psql = format!(
+        "{}/psql",
+        std::env::var("PG_BINDIR").unwrap_or_else(|_| "/usr/bin".into())
+    );
     for i in 0..killed_workers {
         let event_id = format!("evt_kill_{i}");
         let claim_sql = format!(
             "SELECT id FROM webhook_claim('deploy', '{event_id}', 'invoice.paid', '{{}}'::jsonb, NULL, '1 second')"
         );
         let mut worker = std::process::Command::new(&psql)
-            .args(["-X", "-q", "-d", db, "-c", &claim_sql, "-c", "SELECT pg_sleep(60)"])
+            .args([
+                "-X",
+                "-q",
+                "-d",
+                db,
+                "-c",
+                &claim_sql,
+                "-c",
+                "SELECT pg_sleep(60)",
+            ])
             .env("PGOPTIONS", "-c client_connection_check_interval=100")
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -168,7 +211,11 @@ fn s3_deploy_mid_webhook() {
         });
         if i % 2 == 0 {
             let pid = worker.id().to_string();
-            assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+            assert!(std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success());
         } else {
             worker.kill().unwrap(); // SIGKILL
         }
@@ -183,12 +230,22 @@ fn s3_deploy_mid_webhook() {
             scenario.sent(1);
             if claim.claimed {
                 assert_eq!((claim.status.as_str(), claim.attempts), ("retry", 2));
-                admin.execute("INSERT INTO side_effects VALUES ('deploy', $1)", &[&event_id]).unwrap();
-                admin.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id]).unwrap();
+                admin
+                    .execute(
+                        "INSERT INTO side_effects VALUES ('deploy', $1)",
+                        &[&event_id],
+                    )
+                    .unwrap();
+                admin
+                    .execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+                    .unwrap();
                 break;
             }
             assert_eq!(claim.status, "in_progress");
-            assert!(started.elapsed() < Duration::from_secs(10), "lease never ran out");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "lease never ran out"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         let completions: i64 = admin
@@ -220,21 +277,41 @@ fn s4_retry_poisoning() {
             let mut tx = client.transaction().unwrap();
             let claim = claim_in(&mut tx, "poison", &event_id, None).unwrap();
             tx.batch_execute("SAVEPOINT work").unwrap();
-            tx.execute("INSERT INTO side_effects VALUES ('poison', $1)", &[&event_id]).unwrap();
+            tx.execute(
+                "INSERT INTO side_effects VALUES ('poison', $1)",
+                &[&event_id],
+            )
+            .unwrap();
             assert!(tx.batch_execute("SELECT 1 / 0").is_err());
             tx.batch_execute("ROLLBACK TO SAVEPOINT work").unwrap();
-            tx.execute("SELECT webhook_fail($1::text::uuid, 'division by zero')", &[&claim.id]).unwrap();
+            tx.execute(
+                "SELECT webhook_fail($1::text::uuid, 'division by zero')",
+                &[&claim.id],
+            )
+            .unwrap();
             tx.commit().unwrap();
         } else {
             // Two phases: the claim committed, the side effect failed.
             let claim = claim_in(&mut client, "poison", &event_id, Some("1 hour")).unwrap();
-            client.execute("SELECT webhook_fail($1::text::uuid, 'upstream 503')", &[&claim.id]).unwrap();
+            client
+                .execute(
+                    "SELECT webhook_fail($1::text::uuid, 'upstream 503')",
+                    &[&claim.id],
+                )
+                .unwrap();
         }
         scenario.sent(1);
         let retry = deliver(&mut client, "poison", &event_id, Duration::ZERO);
-        assert_eq!(retry, Answer::Done, "the retry after a failure does the work");
+        assert_eq!(
+            retry,
+            Answer::Done,
+            "the retry after a failure does the work"
+        );
         scenario.sent(1);
-        assert_eq!(event_state(&mut client, "poison", &event_id), ("processed".into(), 2));
+        assert_eq!(
+            event_state(&mut client, "poison", &event_id),
+            ("processed".into(), 2)
+        );
     }
     scenario.finish(&mut client, events);
 }
@@ -270,7 +347,9 @@ fn s5_concurrent_duplicates_across_servers() {
                 client.batch_execute("SET lock_timeout = '50ms'").unwrap();
                 let mut slowest = Duration::ZERO;
                 loop {
-                    let Some(event) = queue.lock().unwrap().pop_front() else { break };
+                    let Some(event) = queue.lock().unwrap().pop_front() else {
+                        break;
+                    };
                     let event_id = format!("evt_{event}");
                     let hold = if rng.below(10) == 0 {
                         Duration::from_millis(100)
@@ -296,7 +375,11 @@ fn s5_concurrent_duplicates_across_servers() {
             })
         })
         .collect();
-    let slowest = workers.into_iter().map(|w| w.join().unwrap()).max().unwrap();
+    let slowest = workers
+        .into_iter()
+        .map(|w| w.join().unwrap())
+        .max()
+        .unwrap();
     eprintln!("slowest claim that did not own its event: {slowest:?}");
 
     let mut client = connect(db);
@@ -305,7 +388,10 @@ fn s5_concurrent_duplicates_across_servers() {
         .unwrap()
         .get(0);
     assert_eq!(unfinished, 0);
-    Arc::try_unwrap(scenario).ok().unwrap().finish(&mut client, events);
+    Arc::try_unwrap(scenario)
+        .ok()
+        .unwrap()
+        .finish(&mut client, events);
 }
 
 /// 6. Server crash: PostgreSQL stopped with `pg_ctl stop -m immediate`
@@ -319,7 +405,9 @@ fn s6_server_crash() {
     let scenario = Arc::new(Scenario::start("6 server crash", "crash"));
     let (connections, events, copies) = (8, 400, 3);
 
-    let mut queue: Vec<usize> = (0..events).flat_map(|e| std::iter::repeat(e).take(copies)).collect();
+    let mut queue: Vec<usize> = (0..events)
+        .flat_map(|e| std::iter::repeat(e).take(copies))
+        .collect();
     Rng::new(6).shuffle(&mut queue);
     let total = queue.len();
     let queue = Arc::new(Mutex::new(VecDeque::from(queue)));
@@ -328,12 +416,18 @@ fn s6_server_crash() {
 
     let workers: Vec<_> = (0..connections)
         .map(|_| {
-            let (queue, acknowledged, scenario, cut_off) =
-                (Arc::clone(&queue), Arc::clone(&acknowledged), Arc::clone(&scenario), Arc::clone(&cut_off));
+            let (queue, acknowledged, scenario, cut_off) = (
+                Arc::clone(&queue),
+                Arc::clone(&acknowledged),
+                Arc::clone(&scenario),
+                Arc::clone(&cut_off),
+            );
             std::thread::spawn(move || {
                 let mut client: Option<Client> = None;
                 loop {
-                    let Some(event) = queue.lock().unwrap().pop_front() else { break };
+                    let Some(event) = queue.lock().unwrap().pop_front() else {
+                        break;
+                    };
                     let event_id = format!("evt_{event}");
                     let conn = match &mut client {
                         Some(c) => c,
@@ -361,7 +455,9 @@ fn s6_server_crash() {
         .collect();
 
     // Crash once about half the deliveries are through.
-    wait_for("half the deliveries", || queue.lock().unwrap().len() <= total / 2);
+    wait_for("half the deliveries", || {
+        queue.lock().unwrap().len() <= total / 2
+    });
     let acknowledged_before = acknowledged.lock().unwrap().clone();
     crash_server();
     std::thread::sleep(Duration::from_millis(300));
@@ -369,7 +465,10 @@ fn s6_server_crash() {
     for w in workers {
         w.join().expect("worker");
     }
-    assert!(!acknowledged_before.is_empty(), "work was acknowledged before the crash");
+    assert!(
+        !acknowledged_before.is_empty(),
+        "work was acknowledged before the crash"
+    );
     let cut_off = cut_off.load(std::sync::atomic::Ordering::Relaxed);
     assert!(cut_off > 0, "the crash cut deliveries off mid-flight");
     eprintln!("deliveries cut off by the crash: {cut_off}");
@@ -382,8 +481,15 @@ fn s6_server_crash() {
             "evt_{event} was acknowledged before the crash and must have survived it"
         );
     }
-    assert_eq!(acknowledged.lock().unwrap().len(), events, "every event acknowledged in the end");
-    Arc::try_unwrap(scenario).ok().unwrap().finish(&mut client, events);
+    assert_eq!(
+        acknowledged.lock().unwrap().len(),
+        events,
+        "every event acknowledged in the end"
+    );
+    Arc::try_unwrap(scenario)
+        .ok()
+        .unwrap()
+        .finish(&mut client, events);
 }
 
 fn reconnect(db: &str) -> Option<Client> {
@@ -414,13 +520,22 @@ fn s7_stale_lease_slow_worker() {
         assert!(claim.claimed);
         scenario.sent(1);
         let mut tx = slow.transaction().unwrap();
-        tx.execute("INSERT INTO side_effects VALUES ('stale', $1)", &[&event_id]).unwrap();
+        tx.execute(
+            "INSERT INTO side_effects VALUES ('stale', $1)",
+            &[&event_id],
+        )
+        .unwrap();
         std::thread::sleep(Duration::from_millis(150)); // the lease runs out
 
-        assert_eq!(deliver(&mut fast, "stale", &event_id, Duration::ZERO), Answer::Done);
+        assert_eq!(
+            deliver(&mut fast, "stale", &event_id, Duration::ZERO),
+            Answer::Done
+        );
         scenario.sent(1);
 
-        let err = tx.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id]).unwrap_err();
+        let err = tx
+            .execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+            .unwrap_err();
         assert_eq!(sql_state(&err), Some("55006"), "{err}");
         drop(tx); // rolls back the slow worker's side effect
         assert_eq!(side_effects(&mut fast, "stale", &event_id), 1);
@@ -436,7 +551,10 @@ fn s8_bad_input_matrix() {
     let db = database(DB);
     let scenario = Scenario::start("8 bad input matrix", "bad-input");
     let mut client = connect(db);
-    let pid: i32 = client.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
     let counts = |c: &mut Client| -> (i64, i64) {
         let row = c
             .query_one(
@@ -513,31 +631,48 @@ fn s8_bad_input_matrix() {
 
     let mut calls = 0;
     for (sql, params, sqlstate) in &refused {
-        let params: Vec<&(dyn postgres::types::ToSql + Sync)> =
-            params.iter().map(|p| p as &(dyn postgres::types::ToSql + Sync)).collect();
+        let params: Vec<&(dyn postgres::types::ToSql + Sync)> = params
+            .iter()
+            .map(|p| p as &(dyn postgres::types::ToSql + Sync))
+            .collect();
         let err = client.query(*sql, &params).expect_err(sql);
         assert_eq!(sql_state(&err), Some(*sqlstate), "{sql}: {err}");
         calls += 1;
     }
     for signature in &refused_signatures {
-        let expected = if signature.is_none() { "22004" } else { "22P02" };
-        let err = client.query(verify, &[&"Jefe", &body, signature]).expect_err("malformed signature");
+        let expected = if signature.is_none() {
+            "22004"
+        } else {
+            "22P02"
+        };
+        let err = client
+            .query(verify, &[&"Jefe", &body, signature])
+            .expect_err("malformed signature");
         assert_eq!(sql_state(&err), Some(expected), "{signature:?}: {err}");
         calls += 1;
     }
     // Well-formed but wrong: false, not an error.
     for (secret, signature) in [("Jefe", &"0".repeat(64)), ("jefe", &sha256_hex.to_string())] {
-        let ok: bool = client.query_one(verify, &[&secret, &body, signature]).unwrap().get(0);
+        let ok: bool = client
+            .query_one(verify, &[&secret, &body, signature])
+            .unwrap()
+            .get(0);
         assert!(!ok);
         calls += 1;
     }
-    let ok: bool = client.query_one(verify, &[&"Jefe", &body, &sha256_hex]).unwrap().get(0);
+    let ok: bool = client
+        .query_one(verify, &[&"Jefe", &body, &sha256_hex])
+        .unwrap()
+        .get(0);
     assert!(ok, "the matrix's own reference signature is valid");
     scenario.sent(calls + 1);
 
     // Nothing was written, and the same backend is still serving us.
     assert_eq!(counts(&mut client), (0, 0));
-    let still: i32 = client.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let still: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(still, pid);
 
     // Large is not bad: a 10 MB payload is claimed and archived whole.
@@ -547,7 +682,10 @@ fn s8_bad_input_matrix() {
         .get(2);
     assert_eq!(status, "claimed");
     let archived: i32 = client
-        .query_one("SELECT octet_length(raw_body) FROM webhook.deliveries WHERE event_id = 'evt_10mb'", &[])
+        .query_one(
+            "SELECT octet_length(raw_body) FROM webhook.deliveries WHERE event_id = 'evt_10mb'",
+            &[],
+        )
         .unwrap()
         .get(0);
     assert_eq!(archived as usize, ten_mb.len());

@@ -8,7 +8,13 @@ mod common;
 use common::*;
 use postgres::Client;
 
-fn verify(client: &mut Client, scheme: &str, headers: &str, body: &[u8], secret: &str) -> (bool, String) {
+fn verify(
+    client: &mut Client,
+    scheme: &str,
+    headers: &str,
+    body: &[u8],
+    secret: &str,
+) -> (bool, String) {
     let row = client
         .query_one(
             "SELECT valid, reason FROM webhook_verify_detail($1, $2::text::jsonb, $3::bytea, ARRAY[$4::text])",
@@ -38,12 +44,20 @@ fn deliveries_signed_by_provider_sdks_verify_until_tampered() {
         let mut tampered = body.clone();
         let middle = tampered.len() / 2;
         tampered[middle] ^= 0x01;
-        assert_eq!(verify(&mut client, scheme, &headers, &tampered, secret), (false, "bad_signature".into()), "{sdk}: body");
+        assert_eq!(
+            verify(&mut client, scheme, &headers, &tampered, secret),
+            (false, "bad_signature".into()),
+            "{sdk}: body"
+        );
 
         let mut other: Vec<char> = secret.chars().collect();
         other[10] = if other[10] == 'A' { 'B' } else { 'A' };
         let other: String = other.into_iter().collect();
-        assert_eq!(verify(&mut client, scheme, &headers, &body, &other), (false, "bad_signature".into()), "{sdk}: secret");
+        assert_eq!(
+            verify(&mut client, scheme, &headers, &body, &other),
+            (false, "bad_signature".into()),
+            "{sdk}: secret"
+        );
 
         if f["timestamped"].as_bool().unwrap() {
             let signed_at: i64 = client
@@ -56,7 +70,11 @@ fn deliveries_signed_by_provider_sdks_verify_until_tampered() {
                 .get(0);
             let shifted = headers.replace(&signed_at.to_string(), &(signed_at + 1).to_string());
             assert_ne!(shifted, headers);
-            assert_eq!(verify(&mut client, scheme, &shifted, &body, secret), (false, "bad_signature".into()), "{sdk}: timestamp");
+            assert_eq!(
+                verify(&mut client, scheme, &shifted, &body, secret),
+                (false, "bad_signature".into()),
+                "{sdk}: timestamp"
+            );
         }
         *seen.entry(format!("{scheme:<9} {sdk}")).or_default() += 1;
     }
@@ -64,6 +82,10 @@ fn deliveries_signed_by_provider_sdks_verify_until_tampered() {
     for (what, n) in &seen {
         eprintln!("{what}: {n} deliveries verified, and refused after tampering");
     }
-    let schemes: std::collections::BTreeSet<&str> = seen.keys().map(|k| k.split(' ').next().unwrap()).collect();
-    assert_eq!(schemes.into_iter().collect::<Vec<_>>(), ["github", "paddle", "slack", "standard", "stripe"]);
+    let schemes: std::collections::BTreeSet<&str> =
+        seen.keys().map(|k| k.split(' ').next().unwrap()).collect();
+    assert_eq!(
+        schemes.into_iter().collect::<Vec<_>>(),
+        ["github", "paddle", "slack", "standard", "stripe"]
+    );
 }

@@ -23,11 +23,17 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
 }
 
 fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
 
 fn stripe(body: &str, ts: i64, secret: &str) -> serde_json::Value {
-    let sig = hex::encode(hmac_sha256(secret.as_bytes(), &[format!("{ts}.").as_bytes(), body.as_bytes()]));
+    let sig = hex::encode(hmac_sha256(
+        secret.as_bytes(),
+        &[format!("{ts}.").as_bytes(), body.as_bytes()],
+    ));
     serde_json::json!({ "Stripe-Signature": format!("t={ts},v1={sig}") })
 }
 
@@ -41,7 +47,10 @@ fn standard(msg_id: &str, body: &str, ts: i64, secret: &str) -> serde_json::Valu
     use base64::Engine;
     let b64 = base64::engine::general_purpose::STANDARD;
     let key = b64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-    let sig = b64.encode(hmac_sha256(&key, &[format!("{msg_id}.{ts}.").as_bytes(), body.as_bytes()]));
+    let sig = b64.encode(hmac_sha256(
+        &key,
+        &[format!("{msg_id}.{ts}.").as_bytes(), body.as_bytes()],
+    ));
     serde_json::json!({ "svix-id": msg_id, "svix-timestamp": ts.to_string(), "svix-signature": format!("v1,{sig}") })
 }
 
@@ -64,7 +73,13 @@ fn handle(app: &mut Client, provider: &str, headers: &serde_json::Value, body: &
             &[&provider, &headers.to_string(), &body.as_bytes()],
         )
         .unwrap();
-    let answer = Answer { id: row.get(0), status: row.get(2), http: row.get(3), reason: row.get(4), result: row.get(5) };
+    let answer = Answer {
+        id: row.get(0),
+        status: row.get(2),
+        http: row.get(3),
+        reason: row.get(4),
+        result: row.get(5),
+    };
     if row.get::<_, bool>(1) {
         tx.execute(
             "SELECT webhook_complete($1::text::uuid, jsonb_build_object('handled_by', 'receive-test'))",
@@ -89,13 +104,22 @@ fn app_connection(db: &str) -> Client {
         )
         .unwrap();
     admin
-        .execute("SELECT webhook_register_provider('stripe', secret => $1)", &[&STRIPE_SECRET])
+        .execute(
+            "SELECT webhook_register_provider('stripe', secret => $1)",
+            &[&STRIPE_SECRET],
+        )
         .unwrap();
     admin
-        .execute("SELECT webhook_register_provider('github', secret => $1)", &[&GITHUB_SECRET])
+        .execute(
+            "SELECT webhook_register_provider('github', secret => $1)",
+            &[&GITHUB_SECRET],
+        )
         .unwrap();
     admin
-        .execute("SELECT webhook_register_provider('clerk', secret => $1)", &[&STANDARD_SECRET])
+        .execute(
+            "SELECT webhook_register_provider('clerk', secret => $1)",
+            &[&STANDARD_SECRET],
+        )
         .unwrap();
     let config: postgres::Config = format!(
         "host={} port={} user=webhook_handler dbname={db}",
@@ -104,7 +128,9 @@ fn app_connection(db: &str) -> Client {
     )
     .parse()
     .unwrap();
-    config.connect(NoTls).expect("connect as the application role")
+    config
+        .connect(NoTls)
+        .expect("connect as the application role")
 }
 
 #[test]
@@ -112,38 +138,85 @@ fn stripe_github_and_standard_webhooks_through_webhook_receive_as_an_app_role() 
     let db = database("pgwi_receive");
     let mut app = app_connection(db);
 
-    let stripe_body = r#"{"id":"evt_recv_1","type":"invoice.paid","data":{"object":{"amount_paid":500}}}"#;
+    let stripe_body =
+        r#"{"id":"evt_recv_1","type":"invoice.paid","data":{"object":{"amount_paid":500}}}"#;
     let github_body = r#"{"ref":"refs/heads/main","commits":[]}"#;
     let clerk_body = r#"{"type":"user.created","data":{"id":"user_1"}}"#;
     let deliveries = [
-        ("stripe", stripe(stripe_body, now(), STRIPE_SECRET), stripe_body),
-        ("github", github("gh-delivery-1", github_body, GITHUB_SECRET), github_body),
-        ("clerk", standard("msg_recv_1", clerk_body, now(), STANDARD_SECRET), clerk_body),
+        (
+            "stripe",
+            stripe(stripe_body, now(), STRIPE_SECRET),
+            stripe_body,
+        ),
+        (
+            "github",
+            github("gh-delivery-1", github_body, GITHUB_SECRET),
+            github_body,
+        ),
+        (
+            "clerk",
+            standard("msg_recv_1", clerk_body, now(), STANDARD_SECRET),
+            clerk_body,
+        ),
     ];
 
     for (provider, headers, body) in &deliveries {
         // Genuine: claimed, handled, 200.
         let first = handle(&mut app, provider, headers, body);
-        assert_eq!((first.status.as_str(), first.http, first.reason.as_str()), ("claimed", 200, "ok"), "{provider}");
+        assert_eq!(
+            (first.status.as_str(), first.http, first.reason.as_str()),
+            ("claimed", 200, "ok"),
+            "{provider}"
+        );
 
         // Replayed (the provider's retry, or an attacker's copy): a duplicate
         // that gets the first answer back, and does nothing.
         let replay = handle(&mut app, provider, headers, body);
-        assert_eq!((replay.status.as_str(), replay.http), ("duplicate", 200), "{provider}");
-        assert_eq!(replay.result.as_deref(), Some(r#"{"handled_by": "receive-test"}"#));
+        assert_eq!(
+            (replay.status.as_str(), replay.http),
+            ("duplicate", 200),
+            "{provider}"
+        );
+        assert_eq!(
+            replay.result.as_deref(),
+            Some(r#"{"handled_by": "receive-test"}"#)
+        );
 
         // Forged: the body changed under the same signature.
-        let forged_body = body.replace("main", "evil").replace("500", "50000").replace("user_1", "user_2");
+        let forged_body = body
+            .replace("main", "evil")
+            .replace("500", "50000")
+            .replace("user_1", "user_2");
         let forged = handle(&mut app, provider, headers, &forged_body);
-        assert_eq!((forged.status.as_str(), forged.http, forged.reason.as_str()), ("rejected", 401, "bad_signature"), "{provider}");
+        assert_eq!(
+            (forged.status.as_str(), forged.http, forged.reason.as_str()),
+            ("rejected", 401, "bad_signature"),
+            "{provider}"
+        );
     }
 
     // Stale: genuine signatures from an hour ago (GitHub signs no time).
     let old = now() - 3600;
-    let stale_stripe = handle(&mut app, "stripe", &stripe(stripe_body, old, STRIPE_SECRET), stripe_body);
-    assert_eq!((stale_stripe.http, stale_stripe.reason.as_str()), (401, "timestamp_too_old"));
-    let stale_clerk = handle(&mut app, "clerk", &standard("msg_recv_1", clerk_body, old, STANDARD_SECRET), clerk_body);
-    assert_eq!((stale_clerk.http, stale_clerk.reason.as_str()), (401, "timestamp_too_old"));
+    let stale_stripe = handle(
+        &mut app,
+        "stripe",
+        &stripe(stripe_body, old, STRIPE_SECRET),
+        stripe_body,
+    );
+    assert_eq!(
+        (stale_stripe.http, stale_stripe.reason.as_str()),
+        (401, "timestamp_too_old")
+    );
+    let stale_clerk = handle(
+        &mut app,
+        "clerk",
+        &standard("msg_recv_1", clerk_body, old, STANDARD_SECRET),
+        clerk_body,
+    );
+    assert_eq!(
+        (stale_clerk.http, stale_clerk.reason.as_str()),
+        (401, "timestamp_too_old")
+    );
 
     // What the application role cannot do, over its own connection.
     for sql in [
@@ -162,12 +235,18 @@ fn stripe_github_and_standard_webhooks_through_webhook_receive_as_an_app_role() 
     // every forgery and replay on record.
     let mut admin = connect(db);
     let processed: i64 = admin
-        .query_one("SELECT count(*) FROM webhook.events WHERE status = 'processed'", &[])
+        .query_one(
+            "SELECT count(*) FROM webhook.events WHERE status = 'processed'",
+            &[],
+        )
         .unwrap()
         .get(0);
     assert_eq!(processed, 3);
     let rejected: Vec<String> = admin
-        .query("SELECT provider || ':' || reason FROM webhook.rejected_deliveries ORDER BY 1", &[])
+        .query(
+            "SELECT provider || ':' || reason FROM webhook.rejected_deliveries ORDER BY 1",
+            &[],
+        )
         .unwrap()
         .iter()
         .map(|r| r.get(0))

@@ -10,17 +10,27 @@ use std::time::Duration;
 fn one_event_delivered_ten_times_has_one_side_effect() {
     let db = database("pgwi_redelivery");
     let mut client = connect(db);
-    let answers: Vec<Answer> =
-        (0..10).map(|_| deliver(&mut client, "stripe", "evt_ten", Duration::ZERO)).collect();
+    let answers: Vec<Answer> = (0..10)
+        .map(|_| deliver(&mut client, "stripe", "evt_ten", Duration::ZERO))
+        .collect();
 
     assert_eq!(answers[0], Answer::Done);
-    assert!(answers[1..].iter().all(|a| *a == Answer::Duplicate), "{answers:?}");
+    assert!(
+        answers[1..].iter().all(|a| *a == Answer::Duplicate),
+        "{answers:?}"
+    );
     assert_eq!(side_effects(&mut client, "stripe", "evt_ten"), 1);
-    assert_eq!(event_state(&mut client, "stripe", "evt_ten"), ("processed".into(), 1));
+    assert_eq!(
+        event_state(&mut client, "stripe", "evt_ten"),
+        ("processed".into(), 1)
+    );
     let archive = archive(&mut client, "stripe", "evt_ten");
     assert_eq!(archive.len(), 10, "every delivery is archived");
     assert_eq!(archive[0], "claimed:PROCESSED");
-    assert!(archive[1..].iter().all(|s| s == "duplicate:SKIPPED"), "{archive:?}");
+    assert!(
+        archive[1..].iter().all(|s| s == "duplicate:SKIPPED"),
+        "{archive:?}"
+    );
 }
 
 /// A TCP reset after COMMIT: the handler's work committed but the answer
@@ -31,11 +41,17 @@ fn retry_after_a_lost_answer_is_a_duplicate() {
     let db = database("pgwi_redelivery");
     {
         let mut lost = connect(db);
-        assert_eq!(deliver(&mut lost, "paddle", "evt_lost_ack", Duration::ZERO), Answer::Done);
+        assert_eq!(
+            deliver(&mut lost, "paddle", "evt_lost_ack", Duration::ZERO),
+            Answer::Done
+        );
         // Connection dropped here without the provider hearing back.
     }
     let mut client = connect(db);
-    assert_eq!(deliver(&mut client, "paddle", "evt_lost_ack", Duration::ZERO), Answer::Duplicate);
+    assert_eq!(
+        deliver(&mut client, "paddle", "evt_lost_ack", Duration::ZERO),
+        Answer::Duplicate
+    );
     assert_eq!(side_effects(&mut client, "paddle", "evt_lost_ack"), 1);
 }
 

@@ -24,17 +24,36 @@ fn vanished_worker_is_in_progress_until_its_lease_then_retry() {
 
     let mut client = connect(db);
     let early = claim_in(&mut client, "svix", "msg_vanish", None).unwrap();
-    assert!(claimed_at.elapsed() < lease, "the test checked before the lease ran out");
-    assert_eq!((early.claimed, early.status.as_str()), (false, "in_progress"));
+    assert!(
+        claimed_at.elapsed() < lease,
+        "the test checked before the lease ran out"
+    );
+    assert_eq!(
+        (early.claimed, early.status.as_str()),
+        (false, "in_progress")
+    );
 
     std::thread::sleep(lease.saturating_sub(claimed_at.elapsed()) + Duration::from_millis(200));
     let late = claim_in(&mut client, "svix", "msg_vanish", None).unwrap();
-    assert_eq!((late.claimed, late.status.as_str(), late.attempts), (true, "retry", 2));
-    client.execute("INSERT INTO side_effects VALUES ('svix', 'msg_vanish')", &[]).unwrap();
-    client.execute("SELECT webhook_complete($1::text::uuid)", &[&late.id]).unwrap();
+    assert_eq!(
+        (late.claimed, late.status.as_str(), late.attempts),
+        (true, "retry", 2)
+    );
+    client
+        .execute(
+            "INSERT INTO side_effects VALUES ('svix', 'msg_vanish')",
+            &[],
+        )
+        .unwrap();
+    client
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&late.id])
+        .unwrap();
 
     assert_eq!(side_effects(&mut client, "svix", "msg_vanish"), 1);
-    assert_eq!(event_state(&mut client, "svix", "msg_vanish"), ("processed".into(), 2));
+    assert_eq!(
+        event_state(&mut client, "svix", "msg_vanish"),
+        ("processed".into(), 2)
+    );
 
     // The vanished worker comes back to life and tries to finish: refused,
     // so its transaction would roll back instead of repeating the work.
@@ -53,13 +72,24 @@ fn failed_side_effect_is_retried_at_once() {
     let claim = claim_in(&mut worker, "slack", "ev_fail", Some("1 hour")).unwrap();
     assert!(claim.claimed);
     worker
-        .execute("SELECT webhook_fail($1::text::uuid, 'smtp 451')", &[&claim.id])
+        .execute(
+            "SELECT webhook_fail($1::text::uuid, 'smtp 451')",
+            &[&claim.id],
+        )
         .unwrap();
 
     let retry = claim_in(&mut worker, "slack", "ev_fail", None).unwrap();
-    assert_eq!((retry.claimed, retry.status.as_str(), retry.attempts), (true, "retry", 2));
-    worker.execute("SELECT webhook_complete($1::text::uuid)", &[&retry.id]).unwrap();
-    assert_eq!(archive(&mut worker, "slack", "ev_fail"), ["claimed:FAILED", "retry:PROCESSED"]);
+    assert_eq!(
+        (retry.claimed, retry.status.as_str(), retry.attempts),
+        (true, "retry", 2)
+    );
+    worker
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&retry.id])
+        .unwrap();
+    assert_eq!(
+        archive(&mut worker, "slack", "ev_fail"),
+        ["claimed:FAILED", "retry:PROCESSED"]
+    );
 }
 
 /// A heartbeat keeps a slow worker's claim: without it the lease would
@@ -73,13 +103,21 @@ fn heartbeat_keeps_a_slow_worker_owner() {
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(600));
         worker
-            .execute("SELECT webhook_extend($1::text::uuid, '1 second')", &[&claim.id])
+            .execute(
+                "SELECT webhook_extend($1::text::uuid, '1 second')",
+                &[&claim.id],
+            )
             .unwrap();
         let probe = claim_in(&mut other, "stripe", "evt_heartbeat", None).unwrap();
         assert_eq!(probe.status, "in_progress");
     }
-    worker.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id]).unwrap();
-    assert_eq!(event_state(&mut other, "stripe", "evt_heartbeat"), ("processed".into(), 1));
+    worker
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+        .unwrap();
+    assert_eq!(
+        event_state(&mut other, "stripe", "evt_heartbeat"),
+        ("processed".into(), 1)
+    );
 }
 
 /// The claim committed but its worker's backend was terminated (a deploy)
@@ -89,16 +127,32 @@ fn terminated_backend_after_claim_commit_recovers_after_the_lease() {
     let db = database("pgwi_two_phase");
     let mut worker = connect(db);
     let mut admin = connect(db);
-    let pid: i32 = worker.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let pid: i32 = worker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
     let claim = claim_in(&mut worker, "paddle", "evt_deploy", Some("1 second")).unwrap();
     assert!(claim.claimed);
-    let killed: bool =
-        admin.query_one("SELECT pg_terminate_backend($1, 5000)", &[&pid]).unwrap().get(0);
+    let killed: bool = admin
+        .query_one("SELECT pg_terminate_backend($1, 5000)", &[&pid])
+        .unwrap()
+        .get(0);
     assert!(killed);
 
-    assert_eq!(claim_in(&mut admin, "paddle", "evt_deploy", None).unwrap().status, "in_progress");
+    assert_eq!(
+        claim_in(&mut admin, "paddle", "evt_deploy", None)
+            .unwrap()
+            .status,
+        "in_progress"
+    );
     std::thread::sleep(Duration::from_millis(1200));
-    assert_eq!(deliver(&mut admin, "paddle", "evt_deploy", Duration::ZERO), Answer::Done);
+    assert_eq!(
+        deliver(&mut admin, "paddle", "evt_deploy", Duration::ZERO),
+        Answer::Done
+    );
     assert_eq!(side_effects(&mut admin, "paddle", "evt_deploy"), 1);
-    assert_eq!(event_state(&mut admin, "paddle", "evt_deploy"), ("processed".into(), 2));
+    assert_eq!(
+        event_state(&mut admin, "paddle", "evt_deploy"),
+        ("processed".into(), 2)
+    );
 }

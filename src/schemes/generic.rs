@@ -20,7 +20,10 @@ pub struct GenericHmac {
 
 impl GenericHmac {
     pub fn parse(spec: &str) -> Result<Self, WebhookError> {
-        let bad = |detail: String| WebhookError::BadSchemeOption { given: spec.to_string(), detail };
+        let bad = |detail: String| WebhookError::BadSchemeOption {
+            given: spec.to_string(),
+            detail,
+        };
         let mut header = None;
         let mut algorithm = Algorithm::Sha256;
         let mut base64 = false;
@@ -48,7 +51,12 @@ impl GenericHmac {
             }
         }
         let header = header.ok_or_else(|| bad("the header option is required".into()))?;
-        Ok(GenericHmac { header, algorithm, base64, prefix })
+        Ok(GenericHmac {
+            header,
+            algorithm,
+            base64,
+            prefix,
+        })
     }
 
     pub fn header(&self) -> &str {
@@ -57,10 +65,21 @@ impl GenericHmac {
 
     pub fn read(&self, headers: &Headers<'_>) -> Result<Signed, Reason> {
         let value = headers.get(&self.header)?;
-        let encoded = value.strip_prefix(self.prefix.as_str()).ok_or(Reason::MalformedHeader)?;
+        let encoded = value
+            .strip_prefix(self.prefix.as_str())
+            .ok_or(Reason::MalformedHeader)?;
         let len = self.algorithm.digest_len();
-        let digest = if self.base64 { decode_base64(encoded, len) } else { decode_hex(encoded, len) };
+        let digest = if self.base64 {
+            decode_base64(encoded, len)
+        } else {
+            decode_hex(encoded, len)
+        };
         let digest = digest.ok_or(Reason::MalformedHeader)?;
-        Ok(Signed { algorithm: self.algorithm, candidates: vec![digest], prefix: Vec::new(), timestamp: None })
+        Ok(Signed {
+            algorithm: self.algorithm,
+            candidates: vec![digest],
+            prefix: Vec::new(),
+            timestamp: None,
+        })
     }
 }

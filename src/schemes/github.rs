@@ -12,11 +12,20 @@ use crate::signature::{decode_hex, Algorithm};
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     let (header, label, algorithm) = if headers.has("X-Hub-Signature-256") {
-        (headers.get("X-Hub-Signature-256")?, "sha256=", Algorithm::Sha256)
+        (
+            headers.get("X-Hub-Signature-256")?,
+            "sha256=",
+            Algorithm::Sha256,
+        )
     } else {
         (headers.get("X-Hub-Signature")?, "sha1=", Algorithm::Sha1)
     };
     let hex = header.strip_prefix(label).ok_or(Reason::MalformedHeader)?;
     let digest = decode_hex(hex, algorithm.digest_len()).ok_or(Reason::MalformedHeader)?;
-    Ok(Signed { algorithm, candidates: vec![digest], prefix: Vec::new(), timestamp: None })
+    Ok(Signed {
+        algorithm,
+        candidates: vec![digest],
+        prefix: Vec::new(),
+        timestamp: None,
+    })
 }

@@ -42,7 +42,11 @@ impl<'a> Headers<'a> {
     /// The trimmed value of a header, `Err(MissingHeader)` if absent,
     /// `Err(MalformedHeader)` if present but unusable.
     pub fn get(&self, name: &str) -> Result<&'a str, Reason> {
-        match self.entries.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+        match self
+            .entries
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        {
             None => Err(Reason::MissingHeader),
             Some((_, Entry::Value(v))) if v.len() <= MAX_HEADER_BYTES => Ok(v.trim()),
             Some(_) => Err(Reason::MalformedHeader),
@@ -50,6 +54,8 @@ impl<'a> Headers<'a> {
     }
 
     pub fn has(&self, name: &str) -> bool {
-        self.entries.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+        self.entries
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
     }
 }

@@ -17,9 +17,9 @@ mod headers;
 mod paddle;
 mod shopify;
 mod slack;
+mod sql;
 mod standard;
 mod stripe;
-mod sql;
 
 pub use generic::GenericHmac;
 pub use headers::Headers;
@@ -79,7 +79,10 @@ impl Verdict {
     }
 
     fn refused(reason: Reason) -> Self {
-        Verdict { reason, signed_at: None }
+        Verdict {
+            reason,
+            signed_at: None,
+        }
     }
 }
 
@@ -120,7 +123,9 @@ impl Scheme {
             _ if lower == "hmac" || lower.starts_with("hmac;") => {
                 GenericHmac::parse(trimmed).map(Scheme::Hmac)
             }
-            _ => Err(WebhookError::UnknownScheme { given: name.to_string() }),
+            _ => Err(WebhookError::UnknownScheme {
+                given: name.to_string(),
+            }),
         }
     }
 
@@ -180,9 +185,17 @@ pub fn verify(
         Ok(s) => s,
         Err(reason) => return Verdict::refused(reason),
     };
-    let verdict = |reason| Verdict { reason, signed_at: signed.timestamp };
+    let verdict = |reason| Verdict {
+        reason,
+        signed_at: signed.timestamp,
+    };
 
-    let secrets: Vec<&str> = secrets.iter().flatten().copied().filter(|s| !s.is_empty()).collect();
+    let secrets: Vec<&str> = secrets
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|s| !s.is_empty())
+        .collect();
     if secrets.is_empty() {
         return verdict(Reason::NoSecret);
     }
@@ -235,7 +248,9 @@ fn timestamp_and_signatures(
     let mut timestamp = None;
     let mut candidates = Vec::new();
     for item in header.split(separator) {
-        let Some((key, value)) = item.trim().split_once('=') else { continue };
+        let Some((key, value)) = item.trim().split_once('=') else {
+            continue;
+        };
         if key == ts_key {
             timestamp = Some(unix_seconds(value)?);
         } else if key == sig_key {

@@ -11,7 +11,8 @@ use super::{timestamp_and_signatures, Headers, Reason, Signed};
 use crate::signature::Algorithm;
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
-    let (timestamp, candidates) = timestamp_and_signatures(headers.get("Paddle-Signature")?, ';', "ts", "h1")?;
+    let (timestamp, candidates) =
+        timestamp_and_signatures(headers.get("Paddle-Signature")?, ';', "ts", "h1")?;
     Ok(Signed {
         algorithm: Algorithm::Sha256,
         candidates,

@@ -103,7 +103,10 @@ fn b64(bytes: &[u8]) -> String {
 fn signed_request(scheme: &str, secret: &str, body: &[u8], ts: i64) -> serde_json::Value {
     match scheme {
         "stripe" => {
-            let sig = hex::encode(hmac_sha256(secret.as_bytes(), &[format!("{ts}.").as_bytes(), body]));
+            let sig = hex::encode(hmac_sha256(
+                secret.as_bytes(),
+                &[format!("{ts}.").as_bytes(), body],
+            ));
             json!({ "Stripe-Signature": format!("t={ts},v1={sig}") })
         }
         "github" => {
@@ -115,19 +118,28 @@ fn signed_request(scheme: &str, secret: &str, body: &[u8], ts: i64) -> serde_jso
             let key = base64::engine::general_purpose::STANDARD
                 .decode(secret.strip_prefix("whsec_").unwrap())
                 .unwrap();
-            let sig = b64(&hmac_sha256(&key, &[format!("msg_1.{ts}.").as_bytes(), body]));
+            let sig = b64(&hmac_sha256(
+                &key,
+                &[format!("msg_1.{ts}.").as_bytes(), body],
+            ));
             json!({ "webhook-id": "msg_1", "webhook-timestamp": ts.to_string(),
                     "webhook-signature": format!("v1,{sig}") })
         }
         "paddle" => {
-            let sig = hex::encode(hmac_sha256(secret.as_bytes(), &[format!("{ts}:").as_bytes(), body]));
+            let sig = hex::encode(hmac_sha256(
+                secret.as_bytes(),
+                &[format!("{ts}:").as_bytes(), body],
+            ));
             json!({ "Paddle-Signature": format!("ts={ts};h1={sig}") })
         }
         "shopify" => {
             json!({ "X-Shopify-Hmac-Sha256": b64(&hmac_sha256(secret.as_bytes(), &[body])) })
         }
         "slack" => {
-            let sig = hex::encode(hmac_sha256(secret.as_bytes(), &[format!("v0:{ts}:").as_bytes(), body]));
+            let sig = hex::encode(hmac_sha256(
+                secret.as_bytes(),
+                &[format!("v0:{ts}:").as_bytes(), body],
+            ));
             json!({ "X-Slack-Signature": format!("v0={sig}"), "X-Slack-Request-Timestamp": ts.to_string() })
         }
         _ => unreachable!(),

@@ -8,7 +8,9 @@ use crate::signature::{decode_hex, Algorithm};
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     let signature = headers.get("X-Slack-Signature")?;
     let timestamp = unix_seconds(headers.get("X-Slack-Request-Timestamp")?)?;
-    let hex = signature.strip_prefix("v0=").ok_or(Reason::MalformedHeader)?;
+    let hex = signature
+        .strip_prefix("v0=")
+        .ok_or(Reason::MalformedHeader)?;
     let digest = decode_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
     Ok(Signed {
         algorithm: Algorithm::Sha256,

@@ -33,7 +33,15 @@ fn webhook_verify_text(
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "'5 minutes'"),
 ) -> PgResult<bool> {
-    Ok(run("webhook_verify", scheme, headers, body.map(str::as_bytes), secrets, tolerance)?.valid())
+    Ok(run(
+        "webhook_verify",
+        scheme,
+        headers,
+        body.map(str::as_bytes),
+        secrets,
+        tolerance,
+    )?
+    .valid())
 }
 
 /// The same check, saying why: `reason` is one of ok, missing_header,
@@ -47,10 +55,24 @@ fn webhook_verify_detail(
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "'5 minutes'"),
 ) -> std::result::Result<
-    TableIterator<'static, (name!(valid, bool), name!(reason, String), name!(signed_at, Option<TimestampWithTimeZone>))>,
+    TableIterator<
+        'static,
+        (
+            name!(valid, bool),
+            name!(reason, String),
+            name!(signed_at, Option<TimestampWithTimeZone>),
+        ),
+    >,
     pg_sys::panic::ErrorReport,
 > {
-    let verdict = run("webhook_verify_detail", scheme, headers, body, secrets, tolerance)?;
+    let verdict = run(
+        "webhook_verify_detail",
+        scheme,
+        headers,
+        body,
+        secrets,
+        tolerance,
+    )?;
     Ok(TableIterator::once(detail_row(verdict)))
 }
 
@@ -62,15 +84,33 @@ fn webhook_verify_detail_text(
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "'5 minutes'"),
 ) -> std::result::Result<
-    TableIterator<'static, (name!(valid, bool), name!(reason, String), name!(signed_at, Option<TimestampWithTimeZone>))>,
+    TableIterator<
+        'static,
+        (
+            name!(valid, bool),
+            name!(reason, String),
+            name!(signed_at, Option<TimestampWithTimeZone>),
+        ),
+    >,
     pg_sys::panic::ErrorReport,
 > {
-    let verdict = run("webhook_verify_detail", scheme, headers, body.map(str::as_bytes), secrets, tolerance)?;
+    let verdict = run(
+        "webhook_verify_detail",
+        scheme,
+        headers,
+        body.map(str::as_bytes),
+        secrets,
+        tolerance,
+    )?;
     Ok(TableIterator::once(detail_row(verdict)))
 }
 
 fn detail_row(verdict: Verdict) -> (bool, String, Option<TimestampWithTimeZone>) {
-    (verdict.valid(), verdict.reason.as_str().to_string(), verdict.signed_at.and_then(to_timestamptz))
+    (
+        verdict.valid(),
+        verdict.reason.as_str().to_string(),
+        verdict.signed_at.and_then(to_timestamptz),
+    )
 }
 
 fn run(
@@ -87,11 +127,21 @@ fn run(
     let secrets = input::required(function, "secrets", secrets)?;
     let tolerance = input::required(function, "tolerance", tolerance)?;
     if tolerance.as_micros() <= 0 {
-        return Err(WebhookError::NonPositiveInterval { function, arg: "tolerance" });
+        return Err(WebhookError::NonPositiveInterval {
+            function,
+            arg: "tolerance",
+        });
     }
     let tolerance_secs = i64::try_from(tolerance.as_micros() / 1_000_000).unwrap_or(i64::MAX);
     let secrets: Vec<Option<&str>> = secrets.iter().map(Option::as_deref).collect();
-    Ok(verify(&scheme, &headers.0, body, &secrets, tolerance_secs, super::now_unix()))
+    Ok(verify(
+        &scheme,
+        &headers.0,
+        body,
+        &secrets,
+        tolerance_secs,
+        super::now_unix(),
+    ))
 }
 
 /// Unix seconds → timestamptz (microseconds since 2000-01-01).

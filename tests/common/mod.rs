@@ -13,7 +13,11 @@ fn base_config() -> Config {
     let mut config = Config::new();
     config
         .host(&env("PGHOST", "127.0.0.1"))
-        .port(env("PGPORT", "5432").parse().expect("PGPORT is a port number"))
+        .port(
+            env("PGPORT", "5432")
+                .parse()
+                .expect("PGPORT is a port number"),
+        )
         .user(&env("PGUSER", "postgres"))
         .connect_timeout(Duration::from_secs(10));
     if let Ok(password) = std::env::var("PGPASSWORD") {
@@ -33,8 +37,12 @@ pub fn database(name: &str) -> &'static str {
             .dbname(&std::env::var("PGDATABASE").unwrap_or_else(|_| "postgres".into()))
             .connect(NoTls)
             .expect("connect to the test server (is it running? see `make test`)");
-        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
-        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .unwrap();
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
         let mut db = base_config().dbname(name).connect(NoTls).unwrap();
         db.batch_execute(
             "CREATE EXTENSION pg_webhook_inbox;
@@ -58,7 +66,10 @@ pub fn connect(db: &str) -> Client {
 }
 
 pub fn try_connect(db: &str) -> Result<Client, postgres::Error> {
-    base_config().dbname(db).options("-c lock_timeout=5s").connect(NoTls)
+    base_config()
+        .dbname(db)
+        .options("-c lock_timeout=5s")
+        .connect(NoTls)
 }
 
 pub fn payload(event_id: &str) -> String {
@@ -102,7 +113,12 @@ pub fn claim_in(
            FROM webhook_claim($1, $2, 'invoice.paid', $3::text, 'v1=test', $4::text::interval)",
         &[&provider, &event_id, &payload(event_id), &lease],
     )?;
-    Ok(Claim { id: row.get(0), claimed: row.get(1), status: row.get(2), attempts: row.get(3) })
+    Ok(Claim {
+        id: row.get(0),
+        claimed: row.get(1),
+        status: row.get(2),
+        attempts: row.get(3),
+    })
 }
 
 /// The one-transaction handler: claim, side effect and completion commit
@@ -128,7 +144,10 @@ pub fn try_deliver(
             other => panic!("unexpected claim status {other}"),
         });
     }
-    tx.execute("INSERT INTO side_effects (provider, event_id) VALUES ($1, $2)", &[&provider, &event_id])?;
+    tx.execute(
+        "INSERT INTO side_effects (provider, event_id) VALUES ($1, $2)",
+        &[&provider, &event_id],
+    )?;
     if !hold.is_zero() {
         std::thread::sleep(hold);
     }
@@ -210,7 +229,9 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// Scenarios that count a whole provider's side effects, or stop the
 /// server, must not overlap: each holds this for its duration.
 pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Counts one scenario's deliveries and, at the end, checks and reports
@@ -235,11 +256,17 @@ pub struct Figures {
 
 impl Scenario {
     pub fn start(name: &'static str, provider: &'static str) -> Self {
-        Scenario { name, provider, crashes_before: backend_crashes(), deliveries: 0.into() }
+        Scenario {
+            name,
+            provider,
+            crashes_before: backend_crashes(),
+            deliveries: 0.into(),
+        }
     }
 
     pub fn sent(&self, n: usize) {
-        self.deliveries.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.deliveries
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Figures for `events` distinct events sent under this scenario's
@@ -265,7 +292,11 @@ impl Scenario {
         eprintln!("{}: {figures:?}", self.name);
         if let Ok(path) = std::env::var("HARDENING_REPORT") {
             use std::io::Write;
-            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap();
             writeln!(
                 file,
                 "{}\t{}\t{}\t{}\t{}\t{}\t{}",
@@ -279,7 +310,11 @@ impl Scenario {
             )
             .unwrap();
         }
-        assert_eq!(figures.duplicates, 0, "{}: duplicated side effects", self.name);
+        assert_eq!(
+            figures.duplicates, 0,
+            "{}: duplicated side effects",
+            self.name
+        );
         assert_eq!(figures.lost, 0, "{}: lost events", self.name);
         assert_eq!(figures.crashed, 0, "{}: crashed backends", self.name);
         figures
@@ -295,7 +330,9 @@ pub fn backend_crashes() -> usize {
         Ok(path) => std::fs::read_to_string(path)
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.contains("terminated by signal") || l.contains("was terminated by exception"))
+            .filter(|l| {
+                l.contains("terminated by signal") || l.contains("was terminated by exception")
+            })
             .count(),
         Err(_) => 0,
     }
@@ -306,7 +343,9 @@ pub fn backend_crashes() -> usize {
 
 fn server_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: crash tests need a server started by .ci/pg-temp (make hardening)")
+        panic!(
+            "{name} is not set: crash tests need a server started by .ci/pg-temp (make hardening)"
+        )
     })
 }
 
@@ -320,7 +359,10 @@ fn pg_ctl(args: &[&str]) -> std::process::ExitStatus {
         c.args(["-u", &user, "--", &pg_ctl]);
         c
     };
-    cmd.args(args).stdout(std::process::Stdio::null()).status().expect("run pg_ctl")
+    cmd.args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run pg_ctl")
 }
 
 /// Stop the server the way a power cut would: no checkpoint, no goodbye.
@@ -348,7 +390,10 @@ pub fn start_server() {
 
 pub fn query_then_reset(db: &str, sql: &str, mut before_reset: impl FnMut()) {
     use std::io::{Read, Write};
-    let port: u16 = std::env::var("PGPORT").unwrap_or_else(|_| "5432".into()).parse().unwrap();
+    let port: u16 = std::env::var("PGPORT")
+        .unwrap_or_else(|_| "5432".into())
+        .parse()
+        .unwrap();
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     let user = std::env::var("PGUSER").unwrap_or_else(|_| "postgres".into());
 
@@ -373,8 +418,15 @@ pub fn query_then_reset(db: &str, sql: &str, mut before_reset: impl FnMut()) {
         let mut body = vec![0u8; len];
         stream.read_exact(&mut body).unwrap();
         match header[0] {
-            b'R' => assert_eq!(&body[..4], &[0, 0, 0, 0], "raw client supports trust authentication only"),
-            b'E' => panic!("server refused the raw connection: {}", String::from_utf8_lossy(&body)),
+            b'R' => assert_eq!(
+                &body[..4],
+                &[0, 0, 0, 0],
+                "raw client supports trust authentication only"
+            ),
+            b'E' => panic!(
+                "server refused the raw connection: {}",
+                String::from_utf8_lossy(&body)
+            ),
             b'Z' => break,
             _ => {}
         }
@@ -388,14 +440,19 @@ pub fn query_then_reset(db: &str, sql: &str, mut before_reset: impl FnMut()) {
 
     before_reset();
     // Linger 0: close sends RST, and whatever the server answered is never read.
-    socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO)).unwrap();
+    socket2::SockRef::from(&stream)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
     drop(stream);
 }
 
 pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !ready() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -32,14 +32,22 @@ struct App {
 type Answer = (StatusCode, Json<Value>);
 
 fn answer(status: i32, body: Value) -> Answer {
-    (StatusCode::from_u16(status as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), Json(body))
+    (
+        StatusCode::from_u16(status as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Json(body),
+    )
 }
 
 /// Request headers as the JSON object webhook_receive reads.
 fn headers_json(headers: &HeaderMap) -> Value {
     let map = headers
         .iter()
-        .map(|(name, value)| (name.to_string(), Value::from(String::from_utf8_lossy(value.as_bytes()).into_owned())))
+        .map(|(name, value)| {
+            (
+                name.to_string(),
+                Value::from(String::from_utf8_lossy(value.as_bytes()).into_owned()),
+            )
+        })
         .collect();
     Value::Object(map)
 }
@@ -47,7 +55,12 @@ fn headers_json(headers: &HeaderMap) -> Value {
 const RECEIVE: &str = "SELECT id, claimed, status, http_status, reason, event_id, event_type
                          FROM webhook_receive($1, $2::jsonb, $3::bytea)";
 
-async fn webhook(State(app): State<App>, Path(provider): Path<String>, headers: HeaderMap, body: Bytes) -> Answer {
+async fn webhook(
+    State(app): State<App>,
+    Path(provider): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
     match one_transaction(&app, &provider, &headers, &body).await {
         Ok(answer) => answer,
         Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
@@ -62,11 +75,16 @@ async fn one_transaction(
 ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
     let mut client = app.pool.get().await?;
     let mut tx = client.transaction().await?;
-    let r = tx.query_one(RECEIVE, &[&provider, &headers_json(headers), &body]).await?;
+    let r = tx
+        .query_one(RECEIVE, &[&provider, &headers_json(headers), &body])
+        .await?;
     let (id, claimed, status): (uuid::Uuid, bool, String) = (r.get(0), r.get(1), r.get(2));
     if !claimed {
         tx.commit().await?;
-        return Ok(answer(r.get(3), json!({ "status": status, "reason": r.get::<_, String>(4) })));
+        return Ok(answer(
+            r.get(3),
+            json!({ "status": status, "reason": r.get::<_, String>(4) }),
+        ));
     }
     let (event_id, event_type): (String, String) = (r.get(5), r.get(6));
     // A savepoint: a failure undoes the work, not the claim.
@@ -78,9 +96,15 @@ async fn one_transaction(
         )
         .await?;
         if headers.get("x-test-fail").is_some_and(|v| v == "1") {
-            return Err::<(), Box<dyn std::error::Error + Send + Sync>>("injected failure halfway".into());
+            return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
+                "injected failure halfway".into(),
+            );
         }
-        sp.execute("SELECT webhook_complete($1, $2)", &[&id, &json!({ "order": event_id })]).await?;
+        sp.execute(
+            "SELECT webhook_complete($1, $2)",
+            &[&id, &json!({ "order": event_id })],
+        )
+        .await?;
         sp.commit().await?;
         Ok(())
     }
@@ -91,7 +115,8 @@ async fn one_transaction(
             Ok(answer(200, json!({ "status": status })))
         }
         Err(err) => {
-            tx.execute("SELECT webhook_fail($1, $2)", &[&id, &err.to_string()]).await?;
+            tx.execute("SELECT webhook_fail($1, $2)", &[&id, &err.to_string()])
+                .await?;
             tx.commit().await?;
             Ok(answer(500, json!({ "status": "failed" })))
         }
@@ -127,7 +152,10 @@ async fn two_phase(
         .await?;
     let (id, claimed, status): (uuid::Uuid, bool, String) = (r.get(0), r.get(1), r.get(2));
     if !claimed {
-        return Ok(answer(r.get(3), json!({ "status": status, "reason": r.get::<_, String>(4) })));
+        return Ok(answer(
+            r.get(3),
+            json!({ "status": status, "reason": r.get::<_, String>(4) }),
+        ));
     }
     let event_id: String = r.get(5);
 
@@ -137,7 +165,9 @@ async fn two_phase(
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
             if let Ok(c) = pool.get().await {
-                let _ = c.execute("SELECT webhook_extend($1, '30 seconds')", &[&id]).await;
+                let _ = c
+                    .execute("SELECT webhook_extend($1, '30 seconds')", &[&id])
+                    .await;
             }
         }
     });
@@ -154,11 +184,15 @@ async fn two_phase(
     heartbeat.abort();
     match sent {
         Ok(_) => {
-            client.execute("SELECT webhook_complete($1)", &[&id]).await?;
+            client
+                .execute("SELECT webhook_complete($1)", &[&id])
+                .await?;
             Ok(answer(200, json!({ "status": status })))
         }
         Err(err) => {
-            client.execute("SELECT webhook_fail($1, $2)", &[&id, &err.to_string()]).await?;
+            client
+                .execute("SELECT webhook_fail($1, $2)", &[&id, &err.to_string()])
+                .await?;
             Ok(answer(500, json!({ "status": "failed" })))
         }
     }
@@ -168,10 +202,14 @@ async fn two_phase(
 async fn main() {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     let config: tokio_postgres::Config = url.parse().expect("a valid DATABASE_URL");
-    let pool = Pool::builder(Manager::new(config, tokio_postgres::NoTls)).max_size(8).build().expect("pool");
+    let pool = Pool::builder(Manager::new(config, tokio_postgres::NoTls))
+        .max_size(8)
+        .build()
+        .expect("pool");
     let app = App {
         pool,
-        email_url: std::env::var("EMAIL_URL").unwrap_or_else(|_| "http://127.0.0.1:8025/send".into()),
+        email_url: std::env::var("EMAIL_URL")
+            .unwrap_or_else(|_| "http://127.0.0.1:8025/send".into()),
         http: reqwest::Client::new(),
     };
     let router = Router::new()
@@ -179,8 +217,13 @@ async fn main() {
         .route("/webhooks/{provider}", post(webhook))
         .route("/webhooks-2p/{provider}", post(webhook_two_phase))
         .with_state(app);
-    let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8003);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(8003);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind");
     println!("listening on 127.0.0.1:{port}");
     axum::serve(listener, router).await.expect("serve");
 }
