@@ -185,8 +185,13 @@ fn webhook_claim_text(
     )
 }
 
-pub fn parse_body(body: &[u8]) -> Result<RawJsonb> {
-    let text = input::json_object_body(FUNCTION, "body", body)?;
+fn parse_body(body: &[u8]) -> Result<RawJsonb> {
+    let (text, _) = input::json_object_body(FUNCTION, "body", body)?;
+    jsonb_from_text(text)
+}
+
+/// Validated JSON text → a jsonb datum, by PostgreSQL's own parser.
+pub fn jsonb_from_text(text: &str) -> Result<RawJsonb> {
     // JSON text never contains a raw NUL byte, so this cannot fail after
     // the check above; stay defensive all the same.
     let cstring = std::ffi::CString::new(text).map_err(|_| WebhookError::InvalidJson {

@@ -85,7 +85,8 @@ pub fn payload_size(function: &'static str, arg: &'static str, actual: usize) ->
     Ok(())
 }
 
-/// Raw webhook body → the text PostgreSQL will parse as jsonb.
+/// Raw webhook body → the text PostgreSQL will parse as jsonb, and the
+/// parsed document (for reading the event id and type out of it).
 ///
 /// The body must be UTF-8 JSON whose top level is an object: every provider
 /// sends an object, and anything else is a misrouted or forged request.
@@ -93,7 +94,7 @@ pub fn json_object_body<'a>(
     function: &'static str,
     arg: &'static str,
     body: &'a [u8],
-) -> Result<&'a str> {
+) -> Result<(&'a str, serde_json::Value)> {
     let text = std::str::from_utf8(body).map_err(|e| WebhookError::InvalidUtf8 {
         function,
         arg,
@@ -112,7 +113,7 @@ pub fn json_object_body<'a>(
             found: json_kind(&value),
         });
     }
-    Ok(text)
+    Ok((text, value))
 }
 
 pub fn json_kind(value: &serde_json::Value) -> &'static str {

@@ -195,8 +195,8 @@ fn receive(
 ) -> Result<Answer> {
     let provider = load_provider(client, provider_name)?;
     let headers_json = headers.to_json().unwrap_or(serde_json::Value::Null);
-    let parsed_headers = Headers::from_json(&headers_json).ok();
-    let signature = parsed_headers.as_ref().and_then(|h| {
+    let parsed_headers = Headers::from_json(&headers_json);
+    let signature = parsed_headers.as_ref().ok().and_then(|h| {
         provider
             .scheme
             .signature_headers()
@@ -239,10 +239,14 @@ fn receive(
         })
     };
 
+    let headers_parsed = match parsed_headers {
+        Ok(h) => h,
+        Err(reason) => return reject(client, 401, reason.as_str(), (None, None, None)),
+    };
     let secrets: Vec<Option<&str>> = provider.secrets.iter().map(Option::as_deref).collect();
-    let verdict = schemes::verify(
+    let verdict = schemes::verify_headers(
         &provider.scheme,
-        &headers_json,
+        &headers_parsed,
         body,
         &secrets,
         provider.tolerance,
@@ -251,17 +255,12 @@ fn receive(
     if !verdict.valid() {
         return reject(client, 401, verdict.reason.as_str(), (None, None, None));
     }
-    let Some(headers_parsed) = parsed_headers else {
-        return reject(client, 401, "malformed_header", (None, None, None));
-    };
 
-    let Ok(body_json) = serde_json::from_slice::<serde_json::Value>(body) else {
+    // Parsed once: serde's document for reading the ids, jsonb for storing.
+    let Ok((body_text, body_json)) = input::json_object_body(FUNCTION, "body", body) else {
         return reject(client, 400, "malformed_body", (None, None, None));
     };
-    if !body_json.is_object() {
-        return reject(client, 400, "malformed_body", (None, None, None));
-    }
-    let payload = claim::parse_body(body)?;
+    let payload = claim::jsonb_from_text(body_text)?;
     let event_id = extract(&provider.event_id_from, &headers_parsed, &body_json);
     let event_type = extract(&provider.event_type_from, &headers_parsed, &body_json);
     let (Some(event_id), Some(event_type)) = (event_id, event_type) else {

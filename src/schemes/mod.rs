@@ -177,11 +177,22 @@ pub fn verify(
     tolerance: i64,
     now: i64,
 ) -> Verdict {
-    let headers = match Headers::from_json(headers) {
-        Ok(h) => h,
-        Err(reason) => return Verdict::refused(reason),
-    };
-    let signed = match scheme.read(&headers) {
+    match Headers::from_json(headers) {
+        Ok(headers) => verify_headers(scheme, &headers, body, secrets, tolerance, now),
+        Err(reason) => Verdict::refused(reason),
+    }
+}
+
+/// `verify` for headers already read, when the caller needs them too.
+pub fn verify_headers(
+    scheme: &Scheme,
+    headers: &Headers<'_>,
+    body: &[u8],
+    secrets: &[Option<&str>],
+    tolerance: i64,
+    now: i64,
+) -> Verdict {
+    let signed = match scheme.read(headers) {
         Ok(s) => s,
         Err(reason) => return Verdict::refused(reason),
     };
