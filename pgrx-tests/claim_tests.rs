@@ -42,6 +42,55 @@ mod tests {
     }
 
     #[pg_test]
+    fn duplicates_skip_the_archive_when_archiving_them_is_off() {
+        let (first, ..) = claim("stripe", "evt_quiet", None);
+        run("SELECT webhook_complete($1, '{\"invoice\": 7}')", first);
+        Spi::run("SET LOCAL webhook.archive_duplicates = off").unwrap();
+
+        let (id, claimed, status, attempts) = claim("stripe", "evt_quiet", None);
+        assert!(!claimed);
+        assert_eq!((status.as_str(), attempts), ("duplicate", 1));
+        assert_eq!(
+            text_of(
+                "SELECT count(*)::text FROM webhook.delivery_log WHERE id = $1",
+                id
+            ),
+            Some("0".into()),
+            "the duplicate is not archived"
+        );
+        // Its stored result still comes back.
+        assert_eq!(
+            Spi::get_one::<String>(
+                "SELECT result::text FROM webhook_claim('stripe', 'evt_quiet', 't', '{}'::jsonb, NULL)"
+            ),
+            Ok(Some(r#"{"invoice": 7}"#.into()))
+        );
+        assert_eq!(
+            Spi::get_one::<i64>(
+                "SELECT count(*) FROM webhook.delivery_log WHERE event_id = 'evt_quiet'"
+            ),
+            Ok(Some(1))
+        );
+
+        // Only processed events take the shortcut: a delivery of a live or
+        // failed event is still claimed and archived as usual.
+        let (owner, ..) = claim("stripe", "evt_quiet_live", Some("1 hour"));
+        let (id, claimed, status, _) = claim("stripe", "evt_quiet_live", None);
+        assert_eq!((claimed, status.as_str()), (false, "in_progress"));
+        assert_eq!(
+            text_of("SELECT claim_status::text FROM webhook.delivery_log WHERE id = $1", id),
+            Some("in_progress".into())
+        );
+        run("SELECT webhook_fail($1, 'boom')", owner);
+        let (id, claimed, status, attempts) = claim("stripe", "evt_quiet_live", None);
+        assert_eq!((claimed, status.as_str(), attempts), (true, "retry", 2));
+        assert_eq!(
+            text_of("SELECT claim_status::text FROM webhook.delivery_log WHERE id = $1", id),
+            Some("retry".into())
+        );
+    }
+
+    #[pg_test]
     fn delivery_during_a_live_lease_is_in_progress() {
         let (owner, ..) = claim("stripe", "evt_live", Some("1 hour"));
         let (id, claimed, status, attempts) = claim("stripe", "evt_live", None);

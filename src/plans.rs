@@ -5,7 +5,8 @@
 //! revalidates it by itself if the tables are altered or recreated.
 //! All statements run with `read_only = false`, so in READ COMMITTED each
 //! one takes a fresh snapshot and sees what committed before it started:
-//! the claim relies on that after taking the event lock.
+//! the claim relies on that after taking the event lock. A transaction id
+//! is assigned only when a statement actually writes.
 
 use crate::errors::Result;
 use pgrx::datum::DatumWithOid;
@@ -38,7 +39,13 @@ impl Statement {
                 kept.insert(key, plan);
             }
             let plan = &kept[&key];
-            Ok(client.update(plan, None, args)?)
+            // `select` rather than `update`: the plan was prepared as
+            // mutating, so it still runs with read_only = false (a fresh
+            // snapshot per statement), but pgrx's `update` would also force
+            // a transaction id on every call. A claim that only reads (a
+            // duplicate answered without archiving) must stay a read-only
+            // transaction: no xid, no commit record, no WAL.
+            Ok(client.select(plan, None, args)?)
         })
     }
 }

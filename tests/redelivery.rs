@@ -55,6 +55,34 @@ fn retry_after_a_lost_answer_is_a_duplicate() {
     assert_eq!(side_effects(&mut client, "paddle", "evt_lost_ack"), 1);
 }
 
+/// With `webhook.archive_duplicates = off`, answering a duplicate writes
+/// nothing: the transaction takes no transaction id, so its commit writes
+/// no WAL and waits for no flush, and it runs even in a READ ONLY
+/// transaction.
+#[test]
+fn duplicates_without_archiving_are_read_only_transactions() {
+    let db = database("pgwi_redelivery");
+    let mut client = connect(db);
+    assert_eq!(
+        deliver(&mut client, "shopify", "evt_read_only", Duration::ZERO),
+        Answer::Done
+    );
+    client
+        .batch_execute("SET webhook.archive_duplicates = off")
+        .unwrap();
+    let mut tx = client.build_transaction().read_only(true).start().unwrap();
+    let claim = claim_in(&mut tx, "shopify", "evt_read_only", None).unwrap();
+    assert_eq!((claim.claimed, claim.status.as_str()), (false, "duplicate"));
+    let xid: Option<String> = tx
+        .query_one("SELECT pg_current_xact_id_if_assigned()::text", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(xid, None, "the duplicate took a transaction id");
+    tx.commit().unwrap();
+    assert_eq!(archive(&mut client, "shopify", "evt_read_only").len(), 1);
+    assert_eq!(side_effects(&mut client, "shopify", "evt_read_only"), 1);
+}
+
 #[test]
 fn raw_body_survives_for_re_verification() {
     let db = database("pgwi_redelivery");
