@@ -78,14 +78,20 @@ mod tests {
         let (id, claimed, status, _) = claim("stripe", "evt_quiet_live", None);
         assert_eq!((claimed, status.as_str()), (false, "in_progress"));
         assert_eq!(
-            text_of("SELECT claim_status::text FROM webhook.delivery_log WHERE id = $1", id),
+            text_of(
+                "SELECT claim_status::text FROM webhook.delivery_log WHERE id = $1",
+                id
+            ),
             Some("in_progress".into())
         );
         run("SELECT webhook_fail($1, 'boom')", owner);
         let (id, claimed, status, attempts) = claim("stripe", "evt_quiet_live", None);
         assert_eq!((claimed, status.as_str(), attempts), (true, "retry", 2));
         assert_eq!(
-            text_of("SELECT claim_status::text FROM webhook.delivery_log WHERE id = $1", id),
+            text_of(
+                "SELECT claim_status::text FROM webhook.delivery_log WHERE id = $1",
+                id
+            ),
             Some("retry".into())
         );
     }
@@ -314,6 +320,12 @@ mod tests {
             ),
             (
                 "SELECT webhook_claim('p', 'e', 't', '{\"a\":', NULL)",
+                "22032",
+                "\"body\"",
+            ),
+            (
+                "SELECT webhook_claim('p', 'e', 't', '{\"a\": \"x\\u0000y\"}', NULL)",
+                // Not jsonb_in's own 22P05: refused before it, by name.
                 "22032",
                 "\"body\"",
             ),

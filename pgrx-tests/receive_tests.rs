@@ -131,6 +131,25 @@ mod tests {
         );
     }
 
+    /// Valid JSON that jsonb cannot hold is refused like unreadable JSON:
+    /// archived byte for byte with its reason, never an ERROR.
+    #[pg_test]
+    fn a_body_jsonb_cannot_store_is_rejected_not_an_error() {
+        register_test_providers();
+        let body = r#"{"zen": "a\u0000b"}"#;
+        let headers = github_headers("d-nul", "push", body, "gh-secret");
+        assert_eq!(
+            receive("github", &headers, body),
+            ("rejected".into(), 400, "malformed_body".into())
+        );
+        assert_eq!(
+            Spi::get_one::<String>(
+                "SELECT convert_from(raw_body, 'UTF8') FROM webhook.delivery_log WHERE reject_reason IS NOT NULL"
+            ),
+            Ok(Some(body.into()))
+        );
+    }
+
     #[pg_test]
     fn a_stale_stripe_delivery_is_a_replay() {
         register_test_providers();

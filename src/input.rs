@@ -113,7 +113,29 @@ pub fn json_object_body<'a>(
             found: json_kind(&value),
         });
     }
+    if holds_nul(&value) {
+        // Valid JSON that jsonb refuses: caught here, so that it is a
+        // refusal naming the argument (and a 400 from webhook_receive)
+        // rather than an error from deep inside jsonb_in.
+        return Err(WebhookError::InvalidJson {
+            function,
+            arg,
+            detail: "It contains the escape \\u0000, which PostgreSQL's jsonb cannot store.".into(),
+        });
+    }
     Ok((text, value))
+}
+
+/// Does any string or key of the document hold U+0000?
+fn holds_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(holds_nul),
+        serde_json::Value::Object(fields) => fields
+            .iter()
+            .any(|(key, v)| key.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
 }
 
 pub fn json_kind(value: &serde_json::Value) -> &'static str {
