@@ -27,6 +27,38 @@ mod tests {
         assert_eq!(def, "PRIMARY KEY (provider, event_id)");
     }
 
+    #[pg_test]
+    fn archived_payloads_are_compressed_inside_the_row() {
+        let toast_before = toast_bytes();
+        // A typical kilobyte of webhook JSON, as a claim archives it.
+        let id: pgrx::Uuid = one(
+            "SELECT id FROM webhook_claim('stripe', 'evt_compact', 'invoice.paid',
+                 jsonb_build_object('id', 'evt_compact', 'type', 'invoice.paid', 'lines',
+                     (SELECT jsonb_agg(jsonb_build_object('id', 'il_' || i, 'amount', i * 100,
+                                                          'description', 'Pro plan, monthly'))
+                        FROM generate_series(1, 20) i)), NULL)",
+        );
+        let (stored, plain) = Spi::get_two_with_args::<i32, i32>(
+            "SELECT pg_column_size(payload), octet_length(payload::text)
+               FROM webhook.delivery_log WHERE id = $1",
+            &[id.into()],
+        )
+        .unwrap();
+        let (stored, plain) = (stored.unwrap(), plain.unwrap());
+        assert!(plain > 1000, "the payload is {plain} bytes of text");
+        assert!(
+            stored * 2 < plain,
+            "archived payload takes {stored} bytes for {plain} bytes of JSON"
+        );
+        // Compressed in the row, not moved to TOAST: nothing went there.
+        assert_eq!(toast_bytes(), toast_before);
+    }
+
+    fn toast_bytes() -> i64 {
+        one("SELECT pg_relation_size(reltoastrelid) FROM pg_class
+              WHERE oid = 'webhook.delivery_log'::regclass")
+    }
+
     const TOUCHING_STATE: &str =
         "('webhook_receive', 'webhook_claim', 'webhook_complete', 'webhook_fail',
         'webhook_extend', 'webhook_requeue', 'webhook_purge', 'webhook_register_provider',

@@ -80,7 +80,31 @@ CREATE TABLE webhook.delivery_log (
     payload_mismatch  boolean     NOT NULL DEFAULT false,
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT delivery_log_pkey PRIMARY KEY (id)
-);
+)
+-- Compress the payload, raw body and headers inside the row instead of
+-- only past 2 kB: a kilobyte of webhook JSON shrinks by half or more, and
+-- every byte saved is a byte less of WAL and of archive, for one cheap
+-- compression per delivery. Storage MAIN keeps them in the row (moved to
+-- TOAST only when they do not fit in a page even compressed), so a small
+-- delivery costs no TOAST insert.
+WITH (toast_tuple_target = 128);
+ALTER TABLE webhook.delivery_log
+    ALTER COLUMN payload SET STORAGE MAIN,
+    ALTER COLUMN raw_body SET STORAGE MAIN,
+    ALTER COLUMN headers SET STORAGE MAIN;
+-- LZ4 compresses several times faster than the default pglz; use it where
+-- the server was built with it.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_settings
+                WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
+        ALTER TABLE webhook.delivery_log
+            ALTER COLUMN payload SET COMPRESSION lz4,
+            ALTER COLUMN raw_body SET COMPRESSION lz4,
+            ALTER COLUMN headers SET COMPRESSION lz4;
+    END IF;
+END
+$$;
 
 CREATE INDEX delivery_log_event_idx ON webhook.delivery_log (provider, event_id);
 -- Rows arrive in time order: a BRIN index finds a time range for the purge

@@ -10,6 +10,7 @@
 //! | `in_progress` | false   | nothing; answer non-2xx (409) so it comes back |
 //! | `dead`        | false   | nothing; answer 2xx: the event failed `webhook.max_attempts` times and waits for an operator |
 
+use crate::compress::ArchivedPayload;
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::input::{
@@ -17,7 +18,7 @@ use crate::input::{
 };
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
-use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -416,7 +417,7 @@ struct EventState {
 
 /// Read the (inserted, archived, status, attempts, claim_id, result,
 /// payload_hash) row CLAIM and INSPECT return.
-fn event_state(rows: pgrx::spi::SpiTupleTable<'_>) -> Result<Option<(bool, bool, EventState)>> {
+fn event_state(rows: crate::plans::Rows<'_>) -> Result<Option<(bool, bool, EventState)>> {
     let Some(row) = rows.into_iter().next() else {
         return Ok(None);
     };
@@ -481,6 +482,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
     }
     let digest = d.payload.digest();
+    let payload = crate::compress::for_archive(client, &d.payload)?;
     let lock = EventLock::for_event(d.provider, d.event_id);
 
     if !lock.try_acquire() {
@@ -493,14 +495,16 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
                 d.event_id.into(),
                 id.into(),
                 d.event_type.into(),
-                payload_arg(d),
+                payload.into(),
                 d.raw_body.into(),
                 d.signature.into(),
                 d.headers.into(),
                 digest.as_slice().into(),
             ],
         )?;
-        let row = rows.first();
+        let row = rows
+            .first()
+            .ok_or_else(|| WebhookError::Internal("observing a claim returned no row".into()))?;
         let status = match row.get::<String>(1)?.as_deref() {
             Some("duplicate") => ClaimStatus::Duplicate,
             Some("dead") => ClaimStatus::Dead,
@@ -527,7 +531,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             d.event_id.into(),
             d.event_type.into(),
             id.into(),
-            payload_arg(d),
+            payload.into(),
             d.raw_body.into(),
             d.signature.into(),
             d.lease.into(),
@@ -571,7 +575,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             &[d.provider.into(), d.event_id.into(), note.as_str().into()],
         )?;
         lock.release();
-        archive(client, d, id, ClaimStatus::Dead, mismatch)?;
+        archive(client, d, payload, id, ClaimStatus::Dead, mismatch)?;
         return Ok(Outcome {
             id,
             status: ClaimStatus::Dead,
@@ -594,7 +598,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         .next()
         .and_then(|row| row.get::<i32>(1).ok().flatten())
         .ok_or_else(|| WebhookError::Internal("retake updated no event".into()))?;
-    archive(client, d, id, ClaimStatus::Retry, mismatch)?;
+    archive(client, d, payload, id, ClaimStatus::Retry, mismatch)?;
     owned_claims::remember(id, d.provider, d.event_id);
     Ok(Outcome {
         id,
@@ -608,13 +612,10 @@ fn payload_differs(state: Option<&EventState>, digest: &[u8]) -> bool {
     matches!(state.and_then(|s| s.payload_hash.as_deref()), Some(first) if first != digest)
 }
 
-fn payload_arg<'a>(d: &Delivery<'_>) -> DatumWithOid<'a> {
-    d.payload.into()
-}
-
 fn archive(
     client: &mut SpiClient<'_>,
     d: &Delivery<'_>,
+    payload: ArchivedPayload,
     id: pgrx::Uuid,
     status: ClaimStatus,
     payload_mismatch: bool,
@@ -626,7 +627,7 @@ fn archive(
             d.provider.into(),
             d.event_id.into(),
             d.event_type.into(),
-            payload_arg(d),
+            payload.into(),
             d.raw_body.into(),
             d.signature.into(),
             status.as_str().into(),

@@ -41,6 +41,11 @@ impl RawJsonb {
         Sha256::digest(data).to_vec()
     }
 
+    /// The in-memory (detoasted) jsonb varlena.
+    pub fn datum(&self) -> pg_sys::Datum {
+        self.datum
+    }
+
     /// Size of the jsonb value in bytes (its binary form, uncompressed).
     pub fn size(&self) -> usize {
         self.size

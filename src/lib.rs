@@ -10,6 +10,7 @@
 //! * `operations` — `webhook_requeue`;
 //! * `event_lock` — the per-event lock that keeps claims from waiting;
 //! * `plans` — the kept SPI plans of the hot path;
+//! * `compress` — payloads compressed before they are archived;
 //! * `input`, `errors`, `gucs`, `jsonb`, `uuid` — shared plumbing.
 //!
 //! Tables, grants and comments are plain SQL in `sql/`.
@@ -17,6 +18,7 @@
 use pgrx::prelude::*;
 
 mod claim;
+mod compress;
 mod errors;
 mod event_lock;
 mod gucs;
