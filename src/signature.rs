@@ -22,14 +22,18 @@ pub enum Algorithm {
 
 impl Algorithm {
     pub fn parse(name: &str) -> Result<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "sha256" | "sha-256" => Ok(Self::Sha256),
-            "sha1" | "sha-1" => Ok(Self::Sha1),
-            "sha512" | "sha-512" => Ok(Self::Sha512),
-            _ => Err(WebhookError::UnknownAlgorithm {
+        let is = |a: &str, b: &str| name.eq_ignore_ascii_case(a) || name.eq_ignore_ascii_case(b);
+        if is("sha256", "sha-256") {
+            Ok(Self::Sha256)
+        } else if is("sha1", "sha-1") {
+            Ok(Self::Sha1)
+        } else if is("sha512", "sha-512") {
+            Ok(Self::Sha512)
+        } else {
+            Err(WebhookError::UnknownAlgorithm {
                 arg: "algorithm",
                 given: name.to_string(),
-            }),
+            })
         }
     }
 
