@@ -11,12 +11,13 @@
 
 use crate::errors::Result;
 use crate::jsonb::RawJsonb;
+#[cfg(not(feature = "pg13"))]
 use crate::plans::Statement;
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 use pgrx::IntoDatum;
-use std::cell::Cell;
-use std::ffi::c_char;
+#[cfg(not(feature = "pg13"))]
+use std::{cell::Cell, ffi::c_char};
 
 /// Below this, compression saves too little to be worth a call.
 const MIN_BYTES: usize = 256;
@@ -25,9 +26,14 @@ unsafe extern "C-unwind" {
     /// `access/toast_internals.h`: the value compressed with `cmethod`
     /// (`'\0'` for `default_toast_compression`), or NULL when that would
     /// not make it smaller.
+    #[cfg(not(feature = "pg13"))]
     fn toast_compress_datum(value: pg_sys::Datum, cmethod: c_char) -> pg_sys::Datum;
+    /// PostgreSQL 13 has one method (pglz) and no choice to pass.
+    #[cfg(feature = "pg13")]
+    fn toast_compress_datum(value: pg_sys::Datum) -> pg_sys::Datum;
 }
 
+#[cfg(not(feature = "pg13"))]
 thread_local! {
     /// `attcompression` of `webhook.delivery_log.payload`, read once per
     /// backend. A DBA changing it later only changes which method new rows
@@ -37,6 +43,7 @@ thread_local! {
 
 /// `attcompression` of the archive's payload column, as its character
 /// code; 0 (unset) means the server's `default_toast_compression`.
+#[cfg(not(feature = "pg13"))]
 static PAYLOAD_COMPRESSION: Statement = Statement {
     sql:
         "SELECT pg_catalog.ascii(a.attcompression::text)
@@ -45,6 +52,7 @@ static PAYLOAD_COMPRESSION: Statement = Statement {
     arg_types: &[],
 };
 
+#[cfg(not(feature = "pg13"))]
 fn method(client: &mut SpiClient<'_>) -> Result<c_char> {
     if let Some(m) = METHOD.get() {
         return Ok(m);
@@ -79,14 +87,22 @@ pub fn for_archive(client: &mut SpiClient<'_>, payload: &RawJsonb) -> Result<Arc
     if payload.size() < MIN_BYTES {
         return Ok(ArchivedPayload(payload.datum()));
     }
-    let cmethod = method(client)?;
     // SAFETY: the datum is an in-memory (detoasted, uncompressed) jsonb
     // varlena; the result is palloc'd in the current memory context, which
-    // outlives the statements of this claim.
-    // The call is guarded: an ERROR inside it unwinds as a Rust panic that
-    // pgrx turns back into the ERROR, never a longjmp across Rust frames.
-    let compressed = unsafe {
-        pg_sys::ffi::pg_guard_ffi_boundary(|| toast_compress_datum(payload.datum(), cmethod))
+    // outlives the statements of this claim. The call is guarded: an ERROR
+    // inside it unwinds as a Rust panic that pgrx turns back into the
+    // ERROR, never a longjmp across Rust frames.
+    #[cfg(not(feature = "pg13"))]
+    let compressed = {
+        let cmethod = method(client)?;
+        unsafe {
+            pg_sys::ffi::pg_guard_ffi_boundary(|| toast_compress_datum(payload.datum(), cmethod))
+        }
+    };
+    #[cfg(feature = "pg13")]
+    let compressed = {
+        let _ = client;
+        unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| toast_compress_datum(payload.datum())) }
     };
     Ok(ArchivedPayload(if compressed.is_null() {
         payload.datum()
