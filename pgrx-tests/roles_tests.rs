@@ -12,7 +12,10 @@ mod tests {
         register_test_providers();
         Spi::run(
             "CREATE ROLE wh_app NOLOGIN;  SELECT webhook_grant_app('wh_app');
-             CREATE ROLE wh_ops NOLOGIN;  SELECT webhook_grant_operator('wh_ops');",
+             CREATE ROLE wh_ops NOLOGIN;  SELECT webhook_grant_operator('wh_ops');
+             -- The test helper is a member of the extension too, so it is
+             -- revoked from PUBLIC like every other function.
+             GRANT EXECUTE ON FUNCTION error_of(text) TO wh_app, wh_ops;",
         )
         .unwrap();
     }

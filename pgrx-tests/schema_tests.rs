@@ -100,6 +100,29 @@ mod tests {
                 AND has_function_privilege('public', oid, 'EXECUTE')"
         ));
         assert_eq!(callable, 0);
+        // And by rule: no member function of the extension but the three
+        // table-free verification functions.
+        let mut members: Vec<String> = Spi::connect(|c| {
+            c.select(
+                "SELECT p.proname::text FROM pg_depend d
+                   JOIN pg_extension x ON x.oid = d.refobjid
+                   JOIN pg_proc p ON p.oid = d.objid
+                  WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'
+                    AND x.extname = 'pg_webhook_inbox'
+                    AND has_function_privilege('public', p.oid, 'EXECUTE')
+                  ORDER BY 1",
+                None,
+                &[],
+            )?
+            .map(|row| row.get::<String>(1).map(Option::unwrap_or_default))
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .unwrap();
+        members.dedup(); // overloads
+        assert_eq!(
+            members,
+            ["verify_hmac", "webhook_verify", "webhook_verify_detail"]
+        );
         let writable: i64 = one(
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
               WHERE n.nspname = 'webhook' AND c.relkind IN ('r', 'v')

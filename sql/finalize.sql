@@ -8,29 +8,31 @@
 --   SELECT webhook_grant_operator('ops_role');   -- views and maintenance
 -- Managing providers and secrets stays with the extension owner unless
 -- granted explicitly.
-REVOKE EXECUTE ON FUNCTION
-    @extschema@.webhook_receive(text, jsonb, bytea, interval),
-    @extschema@.webhook_receive(text, jsonb, text, interval),
-    @extschema@.webhook_claim(text, text, text, jsonb, text, interval),
-    @extschema@.webhook_claim(text, text, text, bytea, text, interval),
-    @extschema@.webhook_claim(text, text, text, text, text, interval),
-    @extschema@.webhook_complete(uuid, jsonb),
-    @extschema@.webhook_fail(uuid, text),
-    @extschema@.webhook_extend(uuid, interval),
-    @extschema@.webhook_requeue(text, text),
-    @extschema@.webhook_purge(interval, integer, integer),
-    @extschema@.webhook_register_provider(text, text, text, interval, text, text),
-    @extschema@.webhook_add_secret(text, text),
-    @extschema@.webhook_retire_secret(text, text),
-    @extschema@.webhook_providers(),
-    @extschema@.webhook_grant_app(regrole),
-    @extschema@.webhook_grant_operator(regrole)
-FROM PUBLIC;
+--
+-- The rule, rather than a list that could miss a new function: every
+-- function of the extension is revoked from PUBLIC, except verify_hmac,
+-- webhook_verify and webhook_verify_detail, which read no table and stay
+-- callable by everyone.
+DO $$
+DECLARE
+    f pg_catalog.regprocedure;
+BEGIN
+    FOR f IN
+        SELECT d.objid::pg_catalog.regprocedure
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_extension x ON x.oid = d.refobjid
+          JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.deptype = 'e'
+           AND x.extname = 'pg_webhook_inbox'
+           AND p.proname NOT IN ('verify_hmac', 'webhook_verify', 'webhook_verify_detail')
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END
+$$;
 REVOKE ALL ON ALL TABLES IN SCHEMA webhook FROM PUBLIC;
-REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA webhook FROM PUBLIC;
-
--- verify_hmac, webhook_verify and webhook_verify_detail read no table;
--- they stay callable by everyone.
 
 -- Keep the rows across pg_dump / pg_restore: losing webhook.events would
 -- lose the dedup of every event ever processed.
