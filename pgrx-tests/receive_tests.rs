@@ -3,7 +3,9 @@
 
 #[pgrx::pg_schema]
 mod tests {
-    use crate::in_db_tests::{assert_error, github_headers, receive, register_test_providers};
+    use crate::in_db_tests::{
+        assert_error, error_of, github_headers, receive, register_test_providers,
+    };
     use pgrx::prelude::*;
 
     const BODY: &str = r#"{"action": "opened", "number": 7}"#;
@@ -225,6 +227,9 @@ mod tests {
         for (sql, sqlstate, needle) in cases {
             assert_error(sql, sqlstate, needle);
         }
+        // A secret given to retire is never echoed into the error (and the log).
+        let err = error_of("SELECT webhook_retire_secret('github', 'whsec_not_for_the_log')");
+        assert!(!err.contains("not_for"), "{err}");
         let generic = Spi::get_one::<String>(
             "SELECT scheme FROM webhook_register_provider('acme', scheme => 'hmac;header=X-Sig',
                  event_id_from => 'header:X-Id', event_type_from => 'body:kind')",

@@ -147,9 +147,12 @@ BEGIN
        AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
                              webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint));
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'webhook_retire_secret: provider "%" has no active secret "%"',
-            webhook_retire_secret.provider, left(webhook_retire_secret.secret_or_fingerprint, 16)
-            USING ERRCODE = 'no_data_found';
+        -- The argument may be the secret itself: never echo it into an
+        -- error message, which ends up in the server log.
+        RAISE EXCEPTION 'webhook_retire_secret: provider "%" has no active secret with that value or fingerprint',
+            webhook_retire_secret.provider
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'webhook_providers() lists the fingerprints of active secrets.';
     END IF;
 END
 $$;
