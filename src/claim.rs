@@ -309,7 +309,9 @@ static CLAIM: Statement = Statement {
 };
 
 /// A delivery arriving while another transaction holds the event: read the
-/// committed state and archive the answer it gives, in one statement.
+/// committed state and archive the answer it gives, in one statement. It
+/// returns the event's row in the shape CLAIM does, or none before the
+/// event's first claim commits.
 static OBSERVE: Statement = Statement {
     sql: "WITH existing AS (
               SELECT e.status, e.attempts, e.result, e.payload_hash
@@ -329,7 +331,8 @@ static OBSERVE: Statement = Statement {
                      a.payload_hash IS NOT NULL AND a.payload_hash IS DISTINCT FROM $9
                 FROM answer a
           )
-          SELECT a.answer, coalesce(a.attempts, 0), a.result FROM answer a",
+          SELECT false, true, x.status::text, x.attempts, NULL::uuid, x.result, x.payload_hash
+            FROM existing x",
     arg_types: &[
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
@@ -502,26 +505,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
                 digest.as_slice().into(),
             ],
         )?;
-        let row = rows
-            .first()
-            .ok_or_else(|| WebhookError::Internal("observing a claim returned no row".into()))?;
-        let status = match row.get::<String>(1)?.as_deref() {
-            Some("duplicate") => ClaimStatus::Duplicate,
-            Some("dead") => ClaimStatus::Dead,
-            _ => ClaimStatus::InProgress,
-        };
-        let attempts = row.get::<i32>(2)?.unwrap_or(0);
-        let result = if status == ClaimStatus::Duplicate {
-            row.get::<RawJsonb>(3)?
-        } else {
-            None
-        };
-        return Ok(Outcome {
-            id,
-            status,
-            attempts,
-            result,
-        });
+        return Ok(bystander(id, event_state(rows)?.map(|(_, _, state)| state)));
     }
 
     let rows = CLAIM.run(

@@ -138,11 +138,6 @@ impl<'conn> Rows<'conn> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-
-    pub fn first(mut self) -> Option<Row<'conn>> {
-        self.next = 0;
-        self.next()
-    }
 }
 
 impl<'conn> Iterator for Rows<'conn> {

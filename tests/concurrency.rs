@@ -131,6 +131,65 @@ fn duplicate_during_an_attempt_that_then_fails_is_not_lost() {
     );
 }
 
+/// While another transaction holds an event (here: an operator's
+/// `webhook_requeue`, which takes the event's lock), a delivery does not
+/// wait and is answered from the event's committed state: a processed
+/// event is a duplicate, a dead one stays dead until the requeue commits.
+#[test]
+fn a_held_event_is_answered_from_its_committed_state() {
+    let db = database("pgwi_concurrency");
+    let mut operator = connect(db);
+    let mut handler = connect(db);
+
+    assert_eq!(
+        deliver(&mut handler, "paddle", "evt_held_done", Duration::ZERO),
+        Answer::Done
+    );
+    let mut requeue = operator.transaction().unwrap();
+    // Refused (processed is final), but the refusing transaction still
+    // holds the event's lock until it ends.
+    assert!(requeue
+        .execute("SELECT webhook_requeue('paddle', 'evt_held_done')", &[])
+        .is_err());
+    let mut tx = handler.transaction().unwrap();
+    let claim = claim_in(&mut tx, "paddle", "evt_held_done", None).unwrap();
+    assert_eq!(
+        (claim.claimed, claim.status.as_str(), claim.attempts),
+        (false, "duplicate", 1)
+    );
+    tx.commit().unwrap();
+    requeue.rollback().unwrap();
+
+    handler
+        .batch_execute("SET webhook.max_attempts = 1")
+        .unwrap();
+    let mut tx = handler.transaction().unwrap();
+    let first = claim_in(&mut tx, "paddle", "evt_held_dead", None).unwrap();
+    tx.execute("SELECT webhook_fail($1::text::uuid, 'boom')", &[&first.id])
+        .unwrap();
+    tx.commit().unwrap();
+    handler.batch_execute("RESET webhook.max_attempts").unwrap();
+
+    let mut requeue = operator.transaction().unwrap();
+    requeue
+        .execute("SELECT webhook_requeue('paddle', 'evt_held_dead')", &[])
+        .unwrap();
+    let mut tx = handler.transaction().unwrap();
+    let claim = claim_in(&mut tx, "paddle", "evt_held_dead", None).unwrap();
+    assert_eq!((claim.claimed, claim.status.as_str()), (false, "dead"));
+    tx.commit().unwrap();
+    requeue.commit().unwrap();
+
+    let mut tx = handler.transaction().unwrap();
+    let claim = claim_in(&mut tx, "paddle", "evt_held_dead", None).unwrap();
+    assert_eq!((claim.claimed, claim.status.as_str()), (true, "retry"));
+    tx.commit().unwrap();
+    assert_eq!(
+        archive(&mut handler, "paddle", "evt_held_done"),
+        ["claimed:PROCESSED", "duplicate:SKIPPED"]
+    );
+}
+
 /// Small deterministic shuffle (xorshift), so runs are reproducible.
 fn shuffle(v: &mut [usize], seed: u64) {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

@@ -33,15 +33,7 @@ fn webhook_verify_text(
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "'5 minutes'"),
 ) -> PgResult<bool> {
-    Ok(run(
-        "webhook_verify",
-        scheme,
-        headers,
-        body.map(str::as_bytes),
-        secrets,
-        tolerance,
-    )?
-    .valid())
+    webhook_verify(scheme, headers, body.map(str::as_bytes), secrets, tolerance)
 }
 
 /// The same check, saying why: `reason` is one of ok, missing_header,
@@ -94,15 +86,7 @@ fn webhook_verify_detail_text(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    let verdict = run(
-        "webhook_verify_detail",
-        scheme,
-        headers,
-        body.map(str::as_bytes),
-        secrets,
-        tolerance,
-    )?;
-    Ok(TableIterator::once(detail_row(verdict)))
+    webhook_verify_detail(scheme, headers, body.map(str::as_bytes), secrets, tolerance)
 }
 
 fn detail_row(verdict: Verdict) -> (bool, String, Option<TimestampWithTimeZone>) {
