@@ -21,7 +21,7 @@ PGRX_TEST_FLAGS := $(if $(ROOT),--runas postgres --pgdata $(STATE_DIR)/pgrx-test
 CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 # Suites that stop the server or count a whole provider run in `hardening`,
 # on a server of their own; every other file in tests/ is a client suite.
-HARDENING_SUITES := hardening checklist
+HARDENING_SUITES := hardening checklist attacks
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(wildcard tests/*.rs))))
 
 .PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening examples-test bench demo clean
@@ -60,10 +60,11 @@ sdk-fixtures:
 # Every failure mode as an attack on a real server, with figures: printed,
 # and written into docs/hardening.md.
 hardening: install
-	@rm -f $(STATE_DIR)/hardening.tsv
-	HARDENING_REPORT=$(STATE_DIR)/hardening.tsv .ci/pg-temp run $(STATE_DIR)/hardening-pg 28816 -- \
+	@rm -f $(STATE_DIR)/hardening.tsv $(STATE_DIR)/attacks.tsv
+	HARDENING_REPORT=$(STATE_DIR)/hardening.tsv HARDENING_ATTACKS=$(STATE_DIR)/attacks.tsv \
+		.ci/pg-temp run $(STATE_DIR)/hardening-pg 28816 -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(HARDENING_SUITES))
-	@PG_CONFIG=$(PG_CONFIG) .ci/hardening-report $(STATE_DIR)/hardening.tsv docs/hardening.md
+	@PG_CONFIG=$(PG_CONFIG) .ci/hardening-report $(STATE_DIR)/hardening.tsv $(STATE_DIR)/attacks.tsv docs/hardening.md
 
 # The example receivers in Python, Node and Rust, end to end, with
 # deliveries signed by the providers' SDKs.

@@ -2,6 +2,7 @@
 //! transaction that is rolled back; commits, concurrency and killed
 //! backends are tested from `tests/` over real connections.
 
+mod attack_tests;
 mod claim_tests;
 mod lifecycle_tests;
 mod operations_tests;
@@ -28,6 +29,26 @@ END
 $$;
 "#,
     name = "test_error_of"
+);
+
+// The DETAIL of the error a statement raises, for tests of what an error
+// may and may not reveal.
+extension_sql!(
+    r#"
+CREATE FUNCTION error_detail_of(sql text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    detail text;
+BEGIN
+    EXECUTE sql;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+    RETURN detail;
+END
+$$;
+"#,
+    name = "test_error_detail_of"
 );
 
 /// `SQLSTATE: message` of the error `sql` raises; panics if it succeeds.

@@ -185,13 +185,16 @@ mod tests {
         register_test_providers();
         let old = github_headers("d-rot-1", "push", BODY, "gh-secret");
         Spi::run("SELECT webhook_add_secret('github', 'gh-secret-2')").unwrap();
-        let new = github_headers("d-rot-2", "push", BODY, "gh-secret-2");
+        // Another delivery, so another body: the same signed bytes under a
+        // second id would be refused as a replay.
+        const BODY_2: &str = r#"{"action": "closed", "number": 7}"#;
+        let new = github_headers("d-rot-2", "push", BODY_2, "gh-secret-2");
         assert_eq!(
             receive("github", &old, BODY).1,
             200,
             "old secret still active"
         );
-        assert_eq!(receive("github", &new, BODY).1, 200, "new secret active");
+        assert_eq!(receive("github", &new, BODY_2).1, 200, "new secret active");
         Spi::run("SELECT webhook_retire_secret('github', 'gh-secret')").unwrap();
         let old_again = github_headers("d-rot-3", "push", BODY, "gh-secret");
         assert_eq!(

@@ -100,8 +100,8 @@ mod tests {
                 AND has_function_privilege('public', oid, 'EXECUTE')"
         ));
         assert_eq!(callable, 0);
-        // And by rule: no member function of the extension but the three
-        // table-free verification functions.
+        // And by rule: no member function of the extension but the
+        // table-free catalog and verification functions.
         let mut members: Vec<String> = Spi::connect(|c| {
             c.select(
                 "SELECT p.proname::text FROM pg_depend d
@@ -121,7 +121,12 @@ mod tests {
         members.dedup(); // overloads
         assert_eq!(
             members,
-            ["verify_hmac", "webhook_verify", "webhook_verify_detail"]
+            [
+                "verify_hmac",
+                "webhook_schemes",
+                "webhook_verify",
+                "webhook_verify_detail"
+            ]
         );
         let writable: i64 = one(
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -145,8 +150,8 @@ mod tests {
             "SELECT cardinality(extconfig) FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
         );
         assert_eq!(
-            dumped, 5,
-            "events, delivery_log, delivery_failures, providers, provider_secrets"
+            dumped, 6,
+            "events, signature_bindings, delivery_log, delivery_failures, providers, provider_secrets"
         );
     }
 
@@ -158,5 +163,41 @@ mod tests {
         assert_eq!(value, "25MB");
         let value: String = one("SELECT current_setting('webhook.max_attempts')");
         assert_eq!(value, "10");
+        let value: String = one("SELECT current_setting('webhook.max_lease')");
+        assert_eq!(value, "1h");
+        let value: String = one("SELECT current_setting('webhook.rejected_body_limit')");
+        assert_eq!(value, "4kB");
+        let value: String = one("SELECT current_setting('webhook.redact_headers')");
+        assert!(
+            value.starts_with("authorization, proxy-authorization, cookie"),
+            "{value}"
+        );
+    }
+
+    /// An application may not lift the ceilings the DBA set.
+    #[pg_test]
+    fn only_a_superuser_sets_the_ceilings() {
+        let context: Vec<String> = Spi::connect(|c| {
+            c.select(
+                "SELECT name || '=' || context FROM pg_settings
+                  WHERE name IN ('webhook.max_lease', 'webhook.rejected_body_limit',
+                                 'webhook.redact_headers', 'webhook.max_payload_size')
+                  ORDER BY name",
+                None,
+                &[],
+            )?
+            .map(|row| row.get::<String>(1).map(Option::unwrap_or_default))
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .unwrap();
+        assert_eq!(
+            context,
+            [
+                "webhook.max_lease=superuser",
+                "webhook.max_payload_size=superuser",
+                "webhook.redact_headers=superuser",
+                "webhook.rejected_body_limit=superuser"
+            ]
+        );
     }
 }

@@ -1,5 +1,8 @@
 -- pg_webhook_inbox: what operators look at, and the maintenance they run.
 
+-- Bound to pg_catalog while this file runs (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
 -- Deliveries whose processing failed in the last day.
 CREATE VIEW webhook.recent_failures AS
 SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, f.error_message,
@@ -20,8 +23,10 @@ SELECT provider, event_id, event_type, attempts, claim_id, first_seen_at, lease_
 -- Deliveries webhook_receive refused: forgeries, replays, stale or
 -- misconfigured secrets, bodies that are not JSON, missing event ids.
 CREATE VIEW webhook.rejected_deliveries AS
+-- raw_body holds only the first webhook.rejected_body_limit bytes of each.
 SELECT id, provider, reject_reason AS reason, event_id, signature, headers,
-       pg_catalog.octet_length(raw_body) AS body_bytes, created_at
+       coalesce(body_size, pg_catalog.octet_length(raw_body)) AS body_bytes, body_sha256,
+       raw_body AS body_prefix, created_at
   FROM webhook.delivery_log
  WHERE claim_status = 'rejected';
 
@@ -132,7 +137,7 @@ AS $$
 BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
     EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
-        webhook.delivery_failures, webhook.providers,
+        webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
         webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
         webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
         webhook.provider_stats TO %s', role);
@@ -143,3 +148,5 @@ BEGIN
         TO %s', role);
 END
 $$;
+
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

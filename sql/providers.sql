@@ -4,28 +4,13 @@
 --   SELECT * FROM webhook_register_provider('stripe', secret => 'whsec_...');
 -- Secrets are written here and read only by webhook_receive; they are listed
 -- by fingerprint (the first 16 hex digits of their SHA-256), never shown.
+--
+-- Scheme names, aliases and where each puts the event id and type are not
+-- written here: they come from webhook_schemes(), the one list Rust parses
+-- scheme names with too.
 
--- Where each known scheme's providers put the event id and type.
-CREATE FUNCTION webhook._scheme_defaults(scheme text, OUT event_id_from text, OUT event_type_from text)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT d.event_id_from, d.event_type_from
-      FROM (VALUES
-        -- Stripe: the event object's id (evt_…) and type.
-        ('stripe',   'body:id',                          'body:type'),
-        -- GitHub: one id per delivery attempt group, and the event name.
-        ('github',   'header:X-GitHub-Delivery',         'header:X-GitHub-Event'),
-        -- Standard Webhooks (Svix, Clerk): the message id; type in the body.
-        ('standard', 'header:webhook-id|header:svix-id', 'body:type'),
-        ('paddle',   'body:event_id',                    'body:event_type'),
-        -- Shopify sends one delivery per subscription, all with the same
-        -- event id: deduplicating on it processes the event once.
-        ('shopify',  'header:X-Shopify-Event-Id',        'header:X-Shopify-Topic'),
-        ('slack',    'body:event_id',                    'body:event.type')
-      ) AS d(scheme, event_id_from, event_type_from)
-     WHERE d.scheme = $1
-$$;
+-- Bound to pg_catalog while this file runs (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 -- How a secret is named without being shown.
 CREATE FUNCTION webhook._fingerprint(secret text) RETURNS text
@@ -48,8 +33,8 @@ SELECT p.name, p.scheme, p.tolerance, p.event_id_from, p.event_type_from,
 
 -- Create or update a provider. Arguments left NULL keep their current value,
 -- or take the scheme's defaults for a new provider. The scheme defaults to
--- the name when the name is a known scheme ('svix' and 'clerk' mean
--- 'standard').
+-- the name when the name is a known scheme or alias ('svix' and 'clerk'
+-- mean 'standard'); it is stored under its canonical name.
 CREATE FUNCTION @extschema@.webhook_register_provider(
     name            text,
     secret          text     DEFAULT NULL,
@@ -65,8 +50,7 @@ DECLARE
     p_name     text := lower(webhook_register_provider.name);
     existing   webhook.providers;
     v_scheme   text;
-    d_id_from   text;
-    d_type_from text;
+    known      record;
 BEGIN
     IF p_name IS NULL OR p_name = '' THEN
         RAISE EXCEPTION 'webhook_register_provider: argument "name" must not be empty'
@@ -74,19 +58,35 @@ BEGIN
     END IF;
     SELECT * INTO existing FROM webhook.providers p WHERE p.name = p_name FOR UPDATE;
 
-    v_scheme := coalesce(webhook_register_provider.scheme, existing.scheme,
-                         CASE p_name WHEN 'svix' THEN 'standard' WHEN 'clerk' THEN 'standard' ELSE p_name END);
-    -- Refuses an unknown scheme with the list of known ones.
-    PERFORM @extschema@.webhook_verify(v_scheme, '{}'::jsonb, ''::bytea, '{}'::text[]);
-    SELECT d.event_id_from, d.event_type_from INTO d_id_from, d_type_from
-      FROM webhook._scheme_defaults(lower(v_scheme)) d;
+    v_scheme := btrim(coalesce(webhook_register_provider.scheme, existing.scheme, p_name));
+    SELECT s.* INTO known
+      FROM @extschema@.webhook_schemes() s
+     WHERE s.scheme = lower(split_part(v_scheme, ';', 1))
+        OR lower(split_part(v_scheme, ';', 1)) = ANY (s.aliases);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "scheme": unknown signature scheme "%"', v_scheme
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'SELECT * FROM webhook_schemes() lists the schemes and their aliases.';
+    END IF;
+    IF known.scheme = 'hmac' THEN
+        -- The generic form keeps its options; webhook_verify checks them.
+        BEGIN
+            PERFORM @extschema@.webhook_verify(v_scheme, '{}'::jsonb, ''::bytea, '{}'::text[]);
+        EXCEPTION WHEN syntax_error THEN
+            RAISE EXCEPTION 'webhook_register_provider: argument "scheme": invalid scheme "%"', v_scheme
+                USING ERRCODE = 'syntax_error',
+                      HINT = 'The generic form is hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>].';
+        END;
+    ELSE
+        v_scheme := known.scheme;
+    END IF;
 
     INSERT INTO webhook.providers AS p (name, scheme, tolerance, event_id_from, event_type_from)
     VALUES (p_name,
             v_scheme,
             coalesce(webhook_register_provider.tolerance, existing.tolerance, interval '5 minutes'),
-            coalesce(webhook_register_provider.event_id_from, existing.event_id_from, d_id_from),
-            coalesce(webhook_register_provider.event_type_from, existing.event_type_from, d_type_from))
+            coalesce(webhook_register_provider.event_id_from, existing.event_id_from, known.event_id_from),
+            coalesce(webhook_register_provider.event_type_from, existing.event_type_from, known.event_type_from))
     ON CONFLICT ON CONSTRAINT providers_pkey DO UPDATE
        SET scheme = excluded.scheme, tolerance = excluded.tolerance,
            event_id_from = excluded.event_id_from, event_type_from = excluded.event_type_from;
@@ -163,3 +163,5 @@ RETURNS SETOF webhook.provider_summary
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM webhook.provider_summary ORDER BY name $$;
+
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

@@ -1,13 +1,27 @@
 -- pg_webhook_inbox: schema and tables.
 --
--- Two tables, one job each:
---   webhook.events      small and hot: one row per (provider, event_id), kept
---                       forever, no payload. Its primary key is the dedup.
---   webhook.deliveries  large and cold: one row per call of webhook_claim,
---                       with the payload, raw body and signature. Purging it
---                       never loses dedup, because nothing reads it to decide.
+--   webhook.events             small and hot: one row per (provider, event_id),
+--                              kept forever, no payload. Its primary key is
+--                              the dedup.
+--   webhook.signature_bindings which event id a delivery's signed bytes were
+--                              first seen under, for providers that do not
+--                              sign the id; kept forever with the events.
+--   webhook.delivery_log and   large and cold: one row per delivery, with the
+--   webhook.delivery_failures  payload, raw body, signature and headers, and
+--                              the failed attempts. Purging them never loses
+--                              dedup, because nothing reads them to decide.
+--   webhook.providers and      the provider registry.
+--   webhook.provider_secrets
 --
 -- Applications never write these tables: the SECURITY DEFINER functions do.
+--
+-- Views, constraints, defaults and index predicates are bound when they
+-- are created, under the search_path CREATE EXTENSION sets: the install
+-- schema first, where whoever may create objects there could have planted
+-- a look-alike operator or function. Each SQL file of the extension pins
+-- the path to pg_catalog while it runs and gives the install schema back
+-- at its end, for the functions pgrx creates there.
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 CREATE SCHEMA webhook;
 COMMENT ON SCHEMA webhook IS
@@ -78,6 +92,10 @@ CREATE TABLE webhook.delivery_log (
     reject_reason     text,
     -- This redelivery's payload differs from the first delivery's.
     payload_mismatch  boolean     NOT NULL DEFAULT false,
+    -- For rejections, raw_body holds only the first
+    -- webhook.rejected_body_limit bytes; these describe the whole body.
+    body_size         integer,
+    body_sha256       bytea,
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT delivery_log_pkey PRIMARY KEY (id)
 )
@@ -159,6 +177,23 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
 COMMENT ON VIEW webhook.deliveries IS
     'The archive: one row per delivery with processing_status PENDING, PROCESSED, SKIPPED, FAILED or REJECTED';
 
+-- Providers that do not sign the event id (GitHub, Shopify, a generic HMAC
+-- of the body) are replayable under a forged id header: the same signed
+-- bytes, a fresh X-GitHub-Delivery. Each delivery's signed bytes are bound
+-- here to the id they first came with; the same bytes under another id are
+-- refused as 'replayed'. Kept forever, like webhook.events.
+CREATE TABLE webhook.signature_bindings (
+    provider      text        NOT NULL,
+    -- SHA-256 of the signed material: the scheme's signed prefix and the body.
+    digest        bytea       NOT NULL,
+    event_id      text        NOT NULL,
+    first_seen_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT signature_bindings_pkey PRIMARY KEY (provider, digest)
+);
+
+COMMENT ON TABLE webhook.signature_bindings IS
+    'For providers that sign the body but not the event id: which id each signed body first came with';
+
 -- The provider registry: how to verify each provider's deliveries and where
 -- its event id and type are. Written through webhook_register_provider().
 CREATE TABLE webhook.providers (
@@ -202,3 +237,6 @@ COMMENT ON TABLE webhook.provider_secrets IS
 -- nothing to PUBLIC; these statements make that explicit for DBAs.)
 REVOKE ALL ON SCHEMA webhook FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA webhook FROM PUBLIC;
+
+-- Give the install schema back to the statements that follow.
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

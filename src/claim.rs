@@ -592,6 +592,20 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     })
 }
 
+/// Answer `in_progress` without touching the event: another open
+/// transaction is receiving the same signed bytes right now.
+pub fn observe_in_progress(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
+    let id = crate::uuid::new_v7();
+    let payload = crate::compress::for_archive(client, &d.payload)?;
+    archive(client, d, payload, id, ClaimStatus::InProgress, false)?;
+    Ok(Outcome {
+        id,
+        status: ClaimStatus::InProgress,
+        attempts: 0,
+        result: None,
+    })
+}
+
 fn payload_differs(state: Option<&EventState>, digest: &[u8]) -> bool {
     matches!(state.and_then(|s| s.payload_hash.as_deref()), Some(first) if first != digest)
 }

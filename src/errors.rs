@@ -39,6 +39,12 @@ pub enum WebhookError {
         function: &'static str,
         arg: &'static str,
     },
+    /// A lease longer than `webhook.max_lease`.
+    LeaseTooLong {
+        function: &'static str,
+        arg: &'static str,
+        limit_seconds: i32,
+    },
     /// A raw body was not valid UTF-8.
     InvalidUtf8 {
         function: &'static str,
@@ -112,6 +118,7 @@ impl WebhookError {
             Self::ArgumentTooLong { .. } => ERRCODE_STRING_DATA_RIGHT_TRUNCATION, // 22001
             Self::PayloadTooLarge { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED, // 54000
             Self::NonPositiveInterval { .. } => ERRCODE_INVALID_PARAMETER_VALUE, // 22023
+            Self::LeaseTooLong { .. } => ERRCODE_INVALID_PARAMETER_VALUE, // 22023
             Self::InvalidUtf8 { .. } => ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, // 22021
             Self::InvalidJson { .. } => ERRCODE_INVALID_JSON_TEXT,       // 22032
             Self::NotAnObject { .. } => ERRCODE_SQL_JSON_OBJECT_NOT_FOUND, // 2203C
@@ -148,6 +155,9 @@ impl WebhookError {
     fn hint(&self) -> Option<&'static str> {
         match self {
             Self::PayloadTooLarge { .. } => Some("The limit is the setting webhook.max_payload_size."),
+            Self::LeaseTooLong { .. } => Some(
+                "Long work renews a short lease with webhook_extend(); a superuser may raise webhook.max_lease.",
+            ),
             Self::NotOwner { .. } => Some(
                 "Only a delivery answered \"claimed\" or \"retry\" may be completed, failed or extended.",
             ),
@@ -191,6 +201,10 @@ impl fmt::Display for WebhookError {
             Self::NonPositiveInterval { function, arg } => {
                 write!(f, "{function}: argument \"{arg}\" must be a positive interval")
             }
+            Self::LeaseTooLong { function, arg, limit_seconds } => write!(
+                f,
+                "{function}: argument \"{arg}\" is longer than webhook.max_lease ({limit_seconds} s)"
+            ),
             Self::InvalidUtf8 { function, arg, .. } => {
                 write!(f, "{function}: argument \"{arg}\" is not valid UTF-8")
             }
@@ -221,7 +235,7 @@ impl fmt::Display for WebhookError {
             Self::UnknownScheme { given } => write!(
                 f,
                 "webhook_verify: argument \"scheme\": unknown signature scheme \"{given}\"; known: {}",
-                crate::schemes::KNOWN_SCHEMES
+                crate::schemes::catalog::known()
             ),
             Self::UnknownEvent { function, provider, event_id } => {
                 write!(f, "{function}: no event \"{event_id}\" from provider \"{provider}\"")

@@ -33,13 +33,28 @@ pub struct EventLock {
 
 impl EventLock {
     pub fn for_event(provider: &str, event_id: &str) -> Self {
+        Self::keyed(&[provider.as_bytes(), event_id.as_bytes()])
+    }
+
+    /// The lock on one provider's signed bytes (by their SHA-256), held by
+    /// a transaction that binds them to an event id (see `receive`).
+    pub fn for_signed_bytes(provider: &str, digest: &[u8]) -> Self {
+        Self::keyed(&[b"signed", provider.as_bytes(), digest])
+    }
+
+    fn keyed(parts: &[&[u8]]) -> Self {
         // A cryptographic digest keeps the 64-bit key stable across builds,
         // platforms and Rust versions (std's hashers promise none of that),
         // so backends running different builds during an upgrade agree.
+        // Parts are NUL-separated; event keys have two parts and signed
+        // bytes' keys three, so the two kinds cannot collide by accident.
         let mut hasher = Sha256::new();
-        hasher.update(provider.as_bytes());
-        hasher.update([0u8]);
-        hasher.update(event_id.as_bytes());
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                hasher.update([0u8]);
+            }
+            hasher.update(part);
+        }
         let digest = hasher.finalize();
         let hi = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
         let lo = u32::from_be_bytes([digest[4], digest[5], digest[6], digest[7]]);

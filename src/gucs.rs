@@ -2,6 +2,7 @@
 
 use pgrx::datum::Interval;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::{CStr, CString};
 
 /// Default lease of a claim, in seconds: how long a committed claim that was
 /// neither completed nor failed keeps other deliveries answered
@@ -20,6 +21,23 @@ pub static MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(10);
 /// duplicate answer read-only (one index lookup, nothing written), at the
 /// price of not recording the redeliveries themselves.
 pub static ARCHIVE_DUPLICATES: GucSetting<bool> = GucSetting::<bool>::new(true);
+
+/// Longest lease any claim or `webhook_extend` may take, in seconds: an
+/// application cannot hold an event `in_progress` until the provider gives
+/// up on it.
+pub static MAX_LEASE: GucSetting<i32> = GucSetting::<i32>::new(3600);
+
+/// Bytes of a rejected delivery's body kept in the archive (with its full
+/// size and SHA-256): enough to see what a forgery was, too little for a
+/// flood of them to fill the disk.
+pub static REJECTED_BODY_LIMIT: GucSetting<i32> = GucSetting::<i32>::new(4096);
+
+/// Request headers whose values are never archived.
+pub static REDACT_HEADERS: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(DEFAULT_REDACT_HEADERS));
+
+const DEFAULT_REDACT_HEADERS: &CStr = c"authorization, proxy-authorization, cookie, set-cookie, \
+    x-api-key, api-key, x-auth-token, x-access-token, x-csrf-token";
 
 pub fn init() {
     GucRegistry::define_int_guc(
@@ -65,12 +83,67 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"webhook.max_lease",
+        c"Longest lease a webhook claim may hold.",
+        c"Leases given to webhook_claim, webhook_receive and webhook_extend beyond it are refused \
+          (SQLSTATE 22023); a longer webhook.lease_timeout is cut to it.",
+        &MAX_LEASE,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"webhook.rejected_body_limit",
+        c"Bytes of a rejected delivery's body kept in the archive.",
+        c"webhook_receive archives a refused delivery with this much of its body, plus the \
+          body's full size and SHA-256.",
+        &REJECTED_BODY_LIMIT,
+        0,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_BYTE,
+    );
+    GucRegistry::define_string_guc(
+        c"webhook.redact_headers",
+        c"Request headers whose values webhook_receive never archives.",
+        c"A comma-separated list of header names, matched case-insensitively; their values \
+          are archived as [redacted].",
+        &REDACT_HEADERS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
 }
 
 pub fn max_payload_bytes() -> usize {
     usize::try_from(MAX_PAYLOAD_SIZE.get()).unwrap_or(0) * 1024
 }
 
+/// `webhook.lease_timeout`, cut to `webhook.max_lease`.
 pub fn default_lease() -> Interval {
-    Interval::from_micros(i64::from(LEASE_TIMEOUT.get()) * 1_000_000)
+    let seconds = LEASE_TIMEOUT.get().min(MAX_LEASE.get());
+    Interval::from_micros(i64::from(seconds) * 1_000_000)
+}
+
+pub fn max_lease_micros() -> i64 {
+    i64::from(MAX_LEASE.get()) * 1_000_000
+}
+
+pub fn rejected_body_bytes() -> usize {
+    usize::try_from(REJECTED_BODY_LIMIT.get()).unwrap_or(0)
+}
+
+/// The header names of `webhook.redact_headers`, lower-cased.
+pub fn redacted_headers() -> Vec<String> {
+    REDACT_HEADERS
+        .get()
+        .map(|list| {
+            list.to_string_lossy()
+                .split(',')
+                .map(|name| name.trim().to_ascii_lowercase())
+                .filter(|name| !name.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }

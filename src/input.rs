@@ -57,8 +57,9 @@ pub fn required<T>(function: &'static str, arg: &'static str, value: Option<T>) 
     value.ok_or(WebhookError::NullArgument { function, arg })
 }
 
-/// A lease length: positive, or the caller's mistake is caught before any
-/// row is written. NULL means "use the `webhook.lease_timeout` setting".
+/// A lease length: positive and at most `webhook.max_lease`, or the
+/// caller's mistake is caught before any row is written. NULL means "use
+/// the `webhook.lease_timeout` setting" (itself cut to the ceiling).
 pub fn lease(
     function: &'static str,
     arg: &'static str,
@@ -66,9 +67,31 @@ pub fn lease(
 ) -> Result<Interval> {
     match value {
         None => Ok(crate::gucs::default_lease()),
-        Some(iv) if iv.as_micros() > 0 => Ok(iv),
-        Some(_) => Err(WebhookError::NonPositiveInterval { function, arg }),
+        Some(iv) if iv.as_micros() <= 0 => Err(WebhookError::NonPositiveInterval { function, arg }),
+        Some(iv) if iv.as_micros() > i128::from(crate::gucs::max_lease_micros()) => {
+            Err(WebhookError::LeaseTooLong {
+                function,
+                arg,
+                limit_seconds: crate::gucs::MAX_LEASE.get(),
+            })
+        }
+        Some(iv) => Ok(iv),
     }
+}
+
+/// `text` cut to at most `limit` bytes on a character boundary, with a
+/// marker saying how much was dropped: for messages kept forever.
+pub fn truncated(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= limit {
+        return text.into();
+    }
+    // Room for "… [<up to 20 digits> bytes cut]".
+    const MARKER: usize = 40;
+    let mut end = limit.saturating_sub(MARKER);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} bytes cut]", &text[..end], text.len() - end).into()
 }
 
 /// A payload within `webhook.max_payload_size`, checked before any parsing.
@@ -126,8 +149,17 @@ pub fn json_object_body<'a>(
     Ok((text, value))
 }
 
+/// Let a loop over untrusted input be stopped by `statement_timeout` or
+/// `pg_cancel_backend` (a no-op in plain unit tests, which have no server).
+#[inline]
+pub fn check_for_interrupts() {
+    #[cfg(not(test))]
+    pgrx::check_for_interrupts!();
+}
+
 /// Does any string or key of the document hold U+0000?
 fn holds_nul(value: &serde_json::Value) -> bool {
+    check_for_interrupts();
     match value {
         serde_json::Value::String(s) => s.contains('\0'),
         serde_json::Value::Array(items) => items.iter().any(holds_nul),

@@ -50,6 +50,9 @@ fn webhook_complete(
     Ok(())
 }
 
+/// Longest failure message kept; the rest is cut with a marker.
+pub const MAX_ERROR_BYTES: usize = 2048;
+
 /// A stored result is an answer, not an archive: 64 kB is plenty.
 const MAX_RESULT_BYTES: usize = 64 * 1024;
 
@@ -63,8 +66,11 @@ fn webhook_fail(id: Option<pgrx::Uuid>, err: Option<&str>) -> PgResult<()> {
     const F: &str = "webhook_fail";
     let id = input::required(F, "id", id)?;
     let err = input::required(F, "err", err)?;
+    // Kept forever in webhook.events.last_error: cut, not refused, since
+    // failing must not fail.
+    let err = input::truncated(err, MAX_ERROR_BYTES);
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
-    finish::<bool>(F, id, &FAIL, vec![err.into(), max_attempts.into()])?;
+    finish::<bool>(F, id, &FAIL, vec![err.as_ref().into(), max_attempts.into()])?;
     crate::claim::owned_claims::forget(id);
     Ok(())
 }
@@ -241,8 +247,10 @@ fn refusal(
         Some(owner) if owner != id => WebhookError::LeaseLost {
             function,
             id: id.to_string(),
+            // Never the new owner's id: a claim id is all it takes to
+            // complete or fail that claim.
             detail: format!(
-                "The event is now held by delivery {owner} (attempt {}, status {}).",
+                "Another delivery took the event over (attempt {}, status {}).",
                 attempts.unwrap_or(0),
                 event_status.unwrap_or_default()
             ),

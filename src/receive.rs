@@ -4,10 +4,21 @@
 //!
 //! A delivery that cannot be trusted or read is archived as REJECTED with
 //! its reason and claims nothing, so forgeries and misconfigurations show
-//! up in `webhook.rejected_deliveries` instead of vanishing.
+//! up in `webhook.rejected_deliveries` instead of vanishing. Only a bounded
+//! prefix of a rejected body is kept, with its size and SHA-256: a flood of
+//! forgeries cannot fill the disk.
+//!
+//! The event id decides deduplication, so it is taken from what the
+//! signature covers whenever the provider puts it there (a signed source
+//! always wins over an unsigned one). Where it is not signed (GitHub,
+//! Shopify, a generic HMAC of the body), the delivery's signed bytes are
+//! bound to the id the first time they are seen, in
+//! `webhook.signature_bindings`: the same signed bytes under another id are
+//! a replay with a forged header, and are refused as `replayed`.
 
 use crate::claim::{self, ClaimStatus, Delivery, Outcome};
 use crate::errors::{Result, WebhookError};
+use crate::event_lock::EventLock;
 use crate::input::{
     self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES,
 };
@@ -18,6 +29,7 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
+use sha2::{Digest, Sha256};
 
 const FUNCTION: &str = "webhook_receive";
 
@@ -42,6 +54,7 @@ fn webhook_receive(
             name!(reason, String),
             name!(event_id, Option<String>),
             name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
         ),
     >,
     pg_sys::panic::ErrorReport,
@@ -63,6 +76,7 @@ fn webhook_receive(
         answer.reason.to_string(),
         answer.event_id,
         answer.event_type,
+        answer.event_type_signed,
     )))
 }
 
@@ -87,6 +101,7 @@ fn webhook_receive_text(
             name!(reason, String),
             name!(event_id, Option<String>),
             name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
         ),
     >,
     pg_sys::panic::ErrorReport,
@@ -101,6 +116,27 @@ struct Answer {
     /// What the handler dispatches on; unknown for rejected deliveries.
     event_id: Option<String>,
     event_type: Option<String>,
+    /// Whether the signature covers the event type (false: it came from a
+    /// header anyone relaying the delivery could have changed).
+    event_type_signed: Option<bool>,
+}
+
+impl Answer {
+    fn refused(id: pgrx::Uuid, http_status: i32, reason: &'static str) -> Self {
+        Answer {
+            outcome: Outcome {
+                id,
+                status: ClaimStatus::Rejected,
+                attempts: 0,
+                result: None,
+            },
+            http_status,
+            reason,
+            event_id: None,
+            event_type: None,
+            event_type_signed: None,
+        }
+    }
 }
 
 struct Provider {
@@ -125,23 +161,39 @@ static LOAD_PROVIDER: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID],
 };
 
-/// A delivery refused before any claim: archived with its reason.
+/// A delivery refused before any claim: archived with its reason, a
+/// bounded prefix of its body, and the body's full size and digest.
 static REJECT: Statement = Statement {
     sql: "INSERT INTO webhook.delivery_log
-              (id, provider, event_id, event_type, payload, raw_body, signature, headers,
-               claim_status, reject_reason)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'rejected', $9)",
+              (id, provider, raw_body, body_size, body_sha256, signature, headers,
+               claim_status, reject_reason, event_id)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, 'rejected', $8, $9)",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
+        pg_sys::INT4OID,
         pg_sys::BYTEAOID,
         pg_sys::TEXTOID,
         pg_sys::JSONBOID,
         pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
     ],
+};
+
+/// Which event id these signed bytes were first seen under, if any.
+static BOUND_TO: Statement = Statement {
+    sql: "SELECT event_id FROM webhook.signature_bindings WHERE provider = $1 AND digest = $2",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID],
+};
+
+/// Bind signed bytes to an event id. Runs under the signed-bytes lock, so
+/// no other transaction is inserting the same key.
+static BIND: Statement = Statement {
+    sql: "INSERT INTO webhook.signature_bindings (provider, digest, event_id)
+          VALUES ($1, $2, $3)
+          ON CONFLICT (provider, digest) DO NOTHING",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID, pg_sys::TEXTOID],
 };
 
 fn load_provider(client: &mut SpiClient<'_>, name: &str) -> Result<Provider> {
@@ -161,29 +213,120 @@ fn load_provider(client: &mut SpiClient<'_>, name: &str) -> Result<Provider> {
     })
 }
 
+/// A value read off a delivery, and whether its signature covers it.
+struct Sourced {
+    value: String,
+    signed: bool,
+}
+
 /// Where a provider puts a value: `header:<name>` or `body:<dotted.path>`,
-/// alternatives separated by `|`, the first present one wins. Strings are
-/// taken as they are, numbers in their JSON form.
-fn extract(source: &str, headers: &Headers<'_>, body: &serde_json::Value) -> Option<String> {
-    source.split('|').find_map(|alternative| {
+/// alternatives separated by `|`. The first present *signed* alternative
+/// wins; only if none is present, the first present unsigned one. The
+/// body is always signed; a header only if the scheme's signature covers
+/// it (`covered`). Strings are taken as they are, numbers in their exact
+/// JSON digits.
+fn extract(
+    source: &str,
+    headers: &Headers<'_>,
+    covered: &[&str],
+    body: &serde_json::Value,
+) -> Option<Sourced> {
+    let read = |alternative: &str| -> Option<Sourced> {
         let (kind, path) = alternative.split_once(':')?;
-        let value = match kind {
-            "header" => {
-                return headers
-                    .get(path)
-                    .ok()
-                    .filter(|v| !v.is_empty())
-                    .map(str::to_string)
+        match kind {
+            "header" => headers
+                .get(path)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| Sourced {
+                    value: v.to_string(),
+                    signed: covered.iter().any(|c| c.eq_ignore_ascii_case(path)),
+                }),
+            "body" => match path.split('.').try_fold(body, |node, key| node.get(key))? {
+                serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+                serde_json::Value::Number(n) => Some(n.to_string()),
+                _ => None,
             }
-            "body" => path.split('.').try_fold(body, |node, key| node.get(key))?,
-            _ => return None,
-        };
-        match value {
-            serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
-            serde_json::Value::Number(n) => Some(n.to_string()),
+            .map(|value| Sourced {
+                value,
+                signed: true,
+            }),
             _ => None,
         }
-    })
+    };
+    let found: Vec<Sourced> = source.split('|').filter_map(read).collect();
+    let first_signed = found.iter().position(|s| s.signed);
+    found.into_iter().nth(first_signed.unwrap_or(0))
+}
+
+/// Headers as they are archived: the values of the headers named in
+/// `webhook.redact_headers` replaced, and none at all past
+/// `MAX_ARCHIVED_HEADER_BYTES`.
+fn archived_headers(raw: RawJsonb, json: &serde_json::Value) -> Result<Option<RawJsonb>> {
+    if raw.size() > MAX_ARCHIVED_HEADER_BYTES {
+        return Ok(None);
+    }
+    let Some(object) = json.as_object() else {
+        return Ok(Some(raw));
+    };
+    let redact = crate::gucs::redacted_headers();
+    let is_secret = |name: &str| redact.iter().any(|r| r.eq_ignore_ascii_case(name));
+    if !object.keys().any(|name| is_secret(name)) {
+        return Ok(Some(raw));
+    }
+    let redacted: serde_json::Map<String, serde_json::Value> = object
+        .iter()
+        .map(|(name, value)| {
+            let value = if is_secret(name) {
+                serde_json::Value::String("[redacted]".into())
+            } else {
+                value.clone()
+            };
+            (name.clone(), value)
+        })
+        .collect();
+    let text = serde_json::Value::Object(redacted).to_string();
+    claim::jsonb_from_text(&text).map(Some)
+}
+
+/// Request headers are archived only up to this size (a real request's
+/// headers are a few kilobytes); beyond it the row keeps none.
+const MAX_ARCHIVED_HEADER_BYTES: usize = 64 * 1024;
+
+/// The request as far as it was read, for archiving a refusal.
+struct Request<'a> {
+    provider: &'a str,
+    body: &'a [u8],
+    signature: Option<&'a str>,
+    headers: Option<RawJsonb>,
+}
+
+fn reject(
+    client: &mut SpiClient<'_>,
+    request: &Request<'_>,
+    http_status: i32,
+    reason: &'static str,
+    event_id: Option<&str>,
+) -> Result<Answer> {
+    let id = crate::uuid::new_v7();
+    let kept = request.body.len().min(crate::gucs::rejected_body_bytes());
+    let size = i32::try_from(request.body.len()).unwrap_or(i32::MAX);
+    let digest = Sha256::digest(request.body).to_vec();
+    REJECT.run(
+        client,
+        &[
+            id.into(),
+            request.provider.into(),
+            request.body[..kept].into(),
+            size.into(),
+            digest.as_slice().into(),
+            request.signature.into(),
+            request.headers.into(),
+            reason.into(),
+            event_id.into(),
+        ],
+    )?;
+    Ok(Answer::refused(id, http_status, reason))
 }
 
 fn receive(
@@ -203,98 +346,117 @@ fn receive(
             .into_iter()
             .find_map(|name| h.get(name).ok())
     });
-    let signature = signature.filter(|s| s.len() <= MAX_SIGNATURE_BYTES);
-
-    let reject = |client: &mut SpiClient<'_>,
-                  http_status: i32,
-                  reason: &'static str,
-                  event: (Option<&str>, Option<&str>, Option<RawJsonb>)| {
-        let id = crate::uuid::new_v7();
-        REJECT.run(
-            client,
-            &[
-                id.into(),
-                provider_name.into(),
-                event.0.into(),
-                event.1.into(),
-                event.2.into(),
-                body.into(),
-                signature.into(),
-                Some(headers).into(),
-                reason.into(),
-            ],
-        )?;
-        let outcome = Outcome {
-            id,
-            status: ClaimStatus::Rejected,
-            attempts: 0,
-            result: None,
-        };
-        Ok::<_, WebhookError>(Answer {
-            outcome,
-            http_status,
-            reason,
-            event_id: None,
-            event_type: None,
-        })
+    let mut request = Request {
+        provider: provider_name,
+        body,
+        signature: signature.filter(|s| s.len() <= MAX_SIGNATURE_BYTES),
+        headers: None,
     };
 
     let headers_parsed = match parsed_headers {
         Ok(h) => h,
-        Err(reason) => return reject(client, 401, reason.as_str(), (None, None, None)),
+        Err(reason) => return reject(client, &request, 401, reason.as_str(), None),
     };
+    request.headers = archived_headers(headers, &headers_json)?;
     let secrets: Vec<Option<&str>> = provider.secrets.iter().map(Option::as_deref).collect();
-    let verdict = schemes::verify_headers(
+    let authentic = match schemes::authenticate(
         &provider.scheme,
         &headers_parsed,
         body,
         &secrets,
         provider.tolerance,
         schemes::now_unix(),
-    );
-    if !verdict.valid() {
-        return reject(client, 401, verdict.reason.as_str(), (None, None, None));
-    }
+    ) {
+        Ok(authentic) => authentic,
+        Err(verdict) => return reject(client, &request, 401, verdict.reason.as_str(), None),
+    };
 
     // Parsed once: serde's document for reading the ids, jsonb for storing.
     let Ok((body_text, body_json)) = input::json_object_body(FUNCTION, "body", body) else {
-        return reject(client, 400, "malformed_body", (None, None, None));
+        return reject(client, &request, 400, "malformed_body", None);
     };
-    let payload = claim::jsonb_from_text(body_text)?;
-    let event_id = extract(&provider.event_id_from, &headers_parsed, &body_json);
-    let event_type = extract(&provider.event_type_from, &headers_parsed, &body_json);
+    let covered = authentic.covered_headers;
+    let event_id = extract(
+        &provider.event_id_from,
+        &headers_parsed,
+        covered,
+        &body_json,
+    );
+    let event_type = extract(
+        &provider.event_type_from,
+        &headers_parsed,
+        covered,
+        &body_json,
+    );
     let (Some(event_id), Some(event_type)) = (event_id, event_type) else {
-        return reject(client, 400, "missing_event_id", (None, None, Some(payload)));
+        return reject(client, &request, 400, "missing_event_id", None);
     };
-    if event_id.len() > MAX_EVENT_ID_BYTES || event_type.len() > MAX_EVENT_TYPE_BYTES {
-        return reject(
-            client,
-            400,
-            "malformed_event_id",
-            (None, None, Some(payload)),
-        );
+    if event_id.value.len() > MAX_EVENT_ID_BYTES || event_type.value.len() > MAX_EVENT_TYPE_BYTES {
+        return reject(client, &request, 400, "malformed_event_id", None);
     }
-
+    let payload = claim::jsonb_from_text(body_text)?;
     let delivery = Delivery {
         provider: provider_name,
-        event_id: &event_id,
-        event_type: &event_type,
+        event_id: &event_id.value,
+        event_type: &event_type.value,
         payload,
         raw_body: Some(body),
-        signature,
-        headers: Some(headers),
+        signature: request.signature,
+        headers: request.headers,
         lease,
     };
-    let outcome = claim::claim(client, &delivery)?;
-    let http_status = match outcome.status {
-        ClaimStatus::InProgress => 409,
-        _ => 200,
+    let answer = |outcome: Outcome| {
+        let http_status = match outcome.status {
+            ClaimStatus::InProgress => 409,
+            _ => 200,
+        };
+        Answer {
+            outcome,
+            http_status,
+            reason: "ok",
+            event_id: Some(event_id.value.clone()),
+            event_type: Some(event_type.value.clone()),
+            event_type_signed: Some(event_type.signed),
+        }
     };
-    Ok(Answer {
-        outcome,
-        http_status,
-        reason: "ok",
-        event_id: Some(event_id),
-        event_type: Some(event_type),
-    })
+
+    if !event_id.signed {
+        // The id is not covered by the signature: bind the signed bytes to
+        // it, or refuse them under any other id.
+        let mut hasher = Sha256::new();
+        hasher.update(&authentic.prefix);
+        hasher.update(body);
+        let digest = hasher.finalize().to_vec();
+        let lock = EventLock::for_signed_bytes(provider_name, &digest);
+        if !lock.try_acquire() {
+            // Another open transaction is receiving these very bytes: a
+            // concurrent redelivery, answered as any in-progress event is.
+            let outcome = claim::observe_in_progress(client, &delivery)?;
+            return Ok(answer(outcome));
+        }
+        let bound = BOUND_TO.run(client, &[provider_name.into(), digest.as_slice().into()])?;
+        let bound_to = match bound.into_iter().next() {
+            Some(row) => row.get::<String>(1)?,
+            None => None,
+        };
+        match bound_to {
+            Some(first) if first == event_id.value => lock.release(),
+            Some(_) => {
+                lock.release();
+                return reject(client, &request, 401, "replayed", Some(&event_id.value));
+            }
+            None => {
+                BIND.run(
+                    client,
+                    &[
+                        provider_name.into(),
+                        digest.as_slice().into(),
+                        event_id.value.as_str().into(),
+                    ],
+                )?;
+            }
+        }
+    }
+    let outcome = claim::claim(client, &delivery)?;
+    Ok(answer(outcome))
 }

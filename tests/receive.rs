@@ -5,54 +5,14 @@
 #![cfg(feature = "client-tests")]
 
 mod common;
+use common::sign::{github, now, standard, stripe};
 use common::*;
-use hmac::{Hmac, Mac};
 use postgres::{Client, NoTls};
 
 const STRIPE_SECRET: &str = "whsec_client_test_stripe";
 const GITHUB_SECRET: &str = "client-test-github";
 /// Standard Webhooks secret: whsec_ + base64 of the key bytes.
 const STANDARD_SECRET: &str = "whsec_Y2xpZW50LXRlc3Qtc3RhbmRhcmQta2V5MDE=";
-
-fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
-    for p in parts {
-        mac.update(p);
-    }
-    mac.finalize().into_bytes().to_vec()
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-fn stripe(body: &str, ts: i64, secret: &str) -> serde_json::Value {
-    let sig = hex::encode(hmac_sha256(
-        secret.as_bytes(),
-        &[format!("{ts}.").as_bytes(), body.as_bytes()],
-    ));
-    serde_json::json!({ "Stripe-Signature": format!("t={ts},v1={sig}") })
-}
-
-fn github(delivery: &str, body: &str, secret: &str) -> serde_json::Value {
-    let sig = hex::encode(hmac_sha256(secret.as_bytes(), &[body.as_bytes()]));
-    serde_json::json!({ "X-GitHub-Delivery": delivery, "X-GitHub-Event": "push",
-                        "X-Hub-Signature-256": format!("sha256={sig}") })
-}
-
-fn standard(msg_id: &str, body: &str, ts: i64, secret: &str) -> serde_json::Value {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let key = b64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-    let sig = b64.encode(hmac_sha256(
-        &key,
-        &[format!("{msg_id}.{ts}.").as_bytes(), body.as_bytes()],
-    ));
-    serde_json::json!({ "svix-id": msg_id, "svix-timestamp": ts.to_string(), "svix-signature": format!("v1,{sig}") })
-}
 
 struct Answer {
     id: String,
@@ -150,7 +110,7 @@ fn stripe_github_and_standard_webhooks_through_webhook_receive_as_an_app_role() 
         ),
         (
             "github",
-            github("gh-delivery-1", github_body, GITHUB_SECRET),
+            github("gh-delivery-1", "push", github_body, GITHUB_SECRET),
             github_body,
         ),
         (

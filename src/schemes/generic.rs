@@ -80,6 +80,7 @@ impl GenericHmac {
             candidates: vec![digest],
             prefix: Vec::new(),
             timestamp: None,
+            covered_headers: &[],
         })
     }
 }

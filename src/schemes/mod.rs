@@ -11,6 +11,7 @@
 //! Everything below `verify` is plain Rust over plain data, so the parsers
 //! are property-tested without a server.
 
+pub mod catalog;
 mod generic;
 mod github;
 mod headers;
@@ -93,6 +94,18 @@ pub struct Signed {
     pub candidates: Vec<Vec<u8>>,
     pub prefix: Vec<u8>,
     pub timestamp: Option<i64>,
+    /// Headers (lower case) whose values are part of `prefix`, so covered
+    /// by the signature: only these may be trusted as an event id.
+    pub covered_headers: &'static [&'static str],
+}
+
+/// What an authentic delivery proves beyond its body.
+pub struct Authentic {
+    pub signed_at: Option<i64>,
+    /// The bytes signed before the body (timestamp, id…): with the body,
+    /// the whole signed material.
+    pub prefix: Vec<u8>,
+    pub covered_headers: &'static [&'static str],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,26 +119,22 @@ pub enum Scheme {
     Hmac(GenericHmac),
 }
 
-pub const KNOWN_SCHEMES: &str =
-    "stripe, github, standard (alias svix), paddle, shopify, slack, hmac;header=<name>[;algorithm=…][;encoding=…][;prefix=…]";
-
 impl Scheme {
+    /// A scheme by its name or one of its aliases (`catalog`), or the
+    /// generic `hmac;…` form with its options.
     pub fn parse(name: &str) -> Result<Scheme, WebhookError> {
-        let trimmed = name.trim();
-        let lower = trimmed.to_ascii_lowercase();
-        match lower.as_str() {
+        let unknown = || WebhookError::UnknownScheme {
+            given: name.to_string(),
+        };
+        match catalog::lookup(name).ok_or_else(unknown)?.name {
             "stripe" => Ok(Scheme::Stripe),
             "github" => Ok(Scheme::Github),
-            "standard" | "standardwebhooks" | "standard-webhooks" | "svix" => Ok(Scheme::Standard),
+            "standard" => Ok(Scheme::Standard),
             "paddle" => Ok(Scheme::Paddle),
             "shopify" => Ok(Scheme::Shopify),
             "slack" => Ok(Scheme::Slack),
-            _ if lower == "hmac" || lower.starts_with("hmac;") => {
-                GenericHmac::parse(trimmed).map(Scheme::Hmac)
-            }
-            _ => Err(WebhookError::UnknownScheme {
-                given: name.to_string(),
-            }),
+            "hmac" => GenericHmac::parse(name.trim()).map(Scheme::Hmac),
+            _ => Err(unknown()),
         }
     }
 
@@ -183,7 +192,7 @@ pub fn verify(
     }
 }
 
-/// `verify` for headers already read, when the caller needs them too.
+/// `verify` for headers already read.
 pub fn verify_headers(
     scheme: &Scheme,
     headers: &Headers<'_>,
@@ -192,13 +201,31 @@ pub fn verify_headers(
     tolerance: i64,
     now: i64,
 ) -> Verdict {
-    let signed = match scheme.read(headers) {
-        Ok(s) => s,
-        Err(reason) => return Verdict::refused(reason),
-    };
-    let verdict = |reason| Verdict {
-        reason,
-        signed_at: signed.timestamp,
+    match authenticate(scheme, headers, body, secrets, tolerance, now) {
+        Ok(authentic) => Verdict {
+            reason: Reason::Ok,
+            signed_at: authentic.signed_at,
+        },
+        Err(refused) => refused,
+    }
+}
+
+/// Verify a delivery and, when it is authentic, say what its signature
+/// covers: what `webhook_receive` may trust beyond the body.
+pub fn authenticate(
+    scheme: &Scheme,
+    headers: &Headers<'_>,
+    body: &[u8],
+    secrets: &[Option<&str>],
+    tolerance: i64,
+    now: i64,
+) -> Result<Authentic, Verdict> {
+    let signed = scheme.read(headers).map_err(Verdict::refused)?;
+    let verdict = |reason| {
+        Err(Verdict {
+            reason,
+            signed_at: signed.timestamp,
+        })
     };
 
     let secrets: Vec<&str> = secrets
@@ -224,7 +251,11 @@ pub fn verify_headers(
     match signed.timestamp {
         Some(ts) if ts < now.saturating_sub(tolerance) => verdict(Reason::TimestampTooOld),
         Some(ts) if ts > now.saturating_add(tolerance) => verdict(Reason::TimestampInFuture),
-        _ => verdict(Reason::Ok),
+        _ => Ok(Authentic {
+            signed_at: signed.timestamp,
+            prefix: signed.prefix,
+            covered_headers: signed.covered_headers,
+        }),
     }
 }
 

@@ -14,5 +14,6 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
         candidates: vec![digest],
         prefix: Vec::new(),
         timestamp: None,
+        covered_headers: &[],
     })
 }

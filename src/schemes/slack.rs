@@ -17,5 +17,6 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
         candidates: vec![digest],
         prefix: format!("v0:{timestamp}:").into_bytes(),
         timestamp: Some(timestamp),
+        covered_headers: &["x-slack-request-timestamp"],
     })
 }

@@ -1,14 +1,20 @@
 //! The SQL face of the schemes: `webhook_verify` and
 //! `webhook_verify_detail`, each for a `bytea` body (exact: signatures
-//! cover the raw bytes) and a `text` body. VOLATILE: the timestamp window
-//! is measured against the clock at each call.
+//! cover the raw bytes) and a `text` body, and `webhook_schemes()`, the
+//! catalog as a table. VOLATILE: the timestamp window is measured against
+//! the clock at each call.
+//!
+//! Everyone may call these (they read no table), so every input is
+//! bounded: the body by `webhook.max_payload_size`, the headers by
+//! `headers::MAX_HEADERS`, and every loop over them can be cancelled.
 
-use super::{verify, Scheme, Verdict};
+use super::{catalog, verify, Scheme, Verdict};
 use crate::errors::WebhookError;
 use crate::input;
+use crate::jsonb::RawJsonb;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, JsonB};
 
 type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 
@@ -17,7 +23,7 @@ type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 #[pg_extern(volatile, parallel_safe)]
 fn webhook_verify(
     scheme: Option<&str>,
-    headers: Option<JsonB>,
+    headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "'5 minutes'"),
@@ -28,7 +34,7 @@ fn webhook_verify(
 #[pg_extern(volatile, parallel_safe, name = "webhook_verify")]
 fn webhook_verify_text(
     scheme: Option<&str>,
-    headers: Option<JsonB>,
+    headers: Option<RawJsonb>,
     body: Option<&str>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "'5 minutes'"),
@@ -42,7 +48,7 @@ fn webhook_verify_text(
 #[pg_extern(volatile, parallel_safe)]
 fn webhook_verify_detail(
     scheme: Option<&str>,
-    headers: Option<JsonB>,
+    headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "'5 minutes'"),
@@ -71,7 +77,7 @@ fn webhook_verify_detail(
 #[pg_extern(volatile, parallel_safe, name = "webhook_verify_detail")]
 fn webhook_verify_detail_text(
     scheme: Option<&str>,
-    headers: Option<JsonB>,
+    headers: Option<RawJsonb>,
     body: Option<&str>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "'5 minutes'"),
@@ -89,6 +95,35 @@ fn webhook_verify_detail_text(
     webhook_verify_detail(scheme, headers, body.map(str::as_bytes), secrets, tolerance)
 }
 
+/// The signature schemes the extension knows, their aliases, and where
+/// their providers put the event id and type: the defaults of
+/// `webhook_register_provider`.
+#[pg_extern(immutable, parallel_safe)]
+fn webhook_schemes() -> TableIterator<
+    'static,
+    (
+        name!(scheme, String),
+        name!(aliases, Vec<String>),
+        name!(event_id_from, Option<String>),
+        name!(event_type_from, Option<String>),
+        name!(event_id_signed, bool),
+        name!(event_type_signed, bool),
+        name!(signs, String),
+    ),
+> {
+    TableIterator::new(catalog::CATALOG.iter().map(|entry| {
+        (
+            entry.name.to_string(),
+            entry.aliases.iter().map(|a| a.to_string()).collect(),
+            entry.event_id_from.map(str::to_string),
+            entry.event_type_from.map(str::to_string),
+            entry.event_id_signed,
+            entry.event_type_signed,
+            entry.signs.to_string(),
+        )
+    }))
+}
+
 fn detail_row(verdict: Verdict) -> (bool, String, Option<TimestampWithTimeZone>) {
     (
         verdict.valid(),
@@ -100,7 +135,7 @@ fn detail_row(verdict: Verdict) -> (bool, String, Option<TimestampWithTimeZone>)
 fn run(
     function: &'static str,
     scheme: Option<&str>,
-    headers: Option<JsonB>,
+    headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: Option<Interval>,
@@ -108,6 +143,7 @@ fn run(
     let scheme = Scheme::parse(input::required(function, "scheme", scheme)?)?;
     let headers = input::required(function, "headers", headers)?;
     let body = input::required(function, "body", body)?;
+    input::payload_size(function, "body", body.len())?;
     let secrets = input::required(function, "secrets", secrets)?;
     let tolerance = input::required(function, "tolerance", tolerance)?;
     if tolerance.as_micros() <= 0 {
@@ -118,9 +154,12 @@ fn run(
     }
     let tolerance_secs = i64::try_from(tolerance.as_micros() / 1_000_000).unwrap_or(i64::MAX);
     let secrets: Vec<Option<&str>> = secrets.iter().map(Option::as_deref).collect();
+    // Headers serde cannot read (nested past its depth limit) are as
+    // malformed as headers that are not an object.
+    let headers = headers.to_json().unwrap_or(serde_json::Value::Null);
     Ok(verify(
         &scheme,
-        &headers.0,
+        &headers,
         body,
         &secrets,
         tolerance_secs,

@@ -12,11 +12,14 @@ use super::{unix_seconds, Headers, Reason, Signed};
 use crate::signature::{decode_base64, decode_base64_any, Algorithm};
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
-    let prefix = if headers.has("webhook-signature") || !headers.has("svix-signature") {
-        "webhook-"
-    } else {
-        "svix-"
-    };
+    // One family, chosen by its signature header; the id and timestamp
+    // are read from the same family, and only they are covered.
+    let (prefix, covered): (&str, &'static [&'static str]) =
+        if headers.has("webhook-signature") || !headers.has("svix-signature") {
+            ("webhook-", &["webhook-id", "webhook-timestamp"])
+        } else {
+            ("svix-", &["svix-id", "svix-timestamp"])
+        };
     let get = |name: &str| headers.get(&format!("{prefix}{name}"));
     let signature = get("signature")?;
     let id = get("id")?;
@@ -40,6 +43,7 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
         candidates,
         prefix: format!("{id}.{timestamp}.").into_bytes(),
         timestamp: Some(timestamp),
+        covered_headers: covered,
     })
 }
 

@@ -15,5 +15,6 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
         candidates,
         prefix: format!("{timestamp}.").into_bytes(),
         timestamp: Some(timestamp),
+        covered_headers: &[],
     })
 }

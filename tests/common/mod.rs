@@ -72,6 +72,79 @@ pub fn try_connect(db: &str) -> Result<Client, postgres::Error> {
         .connect(NoTls)
 }
 
+/// A connection as another role (trust authentication, as on the test
+/// servers), to a database given by name.
+pub fn connect_as(db: &str, user: &str) -> Client {
+    base_config()
+        .dbname(db)
+        .user(user)
+        .options("-c lock_timeout=5s")
+        .connect(NoTls)
+        .unwrap_or_else(|e| panic!("connect to {db} as {user}: {e}"))
+}
+
+/// A fresh, empty database for a suite that installs the extension
+/// itself (to stage what exists before `CREATE EXTENSION`).
+pub fn empty_database(name: &str) -> Client {
+    let mut admin = base_config()
+        .dbname(&std::env::var("PGDATABASE").unwrap_or_else(|_| "postgres".into()))
+        .connect(NoTls)
+        .expect("connect to the test server");
+    admin
+        .batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE); CREATE DATABASE {name}"
+        ))
+        .unwrap();
+    base_config().dbname(name).connect(NoTls).unwrap()
+}
+
+/// Deliveries signed the way each provider signs them.
+pub mod sign {
+    use hmac::{Hmac, Mac};
+
+    pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+        for p in parts {
+            mac.update(p);
+        }
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    pub fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    }
+
+    pub fn stripe(body: &str, ts: i64, secret: &str) -> serde_json::Value {
+        let sig = hex::encode(hmac_sha256(
+            secret.as_bytes(),
+            &[format!("{ts}.").as_bytes(), body.as_bytes()],
+        ));
+        serde_json::json!({ "Stripe-Signature": format!("t={ts},v1={sig}") })
+    }
+
+    pub fn github(delivery: &str, event: &str, body: &str, secret: &str) -> serde_json::Value {
+        let sig = hex::encode(hmac_sha256(secret.as_bytes(), &[body.as_bytes()]));
+        serde_json::json!({ "X-GitHub-Delivery": delivery, "X-GitHub-Event": event,
+                            "X-Hub-Signature-256": format!("sha256={sig}") })
+    }
+
+    /// Standard Webhooks in the `svix-*` header family; `secret` is
+    /// `whsec_` followed by the base64 of the key.
+    pub fn standard(msg_id: &str, body: &str, ts: i64, secret: &str) -> serde_json::Value {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let key = b64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+        let sig = b64.encode(hmac_sha256(
+            &key,
+            &[format!("{msg_id}.{ts}.").as_bytes(), body.as_bytes()],
+        ));
+        serde_json::json!({ "svix-id": msg_id, "svix-timestamp": ts.to_string(), "svix-signature": format!("v1,{sig}") })
+    }
+}
+
 pub fn payload(event_id: &str) -> String {
     format!(r#"{{"id": "{event_id}", "type": "invoice.paid", "data": {{"amount": 1000}}}}"#)
 }
@@ -318,6 +391,65 @@ impl Scenario {
         assert_eq!(figures.lost, 0, "{}: lost events", self.name);
         assert_eq!(figures.crashed, 0, "{}: crashed backends", self.name);
         figures
+    }
+}
+
+/// One attack on the hardening report: how often it was tried, how often it
+/// got through (must be 0), the slowest answer the server gave it, and the
+/// backends that crashed meanwhile (must be 0).
+pub struct Attack {
+    name: &'static str,
+    crashes_before: usize,
+    attempts: usize,
+    got_through: usize,
+    slowest: Duration,
+}
+
+impl Attack {
+    pub fn start(name: &'static str) -> Self {
+        Attack {
+            name,
+            crashes_before: backend_crashes(),
+            attempts: 0,
+            got_through: 0,
+            slowest: Duration::ZERO,
+        }
+    }
+
+    /// Run one attempt, timed; `through` judges its outcome.
+    pub fn attempt<T>(&mut self, run: impl FnOnce() -> T, through: impl FnOnce(&T) -> bool) -> T {
+        let started = std::time::Instant::now();
+        let outcome = run();
+        self.slowest = self.slowest.max(started.elapsed());
+        self.attempts += 1;
+        if through(&outcome) {
+            self.got_through += 1;
+        }
+        outcome
+    }
+
+    pub fn finish(self) {
+        let crashed = backend_crashes() - self.crashes_before;
+        let (name, attempts, through, slowest) =
+            (self.name, self.attempts, self.got_through, self.slowest);
+        eprintln!("{name}: {attempts} attempts, {through} got through, slowest {slowest:?}");
+        if let Ok(path) = std::env::var("HARDENING_ATTACKS") {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            writeln!(
+                file,
+                "{name}\t{attempts}\t{through}\t{}\t{crashed}",
+                slowest.as_millis()
+            )
+            .unwrap();
+        }
+        assert!(attempts > 0, "{name}: never attempted");
+        assert_eq!(through, 0, "{name}: the attack got through");
+        assert_eq!(crashed, 0, "{name}: a backend crashed");
     }
 }
 

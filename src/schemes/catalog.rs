@@ -1,0 +1,175 @@
+//! The one list of signature schemes: their names, their aliases, where
+//! their providers put the event id and type, and whether the signature
+//! covers those. Rust parses scheme names from it, SQL reads it through
+//! `webhook_schemes()` (the provider registry takes its defaults from
+//! there), and the README's table is checked against it by a test.
+
+/// One scheme as the registry and the docs know it.
+pub struct Entry {
+    /// The canonical name, stored in `webhook.providers.scheme`.
+    pub name: &'static str,
+    /// Other names that mean the same scheme (provider names, mostly).
+    pub aliases: &'static [&'static str],
+    /// Where the event id is, as a registry source; None: the DBA says.
+    pub event_id_from: Option<&'static str>,
+    /// Where the event type is, as a registry source; None: the DBA says.
+    pub event_type_from: Option<&'static str>,
+    /// Whether the default event id is covered by the signature. When it
+    /// is not, the delivery's signed bytes are bound to the id at first
+    /// sight, so they cannot be replayed under another one.
+    pub event_id_signed: bool,
+    /// Whether the default event type is covered by the signature.
+    pub event_type_signed: bool,
+    /// What the signature covers, for people.
+    pub signs: &'static str,
+}
+
+pub const CATALOG: &[Entry] = &[
+    Entry {
+        name: "stripe",
+        aliases: &[],
+        event_id_from: Some("body:id"),
+        event_type_from: Some("body:type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        signs: "timestamp and body",
+    },
+    Entry {
+        name: "github",
+        aliases: &[],
+        event_id_from: Some("header:X-GitHub-Delivery"),
+        event_type_from: Some("header:X-GitHub-Event"),
+        event_id_signed: false,
+        event_type_signed: false,
+        signs: "body only",
+    },
+    Entry {
+        name: "standard",
+        aliases: &["svix", "clerk", "standardwebhooks", "standard-webhooks"],
+        // The id of whichever header family was verified (see receive.rs:
+        // a signed source is always preferred over an unsigned one).
+        event_id_from: Some("header:webhook-id|header:svix-id"),
+        event_type_from: Some("body:type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        signs: "id, timestamp and body",
+    },
+    Entry {
+        name: "paddle",
+        aliases: &[],
+        event_id_from: Some("body:event_id"),
+        event_type_from: Some("body:event_type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        signs: "timestamp and body",
+    },
+    Entry {
+        name: "shopify",
+        aliases: &[],
+        // One delivery per subscription, all with the same event id:
+        // deduplicating on it processes the event once.
+        event_id_from: Some("header:X-Shopify-Event-Id"),
+        event_type_from: Some("header:X-Shopify-Topic"),
+        event_id_signed: false,
+        event_type_signed: false,
+        signs: "body only",
+    },
+    Entry {
+        name: "slack",
+        aliases: &[],
+        event_id_from: Some("body:event_id"),
+        event_type_from: Some("body:event.type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        signs: "timestamp and body",
+    },
+    Entry {
+        name: "hmac",
+        aliases: &[],
+        event_id_from: None,
+        event_type_from: None,
+        event_id_signed: false,
+        event_type_signed: false,
+        signs: "body only",
+    },
+];
+
+/// The entry a scheme name or alias means, case-insensitively. The generic
+/// form's options (`hmac;header=…`) are not part of its name.
+pub fn lookup(name: &str) -> Option<&'static Entry> {
+    let name = name.trim();
+    let base = name.split(';').next().unwrap_or(name).trim();
+    CATALOG.iter().find(|entry| {
+        entry.name.eq_ignore_ascii_case(base)
+            || entry.aliases.iter().any(|a| a.eq_ignore_ascii_case(base))
+    })
+}
+
+/// "stripe, github, standard (aliases svix, clerk, …), …" for messages.
+pub fn known() -> String {
+    CATALOG
+        .iter()
+        .map(|entry| match (entry.name, entry.aliases) {
+            ("hmac", _) => "hmac;header=<name>[;algorithm=…][;encoding=…][;prefix=…]".to_string(),
+            (name, []) => name.to_string(),
+            (name, aliases) => format!("{name} (aliases {})", aliases.join(", ")),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every alias the README names must resolve to the scheme it is listed
+    /// under, and every scheme must be in the README's table.
+    #[test]
+    fn the_readme_names_every_scheme_and_alias_as_the_catalog_does() {
+        let readme = include_str!("../../README.md");
+        let table = readme
+            .split("<!-- schemes:start -->")
+            .nth(1)
+            .and_then(|rest| rest.split("<!-- schemes:end -->").next())
+            .expect("README has a schemes table between markers");
+        let mut seen = Vec::new();
+        for line in table
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("| `"))
+        {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let name = cells[1].trim_matches('`');
+            let entry = lookup(name).unwrap_or_else(|| panic!("README scheme {name} unknown"));
+            assert_eq!(
+                entry.name, name,
+                "README lists {name} under its canonical name"
+            );
+            let aliases: Vec<&str> = cells[2]
+                .split(',')
+                .map(|a| a.trim().trim_matches('`'))
+                .filter(|a| !a.is_empty() && *a != "—")
+                .collect();
+            for alias in &aliases {
+                assert_eq!(
+                    lookup(alias).map(|e| e.name),
+                    Some(entry.name),
+                    "README alias {alias} of {name}"
+                );
+            }
+            assert_eq!(aliases, entry.aliases, "README aliases of {name}");
+            seen.push(entry.name);
+        }
+        let all: Vec<&str> = CATALOG.iter().map(|e| e.name).collect();
+        assert_eq!(seen, all, "README table lists every scheme, in order");
+    }
+
+    #[test]
+    fn aliases_and_case_resolve() {
+        for name in ["svix", "Clerk", "STANDARD", "standard-webhooks"] {
+            assert_eq!(lookup(name).map(|e| e.name), Some("standard"), "{name}");
+        }
+        assert_eq!(lookup("hmac;header=X-Sig").map(|e| e.name), Some("hmac"));
+        assert!(lookup("stripey").is_none());
+    }
+}

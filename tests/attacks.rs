@@ -1,0 +1,765 @@
+//! Attacks on the central path, each staged as an attacker would against a
+//! real server, each a row of the hardening report: how often it was
+//! tried, how often it got through (always 0), the slowest answer.
+//!
+//! Run by `make hardening` (part of `make test`) on its own server.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::sign::{github, hmac_sha256, now, standard};
+use common::*;
+use postgres::Client;
+use std::time::{Duration, Instant};
+
+const DB: &str = "pgwi_attacks";
+const GITHUB_SECRET: &str = "attack-test-github";
+const SHOPIFY_SECRET: &str = "shpss_attack_test";
+const GENERIC_SECRET: &str = "attack-test-generic";
+const STANDARD_SECRET: &str = "whsec_YXR0YWNrLXRlc3Qtc3RhbmRhcmQta2V5";
+
+fn setup() -> Client {
+    let db = database(DB);
+    let mut admin = connect(db);
+    for (name, secret, extra) in [
+        ("github", GITHUB_SECRET, ""),
+        ("shopify", SHOPIFY_SECRET, ""),
+        ("svix", STANDARD_SECRET, ""),
+        (
+            "generic",
+            GENERIC_SECRET,
+            ", scheme => 'hmac;header=X-Signature', event_id_from => 'header:X-Request-Id', \
+               event_type_from => 'body:kind'",
+        ),
+    ] {
+        admin
+            .execute(
+                &format!("SELECT webhook_register_provider($1, secret => $2{extra})"),
+                &[&name, &secret],
+            )
+            .unwrap();
+    }
+    admin
+}
+
+fn sql_state(err: &postgres::Error) -> Option<&str> {
+    err.code().map(|c| c.code())
+}
+
+/// (status, http_status, reason, event_id), in a committed transaction.
+fn receive(
+    client: &mut Client,
+    provider: &str,
+    headers: &serde_json::Value,
+    body: &[u8],
+) -> Result<(String, i32, String, Option<String>), postgres::Error> {
+    let row = client.query_one(
+        "SELECT status, http_status, reason, event_id
+           FROM webhook_receive($1, $2::text::jsonb, $3::bytea)",
+        &[&provider, &headers.to_string(), &body],
+    )?;
+    Ok((row.get(0), row.get(1), row.get(2), row.get(3)))
+}
+
+fn count(client: &mut Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).unwrap().get(0)
+}
+
+fn shopify(event_id: &str, topic: &str, body: &str) -> serde_json::Value {
+    use base64::Engine;
+    let sig = base64::engine::general_purpose::STANDARD
+        .encode(hmac_sha256(SHOPIFY_SECRET.as_bytes(), &[body.as_bytes()]));
+    serde_json::json!({ "X-Shopify-Event-Id": event_id, "X-Shopify-Topic": topic,
+                        "X-Shopify-Hmac-Sha256": sig })
+}
+
+fn merged(mut headers: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    let object = headers.as_object_mut().unwrap();
+    for (k, v) in extra.as_object().unwrap() {
+        object.insert(k.clone(), v.clone());
+    }
+    headers
+}
+
+/// Standard Webhooks: a captured svix-* delivery resent within the
+/// tolerance with an added `webhook-id` header is the same event.
+#[test]
+fn replay_standard_webhooks_with_another_id_header() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    let body = r#"{"type":"user.created","data":{"id":"user_replay"}}"#;
+    let genuine = standard("msg_attack_1", body, now(), STANDARD_SECRET);
+    let first = receive(&mut admin, "svix", &genuine, body.as_bytes()).unwrap();
+    assert_eq!(
+        (first.0.as_str(), first.3.as_deref()),
+        ("claimed", Some("msg_attack_1"))
+    );
+    let mut attack = Attack::start("replay: Standard Webhooks with an added webhook-id");
+    for i in 0..10 {
+        let forged = merged(
+            genuine.clone(),
+            serde_json::json!({ "webhook-id": format!("replay-{i}") }),
+        );
+        attack.attempt(
+            || receive(&mut admin, "svix", &forged, body.as_bytes()).unwrap(),
+            |(status, _, _, event_id)| {
+                status == "claimed" || event_id.as_deref() != Some("msg_attack_1")
+            },
+        );
+    }
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.events WHERE provider = 'svix'"
+        ),
+        1
+    );
+    attack.finish();
+}
+
+/// GitHub signs the body only: the same body and signature under a fresh
+/// X-GitHub-Delivery and another X-GitHub-Event.
+#[test]
+fn replay_github_under_a_fresh_delivery_id() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    let body = r#"{"action":"published","release":{"id":1}}"#;
+    let genuine = github("gh-attack-1", "release", body, GITHUB_SECRET);
+    assert_eq!(
+        receive(&mut admin, "github", &genuine, body.as_bytes())
+            .unwrap()
+            .0,
+        "claimed"
+    );
+    let mut attack = Attack::start("replay: GitHub under a fresh X-GitHub-Delivery");
+    for i in 0..20 {
+        let forged = merged(
+            genuine.clone(),
+            serde_json::json!({ "X-GitHub-Delivery": format!("d-evil-{i}"), "X-GitHub-Event": "push" }),
+        );
+        let answer = attack.attempt(
+            || receive(&mut admin, "github", &forged, body.as_bytes()).unwrap(),
+            |(status, ..)| status != "rejected",
+        );
+        assert_eq!((answer.1, answer.2.as_str()), (401, "replayed"));
+    }
+    // The provider's own redelivery is still answered as before.
+    assert_eq!(
+        receive(&mut admin, "github", &genuine, body.as_bytes())
+            .unwrap()
+            .0,
+        "in_progress"
+    );
+    attack.finish();
+}
+
+#[test]
+fn replay_shopify_and_generic_under_a_fresh_id() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    let body = r#"{"id":820982911946154508,"total_price":"10.00"}"#;
+    assert_eq!(
+        receive(
+            &mut admin,
+            "shopify",
+            &shopify("sh-1", "orders/paid", body),
+            body.as_bytes()
+        )
+        .unwrap()
+        .0,
+        "claimed"
+    );
+    let generic_body = r#"{"kind":"payout.sent","amount":100}"#;
+    let generic_sig = hex::encode(hmac_sha256(
+        GENERIC_SECRET.as_bytes(),
+        &[generic_body.as_bytes()],
+    ));
+    let generic = |id: &str| serde_json::json!({ "X-Request-Id": id, "X-Signature": generic_sig });
+    assert_eq!(
+        receive(
+            &mut admin,
+            "generic",
+            &generic("req-1"),
+            generic_body.as_bytes()
+        )
+        .unwrap()
+        .0,
+        "claimed"
+    );
+    let mut attack = Attack::start("replay: Shopify and generic HMAC under a fresh id header");
+    for i in 0..10 {
+        let forged = shopify(&format!("sh-evil-{i}"), "refunds/create", body);
+        attack.attempt(
+            || receive(&mut admin, "shopify", &forged, body.as_bytes()).unwrap(),
+            |(status, ..)| status != "rejected",
+        );
+        let forged = generic(&format!("req-evil-{i}"));
+        attack.attempt(
+            || receive(&mut admin, "generic", &forged, generic_body.as_bytes()).unwrap(),
+            |(status, ..)| status != "rejected",
+        );
+    }
+    attack.finish();
+}
+
+/// Code planted in the install schema before `CREATE EXTENSION`, by a role
+/// that may create objects there: look-alike operators and aggregates that
+/// raise. Nothing the extension binds at install time may pick them up.
+#[test]
+fn planted_operators_and_aggregates_never_run() {
+    let _turn = one_at_a_time();
+    let db = "pgwi_attacks_planted";
+    let mut admin = empty_database(db);
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'planter') THEN
+                     CREATE ROLE planter LOGIN;
+                 END IF;
+             END $$;
+             GRANT CREATE ON SCHEMA public TO planter;
+             CREATE EXTENSION pgcrypto;",
+        )
+        .unwrap();
+    let mut planter = connect_as(db, "planter");
+    planter
+        .batch_execute(
+            r#"
+            CREATE FUNCTION public.planted(anyenum, text) RETURNS boolean LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'planted operator runs as %', current_user; END $$;
+            CREATE OPERATOR public.= (LEFTARG = anyenum, RIGHTARG = text, FUNCTION = public.planted);
+            CREATE OPERATOR public.<> (LEFTARG = anyenum, RIGHTARG = text, FUNCTION = public.planted);
+            CREATE FUNCTION public.planted_text(text, text) RETURNS boolean LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'planted operator runs as %', current_user; END $$;
+            CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.planted_text);
+            CREATE OPERATOR public.~ (LEFTARG = text, RIGHTARG = text, FUNCTION = public.planted_text);
+            CREATE FUNCTION public.planted_interval(interval, interval) RETURNS boolean LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'planted operator runs as %', current_user; END $$;
+            CREATE OPERATOR public.> (LEFTARG = interval, RIGHTARG = interval, FUNCTION = public.planted_interval);
+            CREATE FUNCTION public.planted_count(bigint, text) RETURNS bigint LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'planted aggregate runs as %', current_user; END $$;
+            CREATE AGGREGATE public.count(text) (SFUNC = public.planted_count, STYPE = bigint);
+            CREATE FUNCTION public.planted_agg(text[], text) RETURNS text[] LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'planted aggregate runs as %', current_user; END $$;
+            CREATE AGGREGATE public.array_agg(text) (SFUNC = public.planted_agg, STYPE = text[]);
+            CREATE FUNCTION public.planted_sum(bigint, integer) RETURNS bigint LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'planted aggregate runs as %', current_user; END $$;
+            CREATE AGGREGATE public.sum(integer) (SFUNC = public.planted_sum, STYPE = bigint);
+            CREATE FUNCTION public.octet_length(bytea) RETURNS integer LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'planted function runs as %', current_user; END $$;
+            CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE plpgsql AS
+                $$ BEGIN RAISE EXCEPTION 'planted function runs as %', current_user; END $$;
+            "#,
+        )
+        .unwrap();
+    // The plants are live: a naive query in this database runs them.
+    let naive = admin
+        .query_one("SELECT count(x) FROM (VALUES ('a'::text)) v(x)", &[])
+        .expect_err("the planted count runs in naive SQL");
+    assert!(naive.to_string().contains("planted"), "{naive}");
+
+    admin
+        .batch_execute(&format!(
+            "CREATE EXTENSION pg_webhook_inbox;
+             SELECT webhook_register_provider('github', secret => '{GITHUB_SECRET}');
+             DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'planted_app') THEN
+                     CREATE ROLE planted_app;
+                 END IF;
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'planted_ops') THEN
+                     CREATE ROLE planted_ops;
+                 END IF;
+             END $$;"
+        ))
+        .unwrap();
+
+    let body = r#"{"action":"opened"}"#;
+    let headers = github("planted-1", "issues", body, GITHUB_SECRET).to_string();
+    let forged = github("planted-2", "issues", body, "wrong").to_string();
+    let claim = "SELECT id::text FROM webhook_claim('stripe', 'evt_planted', 'charge', '{\"a\":1}'::jsonb, NULL)";
+    // Every public function and view, as an application and an operator
+    // would call them (each statement on its own, so one error does not
+    // hide another).
+    let calls: Vec<String> = vec![
+        format!("SELECT * FROM webhook_receive('github', '{headers}'::jsonb, convert_to('{body}', 'UTF8'))"),
+        format!("SELECT * FROM webhook_receive('github', '{headers}'::jsonb, '{body}'::text)"),
+        format!("SELECT * FROM webhook_receive('github', '{forged}'::jsonb, convert_to('{body}', 'UTF8'))"),
+        "SELECT * FROM webhook_claim('stripe', 'evt_1', 'charge', '{\"a\":1}'::jsonb, NULL)".into(),
+        "SELECT * FROM webhook_claim('stripe', 'evt_1', 'charge', '{\"a\":2}'::jsonb, NULL)".into(),
+        "SELECT * FROM webhook_claim('stripe', 'evt_2', 'charge', convert_to('{\"a\":1}', 'UTF8'), NULL)".into(),
+        "SELECT * FROM webhook_claim('stripe', 'evt_3', 'charge', '{\"a\":1}'::text, NULL)".into(),
+        format!("SELECT webhook_complete(({claim}), '{{\"ok\":true}}')"),
+        format!("SELECT webhook_fail(({}), 'boom')", claim.replace("evt_planted", "evt_fail")),
+        "SELECT webhook_requeue('stripe', 'evt_fail')".into(),
+        format!("SELECT webhook_extend(({}), '1 minute')", claim.replace("evt_planted", "evt_ext")),
+        // Refused (already processed): the refusal reads the archive's view.
+        "SELECT webhook_complete((SELECT id FROM webhook.delivery_log WHERE event_id = 'evt_planted'))".into(),
+        "SELECT webhook_purge('1 second')".into(),
+        "SELECT * FROM webhook_providers()".into(),
+        "SELECT * FROM webhook_register_provider('stripe', secret => 'whsec_planted')".into(),
+        "SELECT webhook_add_secret('stripe', 'whsec_planted_2')".into(),
+        "SELECT webhook_retire_secret('stripe', 'whsec_planted_2')".into(),
+        "SELECT webhook_grant_app('planted_app')".into(),
+        "SELECT webhook_grant_operator('planted_ops')".into(),
+        "SELECT * FROM webhook_schemes()".into(),
+        "SELECT verify_hmac('k', 'body'::bytea, repeat('0', 64))".into(),
+        format!("SELECT webhook_verify('github', '{headers}'::jsonb, '{body}'::text, ARRAY['{GITHUB_SECRET}'])"),
+        format!("SELECT * FROM webhook_verify_detail('github', '{headers}'::jsonb, '{body}'::text, ARRAY['x'])"),
+        "SELECT * FROM webhook.deliveries".into(),
+        "SELECT * FROM webhook.recent_failures".into(),
+        "SELECT * FROM webhook.stuck_claims".into(),
+        "SELECT * FROM webhook.rejected_deliveries".into(),
+        "SELECT * FROM webhook.dead_letters".into(),
+        "SELECT * FROM webhook.payload_mismatches".into(),
+        "SELECT * FROM webhook.provider_stats".into(),
+        "SELECT * FROM webhook.provider_summary".into(),
+    ];
+    let mut attack = Attack::start("planted operators and aggregates before CREATE EXTENSION");
+    for sql in &calls {
+        let outcome = attack.attempt(
+            || admin.batch_execute(sql),
+            |r| matches!(r, Err(e) if e.to_string().contains("planted")),
+        );
+        match outcome {
+            Ok(()) => {}
+            Err(e) if sql.contains("delivery_log WHERE event_id = 'evt_planted'") => {
+                assert_eq!(sql_state(&e), Some("55000"), "{sql}: {e}");
+            }
+            Err(e) => panic!("{sql}: {e}"),
+        }
+    }
+    // Answers came from the real operators: the claim was claimed, the
+    // duplicate a duplicate, the forgery rejected.
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM webhook.events"), 7);
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.rejected_deliveries"
+        ),
+        1
+    );
+    attack.finish();
+}
+
+/// A role that held default privileges on everything the extension's owner
+/// creates, granted before `CREATE EXTENSION`.
+#[test]
+fn default_privileges_granted_before_install_give_nothing() {
+    let _turn = one_at_a_time();
+    let db = "pgwi_attacks_defaults";
+    let mut admin = empty_database(db);
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'snoop') THEN
+                     CREATE ROLE snoop LOGIN;
+                 END IF;
+             END $$;
+             ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO snoop;
+             ALTER DEFAULT PRIVILEGES GRANT ALL ON SEQUENCES TO snoop;
+             ALTER DEFAULT PRIVILEGES GRANT ALL ON FUNCTIONS TO snoop;
+             ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO snoop;
+             ALTER DEFAULT PRIVILEGES GRANT ALL ON TYPES TO snoop;
+             CREATE EXTENSION pg_webhook_inbox;
+             SELECT webhook_register_provider('stripe', secret => 'whsec_never_readable');",
+        )
+        .unwrap();
+    let mut snoop = connect_as(db, "snoop");
+    let mut attack = Attack::start("default privileges granted before CREATE EXTENSION");
+    for sql in [
+        "SELECT secret FROM webhook.provider_secrets",
+        "SELECT * FROM webhook.providers",
+        "SELECT * FROM webhook.events",
+        "SELECT * FROM webhook.deliveries",
+        "SELECT * FROM webhook.signature_bindings",
+        "UPDATE webhook.events SET status = 'processed'",
+        "CREATE TABLE webhook.planted (x int)",
+        "SELECT * FROM webhook_register_provider('evil', scheme => 'github')",
+        "SELECT webhook_add_secret('stripe', 'attacker-secret')",
+        "SELECT webhook_retire_secret('stripe', 'whsec_never_readable')",
+        "SELECT * FROM webhook_providers()",
+        "SELECT * FROM webhook_claim('stripe', 'evt_snoop', 't', '{}'::jsonb, NULL)",
+        "SELECT webhook_purge('1 second')",
+        "SELECT webhook_grant_app('snoop')",
+    ] {
+        let outcome = attack.attempt(|| snoop.batch_execute(sql), |r| r.is_ok());
+        if let Err(e) = outcome {
+            assert_eq!(sql_state(&e), Some("42501"), "{sql}: {e}");
+        }
+    }
+    attack.finish();
+}
+
+/// Inputs sized to pin a core: each refused or answered at once.
+#[test]
+fn hostile_inputs_are_refused_or_answered_at_once() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    let bound = Duration::from_secs(2);
+    let slow_or = |elapsed: Duration, bad: bool| bad || elapsed > bound;
+
+    // 100,000 header names.
+    let mut many = serde_json::Map::new();
+    for i in 0..100_000 {
+        many.insert(
+            format!("x-header-{i}"),
+            serde_json::Value::String("v".into()),
+        );
+    }
+    many.insert(
+        "Stripe-Signature".into(),
+        format!("t={},v1={}", now(), "0".repeat(64)).into(),
+    );
+    let many = serde_json::Value::Object(many).to_string();
+    let mut attack = Attack::start("hostile input: 100,000 headers");
+    for function in ["webhook_verify", "webhook_verify_detail"] {
+        let sql = format!(
+            "SELECT ({function}('stripe', $1::text::jsonb, '{{}}'::text, ARRAY['s']))::text"
+        );
+        let started = Instant::now();
+        let answer = attack.attempt(|| admin.query_one(&sql, &[&many]), |r| r.is_err());
+        let answer: String = answer.unwrap().get(0);
+        assert!(
+            !slow_or(started.elapsed(), answer.contains("t,") || answer == "true"),
+            "{answer}"
+        );
+    }
+    let started = Instant::now();
+    let answer = attack.attempt(
+        || receive(&mut admin, "github", &serde_json::from_str(&many).unwrap(), b"{}"),
+        |r| !matches!(r, Ok((status, 401, reason, _)) if status == "rejected" && reason == "malformed_header"),
+    );
+    assert!(answer.is_ok() && started.elapsed() < bound, "{answer:?}");
+    // A flood of those fills nothing: their headers are not archived.
+    assert_eq!(
+        count(&mut admin, "SELECT count(*) FROM webhook.delivery_log WHERE headers IS NOT NULL AND reject_reason = 'malformed_header'"),
+        0
+    );
+    attack.finish();
+
+    // A 100 MB body, to every function that takes one.
+    let huge = vec![b'x'; 100 * 1024 * 1024];
+    let mut attack = Attack::start("hostile input: 100 MB body");
+    for sql in [
+        "SELECT webhook_verify('github', '{}'::jsonb, $1::bytea, ARRAY['s'])::text",
+        "SELECT reason FROM webhook_verify_detail('github', '{}'::jsonb, $1::bytea, ARRAY['s'])",
+        "SELECT reason FROM webhook_receive('github', '{}'::jsonb, $1::bytea)",
+        "SELECT status FROM webhook_claim('p', 'e', 't', $1::bytea, NULL)",
+    ] {
+        let outcome = attack.attempt(|| admin.query_one(sql, &[&huge]), |r| r.is_ok());
+        let err = outcome.expect_err(sql);
+        assert_eq!(sql_state(&err), Some("54000"), "{sql}: {err}");
+    }
+    attack.finish();
+    drop(huge);
+
+    // 10,000 signatures in one header.
+    let mut attack = Attack::start("hostile input: 10,000 signatures in one header");
+    let stripe_sigs = format!(
+        "t={}{}",
+        now(),
+        format!(",v1={}", "0".repeat(64)).repeat(10_000)
+    );
+    let standard_sigs = format!("v1,{}= ", "A".repeat(43)).repeat(10_000);
+    for (scheme, headers) in [
+        (
+            "stripe",
+            serde_json::json!({ "Stripe-Signature": stripe_sigs }),
+        ),
+        (
+            "standard",
+            serde_json::json!({ "webhook-id": "m", "webhook-timestamp": now().to_string(),
+                                "webhook-signature": standard_sigs }),
+        ),
+    ] {
+        let sql = "SELECT reason FROM webhook_verify_detail($1, $2::text::jsonb, '{}'::text, ARRAY['whsec_c2VjcmV0'])";
+        let reason = attack.attempt(
+            || {
+                admin
+                    .query_one(sql, &[&scheme, &headers.to_string()])
+                    .map(|r| r.get::<_, String>(0))
+            },
+            |r| !matches!(r.as_deref(), Ok("malformed_header")),
+        );
+        assert!(reason.is_ok(), "{reason:?}");
+    }
+    attack.finish();
+
+    // Deep JSON, in the headers and in a genuinely signed body.
+    let mut attack = Attack::start("hostile input: deep JSON in headers and body");
+    let deep = format!("{{\"a\": {}1{}}}", "[".repeat(5_000), "]".repeat(5_000));
+    let outcome = attack.attempt(
+        || {
+            admin
+                .query_one(
+                    "SELECT reason FROM webhook_verify_detail('github', $1::text::jsonb, '{}'::text, ARRAY['s'])",
+                    &[&deep],
+                )
+                .map(|r| r.get::<_, String>(0))
+        },
+        |r| match r {
+            Ok(reason) => reason != "malformed_header",
+            // PostgreSQL's own parser may refuse it first: that is refused too.
+            Err(e) => sql_state(e) == Some("XX000"),
+        },
+    );
+    eprintln!("deep headers: {outcome:?}");
+    let headers = github("deep-1", "push", &deep, GITHUB_SECRET);
+    let outcome = attack.attempt(
+        || receive(&mut admin, "github", &headers, deep.as_bytes()),
+        |r| !matches!(r, Ok((_, 400, reason, _)) if reason == "malformed_body"),
+    );
+    assert!(outcome.is_ok(), "{outcome:?}");
+    attack.finish();
+}
+
+/// A long verification (a 24 MB body against 64 secrets) stops at its
+/// deadline: `statement_timeout`, and `pg_cancel_backend` from elsewhere.
+#[test]
+fn long_verifications_stop_at_their_deadline() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    admin
+        .batch_execute(
+            "DROP TABLE IF EXISTS hostile_body;
+             CREATE TABLE hostile_body AS
+                 SELECT convert_to(repeat('x', 24 * 1024 * 1024), 'UTF8') AS body,
+                        (SELECT array_agg('secret-' || i) FROM generate_series(1, 64) i) AS secrets;",
+        )
+        .unwrap();
+    let long_call = format!(
+        "SELECT webhook_verify('github', '{{\"X-Hub-Signature-256\": \"sha256={}\"}}'::jsonb, body, secrets)
+           FROM hostile_body",
+        "0".repeat(64)
+    );
+    let allowed = Duration::from_millis(100);
+
+    let mut attack = Attack::start("hostile input: long verify under statement_timeout");
+    for _ in 0..3 {
+        admin
+            .batch_execute("SET statement_timeout = '300ms'")
+            .unwrap();
+        let started = Instant::now();
+        let outcome = attack.attempt(
+            || admin.query_one(&long_call, &[]),
+            |r| !matches!(r, Err(e) if sql_state(e) == Some("57014")),
+        );
+        let late = started.elapsed().saturating_sub(Duration::from_millis(300));
+        admin.batch_execute("RESET statement_timeout").unwrap();
+        assert!(outcome.is_err());
+        assert!(late < allowed, "stopped {late:?} after its deadline");
+    }
+    attack.finish();
+
+    let mut attack = Attack::start("hostile input: long verify under pg_cancel_backend");
+    let pid: i32 = admin
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    for _ in 0..3 {
+        let mut canceller = connect(DB);
+        let handle = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let at = Instant::now();
+            canceller
+                .execute("SELECT pg_cancel_backend($1)", &[&pid])
+                .unwrap();
+            at
+        });
+        let outcome = attack.attempt(
+            || admin.query_one(&long_call, &[]),
+            |r| !matches!(r, Err(e) if sql_state(e) == Some("57014")),
+        );
+        let stopped = Instant::now();
+        let cancelled_at = handle.join().unwrap();
+        assert!(outcome.is_err());
+        let late = stopped.saturating_duration_since(cancelled_at);
+        assert!(late < allowed, "stopped {late:?} after the cancel");
+    }
+    attack.finish();
+}
+
+/// A flood of forgeries with large bodies and hundreds of kilobytes of
+/// headers: each kept as a bounded prefix, its credentials redacted.
+#[test]
+fn forgeries_cannot_fill_the_archive_nor_keep_credentials() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    let body = format!(r#"{{"pad":"{}"}}"#, "x".repeat(1024 * 1024));
+    let mut attack = Attack::start("forgery flood: 1 MB bodies kept as a bounded prefix");
+    for i in 0..20 {
+        let headers = merged(
+            github(&format!("flood-{i}"), "push", &body, "not-the-secret"),
+            serde_json::json!({ "Authorization": "Bearer sk_live_flood", "Cookie": "session=flood" }),
+        );
+        attack.attempt(
+            || receive(&mut admin, "github", &headers, body.as_bytes()).unwrap(),
+            |(status, ..)| status != "rejected",
+        );
+    }
+    let row = admin
+        .query_one(
+            "SELECT max(octet_length(raw_body)), min(body_size), bool_and(body_sha256 IS NOT NULL),
+                    bool_or(headers::text LIKE '%sk_live_flood%' OR headers::text LIKE '%session=flood%')
+               FROM webhook.delivery_log WHERE event_id IS NULL AND reject_reason = 'bad_signature'
+                AND headers->>'X-GitHub-Delivery' LIKE 'flood-%'",
+            &[],
+        )
+        .unwrap();
+    let (kept, size, digested, leaked): (i32, i32, bool, bool) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(
+        (kept, size as usize, digested, leaked),
+        (4096, body.len(), true, false)
+    );
+    attack.finish();
+}
+
+/// What an application role could do to hold events or learn another
+/// claim's id, and what ids could collide.
+#[test]
+fn leases_error_details_and_ids_are_bounded() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+
+    let mut attack = Attack::start("lease held past webhook.max_lease");
+    for sql in [
+        "SELECT * FROM webhook_claim('stripe', 'evt_hold', 't', '{}'::jsonb, NULL, '1 day')",
+        "SELECT * FROM webhook_claim('stripe', 'evt_hold', 't', '{}'::jsonb, NULL, '100 years')",
+    ] {
+        let outcome = attack.attempt(|| admin.query_one(sql, &[]), |r| r.is_ok());
+        assert_eq!(sql_state(&outcome.unwrap_err()), Some("22023"));
+    }
+    let id: String = admin
+        .query_one(
+            "SELECT id::text FROM webhook_claim('stripe', 'evt_hold', 't', '{}'::jsonb, NULL, '1 minute')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let outcome = attack.attempt(
+        || admin.query_one("SELECT webhook_extend($1::text::uuid, '1 year')", &[&id]),
+        |r| r.is_ok(),
+    );
+    assert_eq!(sql_state(&outcome.unwrap_err()), Some("22023"));
+    admin
+        .batch_execute("SET webhook.lease_timeout = '30d'")
+        .unwrap();
+    let seconds: f64 = attack.attempt(
+        || {
+            admin
+                .query_one(
+                    "SELECT extract(epoch FROM e.lease_expires_at - clock_timestamp())::float8
+                       FROM webhook_claim('stripe', 'evt_hold_default', 't', '{}'::jsonb, NULL) c
+                       JOIN webhook.events e ON e.claim_id = c.id",
+                    &[],
+                )
+                .unwrap()
+                .get(0)
+        },
+        |s: &f64| *s > 3600.0,
+    );
+    assert!(seconds <= 3600.0);
+    admin.batch_execute("RESET webhook.lease_timeout").unwrap();
+    attack.finish();
+
+    // The stale owner's error names no other claim id.
+    let mut attack = Attack::start("claim id of the new owner in a 55006 error");
+    let stale: String = admin
+        .query_one(
+            "SELECT id::text FROM webhook_claim('stripe', 'evt_leak', 't', '{}'::jsonb, NULL, '1 millisecond')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    std::thread::sleep(Duration::from_millis(20));
+    let current: String = admin
+        .query_one(
+            "SELECT id::text FROM webhook_claim('stripe', 'evt_leak', 't', '{}'::jsonb, NULL)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let err = attack.attempt(
+        || admin.execute("SELECT webhook_complete($1::text::uuid)", &[&stale]),
+        |r| match r {
+            Ok(_) => true,
+            Err(e) => {
+                let db = e.as_db_error().unwrap();
+                let all = format!("{} {:?} {:?}", db.message(), db.detail(), db.hint());
+                all.contains(&current)
+            }
+        },
+    );
+    assert_eq!(sql_state(&err.unwrap_err()), Some("55006"));
+    attack.finish();
+
+    let mut attack = Attack::start("unbounded webhook_fail message kept forever");
+    let id: String = admin
+        .query_one(
+            "SELECT id::text FROM webhook_claim('stripe', 'evt_long_err', 't', '{}'::jsonb, NULL)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let message = "e".repeat(10 * 1024 * 1024);
+    attack.attempt(
+        || {
+            admin
+                .execute("SELECT webhook_fail($1::text::uuid, $2)", &[&id, &message])
+                .unwrap()
+        },
+        |_| false,
+    );
+    let kept: i32 = attack.attempt(
+        || {
+            admin
+                .query_one("SELECT octet_length(last_error) FROM webhook.events WHERE event_id = 'evt_long_err'", &[])
+                .unwrap()
+                .get(0)
+        },
+        |kept: &i32| *kept > 2048,
+    );
+    assert!(kept <= 2048);
+    attack.finish();
+
+    // Distinct ids above 2^53 that f64 would merge.
+    let mut attack = Attack::start("numeric event ids above 2^53 collide");
+    admin
+        .execute(
+            "SELECT webhook_register_provider('numeric', secret => 'num-secret', scheme => 'hmac;header=X-Sig',
+                 event_id_from => 'body:id', event_type_from => 'body:type')",
+            &[],
+        )
+        .unwrap();
+    for id in ["9007199254740992", "9007199254740993", "9007199254740994"] {
+        let body = format!(r#"{{"id":{id},"type":"t"}}"#);
+        let sig = hex::encode(hmac_sha256(b"num-secret", &[body.as_bytes()]));
+        let headers = serde_json::json!({ "X-Sig": sig });
+        attack.attempt(
+            || receive(&mut admin, "numeric", &headers, body.as_bytes()).unwrap(),
+            |(status, .., event_id)| status != "claimed" || event_id.as_deref() != Some(id),
+        );
+    }
+    attack.finish();
+
+    // A header serde cannot hold as a float: an answer, not XX000.
+    let mut attack = Attack::start("unreadable number in a header");
+    for headers in [
+        r#"{"X-Hub-Signature-256": 1e400}"#,
+        r#"{"X-Other": -1e400, "X-Hub-Signature-256": "sha256=00"}"#,
+    ] {
+        let outcome = attack.attempt(
+            || {
+                admin
+                    .query_one(
+                        "SELECT reason FROM webhook_verify_detail('github', $1::text::jsonb, '{}'::text, ARRAY['s'])",
+                        &[&headers],
+                    )
+                    .map(|r| r.get::<_, String>(0))
+            },
+            |r| r.is_err(),
+        );
+        assert_eq!(outcome.unwrap(), "malformed_header");
+    }
+    attack.finish();
+}
