@@ -4,36 +4,12 @@
 
 #[pgrx::pg_schema]
 mod tests {
-    use crate::in_db_tests::{assert_error, claim, github_headers, register_test_providers, run};
+    use crate::in_db_tests::{
+        assert_error, claim, github_headers, receive_with_id, register_test_providers, run,
+    };
     use pgrx::prelude::*;
 
     const BODY: &str = r#"{"action": "opened", "number": 7}"#;
-
-    /// (status, http_status, reason, event_id) of webhook_receive.
-    fn receive_full(
-        provider: &str,
-        headers_sql: &str,
-        body: &str,
-    ) -> (String, i32, String, Option<String>) {
-        Spi::connect_mut(|c| {
-            let rows = c.update(
-                &format!(
-                    "SELECT status, http_status, reason, event_id
-                       FROM webhook_receive('{provider}', {headers_sql}, convert_to('{body}', 'UTF8'))"
-                ),
-                None,
-                &[],
-            )?;
-            let row = rows.first();
-            Ok::<_, pgrx::spi::Error>((
-                row.get::<String>(1)?.unwrap(),
-                row.get::<i32>(2)?.unwrap(),
-                row.get::<String>(3)?.unwrap(),
-                row.get::<String>(4)?,
-            ))
-        })
-        .expect("webhook_receive answers")
-    }
 
     fn count(sql: &str) -> i64 {
         Spi::get_one::<i64>(sql).unwrap().unwrap()
@@ -105,11 +81,11 @@ mod tests {
         let body = r#"{"type": "user.created"}"#;
         let genuine = standard_headers("svix", "msg_1", body, "{}");
         assert_eq!(
-            receive_full("svix", &genuine, body),
+            receive_with_id("svix", &genuine, body),
             ("claimed".into(), 200, "ok".into(), Some("msg_1".into()))
         );
         let replay = standard_headers("svix", "msg_1", body, r#"{"webhook-id": "replay-2"}"#);
-        let (status, _, _, event_id) = receive_full("svix", &replay, body);
+        let (status, _, _, event_id) = receive_with_id("svix", &replay, body);
         assert_eq!(
             event_id.as_deref(),
             Some("msg_1"),
@@ -120,7 +96,7 @@ mod tests {
         // The webhook-* family on its own is read from itself.
         let modern = standard_headers("webhook", "msg_2", body, r#"{"svix-id": "replay-3"}"#);
         assert_eq!(
-            receive_full("svix", &modern, body).3.as_deref(),
+            receive_with_id("svix", &modern, body).3.as_deref(),
             Some("msg_2")
         );
     }
@@ -132,13 +108,13 @@ mod tests {
     fn a_github_replay_under_a_fresh_delivery_id_is_refused() {
         register_test_providers();
         let genuine = github_headers("d-1", "pull_request", BODY, "gh-secret");
-        assert_eq!(receive_full("github", &genuine, BODY).0, "claimed");
+        assert_eq!(receive_with_id("github", &genuine, BODY).0, "claimed");
         let forged = github_headers("d-evil-2", "release", BODY, "gh-secret");
         assert_eq!(
-            receive_full("github", &forged, BODY),
+            receive_with_id("github", &forged, BODY),
             ("rejected".into(), 401, "replayed".into(), None)
         );
-        assert_eq!(receive_full("github", &genuine, BODY).0, "in_progress");
+        assert_eq!(receive_with_id("github", &genuine, BODY).0, "in_progress");
         assert_eq!(count("SELECT count(*) FROM webhook.events"), 1);
         assert_eq!(
             Spi::get_two::<String, String>(
@@ -167,11 +143,11 @@ mod tests {
             )
         };
         assert_eq!(
-            receive_full("shopify", &headers("e-1", "orders/paid"), BODY).0,
+            receive_with_id("shopify", &headers("e-1", "orders/paid"), BODY).0,
             "claimed"
         );
         assert_eq!(
-            receive_full("shopify", &headers("e-2", "refunds/create"), BODY).2,
+            receive_with_id("shopify", &headers("e-2", "refunds/create"), BODY).2,
             "replayed"
         );
     }
@@ -196,7 +172,7 @@ mod tests {
         register_test_providers();
         let big = format!(r#"{{"pad": "{}"}}"#, "x".repeat(100_000));
         let forged = github_headers("d-big", "push", "x", "gh-secret");
-        assert_eq!(receive_full("github", &forged, &big).2, "bad_signature");
+        assert_eq!(receive_with_id("github", &forged, &big).2, "bad_signature");
         let (kept, size, digest_ok) = Spi::get_three::<i32, i32, bool>(&format!(
             "SELECT octet_length(raw_body), body_size, body_sha256 = sha256(convert_to('{big}', 'UTF8'))
                FROM webhook.delivery_log WHERE claim_status = 'rejected'"
@@ -219,7 +195,7 @@ mod tests {
             "{} || '{{\"Authorization\": \"Bearer sk_live_x\", \"cookie\": \"session=abc\", \"X-Api-Key\": \"k\"}}'::jsonb",
             github_headers("d-redact", "push", BODY, "gh-secret")
         );
-        assert_eq!(receive_full("github", &headers, BODY).0, "claimed");
+        assert_eq!(receive_with_id("github", &headers, BODY).0, "claimed");
         let archived = Spi::get_one::<String>(
             "SELECT headers::text FROM webhook.delivery_log WHERE event_id = 'd-redact'",
         )
@@ -238,7 +214,7 @@ mod tests {
             "{} || '{{\"Authorization\": \"Bearer sk_live_y\"}}'::jsonb",
             github_headers("d-redact-2", "push", BODY, "wrong")
         );
-        assert_eq!(receive_full("github", &forged, BODY).2, "bad_signature");
+        assert_eq!(receive_with_id("github", &forged, BODY).2, "bad_signature");
         assert_eq!(
             Spi::get_one::<String>(
                 "SELECT headers->>'Authorization' FROM webhook.rejected_deliveries"
@@ -265,7 +241,7 @@ mod tests {
             let headers = format!(
                 "jsonb_build_object('X-Sig', encode(hmac('{body}', 'num-secret', 'sha256'), 'hex'))"
             );
-            let (status, _, _, event_id) = receive_full("numeric", &headers, &body);
+            let (status, _, _, event_id) = receive_with_id("numeric", &headers, &body);
             assert_eq!(
                 (status.as_str(), event_id.as_deref()),
                 ("claimed", Some(id))

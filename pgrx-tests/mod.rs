@@ -120,10 +120,22 @@ pub fn github_headers(delivery: &str, event: &str, body: &str, secret: &str) -> 
 
 /// webhook_receive's answer: (status, http_status, reason).
 pub fn receive(provider: &str, headers_sql: &str, body: &str) -> (String, i32, String) {
+    let (status, http_status, reason, _) = receive_with_id(provider, headers_sql, body);
+    (status, http_status, reason)
+}
+
+/// webhook_receive's answer with the event id it read:
+/// (status, http_status, reason, event_id).
+pub fn receive_with_id(
+    provider: &str,
+    headers_sql: &str,
+    body: &str,
+) -> (String, i32, String, Option<String>) {
     let row = Spi::connect_mut(|c| {
         let rows = c.update(
             &format!(
-                "SELECT status, http_status, reason FROM webhook_receive('{provider}', {headers_sql}, convert_to('{body}', 'UTF8'))"
+                "SELECT status, http_status, reason, event_id
+                   FROM webhook_receive('{provider}', {headers_sql}, convert_to('{body}', 'UTF8'))"
             ),
             None,
             &[],
@@ -133,6 +145,7 @@ pub fn receive(provider: &str, headers_sql: &str, body: &str) -> (String, i32, S
             row.get::<String>(1)?.unwrap(),
             row.get::<i32>(2)?.unwrap(),
             row.get::<String>(3)?.unwrap(),
+            row.get::<String>(4)?,
         ))
     });
     row.expect("webhook_receive answers")

@@ -5,10 +5,13 @@
 //! * `claim` — `webhook_claim`, deciding who processes a delivery;
 //! * `lifecycle` — `webhook_complete`, `webhook_fail`, `webhook_extend`;
 //! * `signature` — `verify_hmac`;
-//! * `schemes` — `webhook_verify`, one module per provider's scheme;
-//! * `receive` — `webhook_receive`: verify, extract, claim in one call;
+//! * `schemes` — `webhook_verify`, the catalog of schemes and their aliases
+//!   (`webhook_schemes`), one module per provider's scheme;
+//! * `receive` — `webhook_receive`: verify, extract, bind unsigned ids to
+//!   their signed bytes, claim, in one call;
 //! * `operations` — `webhook_requeue`;
-//! * `event_lock` — the per-event lock that keeps claims from waiting;
+//! * `event_lock` — the per-event (and per-signed-body) lock that keeps
+//!   claims from waiting;
 //! * `plans` — the kept SPI plans of the hot path;
 //! * `compress` — payloads compressed before they are archived;
 //! * `input`, `errors`, `gucs`, `jsonb`, `uuid` — shared plumbing.

@@ -4,7 +4,8 @@
 //! `hmac;header=X-Signature[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=sha256=]`
 //!
 //! Defaults: SHA-256, hex, no prefix. The key is the secret verbatim. No
-//! timestamp is signed, so deduplication is the only replay protection.
+//! timestamp is signed, so deduplication (and, for an id read from a
+//! header, the binding of signed bodies to ids) is the replay protection.
 
 use super::{Headers, Reason, Signed};
 use crate::errors::WebhookError;

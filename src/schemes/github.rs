@@ -1,6 +1,8 @@
 //! GitHub: `X-Hub-Signature-256: sha256=<hex>` over the raw body, key = the
-//! webhook secret verbatim. GitHub signs no timestamp: replays are stopped
-//! by deduplicating on `X-GitHub-Delivery`, which the claim does.
+//! webhook secret verbatim. GitHub signs no timestamp and no header: the
+//! same body and signature could be resent under a fresh
+//! `X-GitHub-Delivery`, so `webhook_receive` binds each signed body to the
+//! delivery id it first came with and refuses it under any other.
 //!
 //! Only when `X-Hub-Signature-256` is absent is the legacy
 //! `X-Hub-Signature: sha1=<hex>` used. HMAC-SHA1 is still unforgeable

@@ -1,7 +1,8 @@
 //! Shopify: `X-Shopify-Hmac-Sha256: <base64>` over the raw body, key = the
 //! app's client secret verbatim. Shopify signs no timestamp
-//! (`X-Shopify-Triggered-At` is not covered by the HMAC), so replays are
-//! stopped by deduplicating on `X-Shopify-Event-Id`.
+//! (`X-Shopify-Triggered-At` is not covered by the HMAC) and no header, so
+//! `webhook_receive` binds each signed body to the `X-Shopify-Event-Id` it
+//! first came with and refuses it under any other.
 
 use super::{Headers, Reason, Signed};
 use crate::signature::{decode_base64, Algorithm};

@@ -33,17 +33,7 @@ static DATABASE: OnceLock<String> = OnceLock::new();
 /// calls return the same name.
 pub fn database(name: &str) -> &'static str {
     DATABASE.get_or_init(|| {
-        let mut admin = base_config()
-            .dbname(&std::env::var("PGDATABASE").unwrap_or_else(|_| "postgres".into()))
-            .connect(NoTls)
-            .expect("connect to the test server (is it running? see `make test`)");
-        admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .unwrap();
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .unwrap();
-        let mut db = base_config().dbname(name).connect(NoTls).unwrap();
+        let mut db = empty_database(name);
         db.batch_execute(
             "CREATE EXTENSION pg_webhook_inbox;
              CREATE TABLE side_effects (
@@ -89,11 +79,12 @@ pub fn empty_database(name: &str) -> Client {
     let mut admin = base_config()
         .dbname(&std::env::var("PGDATABASE").unwrap_or_else(|_| "postgres".into()))
         .connect(NoTls)
-        .expect("connect to the test server");
+        .expect("connect to the test server (is it running? see `make test`)");
     admin
-        .batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE); CREATE DATABASE {name}"
-        ))
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
         .unwrap();
     base_config().dbname(name).connect(NoTls).unwrap()
 }
@@ -363,15 +354,9 @@ impl Scenario {
             crashed: backend_crashes() - self.crashes_before,
         };
         eprintln!("{}: {figures:?}", self.name);
-        if let Ok(path) = std::env::var("HARDENING_REPORT") {
-            use std::io::Write;
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .unwrap();
-            writeln!(
-                file,
+        report_line(
+            "HARDENING_REPORT",
+            &format!(
                 "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 self.name,
                 figures.deliveries,
@@ -380,9 +365,8 @@ impl Scenario {
                 figures.duplicates,
                 figures.lost,
                 figures.crashed
-            )
-            .unwrap();
-        }
+            ),
+        );
         assert_eq!(
             figures.duplicates, 0,
             "{}: duplicated side effects",
@@ -391,6 +375,20 @@ impl Scenario {
         assert_eq!(figures.lost, 0, "{}: lost events", self.name);
         assert_eq!(figures.crashed, 0, "{}: crashed backends", self.name);
         figures
+    }
+}
+
+/// Append a line of figures to the file the environment variable `var`
+/// names, when it is set (`make hardening` sets it).
+fn report_line(var: &str, line: &str) {
+    use std::io::Write;
+    if let Ok(path) = std::env::var(var) {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        writeln!(file, "{line}").unwrap();
     }
 }
 
@@ -433,20 +431,13 @@ impl Attack {
         let (name, attempts, through, slowest) =
             (self.name, self.attempts, self.got_through, self.slowest);
         eprintln!("{name}: {attempts} attempts, {through} got through, slowest {slowest:?}");
-        if let Ok(path) = std::env::var("HARDENING_ATTACKS") {
-            use std::io::Write;
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .unwrap();
-            writeln!(
-                file,
+        report_line(
+            "HARDENING_ATTACKS",
+            &format!(
                 "{name}\t{attempts}\t{through}\t{}\t{crashed}",
                 slowest.as_millis()
-            )
-            .unwrap();
-        }
+            ),
+        );
         assert!(attempts > 0, "{name}: never attempted");
         assert_eq!(through, 0, "{name}: the attack got through");
         assert_eq!(crashed, 0, "{name}: a backend crashed");
