@@ -156,6 +156,39 @@ fn replay_github_under_a_fresh_delivery_id() {
             .0,
         "in_progress"
     );
+
+    // A replay racing the genuine delivery's open transaction: answered at
+    // once without a claim (nobody waits on the binding), refused once the
+    // genuine delivery commits.
+    let body = r#"{"action":"published","release":{"id":2}}"#;
+    let genuine = github("gh-attack-2", "release", body, GITHUB_SECRET);
+    let mut handler = connect(DB);
+    let mut tx = handler.transaction().unwrap();
+    let claimed: String = tx
+        .query_one(
+            "SELECT status FROM webhook_receive('github', $1::text::jsonb, $2::bytea)",
+            &[&genuine.to_string(), &body.as_bytes()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(claimed, "claimed");
+    let mut racer = connect(DB);
+    racer.batch_execute("SET lock_timeout = '50ms'").unwrap();
+    let forged = merged(
+        genuine.clone(),
+        serde_json::json!({ "X-GitHub-Delivery": "d-racer" }),
+    );
+    let answer = attack.attempt(
+        || receive(&mut racer, "github", &forged, body.as_bytes()).unwrap(),
+        |(status, ..)| status == "claimed",
+    );
+    assert_eq!((answer.0.as_str(), answer.1), ("in_progress", 409));
+    tx.commit().unwrap();
+    let answer = attack.attempt(
+        || receive(&mut racer, "github", &forged, body.as_bytes()).unwrap(),
+        |(status, ..)| status != "rejected",
+    );
+    assert_eq!(answer.2, "replayed");
     attack.finish();
 }
 
@@ -528,10 +561,14 @@ fn long_verifications_stop_at_their_deadline() {
     let mut admin = setup();
     admin
         .batch_execute(
+            // Stored uncompressed: decompressing the body is PostgreSQL's
+            // own uninterruptible work, not the extension's.
             "DROP TABLE IF EXISTS hostile_body;
-             CREATE TABLE hostile_body AS
-                 SELECT convert_to(repeat('x', 24 * 1024 * 1024), 'UTF8') AS body,
-                        (SELECT array_agg('secret-' || i) FROM generate_series(1, 64) i) AS secrets;",
+             CREATE TABLE hostile_body (body bytea, secrets text[]);
+             ALTER TABLE hostile_body ALTER COLUMN body SET STORAGE EXTERNAL;
+             INSERT INTO hostile_body
+                 SELECT convert_to(repeat('x', 24 * 1024 * 1024), 'UTF8'),
+                        (SELECT array_agg('secret-' || i) FROM generate_series(1, 64) i);",
         )
         .unwrap();
     let long_call = format!(
