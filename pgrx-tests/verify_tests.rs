@@ -150,10 +150,9 @@ mod tests {
         }
     }
 
-    /// Slack deliveries signed by pgcrypto (an independent HMAC) at chosen
+    /// Slack deliveries signed by the tests' SQL hmac (an independent HMAC) at chosen
     /// times relative to now.
     fn slack_at(offset_secs: i64, tolerance: &str) -> (bool, String) {
-        Spi::run("CREATE EXTENSION IF NOT EXISTS pgcrypto").unwrap();
         detail(&format!(
             "'slack',
              (SELECT jsonb_build_object(

@@ -8,24 +8,30 @@
 --   SELECT webhook_grant_operator('ops_role');   -- views and maintenance
 -- Managing providers and secrets stays with the extension owner unless
 -- granted explicitly.
---
--- The rule, rather than a list that could miss a new object: every
--- privilege on the extension's schema, tables, views, sequences and
--- functions belongs to the extension owner alone, except EXECUTE on
--- webhook_schemes, verify_hmac, webhook_verify and webhook_verify_detail,
--- which read no table and stay callable by everyone. That includes what
--- ALTER DEFAULT PRIVILEGES granted to other roles before the extension
--- existed (CREATE applied those grants to each new object): a role that
--- held such a default can read no secret and call no registry function.
 
 -- Bound to pg_catalog while this file runs (see schema.sql).
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
-DO $$
+-- The rule, rather than a list that could miss a new object, applied here
+-- and at the end of every upgrade script (which may add objects):
+--   * no member function is executable by PUBLIC, except webhook_schemes,
+--     verify_hmac, webhook_verify and webhook_verify_detail, which read no
+--     table and stay callable by everyone;
+--   * whatever ALTER DEFAULT PRIVILEGES grants the owner's new schemas,
+--     tables, views, sequences and functions to other roles (CREATE
+--     applies such defaults to every object it makes, so a role holding
+--     them could read the secrets) is revoked from the extension's
+--     objects again.
+-- Grants a DBA makes afterwards (webhook_grant_app, webhook_grant_operator,
+-- or by hand) are left alone, so an upgrade keeps them.
+CREATE FUNCTION webhook._restrict_privileges() RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
 DECLARE
-    member record;
+    unwanted record;
 BEGIN
-    FOR member IN
+    FOR unwanted IN
         WITH members AS (
             SELECT d.classid, d.objid
               FROM pg_catalog.pg_depend d
@@ -33,42 +39,74 @@ BEGIN
              WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
                AND d.deptype = 'e'
                AND x.extname = 'pg_webhook_inbox'
-        ), grants AS (
+        ), objects AS (
             SELECT 'FUNCTION ' || p.oid::pg_catalog.regprocedure::text AS object,
-                   a.grantee, a.privilege_type, p.proowner AS owner,
+                   'f'::"char" AS objtype, p.proowner AS owner, p.pronamespace AS nsp,
+                   p.proacl AS acl,
                    p.proname IN ('webhook_schemes', 'verify_hmac', 'webhook_verify',
-                                 'webhook_verify_detail') AS public_function
+                                 'webhook_verify_detail') AS for_everyone
               FROM members m
               JOIN pg_catalog.pg_proc p ON p.oid = m.objid
-             CROSS JOIN LATERAL pg_catalog.aclexplode(
-                   coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
              WHERE m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
             UNION ALL
-            SELECT 'TABLE ' || c.oid::pg_catalog.regclass::text, a.grantee, a.privilege_type,
-                   c.relowner, false
+            SELECT 'TABLE ' || c.oid::pg_catalog.regclass::text,
+                   CASE c.relkind WHEN 'S' THEN 'S' ELSE 'r' END::"char",
+                   c.relowner, c.relnamespace, c.relacl, false
               FROM members m
               JOIN pg_catalog.pg_class c ON c.oid = m.objid
-             CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
              WHERE m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
             UNION ALL
-            SELECT 'SCHEMA ' || pg_catalog.quote_ident(n.nspname), a.grantee, a.privilege_type,
-                   n.nspowner, false
+            SELECT 'SCHEMA ' || pg_catalog.quote_ident(n.nspname), 'n'::"char",
+                   n.nspowner, 0::pg_catalog.oid, n.nspacl, false
               FROM members m
               JOIN pg_catalog.pg_namespace n ON n.oid = m.objid
-             CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
              WHERE m.classid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+        ), defaults AS (
+            -- What default privileges (global, or for the object's schema)
+            -- hand out when an object is created.
+            SELECT o.object, a.grantee, a.privilege_type
+              FROM objects o
+              JOIN pg_catalog.pg_default_acl d
+                ON d.defaclrole = o.owner AND d.defaclobjtype = o.objtype
+               AND d.defaclnamespace IN (0, o.nsp)
+             CROSS JOIN LATERAL pg_catalog.aclexplode(d.defaclacl) a
+            UNION
+            -- PostgreSQL's own default: functions are executable by PUBLIC.
+            SELECT o.object, 0, 'EXECUTE'
+              FROM objects o
+             WHERE o.objtype = 'f' AND NOT o.for_everyone
+        ), held AS (
+            SELECT o.object, a.grantee, a.privilege_type
+              FROM objects o
+             -- No ACL means the default: PUBLIC may execute a function;
+             -- nobody but the owner has anything on a relation or schema.
+             CROSS JOIN LATERAL pg_catalog.aclexplode(
+                   coalesce(o.acl, CASE o.objtype WHEN 'f' THEN pg_catalog.acldefault('f', o.owner) END)) a
+             WHERE a.grantee <> o.owner
         )
-        SELECT DISTINCT g.object,
-               CASE WHEN g.grantee = 0 THEN 'PUBLIC'
-                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END AS grantee
-          FROM grants g
-         WHERE g.grantee <> g.owner
-           AND NOT (g.public_function AND g.grantee = 0 AND g.privilege_type = 'EXECUTE')
+        -- Only what is held: a REVOKE inside an extension script records the
+        -- object's whole ACL as its initial privileges (pg_init_privs), so
+        -- one that changes nothing must not run (it would record the grants
+        -- a DBA made since as the extension's own, and pg_dump would then
+        -- leave them out).
+        SELECT h.object, h.privilege_type,
+               CASE WHEN h.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(h.grantee)) END AS grantee
+          FROM held h
+          JOIN defaults d USING (object, grantee, privilege_type)
+         WHERE NOT (h.grantee = 0 AND h.privilege_type = 'EXECUTE'
+                    AND h.object IN (SELECT o.object FROM objects o WHERE o.for_everyone))
     LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', member.object, member.grantee);
+        EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s',
+                                  unwanted.privilege_type, unwanted.object, unwanted.grantee);
     END LOOP;
 END
 $$;
+
+SELECT webhook._restrict_privileges();
+-- Tables and views grant PUBLIC nothing anyway; saying so records their
+-- ACLs as the extension's initial privileges, which pg_dump compares with.
+REVOKE ALL ON ALL TABLES IN SCHEMA webhook FROM PUBLIC;
 
 -- Keep the rows across pg_dump / pg_restore: losing webhook.events would
 -- lose the dedup of every event ever processed.

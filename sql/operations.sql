@@ -25,8 +25,8 @@ SELECT provider, event_id, event_type, attempts, claim_id, first_seen_at, lease_
 CREATE VIEW webhook.rejected_deliveries AS
 -- raw_body holds only the first webhook.rejected_body_limit bytes of each.
 SELECT id, provider, reject_reason AS reason, event_id, signature, headers,
-       coalesce(body_size, pg_catalog.octet_length(raw_body)) AS body_bytes, body_sha256,
-       raw_body AS body_prefix, created_at
+       coalesce(body_size, pg_catalog.octet_length(raw_body)) AS body_bytes, created_at,
+       body_sha256, raw_body AS body_prefix
   FROM webhook.delivery_log
  WHERE claim_status = 'rejected';
 

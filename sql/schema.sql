@@ -92,11 +92,11 @@ CREATE TABLE webhook.delivery_log (
     reject_reason     text,
     -- This redelivery's payload differs from the first delivery's.
     payload_mismatch  boolean     NOT NULL DEFAULT false,
+    created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     -- For rejections, raw_body holds only the first
     -- webhook.rejected_body_limit bytes; these describe the whole body.
     body_size         integer,
     body_sha256       bytea,
-    created_at        timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT delivery_log_pkey PRIMARY KEY (id)
 )
 -- Compress the payload, raw body and headers inside the row instead of

@@ -256,8 +256,7 @@ fn planted_operators_and_aggregates_never_run() {
                      CREATE ROLE planter LOGIN;
                  END IF;
              END $$;
-             GRANT CREATE ON SCHEMA public TO planter;
-             CREATE EXTENSION pgcrypto;",
+             GRANT CREATE ON SCHEMA public TO planter;",
         )
         .unwrap();
     let mut planter = connect_as(db, "planter");
@@ -400,6 +399,8 @@ fn default_privileges_granted_before_install_give_nothing() {
              ALTER DEFAULT PRIVILEGES GRANT ALL ON FUNCTIONS TO snoop;
              ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO snoop;
              ALTER DEFAULT PRIVILEGES GRANT ALL ON TYPES TO snoop;
+             ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON FUNCTIONS TO snoop;
+             ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO snoop;
              CREATE EXTENSION pg_webhook_inbox;
              SELECT webhook_register_provider('stripe', secret => 'whsec_never_readable');",
         )

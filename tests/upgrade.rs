@@ -1,0 +1,337 @@
+//! Upgrades: every earlier release, installed from its kept script and
+//! filled the way its users filled it, then `ALTER EXTENSION … UPDATE`.
+//! The upgraded catalog must equal a fresh install's, and every row must
+//! still answer as before.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::sign::{github, now, stripe};
+use common::*;
+use postgres::Client;
+use std::collections::BTreeSet;
+
+/// Released versions with an install script kept in `sql/`, oldest first.
+const EARLIER: &[&str] = &["0.1.0"];
+const STRIPE_SECRET: &str = "whsec_upgrade_test";
+const GITHUB_SECRET: &str = "upgrade-test-github";
+
+/// Everything about the extension's objects that an upgrade must get
+/// right, one line each: functions with their signatures, attributes,
+/// settings, bodies and privileges; tables, columns, defaults, storage,
+/// constraints and indexes; views; enums; comments; what pg_dump keeps; the
+/// initial privileges pg_dump compares against.
+const CATALOG: &str = r#"
+WITH members AS (
+    SELECT d.classid, d.objid
+      FROM pg_depend d JOIN pg_extension x ON x.oid = d.refobjid
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+       AND x.extname = 'pg_webhook_inbox'
+), rels AS (
+    SELECT c.* FROM pg_class c JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = c.oid
+), idx AS (
+    SELECT i.* FROM pg_index i JOIN rels r ON r.oid = i.indrelid
+)
+SELECT 'function ' || p.oid::regprocedure || ' returns ' || pg_get_function_result(p.oid)
+       || ' secdef=' || p.prosecdef || ' volatile=' || p.provolatile::text || ' parallel=' || p.proparallel::text
+       || ' strict=' || p.proisstrict || ' lang=' || l.lanname
+       || ' config=' || coalesce(array_to_string(p.proconfig, ';'), '')
+       || ' args=' || pg_get_function_arguments(p.oid)
+       || ' src=' || md5(p.prosrc) || ' bin=' || coalesce(p.probin, '')
+       || ' acl=' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(p.proacl) a), 'default')
+       || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+  FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
+  JOIN pg_language l ON l.oid = p.prolang
+UNION ALL
+SELECT 'relation ' || r.oid::regclass || ' kind=' || r.relkind::text || ' options=' || coalesce(array_to_string(r.reloptions, ','), '')
+       || ' acl=' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(r.relacl) a), 'default')
+       || ' comment=' || coalesce(obj_description(r.oid, 'pg_class'), '')
+  FROM rels r
+UNION ALL
+SELECT 'column ' || r.oid::regclass || '.' || a.attnum || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || ' notnull=' || a.attnotnull || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+       || ' storage=' || a.attstorage::text || ' compression=' || a.attcompression::text
+       || ' comment=' || coalesce(col_description(r.oid, a.attnum), '')
+  FROM rels r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef d ON d.adrelid = r.oid AND d.adnum = a.attnum
+ WHERE r.relkind IN ('r', 'v', 'p')
+UNION ALL
+SELECT 'constraint ' || c.conrelid::regclass || ' ' || c.conname || ' ' || pg_get_constraintdef(c.oid)
+  FROM pg_constraint c JOIN rels r ON r.oid = c.conrelid
+UNION ALL
+SELECT 'index ' || pg_get_indexdef(i.indexrelid) FROM idx i
+UNION ALL
+SELECT 'view ' || r.oid::regclass || ' ' || pg_get_viewdef(r.oid) FROM rels r WHERE r.relkind = 'v'
+UNION ALL
+SELECT 'type ' || t.oid::regtype || ' ' || coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+                                                       FROM pg_enum e WHERE e.enumtypid = t.oid), '')
+       || ' comment=' || coalesce(obj_description(t.oid, 'pg_type'), '')
+  FROM pg_type t JOIN members m ON m.classid = 'pg_type'::regclass AND m.objid = t.oid
+UNION ALL
+SELECT 'schema ' || n.nspname
+       || ' acl=' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(n.nspacl) a), 'default')
+       || ' comment=' || coalesce(obj_description(n.oid, 'pg_namespace'), '')
+  FROM pg_namespace n JOIN members m ON m.classid = 'pg_namespace'::regclass AND m.objid = n.oid
+UNION ALL
+SELECT 'dumped ' || coalesce((SELECT string_agg(c::regclass::text, ',' ORDER BY c::regclass::text)
+                                FROM unnest(x.extconfig) c), '')
+  FROM pg_extension x WHERE x.extname = 'pg_webhook_inbox'
+UNION ALL
+SELECT 'initprivs ' || pg_describe_object(i.classoid, i.objoid, i.objsubid) || ' '
+       || (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(i.initprivs) a)
+  FROM pg_init_privs i JOIN members m ON m.classid = i.classoid AND m.objid = i.objoid
+UNION ALL
+SELECT 'members ' || count(*) FROM members
+"#;
+
+fn catalog(client: &mut Client) -> BTreeSet<String> {
+    client
+        .query(CATALOG, &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect()
+}
+
+fn roles(admin: &mut Client) {
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'upgrade_app') THEN
+                     CREATE ROLE upgrade_app LOGIN;
+                 END IF;
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'upgrade_ops') THEN
+                     CREATE ROLE upgrade_ops LOGIN;
+                 END IF;
+             END $$;
+             SELECT webhook_grant_app('upgrade_app');
+             SELECT webhook_grant_operator('upgrade_ops');",
+        )
+        .unwrap();
+}
+
+fn register(admin: &mut Client) {
+    admin
+        .execute(
+            "SELECT webhook_register_provider('stripe', secret => $1)",
+            &[&STRIPE_SECRET],
+        )
+        .unwrap();
+    admin
+        .execute(
+            "SELECT webhook_register_provider('github', secret => $1)",
+            &[&GITHUB_SECRET],
+        )
+        .unwrap();
+}
+
+fn receive(
+    client: &mut Client,
+    provider: &str,
+    headers: &serde_json::Value,
+    body: &str,
+) -> (String, String) {
+    let row = client
+        .query_one(
+            "SELECT status, reason FROM webhook_receive($1, $2::text::jsonb, $3::bytea)",
+            &[&provider, &headers.to_string(), &body.as_bytes()],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+const STRIPE_BODY: &str = r#"{"id":"evt_before_upgrade","type":"invoice.paid"}"#;
+const GITHUB_BODY: &str = r#"{"ref":"refs/heads/main","after":"before-upgrade"}"#;
+
+/// What a database of `version` held when its users upgraded: processed,
+/// failed and rejected deliveries, written through that version's API.
+fn fill(admin: &mut Client) {
+    register(admin);
+    roles(admin);
+    // A Stripe event through webhook_receive, completed with a result.
+    let id: String = admin
+        .query_one(
+            "SELECT id::text FROM webhook_receive('stripe', $1::text::jsonb, $2::bytea)",
+            &[
+                &stripe(STRIPE_BODY, now(), STRIPE_SECRET).to_string(),
+                &STRIPE_BODY.as_bytes(),
+            ],
+        )
+        .unwrap()
+        .get(0);
+    admin
+        .execute(
+            "SELECT webhook_complete($1::text::uuid, '{\"credits\": 5}')",
+            &[&id],
+        )
+        .unwrap();
+    // A GitHub delivery claimed by a handler that verified it itself.
+    let headers = github("gh-before-upgrade", "push", GITHUB_BODY, GITHUB_SECRET);
+    let id: String = admin
+        .query_one(
+            "SELECT id::text FROM webhook_claim('github', 'gh-before-upgrade', 'push', $1::bytea, $2)",
+            &[&GITHUB_BODY.as_bytes(), &headers["X-Hub-Signature-256"].as_str().unwrap()],
+        )
+        .unwrap()
+        .get(0);
+    admin
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+        .unwrap();
+    // A failed attempt.
+    let id: String = admin
+        .query_one(
+            "SELECT id::text FROM webhook_claim('stripe', 'evt_failed_before', 'charge', '{\"a\": 1}'::jsonb, NULL)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    admin
+        .execute(
+            "SELECT webhook_fail($1::text::uuid, 'downstream was down')",
+            &[&id],
+        )
+        .unwrap();
+    // A forgery, archived whole as that version archived rejections.
+    admin
+        .batch_execute(
+            "INSERT INTO webhook.delivery_log (id, provider, raw_body, claim_status, reject_reason)
+             VALUES ('018f0000-0000-7000-8000-000000000001', 'stripe', '\\x7b7d', 'rejected', 'bad_signature')",
+        )
+        .unwrap();
+}
+
+#[test]
+fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
+    let mut fresh = empty_database("pgwi_upgrade_fresh");
+    fresh
+        .batch_execute("CREATE EXTENSION pg_webhook_inbox")
+        .unwrap();
+    roles(&mut fresh);
+    let current: String = fresh
+        .query_one(
+            "SELECT extversion FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let expected = catalog(&mut fresh);
+
+    for version in EARLIER {
+        let db = format!("pgwi_upgrade_from_{}", version.replace('.', "_"));
+        let mut old = empty_database(&db);
+        old.execute(
+            &format!("CREATE EXTENSION pg_webhook_inbox VERSION '{version}'"),
+            &[],
+        )
+        .unwrap();
+        fill(&mut old);
+        let before: Vec<String> = old
+            .query(
+                "SELECT provider || '/' || event_id || '/' || status || '/' || attempts FROM webhook.events ORDER BY 1",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+
+        old.batch_execute("ALTER EXTENSION pg_webhook_inbox UPDATE")
+            .unwrap();
+        let upgraded_to: String = old
+            .query_one(
+                "SELECT extversion FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            upgraded_to, current,
+            "{version} upgrades to the current version"
+        );
+
+        // (a) The catalog is a fresh install's.
+        let got = catalog(&mut old);
+        let missing: Vec<_> = expected.difference(&got).collect();
+        let extra: Vec<_> = got.difference(&expected).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{version} → {current} differs from a fresh install\n  only in fresh:    {missing:#?}\n  only in upgraded: {extra:#?}"
+        );
+
+        // (b) Every row survived and answers as before, to the application
+        // role over its own connection.
+        let after: Vec<String> = old
+            .query(
+                "SELECT provider || '/' || event_id || '/' || status || '/' || attempts FROM webhook.events ORDER BY 1",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(before, after, "events survive the upgrade");
+        let mut app = connect_as(&db, "upgrade_app");
+        let duplicate = app
+            .query_one(
+                "SELECT status, result::text FROM webhook_receive('stripe', $1::text::jsonb, $2::bytea)",
+                &[&stripe(STRIPE_BODY, now(), STRIPE_SECRET).to_string(), &STRIPE_BODY.as_bytes()],
+            )
+            .unwrap();
+        assert_eq!(
+            (
+                duplicate.get::<_, String>(0),
+                duplicate.get::<_, Option<String>>(1)
+            ),
+            (
+                "duplicate".to_string(),
+                Some(r#"{"credits": 5}"#.to_string())
+            ),
+            "a processed event stays a duplicate, with its stored result"
+        );
+        let genuine = github("gh-before-upgrade", "push", GITHUB_BODY, GITHUB_SECRET);
+        assert_eq!(
+            receive(&mut app, "github", &genuine, GITHUB_BODY).0,
+            "duplicate"
+        );
+        // A body received before the upgrade is bound to its id too.
+        let replay = github(
+            "gh-replayed-after-upgrade",
+            "push",
+            GITHUB_BODY,
+            GITHUB_SECRET,
+        );
+        assert_eq!(
+            receive(&mut app, "github", &replay, GITHUB_BODY),
+            ("rejected".to_string(), "replayed".to_string())
+        );
+        // The secrets still verify; the failed event is retried.
+        let body = r#"{"id":"evt_after_upgrade","type":"invoice.paid"}"#;
+        assert_eq!(
+            receive(
+                &mut app,
+                "stripe",
+                &stripe(body, now(), STRIPE_SECRET),
+                body
+            )
+            .0,
+            "claimed"
+        );
+        let retry: String = app
+            .query_one(
+                "SELECT status FROM webhook_claim('stripe', 'evt_failed_before', 'charge', '{\"a\": 1}'::jsonb, NULL)",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(retry, "retry");
+        // The operator still sees the archive, old rejections included.
+        let mut ops = connect_as(&db, "upgrade_ops");
+        let rejected: i32 = ops
+            .query_one(
+                "SELECT body_bytes FROM webhook.rejected_deliveries WHERE reason = 'bad_signature'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(rejected, 2);
+    }
+}
