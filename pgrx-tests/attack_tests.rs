@@ -315,4 +315,23 @@ mod tests {
         assert!(!detail.contains(&current.to_string()), "{detail}");
         assert!(detail.contains("Another delivery"), "{detail}");
     }
+
+    /// Tolerances have one home, the scheme catalog: five minutes for the
+    /// schemes that sign a time, none for those that do not.
+    #[pg_test]
+    fn tolerances_come_from_the_scheme_catalog() {
+        let from_catalog = Spi::get_two::<String, bool>(
+            "SELECT (SELECT tolerance::text FROM webhook_schemes() WHERE scheme = 'stripe'),
+                    (SELECT tolerance IS NULL FROM webhook_schemes() WHERE scheme = 'github')",
+        )
+        .unwrap();
+        assert_eq!(from_catalog, (Some("00:05:00".into()), Some(true)));
+        register_test_providers();
+        let registered = Spi::get_two::<String, bool>(
+            "SELECT (SELECT tolerance::text FROM webhook.providers WHERE name = 'stripe'),
+                    (SELECT tolerance IS NULL FROM webhook.providers WHERE name = 'github')",
+        )
+        .unwrap();
+        assert_eq!(registered, (Some("00:05:00".into()), Some(true)));
+    }
 }

@@ -200,4 +200,63 @@ mod tests {
             ]
         );
     }
+
+    fn texts(sql: &str) -> Vec<String> {
+        Spi::connect(|c| {
+            c.select(sql, None, &[])?
+                .map(|row| row.get::<String>(1).map(Option::unwrap_or_default))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .expect(sql)
+    }
+
+    /// Rust's statuses are the SQL enums' labels, in order.
+    #[pg_test]
+    fn rust_statuses_match_the_sql_enums() {
+        use crate::claim::{ClaimStatus, EventStatus};
+        let sql = |ty: &str| {
+            texts(&format!(
+                "SELECT unnest(enum_range(NULL::webhook.{ty}))::text"
+            ))
+        };
+        let rust: Vec<&str> = EventStatus::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(sql("event_status"), rust);
+        let rust: Vec<&str> = ClaimStatus::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(sql("claim_status"), rust);
+    }
+
+    /// \df+ and \d+ show a DBA what each thing is: every function, table,
+    /// view and type of the extension, and every table column, has a
+    /// comment.
+    #[pg_test]
+    fn everything_a_dba_sees_has_a_comment() {
+        let missing = texts(
+            "WITH members AS (
+                 SELECT d.classid, d.objid FROM pg_depend d JOIN pg_extension x ON x.oid = d.refobjid
+                  WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+                    AND x.extname = 'pg_webhook_inbox'
+             )
+             SELECT 'function ' || p.oid::regprocedure FROM members m JOIN pg_proc p ON p.oid = m.objid
+              WHERE m.classid = 'pg_proc'::regclass AND obj_description(p.oid, 'pg_proc') IS NULL
+                -- the tests and their helpers, installed with the test build only
+                AND p.pronamespace::regnamespace::text <> 'tests'
+                AND p.proname NOT IN ('error_of', 'error_detail_of', 'hmac')
+             UNION ALL
+             SELECT 'relation ' || c.oid::regclass FROM members m JOIN pg_class c ON c.oid = m.objid
+              WHERE m.classid = 'pg_class'::regclass AND c.relkind IN ('r', 'v')
+                AND obj_description(c.oid, 'pg_class') IS NULL
+             UNION ALL
+             SELECT 'column ' || c.oid::regclass || '.' || a.attname
+               FROM members m JOIN pg_class c ON c.oid = m.objid
+               JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+              WHERE m.classid = 'pg_class'::regclass AND c.relkind = 'r'
+                AND col_description(c.oid, a.attnum) IS NULL
+             UNION ALL
+             SELECT 'type ' || t.oid::regtype FROM members m JOIN pg_type t ON t.oid = m.objid
+              WHERE m.classid = 'pg_type'::regclass AND t.typtype = 'e'
+                AND obj_description(t.oid, 'pg_type') IS NULL
+             ORDER BY 1",
+        );
+        assert!(missing.is_empty(), "no comment on: {missing:#?}");
+    }
 }

@@ -219,7 +219,7 @@ mod tests {
             (format!("SELECT webhook_verify('stripe', NULL, {body}, ARRAY['s'])"), "22004", "\"headers\""),
             ("SELECT webhook_verify('stripe', '{}'::jsonb, NULL::bytea, ARRAY['s'])".to_string(), "22004", "\"body\""),
             (format!("SELECT webhook_verify('stripe', '{{}}'::jsonb, {body}, NULL)"), "22004", "\"secrets\""),
-            (format!("SELECT webhook_verify('stripe', '{{}}'::jsonb, {body}, ARRAY['s'], NULL)"), "22004", "\"tolerance\""),
+            (format!("SELECT webhook_verify('stripe', '{{}}'::jsonb, {body}, ARRAY['s'], '-5 minutes')"), "22023", "\"tolerance\""),
             (format!("SELECT webhook_verify('stripe', '{{}}'::jsonb, {body}, ARRAY['s'], '0 s')"), "22023", "\"tolerance\""),
             (format!("SELECT webhook_verify('hmac', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42601", "\"scheme\""),
             (format!("SELECT webhook_verify('hmac;header=X;encoding=rot13', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42601", "\"scheme\""),

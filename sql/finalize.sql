@@ -1,108 +1,46 @@
--- pg_webhook_inbox: privileges and dump registration, run after every
--- function exists.
---
--- Everything that reads or writes webhook state runs as the extension
--- owner with a pinned search_path (set on each function), and nobody may
--- call it until a DBA grants it:
---   SELECT webhook_grant_app('app_role');        -- handlers
---   SELECT webhook_grant_operator('ops_role');   -- views and maintenance
--- Managing providers and secrets stays with the extension owner unless
--- granted explicitly.
+-- pg_webhook_inbox: run after every function exists: the comments on the
+-- functions written in Rust, the privilege rule (roles.sql), and the
+-- tables pg_dump must keep.
 
 -- Bound to pg_catalog while this file runs (see schema.sql).
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
--- The rule, rather than a list that could miss a new object, applied here
--- and at the end of every upgrade script (which may add objects):
---   * no member function is executable by PUBLIC, except webhook_schemes,
---     verify_hmac, webhook_verify and webhook_verify_detail, which read no
---     table and stay callable by everyone;
---   * whatever ALTER DEFAULT PRIVILEGES grants the owner's new schemas,
---     tables, views, sequences and functions to other roles (CREATE
---     applies such defaults to every object it makes, so a role holding
---     them could read the secrets) is revoked from the extension's
---     objects again.
--- Grants a DBA makes afterwards (webhook_grant_app, webhook_grant_operator,
--- or by hand) are left alone, so an upgrade keeps them.
-CREATE FUNCTION webhook._restrict_privileges() RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    unwanted record;
-BEGIN
-    FOR unwanted IN
-        WITH members AS (
-            SELECT d.classid, d.objid
-              FROM pg_catalog.pg_depend d
-              JOIN pg_catalog.pg_extension x ON x.oid = d.refobjid
-             WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-               AND d.deptype = 'e'
-               AND x.extname = 'pg_webhook_inbox'
-        ), objects AS (
-            SELECT 'FUNCTION ' || p.oid::pg_catalog.regprocedure::text AS object,
-                   'f'::"char" AS objtype, p.proowner AS owner, p.pronamespace AS nsp,
-                   p.proacl AS acl,
-                   p.proname IN ('webhook_schemes', 'verify_hmac', 'webhook_verify',
-                                 'webhook_verify_detail') AS for_everyone
-              FROM members m
-              JOIN pg_catalog.pg_proc p ON p.oid = m.objid
-             WHERE m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-            UNION ALL
-            SELECT 'TABLE ' || c.oid::pg_catalog.regclass::text,
-                   CASE c.relkind WHEN 'S' THEN 'S' ELSE 'r' END::"char",
-                   c.relowner, c.relnamespace, c.relacl, false
-              FROM members m
-              JOIN pg_catalog.pg_class c ON c.oid = m.objid
-             WHERE m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-            UNION ALL
-            SELECT 'SCHEMA ' || pg_catalog.quote_ident(n.nspname), 'n'::"char",
-                   n.nspowner, 0::pg_catalog.oid, n.nspacl, false
-              FROM members m
-              JOIN pg_catalog.pg_namespace n ON n.oid = m.objid
-             WHERE m.classid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
-        ), defaults AS (
-            -- What default privileges (global, or for the object's schema)
-            -- hand out when an object is created.
-            SELECT o.object, a.grantee, a.privilege_type
-              FROM objects o
-              JOIN pg_catalog.pg_default_acl d
-                ON d.defaclrole = o.owner AND d.defaclobjtype = o.objtype
-               AND d.defaclnamespace IN (0, o.nsp)
-             CROSS JOIN LATERAL pg_catalog.aclexplode(d.defaclacl) a
-            UNION
-            -- PostgreSQL's own default: functions are executable by PUBLIC.
-            SELECT o.object, 0, 'EXECUTE'
-              FROM objects o
-             WHERE o.objtype = 'f' AND NOT o.for_everyone
-        ), held AS (
-            SELECT o.object, a.grantee, a.privilege_type
-              FROM objects o
-             -- No ACL means the default: PUBLIC may execute a function;
-             -- nobody but the owner has anything on a relation or schema.
-             CROSS JOIN LATERAL pg_catalog.aclexplode(
-                   coalesce(o.acl, CASE o.objtype WHEN 'f' THEN pg_catalog.acldefault('f', o.owner) END)) a
-             WHERE a.grantee <> o.owner
-        )
-        -- Only what is held: a REVOKE inside an extension script records the
-        -- object's whole ACL as its initial privileges (pg_init_privs), so
-        -- one that changes nothing must not run (it would record the grants
-        -- a DBA made since as the extension's own, and pg_dump would then
-        -- leave them out).
-        SELECT h.object, h.privilege_type,
-               CASE WHEN h.grantee = 0 THEN 'PUBLIC'
-                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(h.grantee)) END AS grantee
-          FROM held h
-          JOIN defaults d USING (object, grantee, privilege_type)
-         WHERE NOT (h.grantee = 0 AND h.privilege_type = 'EXECUTE'
-                    AND h.object IN (SELECT o.object FROM objects o WHERE o.for_everyone))
-    LOOP
-        EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s',
-                                  unwanted.privilege_type, unwanted.object, unwanted.grantee);
-    END LOOP;
-END
-$$;
+-- What \df+ shows for the functions written in Rust (pgrx creates them; the
+-- ones written in SQL carry their comments beside their definitions).
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval) IS
+    'Verify a delivery with its provider''s registered scheme and secrets, read its event id and type, claim it, and say what to answer (http_status)';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval) IS
+    'webhook_receive for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, jsonb, text, interval) IS
+    'Claim a delivery (payload as jsonb): claimed/retry (do the work, then webhook_complete), duplicate, in_progress or dead';
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, bytea, text, interval) IS
+    'webhook_claim with the raw body, archived byte for byte';
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, text, text, interval) IS
+    'webhook_claim with the raw body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_complete(uuid, jsonb) IS
+    'Mark a claimed delivery''s event processed, in the transaction of its work; result is returned to later duplicates';
+COMMENT ON FUNCTION @extschema@.webhook_fail(uuid, text) IS
+    'Record a failed attempt and release the event: its next delivery is a retry (or it is parked as dead after webhook.max_attempts)';
+COMMENT ON FUNCTION @extschema@.webhook_extend(uuid, interval) IS
+    'Renew a live claim''s lease, from now (at most webhook.max_lease); returns the new expiry';
+COMMENT ON FUNCTION @extschema@.webhook_requeue(text, text) IS
+    'For operators: put a dead or failed event back with a fresh attempt budget';
+COMMENT ON FUNCTION @extschema@.verify_hmac(text, bytea, text, text) IS
+    'Constant-time check of an HMAC signature (hex or base64) over the raw body';
+COMMENT ON FUNCTION @extschema@.verify_hmac(text, text, text, text) IS
+    'verify_hmac for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, bytea, text[], interval) IS
+    'Whether a delivery is signed under a provider scheme by one of the secrets, within the timestamp tolerance';
+COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, text, text[], interval) IS
+    'webhook_verify for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[], interval) IS
+    'webhook_verify, saying why: (valid, reason, signed_at)';
+COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval) IS
+    'webhook_verify_detail for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_schemes() IS
+    'The signature schemes, their aliases, and the registry defaults each gives a provider';
 
+-- The privilege rule (roles.sql).
 SELECT webhook._restrict_privileges();
 -- Tables and views grant PUBLIC nothing anyway; saying so records their
 -- ACLs as the extension's initial privileges, which pg_dump compares with.

@@ -1,4 +1,5 @@
--- pg_webhook_inbox: what operators look at, and the maintenance they run.
+-- pg_webhook_inbox: what operators look at (views), and the maintenance
+-- they run (webhook_purge; webhook_requeue is written in Rust).
 
 -- Bound to pg_catalog while this file runs (see schema.sql).
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -11,6 +12,7 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, f.error_messa
   JOIN webhook.delivery_log l ON l.id = f.delivery_id
   LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
  WHERE f.failed_at > pg_catalog.now() - interval '1 day';
+COMMENT ON VIEW webhook.recent_failures IS 'Deliveries whose processing failed in the last day, with their event''s status';
 
 -- Claims that committed, were never finished, and whose lease has run out:
 -- their worker is gone or stuck. The next delivery will retry them.
@@ -19,6 +21,7 @@ SELECT provider, event_id, event_type, attempts, claim_id, first_seen_at, lease_
        pg_catalog.clock_timestamp() - lease_expires_at AS overdue
   FROM webhook.events
  WHERE status = 'processing' AND lease_expires_at < pg_catalog.clock_timestamp();
+COMMENT ON VIEW webhook.stuck_claims IS 'Claims committed but never finished whose lease has run out: the next delivery retries them';
 
 -- Deliveries webhook_receive refused: forgeries, replays, stale or
 -- misconfigured secrets, bodies that are not JSON, missing event ids.
@@ -29,12 +32,14 @@ SELECT id, provider, reject_reason AS reason, event_id, signature, headers,
        body_sha256, raw_body AS body_prefix
   FROM webhook.delivery_log
  WHERE claim_status = 'rejected';
+COMMENT ON VIEW webhook.rejected_deliveries IS 'Deliveries webhook_receive refused: forged, replayed, stale, misconfigured or unreadable';
 
 -- Events that failed webhook.max_attempts times and wait for an operator.
 CREATE VIEW webhook.dead_letters AS
 SELECT provider, event_id, event_type, attempts, requeues, last_error, first_seen_at, claim_id
   FROM webhook.events
  WHERE status = 'dead';
+COMMENT ON VIEW webhook.dead_letters IS 'Events that failed webhook.max_attempts times and wait for webhook_requeue';
 
 -- Redeliveries whose payload differs from the first delivery of the same
 -- event: a forgery that got hold of a secret, a provider bug, or two
@@ -43,6 +48,7 @@ CREATE VIEW webhook.payload_mismatches AS
 SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, l.payload, l.created_at
   FROM webhook.delivery_log l
  WHERE l.payload_mismatch;
+COMMENT ON VIEW webhook.payload_mismatches IS 'Redeliveries whose payload differs from the first delivery of the same event';
 
 -- Per provider: events by status, retries spent, last activity.
 CREATE VIEW webhook.provider_stats AS
@@ -56,6 +62,7 @@ SELECT provider,
        max(first_seen_at) AS last_event_at
   FROM webhook.events
  GROUP BY provider;
+COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status, retries spent, last event';
 
 -- Delete archive rows older than `older_than` whose event is processed (and
 -- rejected deliveries, which have none), `batch_size` rows per statement.
@@ -105,48 +112,7 @@ BEGIN
     RETURN deleted;
 END
 $$;
-
--- Grant an application role exactly what a webhook handler needs: EXECUTE
--- on the handler functions. No table privilege at all.
-CREATE FUNCTION @extschema@.webhook_grant_app(role regrole)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_receive(text, jsonb, bytea, interval),
-        @extschema@.webhook_receive(text, jsonb, text, interval),
-        @extschema@.webhook_claim(text, text, text, jsonb, text, interval),
-        @extschema@.webhook_claim(text, text, text, bytea, text, interval),
-        @extschema@.webhook_claim(text, text, text, text, text, interval),
-        @extschema@.webhook_complete(uuid, jsonb),
-        @extschema@.webhook_fail(uuid, text),
-        @extschema@.webhook_extend(uuid, interval)
-        TO %s', role);
-END
-$$;
-
--- Grant an operator role the archive, the views and the maintenance
--- functions; never the secrets.
-CREATE FUNCTION @extschema@.webhook_grant_operator(role regrole)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
-    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
-        webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
-        webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
-        webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
-        webhook.provider_stats TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_requeue(text, text),
-        @extschema@.webhook_purge(interval, integer, integer),
-        @extschema@.webhook_providers()
-        TO %s', role);
-END
-$$;
+COMMENT ON FUNCTION @extschema@.webhook_purge(interval, integer, integer) IS
+    'Delete archive rows older than older_than whose event is processed (and rejections); never touches webhook.events. Returns the rows deleted';
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

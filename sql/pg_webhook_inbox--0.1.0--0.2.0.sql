@@ -10,12 +10,15 @@
 --     them.
 --   * webhook_receive returns event_type_signed as well: recreated, its
 --     grants carried over.
---   * webhook_schemes() is the one list of schemes and aliases;
---     webhook_register_provider reads it (svix and clerk now register as
---     standard), webhook._scheme_defaults is gone.
+--   * webhook_schemes() is the one list of schemes, aliases and default
+--     tolerances; webhook_register_provider reads it (svix and clerk now
+--     register as standard), webhook._scheme_defaults is gone, and a
+--     provider's tolerance may be NULL (the scheme's default), as may
+--     webhook_verify's.
 --   * Views and constraints are bound again with the search path pinned to
 --     pg_catalog, and the archive's partial index is rebuilt if anything
 --     but PostgreSQL's own operators was bound into it at install.
+--   * Every function, table, column and view has a comment.
 --   * webhook._restrict_privileges() is the privilege rule, run by every
 --     install and upgrade.
 -- The library (pg_webhook_inbox.so) of 0.2.0 must be installed first; run
@@ -39,9 +42,6 @@ CREATE TABLE webhook.signature_bindings (
     first_seen_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT signature_bindings_pkey PRIMARY KEY (provider, digest)
 );
-
-COMMENT ON TABLE webhook.signature_bindings IS
-    'For providers that sign the body but not the event id: which id each signed body first came with';
 
 INSERT INTO webhook.signature_bindings (provider, digest, event_id, first_seen_at)
 SELECT DISTINCT ON (l.provider, pg_catalog.sha256(l.raw_body))
@@ -175,9 +175,12 @@ SELECT p.name, p.scheme, p.tolerance, p.event_id_from, p.event_type_from,
  GROUP BY p.name;
 
 ------------------------------------------------------------------------------
--- Constraints and the partial index, bound again.
+-- Constraints and the partial index, bound again; a provider's tolerance
+-- may now be left to its scheme.
 
 ALTER TABLE webhook.providers
+    ALTER COLUMN tolerance DROP DEFAULT,
+    ALTER COLUMN tolerance DROP NOT NULL,
     DROP CONSTRAINT providers_name_check,
     DROP CONSTRAINT providers_tolerance_check,
     DROP CONSTRAINT providers_event_id_from_check,
@@ -210,7 +213,8 @@ END
 $$;
 
 ------------------------------------------------------------------------------
--- The scheme catalog, and the registry reading it.
+-- The scheme catalog, the registry reading it, and the verification
+-- functions leaving the tolerance to the scheme by default.
 
 CREATE FUNCTION @extschema@."webhook_schemes"() RETURNS TABLE (
 	"scheme" TEXT,
@@ -219,6 +223,7 @@ CREATE FUNCTION @extschema@."webhook_schemes"() RETURNS TABLE (
 	"event_type_from" TEXT,
 	"event_id_signed" bool,
 	"event_type_signed" bool,
+	"tolerance" interval,
 	"signs" TEXT
 )
 IMMUTABLE STRICT PARALLEL SAFE
@@ -276,7 +281,7 @@ BEGIN
     INSERT INTO webhook.providers AS p (name, scheme, tolerance, event_id_from, event_type_from)
     VALUES (p_name,
             v_scheme,
-            coalesce(webhook_register_provider.tolerance, existing.tolerance, interval '5 minutes'),
+            coalesce(webhook_register_provider.tolerance, existing.tolerance, known.tolerance),
             coalesce(webhook_register_provider.event_id_from, existing.event_id_from, known.event_id_from),
             coalesce(webhook_register_provider.event_type_from, existing.event_type_from, known.event_type_from))
     ON CONFLICT ON CONSTRAINT providers_pkey DO UPDATE
@@ -299,25 +304,57 @@ EXCEPTION
 END
 $$;
 
-CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_operator(role regrole)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
-    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
-        webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
-        webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
-        webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
-        webhook.provider_stats TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_requeue(text, text),
-        @extschema@.webhook_purge(interval, integer, integer),
-        @extschema@.webhook_providers()
-        TO %s', role);
-END
-$$;
+CREATE OR REPLACE FUNCTION @extschema@."webhook_verify"(
+	"scheme" TEXT,
+	"headers" jsonb,
+	"body" bytea,
+	"secrets" TEXT[],
+	"tolerance" interval DEFAULT NULL
+) RETURNS bool
+VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'webhook_verify_wrapper';
+
+CREATE OR REPLACE FUNCTION @extschema@."webhook_verify"(
+	"scheme" TEXT,
+	"headers" jsonb,
+	"body" TEXT,
+	"secrets" TEXT[],
+	"tolerance" interval DEFAULT NULL
+) RETURNS bool
+VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'webhook_verify_text_wrapper';
+
+CREATE OR REPLACE FUNCTION @extschema@."webhook_verify_detail"(
+	"scheme" TEXT,
+	"headers" jsonb,
+	"body" bytea,
+	"secrets" TEXT[],
+	"tolerance" interval DEFAULT NULL
+) RETURNS TABLE (
+	"valid" bool,
+	"reason" TEXT,
+	"signed_at" timestamp with time zone
+)
+VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'webhook_verify_detail_wrapper';
+
+CREATE OR REPLACE FUNCTION @extschema@."webhook_verify_detail"(
+	"scheme" TEXT,
+	"headers" jsonb,
+	"body" TEXT,
+	"secrets" TEXT[],
+	"tolerance" interval DEFAULT NULL
+) RETURNS TABLE (
+	"valid" bool,
+	"reason" TEXT,
+	"signed_at" timestamp with time zone
+)
+VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'webhook_verify_detail_text_wrapper';
 
 ------------------------------------------------------------------------------
 -- webhook_receive gains event_type_signed. A function's result type cannot
@@ -412,7 +449,28 @@ DROP FUNCTION @extschema@.webhook_receive_0_1_0(text, jsonb, bytea, interval);
 DROP FUNCTION @extschema@.webhook_receive_0_1_0(text, jsonb, text, interval);
 
 ------------------------------------------------------------------------------
--- The privilege rule, as a function every install and upgrade runs.
+-- Roles: the operator grant covers the new table; the privilege rule, as a
+-- function every install and upgrade runs.
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_operator(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
+    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
+        webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
+        webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
+        webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
+        webhook.provider_stats TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_requeue(text, text),
+        @extschema@.webhook_purge(interval, integer, integer),
+        @extschema@.webhook_providers()
+        TO %s', role);
+END
+$$;
 
 CREATE FUNCTION webhook._restrict_privileges() RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -492,6 +550,130 @@ BEGIN
     END LOOP;
 END
 $$;
+
+------------------------------------------------------------------------------
+-- What \df+ and \d+ show.
+
+COMMENT ON SCHEMA webhook IS
+    'pg_webhook_inbox: event state (dedup) and the delivery archive';
+COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked)';
+COMMENT ON TYPE webhook.claim_status IS 'What a delivery was answered';
+COMMENT ON TABLE webhook.events IS
+    'One row per (provider, event_id), kept forever: the dedup and the claim state machine';
+COMMENT ON COLUMN webhook.events.provider IS 'Registered provider name (or the name given to webhook_claim)';
+COMMENT ON COLUMN webhook.events.event_id IS 'The provider''s event id; with provider, the dedup key';
+COMMENT ON COLUMN webhook.events.event_type IS 'The event type of the first delivery';
+COMMENT ON COLUMN webhook.events.status IS 'processing (claimed, lease running), processed (done), failed (next delivery retries), dead (parked for an operator)';
+COMMENT ON COLUMN webhook.events.attempts IS 'Claims that owned the event: the first, plus every retry';
+COMMENT ON COLUMN webhook.events.claim_id IS 'The delivery that owns the event now (its webhook.delivery_log id)';
+COMMENT ON COLUMN webhook.events.lease_expires_at IS 'While processing: when another delivery may take the event over';
+COMMENT ON COLUMN webhook.events.first_seen_at IS 'When the first delivery was claimed';
+COMMENT ON COLUMN webhook.events.processed_at IS 'When webhook_complete marked it processed';
+COMMENT ON COLUMN webhook.events.last_error IS 'The latest webhook_fail message (at most 2 kB), or why it was parked';
+COMMENT ON COLUMN webhook.events.payload_hash IS 'SHA-256 of the first delivery''s payload; redeliveries that differ are flagged payload_mismatch';
+COMMENT ON COLUMN webhook.events.result IS 'What webhook_complete stored; returned to every later duplicate';
+COMMENT ON COLUMN webhook.events.requeues IS 'How many times an operator put the event back with webhook_requeue';
+COMMENT ON TABLE webhook.delivery_log IS
+    'One row per webhook_claim / webhook_receive call, written once: payload, raw body, signature, headers, answer';
+COMMENT ON COLUMN webhook.delivery_log.id IS 'The delivery''s id (UUIDv7, time-ordered): what webhook_claim and webhook_receive return';
+COMMENT ON COLUMN webhook.delivery_log.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.delivery_log.event_id IS 'The event id it carried; NULL when rejected before it could be read';
+COMMENT ON COLUMN webhook.delivery_log.event_type IS 'The event type it carried; NULL when rejected';
+COMMENT ON COLUMN webhook.delivery_log.payload IS 'The payload as jsonb; NULL for rejections';
+COMMENT ON COLUMN webhook.delivery_log.raw_body IS 'The exact bytes received (signatures cover these); for rejections only the first webhook.rejected_body_limit bytes';
+COMMENT ON COLUMN webhook.delivery_log.signature IS 'The signature header''s value, for verifying the delivery again later';
+COMMENT ON COLUMN webhook.delivery_log.headers IS 'Request headers given to webhook_receive, webhook.redact_headers redacted; NULL past 64 kB';
+COMMENT ON COLUMN webhook.delivery_log.claim_status IS 'What the delivery was answered: claimed, retry, duplicate, in_progress, dead, or rejected';
+COMMENT ON COLUMN webhook.delivery_log.reject_reason IS 'For rejections: why (bad_signature, replayed, timestamp_too_old, ...)';
+COMMENT ON COLUMN webhook.delivery_log.payload_mismatch IS 'This redelivery''s payload differs from the first delivery''s';
+COMMENT ON COLUMN webhook.delivery_log.created_at IS 'When the delivery arrived';
+COMMENT ON COLUMN webhook.delivery_log.body_size IS 'For rejections: the whole body''s size in bytes';
+COMMENT ON COLUMN webhook.delivery_log.body_sha256 IS 'For rejections: the whole body''s SHA-256';
+COMMENT ON TABLE webhook.delivery_failures IS
+    'Failed attempts: the error given to webhook_fail, or the lease that ran out and was taken over';
+COMMENT ON COLUMN webhook.delivery_failures.delivery_id IS 'The delivery whose attempt failed';
+COMMENT ON COLUMN webhook.delivery_failures.error_message IS 'The webhook_fail message, or the lease that ran out';
+COMMENT ON COLUMN webhook.delivery_failures.failed_at IS 'When it failed';
+COMMENT ON VIEW webhook.deliveries IS
+    'The archive: one row per delivery with processing_status PENDING, PROCESSED, SKIPPED, FAILED or REJECTED';
+COMMENT ON TABLE webhook.signature_bindings IS
+    'For providers that sign the body but not the event id: which id each signed body first came with';
+COMMENT ON COLUMN webhook.signature_bindings.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.signature_bindings.digest IS 'SHA-256 of the signed material (the scheme''s signed prefix and the body)';
+COMMENT ON COLUMN webhook.signature_bindings.event_id IS 'The event id those bytes first came with; under any other id they are refused as replayed';
+COMMENT ON COLUMN webhook.signature_bindings.first_seen_at IS 'When they were first seen';
+COMMENT ON TABLE webhook.providers IS
+    'Registered providers: signature scheme, timestamp tolerance, where the event id and type are';
+COMMENT ON COLUMN webhook.providers.name IS 'The name handlers pass to webhook_receive';
+COMMENT ON COLUMN webhook.providers.scheme IS 'Signature scheme (webhook_schemes()), or a generic hmac;header=... string';
+COMMENT ON COLUMN webhook.providers.tolerance IS 'How far a signed timestamp may be from now; NULL: the scheme''s default';
+COMMENT ON COLUMN webhook.providers.event_id_from IS 'Where the event id is: header:<name> or body:<dotted.path>, alternatives joined by |';
+COMMENT ON COLUMN webhook.providers.event_type_from IS 'Where the event type is, in the same form';
+COMMENT ON COLUMN webhook.providers.created_at IS 'When the provider was registered';
+COMMENT ON TABLE webhook.provider_secrets IS
+    'Signing secrets per provider; active while retired_at is NULL. Never granted to anyone.';
+COMMENT ON COLUMN webhook.provider_secrets.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.provider_secrets.secret IS 'The signing secret, as the provider shows it; readable by the extension owner only';
+COMMENT ON COLUMN webhook.provider_secrets.fingerprint IS 'First 16 hex digits of the secret''s SHA-256: how it is listed';
+COMMENT ON COLUMN webhook.provider_secrets.added_at IS 'When it was added (the newest is tried first)';
+COMMENT ON COLUMN webhook.provider_secrets.retired_at IS 'When it was retired; NULL while active';
+COMMENT ON VIEW webhook.recent_failures IS 'Deliveries whose processing failed in the last day, with their event''s status';
+COMMENT ON VIEW webhook.stuck_claims IS 'Claims committed but never finished whose lease has run out: the next delivery retries them';
+COMMENT ON VIEW webhook.rejected_deliveries IS 'Deliveries webhook_receive refused: forged, replayed, stale, misconfigured or unreadable';
+COMMENT ON VIEW webhook.dead_letters IS 'Events that failed webhook.max_attempts times and wait for webhook_requeue';
+COMMENT ON VIEW webhook.payload_mismatches IS 'Redeliveries whose payload differs from the first delivery of the same event';
+COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status, retries spent, last event';
+COMMENT ON FUNCTION @extschema@.webhook_purge(interval, integer, integer) IS
+    'Delete archive rows older than older_than whose event is processed (and rejections); never touches webhook.events. Returns the rows deleted';
+COMMENT ON FUNCTION webhook._fingerprint(text) IS 'Internal: how a secret is listed without being shown';
+COMMENT ON VIEW webhook.provider_summary IS 'The registry, secrets listed by fingerprint only';
+COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text) IS
+    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, and optionally a secret';
+COMMENT ON FUNCTION @extschema@.webhook_add_secret(text, text) IS
+    'Add a signing secret to a provider (several may be active while rotating); returns its fingerprint';
+COMMENT ON FUNCTION @extschema@.webhook_retire_secret(text, text) IS
+    'Retire a provider''s secret, named by its fingerprint or by itself';
+COMMENT ON FUNCTION @extschema@.webhook_providers() IS 'The registry, without secrets';
+COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
+    'Grant a handler role EXECUTE on webhook_receive, webhook_claim, webhook_complete, webhook_fail, webhook_extend; no table privilege';
+COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
+    'Grant an operator role the archive, the views, webhook_requeue, webhook_purge and webhook_providers; never the secrets';
+COMMENT ON FUNCTION webhook._restrict_privileges() IS
+    'Internal: the privilege rule every install and upgrade applies';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval) IS
+    'Verify a delivery with its provider''s registered scheme and secrets, read its event id and type, claim it, and say what to answer (http_status)';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval) IS
+    'webhook_receive for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, jsonb, text, interval) IS
+    'Claim a delivery (payload as jsonb): claimed/retry (do the work, then webhook_complete), duplicate, in_progress or dead';
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, bytea, text, interval) IS
+    'webhook_claim with the raw body, archived byte for byte';
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, text, text, interval) IS
+    'webhook_claim with the raw body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_complete(uuid, jsonb) IS
+    'Mark a claimed delivery''s event processed, in the transaction of its work; result is returned to later duplicates';
+COMMENT ON FUNCTION @extschema@.webhook_fail(uuid, text) IS
+    'Record a failed attempt and release the event: its next delivery is a retry (or it is parked as dead after webhook.max_attempts)';
+COMMENT ON FUNCTION @extschema@.webhook_extend(uuid, interval) IS
+    'Renew a live claim''s lease, from now (at most webhook.max_lease); returns the new expiry';
+COMMENT ON FUNCTION @extschema@.webhook_requeue(text, text) IS
+    'For operators: put a dead or failed event back with a fresh attempt budget';
+COMMENT ON FUNCTION @extschema@.verify_hmac(text, bytea, text, text) IS
+    'Constant-time check of an HMAC signature (hex or base64) over the raw body';
+COMMENT ON FUNCTION @extschema@.verify_hmac(text, text, text, text) IS
+    'verify_hmac for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, bytea, text[], interval) IS
+    'Whether a delivery is signed under a provider scheme by one of the secrets, within the timestamp tolerance';
+COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, text, text[], interval) IS
+    'webhook_verify for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[], interval) IS
+    'webhook_verify, saying why: (valid, reason, signed_at)';
+COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval) IS
+    'webhook_verify_detail for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_schemes() IS
+    'The signature schemes, their aliases, and the registry defaults each gives a provider';
+
+------------------------------------------------------------------------------
 
 SELECT webhook._restrict_privileges();
 

@@ -17,6 +17,7 @@ CREATE FUNCTION webhook._fingerprint(secret text) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 16) $$;
+COMMENT ON FUNCTION webhook._fingerprint(text) IS 'Internal: how a secret is listed without being shown';
 
 -- What anyone allowed to see the registry sees: no secrets.
 CREATE VIEW webhook.provider_summary AS
@@ -30,6 +31,7 @@ SELECT p.name, p.scheme, p.tolerance, p.event_id_from, p.event_type_from,
   FROM webhook.providers p
   LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
  GROUP BY p.name;
+COMMENT ON VIEW webhook.provider_summary IS 'The registry, secrets listed by fingerprint only';
 
 -- Create or update a provider. Arguments left NULL keep their current value,
 -- or take the scheme's defaults for a new provider. The scheme defaults to
@@ -84,7 +86,7 @@ BEGIN
     INSERT INTO webhook.providers AS p (name, scheme, tolerance, event_id_from, event_type_from)
     VALUES (p_name,
             v_scheme,
-            coalesce(webhook_register_provider.tolerance, existing.tolerance, interval '5 minutes'),
+            coalesce(webhook_register_provider.tolerance, existing.tolerance, known.tolerance),
             coalesce(webhook_register_provider.event_id_from, existing.event_id_from, known.event_id_from),
             coalesce(webhook_register_provider.event_type_from, existing.event_type_from, known.event_type_from))
     ON CONFLICT ON CONSTRAINT providers_pkey DO UPDATE
@@ -106,6 +108,8 @@ EXCEPTION
                   HINT = 'Names are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.';
 END
 $$;
+COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text) IS
+    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, and optionally a secret';
 
 -- Add a signing secret (or re-activate a retired one). Returns its fingerprint.
 CREATE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)
@@ -131,6 +135,8 @@ BEGIN
     RETURN fp;
 END
 $$;
+COMMENT ON FUNCTION @extschema@.webhook_add_secret(text, text) IS
+    'Add a signing secret to a provider (several may be active while rotating); returns its fingerprint';
 
 -- Retire a secret, named by its fingerprint (as listed) or by itself.
 -- Deliveries signed with it fail from now on.
@@ -156,6 +162,8 @@ BEGIN
     END IF;
 END
 $$;
+COMMENT ON FUNCTION @extschema@.webhook_retire_secret(text, text) IS
+    'Retire a provider''s secret, named by its fingerprint or by itself';
 
 -- The registry, without secrets.
 CREATE FUNCTION @extschema@.webhook_providers()
@@ -163,5 +171,6 @@ RETURNS SETOF webhook.provider_summary
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM webhook.provider_summary ORDER BY name $$;
+COMMENT ON FUNCTION @extschema@.webhook_providers() IS 'The registry, without secrets';
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

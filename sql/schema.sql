@@ -32,6 +32,8 @@ COMMENT ON SCHEMA webhook IS
 -- and UPDATE (a fifth of the claim's cost, measured).
 CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead');
 CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected');
+COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked)';
+COMMENT ON TYPE webhook.claim_status IS 'What a delivery was answered';
 
 CREATE TABLE webhook.events (
     provider         text        NOT NULL,
@@ -65,6 +67,20 @@ WITH (fillfactor = 80);
 
 COMMENT ON TABLE webhook.events IS
     'One row per (provider, event_id), kept forever: the dedup and the claim state machine';
+
+COMMENT ON COLUMN webhook.events.provider IS 'Registered provider name (or the name given to webhook_claim)';
+COMMENT ON COLUMN webhook.events.event_id IS 'The provider''s event id; with provider, the dedup key';
+COMMENT ON COLUMN webhook.events.event_type IS 'The event type of the first delivery';
+COMMENT ON COLUMN webhook.events.status IS 'processing (claimed, lease running), processed (done), failed (next delivery retries), dead (parked for an operator)';
+COMMENT ON COLUMN webhook.events.attempts IS 'Claims that owned the event: the first, plus every retry';
+COMMENT ON COLUMN webhook.events.claim_id IS 'The delivery that owns the event now (its webhook.delivery_log id)';
+COMMENT ON COLUMN webhook.events.lease_expires_at IS 'While processing: when another delivery may take the event over';
+COMMENT ON COLUMN webhook.events.first_seen_at IS 'When the first delivery was claimed';
+COMMENT ON COLUMN webhook.events.processed_at IS 'When webhook_complete marked it processed';
+COMMENT ON COLUMN webhook.events.last_error IS 'The latest webhook_fail message (at most 2 kB), or why it was parked';
+COMMENT ON COLUMN webhook.events.payload_hash IS 'SHA-256 of the first delivery''s payload; redeliveries that differ are flagged payload_mismatch';
+COMMENT ON COLUMN webhook.events.result IS 'What webhook_complete stored; returned to every later duplicate';
+COMMENT ON COLUMN webhook.events.requeues IS 'How many times an operator put the event back with webhook_requeue';
 
 -- The archive is written once per delivery and never updated: a delivery's
 -- outcome follows from its event (the current owner of a processed event
@@ -135,6 +151,21 @@ CREATE INDEX delivery_log_attention_idx ON webhook.delivery_log (created_at)
 COMMENT ON TABLE webhook.delivery_log IS
     'One row per webhook_claim / webhook_receive call, written once: payload, raw body, signature, headers, answer';
 
+COMMENT ON COLUMN webhook.delivery_log.id IS 'The delivery''s id (UUIDv7, time-ordered): what webhook_claim and webhook_receive return';
+COMMENT ON COLUMN webhook.delivery_log.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.delivery_log.event_id IS 'The event id it carried; NULL when rejected before it could be read';
+COMMENT ON COLUMN webhook.delivery_log.event_type IS 'The event type it carried; NULL when rejected';
+COMMENT ON COLUMN webhook.delivery_log.payload IS 'The payload as jsonb; NULL for rejections';
+COMMENT ON COLUMN webhook.delivery_log.raw_body IS 'The exact bytes received (signatures cover these); for rejections only the first webhook.rejected_body_limit bytes';
+COMMENT ON COLUMN webhook.delivery_log.signature IS 'The signature header''s value, for verifying the delivery again later';
+COMMENT ON COLUMN webhook.delivery_log.headers IS 'Request headers given to webhook_receive, webhook.redact_headers redacted; NULL past 64 kB';
+COMMENT ON COLUMN webhook.delivery_log.claim_status IS 'What the delivery was answered: claimed, retry, duplicate, in_progress, dead, or rejected';
+COMMENT ON COLUMN webhook.delivery_log.reject_reason IS 'For rejections: why (bad_signature, replayed, timestamp_too_old, ...)';
+COMMENT ON COLUMN webhook.delivery_log.payload_mismatch IS 'This redelivery''s payload differs from the first delivery''s';
+COMMENT ON COLUMN webhook.delivery_log.created_at IS 'When the delivery arrived';
+COMMENT ON COLUMN webhook.delivery_log.body_size IS 'For rejections: the whole body''s size in bytes';
+COMMENT ON COLUMN webhook.delivery_log.body_sha256 IS 'For rejections: the whole body''s SHA-256';
+
 -- Attempts that failed: webhook_fail's message, or the lease that ran out.
 CREATE TABLE webhook.delivery_failures (
     delivery_id   uuid        NOT NULL
@@ -148,6 +179,10 @@ CREATE INDEX delivery_failures_failed_at_idx ON webhook.delivery_failures (faile
 
 COMMENT ON TABLE webhook.delivery_failures IS
     'Failed attempts: the error given to webhook_fail, or the lease that ran out and was taken over';
+
+COMMENT ON COLUMN webhook.delivery_failures.delivery_id IS 'The delivery whose attempt failed';
+COMMENT ON COLUMN webhook.delivery_failures.error_message IS 'The webhook_fail message, or the lease that ran out';
+COMMENT ON COLUMN webhook.delivery_failures.failed_at IS 'When it failed';
 
 -- The archive as one row per delivery, with its outcome.
 CREATE VIEW webhook.deliveries AS
@@ -194,13 +229,20 @@ CREATE TABLE webhook.signature_bindings (
 COMMENT ON TABLE webhook.signature_bindings IS
     'For providers that sign the body but not the event id: which id each signed body first came with';
 
+COMMENT ON COLUMN webhook.signature_bindings.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.signature_bindings.digest IS 'SHA-256 of the signed material (the scheme''s signed prefix and the body)';
+COMMENT ON COLUMN webhook.signature_bindings.event_id IS 'The event id those bytes first came with; under any other id they are refused as replayed';
+COMMENT ON COLUMN webhook.signature_bindings.first_seen_at IS 'When they were first seen';
+
 -- The provider registry: how to verify each provider's deliveries and where
 -- its event id and type are. Written through webhook_register_provider().
 CREATE TABLE webhook.providers (
     name            text        NOT NULL
                     CONSTRAINT providers_name_check CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'),
     scheme          text        NOT NULL,
-    tolerance       interval    NOT NULL DEFAULT '5 minutes'
+    -- NULL: the scheme's own window (webhook_schemes().tolerance), or none
+    -- for schemes that sign no timestamp.
+    tolerance       interval
                     CONSTRAINT providers_tolerance_check CHECK (tolerance > interval '0'),
     -- 'header:<name>' or 'body:<dotted.json.path>', alternatives joined by '|'.
     event_id_from   text        NOT NULL
@@ -215,6 +257,13 @@ CREATE TABLE webhook.providers (
 
 COMMENT ON TABLE webhook.providers IS
     'Registered providers: signature scheme, timestamp tolerance, where the event id and type are';
+
+COMMENT ON COLUMN webhook.providers.name IS 'The name handlers pass to webhook_receive';
+COMMENT ON COLUMN webhook.providers.scheme IS 'Signature scheme (webhook_schemes()), or a generic hmac;header=... string';
+COMMENT ON COLUMN webhook.providers.tolerance IS 'How far a signed timestamp may be from now; NULL: the scheme''s default';
+COMMENT ON COLUMN webhook.providers.event_id_from IS 'Where the event id is: header:<name> or body:<dotted.path>, alternatives joined by |';
+COMMENT ON COLUMN webhook.providers.event_type_from IS 'Where the event type is, in the same form';
+COMMENT ON COLUMN webhook.providers.created_at IS 'When the provider was registered';
 
 -- Signing secrets, several per provider while rotating. Readable by no one
 -- but the extension owner; listed by fingerprint only.
@@ -232,6 +281,12 @@ CREATE TABLE webhook.provider_secrets (
 
 COMMENT ON TABLE webhook.provider_secrets IS
     'Signing secrets per provider; active while retired_at is NULL. Never granted to anyone.';
+
+COMMENT ON COLUMN webhook.provider_secrets.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.provider_secrets.secret IS 'The signing secret, as the provider shows it; readable by the extension owner only';
+COMMENT ON COLUMN webhook.provider_secrets.fingerprint IS 'First 16 hex digits of the secret''s SHA-256: how it is listed';
+COMMENT ON COLUMN webhook.provider_secrets.added_at IS 'When it was added (the newest is tried first)';
+COMMENT ON COLUMN webhook.provider_secrets.retired_at IS 'When it was retired; NULL while active';
 
 -- Nobody but the extension's functions writes here. (New tables grant
 -- nothing to PUBLIC; these statements make that explicit for DBAs.)

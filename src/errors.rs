@@ -95,16 +95,38 @@ pub enum WebhookError {
         function: &'static str,
         status: String,
     },
-    /// webhook_receive was given a provider nobody registered.
-    UnknownProvider { given: String },
-    /// webhook_verify was asked for a scheme it does not know.
-    UnknownScheme { given: String },
+    /// A provider nobody registered.
+    UnknownProvider {
+        function: &'static str,
+        arg: &'static str,
+        given: String,
+    },
+    /// A signature scheme nobody knows; `known` lists the ones that exist.
+    UnknownScheme {
+        function: &'static str,
+        arg: &'static str,
+        given: String,
+        known: String,
+    },
     /// A generic `hmac;…` scheme string with a bad option.
-    BadSchemeOption { given: String, detail: String },
-    /// verify_hmac was asked for an algorithm it does not implement.
-    UnknownAlgorithm { arg: &'static str, given: String },
+    BadSchemeOption {
+        function: &'static str,
+        arg: &'static str,
+        given: String,
+        detail: String,
+    },
+    /// An HMAC algorithm that is not implemented.
+    UnknownAlgorithm {
+        function: &'static str,
+        arg: &'static str,
+        given: String,
+    },
     /// A signature that is neither hex nor base64 of the digest's length.
-    MalformedSignature { arg: &'static str, detail: String },
+    MalformedSignature {
+        function: &'static str,
+        arg: &'static str,
+        detail: String,
+    },
     /// An SPI failure: a bug or a broken installation, never the caller's input.
     Internal(String),
 }
@@ -229,29 +251,29 @@ impl fmt::Display for WebhookError {
                 f,
                 "{function}: argument \"id\": delivery {id} lost its lease to another claim"
             ),
-            Self::UnknownAlgorithm { arg, given } => {
-                write!(f, "verify_hmac: argument \"{arg}\": unknown HMAC algorithm \"{given}\"")
+            Self::UnknownAlgorithm { function, arg, given } => {
+                write!(f, "{function}: argument \"{arg}\": unknown HMAC algorithm \"{given}\"")
             }
-            Self::UnknownScheme { given } => write!(
+            Self::UnknownScheme { function, arg, given, known } => write!(
                 f,
-                "webhook_verify: argument \"scheme\": unknown signature scheme \"{given}\"; known: {}",
-                crate::schemes::catalog::known()
+                "{function}: argument \"{arg}\": unknown signature scheme \"{given}\"; known: {known}"
             ),
-            Self::UnknownEvent { function, provider, event_id } => {
-                write!(f, "{function}: no event \"{event_id}\" from provider \"{provider}\"")
-            }
+            Self::UnknownEvent { function, provider, event_id } => write!(
+                f,
+                "{function}: argument \"event_id\": no event \"{event_id}\" from provider \"{provider}\""
+            ),
             Self::NotRequeueable { function, status } => write!(
                 f,
-                "{function}: the event is {status}; only dead or failed events can be requeued"
+                "{function}: argument \"event_id\": the event is {status}; only dead or failed events can be requeued"
             ),
-            Self::UnknownProvider { given } => {
-                write!(f, "webhook_receive: argument \"provider\": no provider \"{given}\" is registered")
+            Self::UnknownProvider { function, arg, given } => {
+                write!(f, "{function}: argument \"{arg}\": no provider \"{given}\" is registered")
             }
-            Self::BadSchemeOption { given, .. } => {
-                write!(f, "webhook_verify: argument \"scheme\": invalid scheme \"{given}\"")
+            Self::BadSchemeOption { function, arg, given, .. } => {
+                write!(f, "{function}: argument \"{arg}\": invalid scheme \"{given}\"")
             }
-            Self::MalformedSignature { arg, .. } => {
-                write!(f, "verify_hmac: argument \"{arg}\" is not a well-formed signature")
+            Self::MalformedSignature { function, arg, .. } => {
+                write!(f, "{function}: argument \"{arg}\" is not a well-formed signature")
             }
             Self::Internal(msg) => write!(f, "pg_webhook_inbox internal error: {msg}"),
         }
@@ -279,3 +301,9 @@ impl From<pgrx::spi::SpiError> for WebhookError {
 }
 
 pub type Result<T> = std::result::Result<T, WebhookError>;
+
+/// What a `#[pg_extern]` returns: pgrx reports an `ErrorReport` with its
+/// own SQLSTATE, where any other error type would become SQLSTATE 22000.
+/// Functions returning a `TableIterator` spell the `Result` out instead:
+/// pgrx reads their column list from the written-out type.
+pub type PgResult<T> = std::result::Result<T, ErrorReport>;

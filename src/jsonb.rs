@@ -5,8 +5,38 @@
 //! The claim only needs to know the top-level kind and to pass the value
 //! on to its INSERT, so it keeps the datum as PostgreSQL gave it.
 
+use crate::errors::WebhookError;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, FromDatum, IntoDatum};
+
+/// JSON text already validated (`input::json_object_body`) → a jsonb
+/// datum, by PostgreSQL's own parser. `function` and `arg` name where the
+/// text came from, for errors.
+pub fn from_text(
+    function: &'static str,
+    arg: &'static str,
+    text: &str,
+) -> crate::errors::Result<RawJsonb> {
+    // Validated JSON never contains a raw NUL byte, so this cannot fail;
+    // stay defensive all the same.
+    let cstring = std::ffi::CString::new(text).map_err(|_| WebhookError::InvalidJson {
+        function,
+        arg,
+        detail: "It contains a NUL byte.".into(),
+    })?;
+    // SAFETY: jsonb_in takes a NUL-terminated C string and returns a jsonb
+    // datum allocated in the current memory context, or raises an ERROR.
+    let datum = unsafe {
+        pgrx::direct_function_call_as_datum(
+            pg_sys::jsonb_in,
+            &[Some(pg_sys::Datum::from(cstring.as_ptr()))],
+        )
+    }
+    .ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))?;
+    // SAFETY: the datum is a freshly built, non-NULL jsonb.
+    unsafe { RawJsonb::from_datum(datum) }
+        .ok_or_else(|| WebhookError::Internal("jsonb_in returned NULL".into()))
+}
 
 /// Top-level flags of a jsonb root container (`JB_FSCALAR`, `JB_FOBJECT`,
 /// `JB_FARRAY` in PostgreSQL's `utils/jsonb.h`), part of the on-disk
@@ -53,7 +83,7 @@ impl RawJsonb {
 
     /// The value as serde_json, through PostgreSQL's own text output. For
     /// small values (request headers), never for payloads on the hot path.
-    pub fn to_json(&self) -> Option<serde_json::Value> {
+    pub fn to_json(self) -> Option<serde_json::Value> {
         // SAFETY: the datum is a valid jsonb; jsonb_out returns a palloc'd
         // C string or raises an ERROR.
         let text = unsafe {

@@ -2,24 +2,34 @@
 //! by the database the handler already writes to.
 //!
 //! Modules, one concern each:
+//! * `receive` — `webhook_receive`: verify, read the event id and type,
+//!   bind unsigned ids to their signed bytes, claim, in one call;
 //! * `claim` — `webhook_claim`, deciding who processes a delivery;
 //! * `lifecycle` — `webhook_complete`, `webhook_fail`, `webhook_extend`;
-//! * `signature` — `verify_hmac`;
-//! * `schemes` — `webhook_verify`, the catalog of schemes and their aliases
-//!   (`webhook_schemes`), one module per provider's scheme;
-//! * `receive` — `webhook_receive`: verify, extract, bind unsigned ids to
-//!   their signed bytes, claim, in one call;
-//! * `operations` — `webhook_requeue`;
+//! * `requeue` — `webhook_requeue`, for operators;
+//! * `verify` — `webhook_verify`, `webhook_verify_detail`, `webhook_schemes`;
+//! * `schemes` — the catalog of signature schemes and one module per
+//!   provider's scheme, in plain Rust;
+//! * `signature` — `verify_hmac` and the HMAC primitives;
+//! * `archive` — the one writer of archive rows;
+//! * `session_claims` — the claims this session owns, for finishing them;
 //! * `event_lock` — the per-event (and per-signed-body) lock that keeps
 //!   claims from waiting;
 //! * `plans` — the kept SPI plans of the hot path;
 //! * `compress` — payloads compressed before they are archived;
 //! * `input`, `errors`, `gucs`, `jsonb`, `uuid` — shared plumbing.
 //!
-//! Tables, grants and comments are plain SQL in `sql/`.
+//! Tables, views, grants and comments are plain SQL in `sql/`.
+
+// pgrx's ErrorReport is how a #[pg_extern] raises an ERROR with its own
+// SQLSTATE. It is large, and boxing it would cost an allocation on every
+// refusal for nothing. And pgrx reads a table function's columns from its
+// written-out return type, which no type alias may hide.
+#![allow(clippy::result_large_err, clippy::type_complexity)]
 
 use pgrx::prelude::*;
 
+mod archive;
 mod claim;
 mod compress;
 mod errors;
@@ -28,12 +38,14 @@ mod gucs;
 mod input;
 mod jsonb;
 mod lifecycle;
-mod operations;
 mod plans;
 mod receive;
+mod requeue;
 mod schemes;
+mod session_claims;
 mod signature;
 mod uuid;
+mod verify;
 
 pgrx::pg_module_magic!();
 
@@ -48,6 +60,7 @@ extension_sql_file!(
     name = "operations",
     requires = ["schema"]
 );
+extension_sql_file!("../sql/roles.sql", name = "roles", requires = ["schema"]);
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
 #[pg_guard]

@@ -9,7 +9,7 @@
 //! SQLSTATE 55006, so the caller's transaction rolls back its business
 //! writes instead of committing them a second time.
 
-use crate::errors::{Result, WebhookError};
+use crate::errors::{PgResult, Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::input;
 use crate::jsonb::RawJsonb;
@@ -19,8 +19,6 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use pgrx::{FromDatum, IntoDatum};
-
-type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 
 /// Mark the delivery's event processed. Call it in the transaction that made
 /// the business writes (one-transaction use), or after the side effect
@@ -46,7 +44,7 @@ fn webhook_complete(
         }
     }
     finish::<bool>(F, id, &COMPLETE, vec![result.into()])?;
-    crate::claim::owned_claims::forget(id);
+    crate::session_claims::forget(id);
     Ok(())
 }
 
@@ -71,7 +69,7 @@ fn webhook_fail(id: Option<pgrx::Uuid>, err: Option<&str>) -> PgResult<()> {
     let err = input::truncated(err, MAX_ERROR_BYTES);
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
     finish::<bool>(F, id, &FAIL, vec![err.as_ref().into(), max_attempts.into()])?;
-    crate::claim::owned_claims::forget(id);
+    crate::session_claims::forget(id);
     Ok(())
 }
 
@@ -196,7 +194,7 @@ fn take_ownership(
     function: &'static str,
     id: pgrx::Uuid,
 ) -> Result<Owned> {
-    if let Some((provider, event_id)) = crate::claim::owned_claims::get(id) {
+    if let Some((provider, event_id)) = crate::session_claims::get(id) {
         EventLock::for_event(&provider, &event_id).acquire();
         return Ok(Owned { provider, event_id });
     }

@@ -16,13 +16,14 @@
 //! `webhook.signature_bindings`: the same signed bytes under another id are
 //! a replay with a forged header, and are refused as `replayed`.
 
+use crate::archive::{self, Rejection};
 use crate::claim::{self, ClaimStatus, Delivery, Outcome};
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::input::{
     self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES,
 };
-use crate::jsonb::RawJsonb;
+use crate::jsonb::{self, RawJsonb};
 use crate::plans::Statement;
 use crate::schemes::{self, Headers, Scheme};
 use pgrx::datum::Interval;
@@ -161,26 +162,6 @@ static LOAD_PROVIDER: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID],
 };
 
-/// A delivery refused before any claim: archived with its reason, a
-/// bounded prefix of its body, and the body's full size and digest.
-static REJECT: Statement = Statement {
-    sql: "INSERT INTO webhook.delivery_log
-              (id, provider, raw_body, body_size, body_sha256, signature, headers,
-               claim_status, reject_reason, event_id)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, 'rejected', $8, $9)",
-    arg_types: &[
-        pg_sys::UUIDOID,
-        pg_sys::TEXTOID,
-        pg_sys::BYTEAOID,
-        pg_sys::INT4OID,
-        pg_sys::BYTEAOID,
-        pg_sys::TEXTOID,
-        pg_sys::JSONBOID,
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-    ],
-};
-
 /// Which event id these signed bytes were first seen under, if any.
 static BOUND_TO: Statement = Statement {
     sql: "SELECT event_id FROM webhook.signature_bindings WHERE provider = $1 AND digest = $2",
@@ -202,11 +183,23 @@ fn load_provider(client: &mut SpiClient<'_>, name: &str) -> Result<Provider> {
         .into_iter()
         .next()
         .ok_or_else(|| WebhookError::UnknownProvider {
+            function: FUNCTION,
+            arg: "provider",
             given: name.to_string(),
         })?;
+    // The registry only holds schemes that parsed when registered.
+    let scheme = Scheme::parse(
+        FUNCTION,
+        "provider",
+        &row.get::<String>(1)?.unwrap_or_default(),
+    )?;
+    // NULL: the scheme signs no timestamp, or the DBA left it to the scheme.
+    let tolerance = row
+        .get::<i64>(2)?
+        .unwrap_or_else(|| scheme.default_tolerance());
     Ok(Provider {
-        scheme: Scheme::parse(&row.get::<String>(1)?.unwrap_or_default())?,
-        tolerance: row.get::<i64>(2)?.unwrap_or(300),
+        scheme,
+        tolerance,
         event_id_from: row.get::<String>(3)?.unwrap_or_default(),
         event_type_from: row.get::<String>(4)?.unwrap_or_default(),
         secrets: row.get::<Vec<Option<String>>>(5)?.unwrap_or_default(),
@@ -286,7 +279,7 @@ fn archived_headers(raw: RawJsonb, json: &serde_json::Value) -> Result<Option<Ra
         })
         .collect();
     let text = serde_json::Value::Object(redacted).to_string();
-    claim::jsonb_from_text(&text).map(Some)
+    jsonb::from_text(FUNCTION, "headers", &text).map(Some)
 }
 
 /// Request headers are archived only up to this size (a real request's
@@ -309,22 +302,18 @@ fn reject(
     event_id: Option<&str>,
 ) -> Result<Answer> {
     let id = crate::uuid::new_v7();
-    let kept = request.body.len().min(crate::gucs::rejected_body_bytes());
-    let size = i32::try_from(request.body.len()).unwrap_or(i32::MAX);
-    let digest = Sha256::digest(request.body).to_vec();
-    REJECT.run(
+    archive::record_rejection(
         client,
-        &[
-            id.into(),
-            request.provider.into(),
-            request.body[..kept].into(),
-            size.into(),
-            digest.as_slice().into(),
-            request.signature.into(),
-            request.headers.into(),
-            reason.into(),
-            event_id.into(),
-        ],
+        Rejection {
+            id,
+            provider: request.provider,
+            event_id,
+            body: request.body,
+            kept: crate::gucs::rejected_body_bytes(),
+            signature: request.signature,
+            headers: request.headers,
+            reason,
+        },
     )?;
     Ok(Answer::refused(id, http_status, reason))
 }
@@ -394,7 +383,7 @@ fn receive(
     if event_id.value.len() > MAX_EVENT_ID_BYTES || event_type.value.len() > MAX_EVENT_TYPE_BYTES {
         return reject(client, &request, 400, "malformed_event_id", None);
     }
-    let payload = claim::jsonb_from_text(body_text)?;
+    let payload = jsonb::from_text(FUNCTION, "body", body_text)?;
     let delivery = Delivery {
         provider: provider_name,
         event_id: &event_id.value,

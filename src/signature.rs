@@ -4,14 +4,11 @@
 //! time in the signature: a forger learns nothing from how long a rejection
 //! took. The expected digest is never turned into a string and compared.
 
-use crate::errors::{Result, WebhookError};
+use crate::errors::{PgResult, Result, WebhookError};
 use crate::input;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use pgrx::pg_sys;
 use pgrx::prelude::*;
-
-type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
@@ -21,19 +18,16 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    pub fn parse(name: &str) -> Result<Self> {
+    pub fn parse(name: &str) -> Option<Self> {
         let is = |a: &str, b: &str| name.eq_ignore_ascii_case(a) || name.eq_ignore_ascii_case(b);
         if is("sha256", "sha-256") {
-            Ok(Self::Sha256)
+            Some(Self::Sha256)
         } else if is("sha1", "sha-1") {
-            Ok(Self::Sha1)
+            Some(Self::Sha1)
         } else if is("sha512", "sha-512") {
-            Ok(Self::Sha512)
+            Some(Self::Sha512)
         } else {
-            Err(WebhookError::UnknownAlgorithm {
-                arg: "algorithm",
-                given: name.to_string(),
-            })
+            None
         }
     }
 
@@ -97,8 +91,13 @@ fn verify_args(
     }
     let payload = input::required(F, "payload", payload)?;
     let signature = input::required(F, "signature", signature)?;
-    let algorithm = Algorithm::parse(input::required(F, "algorithm", algorithm)?)?;
-    let expected = decode_signature(signature, algorithm)?;
+    let algorithm = input::required(F, "algorithm", algorithm)?;
+    let algorithm = Algorithm::parse(algorithm).ok_or_else(|| WebhookError::UnknownAlgorithm {
+        function: F,
+        arg: "algorithm",
+        given: algorithm.to_string(),
+    })?;
+    let expected = decode_signature(F, signature, algorithm)?;
     Ok(verify(algorithm, secret.as_bytes(), payload, &expected))
 }
 
@@ -178,8 +177,13 @@ pub fn decode_base64_any(text: &str) -> Option<Vec<u8>> {
 /// encodings apart without guessing (hex of SHA-256 is 64 characters,
 /// base64 is 43 or 44). A prefix naming another algorithm is malformed:
 /// it means the caller verifies with the wrong one.
-pub fn decode_signature(signature: &str, algorithm: Algorithm) -> Result<Vec<u8>> {
+pub fn decode_signature(
+    function: &'static str,
+    signature: &str,
+    algorithm: Algorithm,
+) -> Result<Vec<u8>> {
     let malformed = |detail: String| WebhookError::MalformedSignature {
+        function,
         arg: "signature",
         detail,
     };
@@ -192,8 +196,8 @@ pub fn decode_signature(signature: &str, algorithm: Algorithm) -> Result<Vec<u8>
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
         {
             match Algorithm::parse(prefix) {
-                Ok(named) if named == algorithm => rest,
-                Ok(named) => {
+                Some(named) if named == algorithm => rest,
+                Some(named) => {
                     return Err(malformed(format!(
                         "The signature is labelled \"{}\" but the algorithm is \"{}\".",
                         named.name(),
@@ -201,7 +205,7 @@ pub fn decode_signature(signature: &str, algorithm: Algorithm) -> Result<Vec<u8>
                     )))
                 }
                 // Not an algorithm label: '=' may be base64 padding.
-                Err(_) => trimmed,
+                None => trimmed,
             }
         }
         _ => trimmed,
@@ -228,18 +232,24 @@ mod unit_tests {
         let digest: Vec<u8> = (0u8..32).collect();
         let hex = hex::encode(&digest);
         let b64 = base64::engine::general_purpose::STANDARD.encode(&digest);
-        assert_eq!(decode_signature(&hex, Algorithm::Sha256).unwrap(), digest);
         assert_eq!(
-            decode_signature(&hex.to_uppercase(), Algorithm::Sha256).unwrap(),
-            digest
-        );
-        assert_eq!(decode_signature(&b64, Algorithm::Sha256).unwrap(), digest);
-        assert_eq!(
-            decode_signature(b64.trim_end_matches('='), Algorithm::Sha256).unwrap(),
+            decode_signature("t", &hex, Algorithm::Sha256).unwrap(),
             digest
         );
         assert_eq!(
-            decode_signature(&format!("sha256={hex}"), Algorithm::Sha256).unwrap(),
+            decode_signature("t", &hex.to_uppercase(), Algorithm::Sha256).unwrap(),
+            digest
+        );
+        assert_eq!(
+            decode_signature("t", &b64, Algorithm::Sha256).unwrap(),
+            digest
+        );
+        assert_eq!(
+            decode_signature("t", b64.trim_end_matches('='), Algorithm::Sha256).unwrap(),
+            digest
+        );
+        assert_eq!(
+            decode_signature("t", &format!("sha256={hex}"), Algorithm::Sha256).unwrap(),
             digest
         );
     }
@@ -254,7 +264,10 @@ mod unit_tests {
             &"a".repeat(63),
             "not base64 at all!!",
         ] {
-            assert!(decode_signature(bad, Algorithm::Sha256).is_err(), "{bad:?}");
+            assert!(
+                decode_signature("t", bad, Algorithm::Sha256).is_err(),
+                "{bad:?}"
+            );
         }
     }
 }

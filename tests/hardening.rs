@@ -43,7 +43,7 @@ fn sql_state(err: &postgres::Error) -> Option<&str> {
     err.code().map(|c| c.code())
 }
 
-/// 1. The handler commits, and the connection is reset before the client
+/// Scenario 1: The handler commits, and the connection is reset before the client
 /// reads the answer. The provider saw no 200 and retries.
 #[test]
 fn s1_tcp_reset_after_commit() {
@@ -76,7 +76,7 @@ fn s1_tcp_reset_after_commit() {
     scenario.finish(&mut observer, events);
 }
 
-/// 2. The handler's transaction is cut off mid-process: by its own
+/// Scenario 2: The handler's transaction is cut off mid-process: by its own
 /// statement_timeout, by a client that cancels its query, and by a client
 /// that gives up and closes the connection with the transaction open.
 #[test]
@@ -133,7 +133,7 @@ fn s2_worker_timeout_mid_process() {
     scenario.finish(&mut provider, events);
 }
 
-/// 3. A deploy mid-webhook: (a) the handler's backend is terminated in the
+/// Scenario 3: A deploy mid-webhook: (a) the handler's backend is terminated in the
 /// middle of its transaction; (b) in two-phase use, the worker process is
 /// killed with SIGTERM or SIGKILL between its committed claim and its
 /// completion.
@@ -261,7 +261,7 @@ fn s3_deploy_mid_webhook() {
     scenario.finish(&mut admin, terminated + killed_workers);
 }
 
-/// 4. Retry poisoning: a failure injected halfway through the work, then
+/// Scenario 4: Retry poisoning: a failure injected halfway through the work, then
 /// the provider's retry, which must complete the event — never skip it.
 #[test]
 fn s4_retry_poisoning() {
@@ -316,7 +316,7 @@ fn s4_retry_poisoning() {
     scenario.finish(&mut client, events);
 }
 
-/// 5. Concurrent duplicates across servers: 16 connections, 2,000 events,
+/// Scenario 5: Concurrent duplicates across servers: 16 connections, 2,000 events,
 /// each delivered 5 to 10 times in random order and timing. One handler in
 /// ten holds its transaction for 100 ms, and every connection has a
 /// lock_timeout of 50 ms: a claim that waited behind another transaction
@@ -394,7 +394,7 @@ fn s5_concurrent_duplicates_across_servers() {
         .finish(&mut client, events);
 }
 
-/// 6. Server crash: PostgreSQL stopped with `pg_ctl stop -m immediate`
+/// Scenario 6: Server crash: PostgreSQL stopped with `pg_ctl stop -m immediate`
 /// while claims and completions are in flight, then restarted. Whatever
 /// was acknowledged before the crash survives it; after the providers'
 /// retries every event is completed exactly once.
@@ -406,7 +406,7 @@ fn s6_server_crash() {
     let (connections, events, copies) = (8, 400, 3);
 
     let mut queue: Vec<usize> = (0..events)
-        .flat_map(|e| std::iter::repeat(e).take(copies))
+        .flat_map(|e| std::iter::repeat_n(e, copies))
         .collect();
     Rng::new(6).shuffle(&mut queue);
     let total = queue.len();
@@ -503,7 +503,7 @@ fn reconnect(db: &str) -> Option<Client> {
     None
 }
 
-/// 7. A slow worker whose lease ran out, after another worker reclaimed
+/// Scenario 7: A slow worker whose lease ran out, after another worker reclaimed
 /// and completed the event, tries to complete: refused, and its
 /// transaction's business writes roll back.
 #[test]
@@ -543,7 +543,7 @@ fn s7_stale_lease_slow_worker() {
     scenario.finish(&mut fast, events);
 }
 
-/// 8. Bad input: every call is refused with a clear error or answers
+/// Scenario 8: Bad input: every call is refused with a clear error or answers
 /// false; the backend stays up and nothing is half-written.
 #[test]
 fn s8_bad_input_matrix() {

@@ -2,7 +2,8 @@
 //! their providers put the event id and type, and whether the signature
 //! covers those. Rust parses scheme names from it, SQL reads it through
 //! `webhook_schemes()` (the provider registry takes its defaults from
-//! there), and the README's table is checked against it by a test.
+//! there), and the reference's table (docs/reference.md) is checked
+//! against it by a test.
 
 /// One scheme as the registry and the docs know it.
 pub struct Entry {
@@ -20,9 +21,17 @@ pub struct Entry {
     pub event_id_signed: bool,
     /// Whether the default event type is covered by the signature.
     pub event_type_signed: bool,
+    /// For schemes that sign a timestamp, how far from now it may be, in
+    /// seconds, unless the provider's registry entry (or the call) says
+    /// otherwise. None: the scheme signs no timestamp.
+    pub tolerance: Option<i64>,
     /// What the signature covers, for people.
     pub signs: &'static str,
 }
+
+/// Five minutes, the window Stripe's and the Standard Webhooks libraries
+/// use by default.
+const FIVE_MINUTES: Option<i64> = Some(300);
 
 pub const CATALOG: &[Entry] = &[
     Entry {
@@ -32,6 +41,7 @@ pub const CATALOG: &[Entry] = &[
         event_type_from: Some("body:type"),
         event_id_signed: true,
         event_type_signed: true,
+        tolerance: FIVE_MINUTES,
         signs: "timestamp and body",
     },
     Entry {
@@ -41,6 +51,7 @@ pub const CATALOG: &[Entry] = &[
         event_type_from: Some("header:X-GitHub-Event"),
         event_id_signed: false,
         event_type_signed: false,
+        tolerance: None,
         signs: "body only",
     },
     Entry {
@@ -52,6 +63,7 @@ pub const CATALOG: &[Entry] = &[
         event_type_from: Some("body:type"),
         event_id_signed: true,
         event_type_signed: true,
+        tolerance: FIVE_MINUTES,
         signs: "id, timestamp and body",
     },
     Entry {
@@ -61,6 +73,7 @@ pub const CATALOG: &[Entry] = &[
         event_type_from: Some("body:event_type"),
         event_id_signed: true,
         event_type_signed: true,
+        tolerance: FIVE_MINUTES,
         signs: "timestamp and body",
     },
     Entry {
@@ -72,6 +85,7 @@ pub const CATALOG: &[Entry] = &[
         event_type_from: Some("header:X-Shopify-Topic"),
         event_id_signed: false,
         event_type_signed: false,
+        tolerance: None,
         signs: "body only",
     },
     Entry {
@@ -81,6 +95,7 @@ pub const CATALOG: &[Entry] = &[
         event_type_from: Some("body:event.type"),
         event_id_signed: true,
         event_type_signed: true,
+        tolerance: FIVE_MINUTES,
         signs: "timestamp and body",
     },
     Entry {
@@ -90,6 +105,7 @@ pub const CATALOG: &[Entry] = &[
         event_type_from: None,
         event_id_signed: false,
         event_type_signed: false,
+        tolerance: None,
         signs: "body only",
     },
 ];
@@ -122,29 +138,37 @@ pub fn known() -> String {
 mod tests {
     use super::*;
 
-    /// Every alias the README names must resolve to the scheme it is listed
-    /// under, and every scheme must be in the README's table.
+    /// Every alias the docs name must resolve to the scheme it is listed
+    /// under, and every scheme must be in the docs' table.
     #[test]
-    fn the_readme_names_every_scheme_and_alias_as_the_catalog_does() {
-        let readme = include_str!("../../README.md");
-        let table = readme
+    fn the_docs_name_every_scheme_and_alias_as_the_catalog_does() {
+        let reference = include_str!("../../docs/reference.md");
+        let table = reference
             .split("<!-- schemes:start -->")
             .nth(1)
             .and_then(|rest| rest.split("<!-- schemes:end -->").next())
-            .expect("README has a schemes table between markers");
+            .expect("docs/reference.md has a schemes table between markers");
         let mut seen = Vec::new();
         for line in table
             .lines()
             .map(str::trim)
             .filter(|l| l.starts_with("| `"))
         {
+            // An escaped pipe inside a cell is not a cell boundary.
+            let line = line.replace("\\|", "/");
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
             let name = cells[1].trim_matches('`');
-            let entry = lookup(name).unwrap_or_else(|| panic!("README scheme {name} unknown"));
+            let entry = lookup(name).unwrap_or_else(|| panic!("documented scheme {name} unknown"));
             assert_eq!(
                 entry.name, name,
-                "README lists {name} under its canonical name"
+                "the docs list {name} under its canonical name"
             );
+            let tolerance = match entry.tolerance {
+                Some(300) => "5 minutes",
+                Some(other) => panic!("document a tolerance of {other} s"),
+                None => "—",
+            };
+            assert_eq!(cells[6], tolerance, "documented tolerance of {name}");
             let aliases: Vec<&str> = cells[2]
                 .split(',')
                 .map(|a| a.trim().trim_matches('`'))
@@ -154,14 +178,14 @@ mod tests {
                 assert_eq!(
                     lookup(alias).map(|e| e.name),
                     Some(entry.name),
-                    "README alias {alias} of {name}"
+                    "documented alias {alias} of {name}"
                 );
             }
-            assert_eq!(aliases, entry.aliases, "README aliases of {name}");
+            assert_eq!(aliases, entry.aliases, "documented aliases of {name}");
             seen.push(entry.name);
         }
         let all: Vec<&str> = CATALOG.iter().map(|e| e.name).collect();
-        assert_eq!(seen, all, "README table lists every scheme, in order");
+        assert_eq!(seen, all, "the docs' table lists every scheme, in order");
     }
 
     #[test]

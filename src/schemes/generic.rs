@@ -20,8 +20,14 @@ pub struct GenericHmac {
 }
 
 impl GenericHmac {
-    pub fn parse(spec: &str) -> Result<Self, WebhookError> {
+    pub fn parse(
+        function: &'static str,
+        arg: &'static str,
+        spec: &str,
+    ) -> Result<Self, WebhookError> {
         let bad = |detail: String| WebhookError::BadSchemeOption {
+            function,
+            arg,
             given: spec.to_string(),
             detail,
         };
@@ -37,7 +43,7 @@ impl GenericHmac {
                 "header" if !value.trim().is_empty() => header = Some(value.trim().to_string()),
                 "algorithm" => {
                     algorithm = Algorithm::parse(value.trim())
-                        .map_err(|_| bad(format!("unknown algorithm \"{value}\"")))?
+                        .ok_or_else(|| bad(format!("unknown algorithm \"{value}\"")))?
                 }
                 "encoding" => {
                     base64 = match value.trim().to_ascii_lowercase().as_str() {

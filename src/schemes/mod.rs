@@ -18,7 +18,6 @@ mod headers;
 mod paddle;
 mod shopify;
 mod slack;
-mod sql;
 mod standard;
 mod stripe;
 
@@ -121,10 +120,18 @@ pub enum Scheme {
 
 impl Scheme {
     /// A scheme by its name or one of its aliases (`catalog`), or the
-    /// generic `hmac;…` form with its options.
-    pub fn parse(name: &str) -> Result<Scheme, WebhookError> {
+    /// generic `hmac;…` form with its options. `function` and `arg` say
+    /// whose argument it was, for the error.
+    pub fn parse(
+        function: &'static str,
+        arg: &'static str,
+        name: &str,
+    ) -> Result<Scheme, WebhookError> {
         let unknown = || WebhookError::UnknownScheme {
+            function,
+            arg,
             given: name.to_string(),
+            known: catalog::known(),
         };
         match catalog::lookup(name).ok_or_else(unknown)?.name {
             "stripe" => Ok(Scheme::Stripe),
@@ -133,9 +140,30 @@ impl Scheme {
             "paddle" => Ok(Scheme::Paddle),
             "shopify" => Ok(Scheme::Shopify),
             "slack" => Ok(Scheme::Slack),
-            "hmac" => GenericHmac::parse(name.trim()).map(Scheme::Hmac),
+            "hmac" => GenericHmac::parse(function, arg, name.trim()).map(Scheme::Hmac),
             _ => Err(unknown()),
         }
+    }
+
+    /// The scheme's canonical name in the catalog.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scheme::Stripe => "stripe",
+            Scheme::Github => "github",
+            Scheme::Standard => "standard",
+            Scheme::Paddle => "paddle",
+            Scheme::Shopify => "shopify",
+            Scheme::Slack => "slack",
+            Scheme::Hmac(_) => "hmac",
+        }
+    }
+
+    /// The timestamp window when nobody gave one, in seconds; 0 for
+    /// schemes that sign no timestamp (it is never used for them).
+    pub fn default_tolerance(&self) -> i64 {
+        catalog::lookup(self.name())
+            .and_then(|entry| entry.tolerance)
+            .unwrap_or(0)
     }
 
     fn read(&self, headers: &Headers<'_>) -> Result<Signed, Reason> {

@@ -18,8 +18,13 @@ fn all_schemes() -> Vec<Scheme> {
         Scheme::Paddle,
         Scheme::Shopify,
         Scheme::Slack,
-        Scheme::parse("hmac;header=X-Signature;prefix=sha256=").unwrap(),
-        Scheme::parse("hmac;header=X-Sig;algorithm=sha512;encoding=base64").unwrap(),
+        Scheme::parse("t", "scheme", "hmac;header=X-Signature;prefix=sha256=").unwrap(),
+        Scheme::parse(
+            "t",
+            "scheme",
+            "hmac;header=X-Sig;algorithm=sha512;encoding=base64",
+        )
+        .unwrap(),
     ]
 }
 
@@ -178,7 +183,7 @@ proptest! {
     ) {
         let name = SIGNED_SCHEMES[scheme_index];
         let secret = format!("whsec_{}", b64(&key));
-        let scheme = Scheme::parse(name).unwrap();
+        let scheme = Scheme::parse("t", "scheme", name).unwrap();
         let headers = signed_request(name, &secret, &body, NOW + skew);
         let ok = verify(&scheme, &headers, &body, &[Some(secret.as_str())], TOLERANCE, NOW);
         prop_assert_eq!(ok.reason, Reason::Ok);
@@ -207,7 +212,7 @@ proptest! {
     ) {
         let name = TIMESTAMPED[scheme_index];
         let secret = "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM=";
-        let scheme = Scheme::parse(name).unwrap();
+        let scheme = Scheme::parse("t", "scheme", name).unwrap();
         let old = signed_request(name, secret, &body, NOW - TOLERANCE - beyond);
         let verdict = verify(&scheme, &old, &body, &[Some(secret)], TOLERANCE, NOW);
         prop_assert_eq!(verdict.reason, Reason::TimestampTooOld);

@@ -8,25 +8,25 @@
 //! bounded: the body by `webhook.max_payload_size`, the headers by
 //! `headers::MAX_HEADERS`, and every loop over them can be cancelled.
 
-use super::{catalog, verify, Scheme, Verdict};
-use crate::errors::WebhookError;
+use crate::errors::{PgResult, WebhookError};
 use crate::input;
 use crate::jsonb::RawJsonb;
+use crate::schemes::{catalog, verify, Scheme, Verdict};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
+
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-type PgResult<T> = std::result::Result<T, pg_sys::panic::ErrorReport>;
-
 /// True when the delivery is signed by one of `secrets` under `scheme` and,
-/// for schemes that sign a timestamp, within `tolerance` of now.
+/// for schemes that sign a timestamp, within `tolerance` of now (NULL: the
+/// scheme's default, `webhook_schemes().tolerance`).
 #[pg_extern(volatile, parallel_safe)]
 fn webhook_verify(
     scheme: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     secrets: Option<Vec<Option<String>>>,
-    tolerance: default!(Option<Interval>, "'5 minutes'"),
+    tolerance: default!(Option<Interval>, "NULL"),
 ) -> PgResult<bool> {
     Ok(run("webhook_verify", scheme, headers, body, secrets, tolerance)?.valid())
 }
@@ -37,7 +37,7 @@ fn webhook_verify_text(
     headers: Option<RawJsonb>,
     body: Option<&str>,
     secrets: Option<Vec<Option<String>>>,
-    tolerance: default!(Option<Interval>, "'5 minutes'"),
+    tolerance: default!(Option<Interval>, "NULL"),
 ) -> PgResult<bool> {
     webhook_verify(scheme, headers, body.map(str::as_bytes), secrets, tolerance)
 }
@@ -51,7 +51,7 @@ fn webhook_verify_detail(
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     secrets: Option<Vec<Option<String>>>,
-    tolerance: default!(Option<Interval>, "'5 minutes'"),
+    tolerance: default!(Option<Interval>, "NULL"),
 ) -> std::result::Result<
     TableIterator<
         'static,
@@ -80,7 +80,7 @@ fn webhook_verify_detail_text(
     headers: Option<RawJsonb>,
     body: Option<&str>,
     secrets: Option<Vec<Option<String>>>,
-    tolerance: default!(Option<Interval>, "'5 minutes'"),
+    tolerance: default!(Option<Interval>, "NULL"),
 ) -> std::result::Result<
     TableIterator<
         'static,
@@ -108,6 +108,7 @@ fn webhook_schemes() -> TableIterator<
         name!(event_type_from, Option<String>),
         name!(event_id_signed, bool),
         name!(event_type_signed, bool),
+        name!(tolerance, Option<Interval>),
         name!(signs, String),
     ),
 > {
@@ -119,6 +120,9 @@ fn webhook_schemes() -> TableIterator<
             entry.event_type_from.map(str::to_string),
             entry.event_id_signed,
             entry.event_type_signed,
+            entry
+                .tolerance
+                .map(|secs| Interval::from_micros(secs * 1_000_000)),
             entry.signs.to_string(),
         )
     }))
@@ -140,19 +144,26 @@ fn run(
     secrets: Option<Vec<Option<String>>>,
     tolerance: Option<Interval>,
 ) -> Result<Verdict, WebhookError> {
-    let scheme = Scheme::parse(input::required(function, "scheme", scheme)?)?;
+    let scheme = Scheme::parse(
+        function,
+        "scheme",
+        input::required(function, "scheme", scheme)?,
+    )?;
     let headers = input::required(function, "headers", headers)?;
     let body = input::required(function, "body", body)?;
     input::payload_size(function, "body", body.len())?;
     let secrets = input::required(function, "secrets", secrets)?;
-    let tolerance = input::required(function, "tolerance", tolerance)?;
-    if tolerance.as_micros() <= 0 {
-        return Err(WebhookError::NonPositiveInterval {
-            function,
-            arg: "tolerance",
-        });
-    }
-    let tolerance_secs = i64::try_from(tolerance.as_micros() / 1_000_000).unwrap_or(i64::MAX);
+    // NULL: the scheme's own window (five minutes where it signs a time).
+    let tolerance_secs = match tolerance {
+        None => scheme.default_tolerance(),
+        Some(tolerance) if tolerance.as_micros() <= 0 => {
+            return Err(WebhookError::NonPositiveInterval {
+                function,
+                arg: "tolerance",
+            })
+        }
+        Some(tolerance) => i64::try_from(tolerance.as_micros() / 1_000_000).unwrap_or(i64::MAX),
+    };
     let secrets: Vec<Option<&str>> = secrets.iter().map(Option::as_deref).collect();
     // Headers serde cannot read (nested past its depth limit) are as
     // malformed as headers that are not an object.
@@ -163,7 +174,7 @@ fn run(
         body,
         &secrets,
         tolerance_secs,
-        super::now_unix(),
+        crate::schemes::now_unix(),
     ))
 }
 

@@ -1,0 +1,156 @@
+-- pg_webhook_inbox: who may do what.
+--
+-- Everything that reads or writes webhook state runs as the extension
+-- owner with a pinned search_path (set on each function), and nobody may
+-- call it until a DBA grants it:
+--   SELECT webhook_grant_app('app_role');        -- handlers
+--   SELECT webhook_grant_operator('ops_role');   -- views and maintenance
+-- Managing providers and secrets stays with the extension owner unless
+-- granted explicitly.
+
+-- Bound to pg_catalog while this file runs (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
+-- Grant an application role exactly what a webhook handler needs: EXECUTE
+-- on the handler functions. No table privilege at all.
+CREATE FUNCTION @extschema@.webhook_grant_app(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_receive(text, jsonb, bytea, interval),
+        @extschema@.webhook_receive(text, jsonb, text, interval),
+        @extschema@.webhook_claim(text, text, text, jsonb, text, interval),
+        @extschema@.webhook_claim(text, text, text, bytea, text, interval),
+        @extschema@.webhook_claim(text, text, text, text, text, interval),
+        @extschema@.webhook_complete(uuid, jsonb),
+        @extschema@.webhook_fail(uuid, text),
+        @extschema@.webhook_extend(uuid, interval)
+        TO %s', role);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
+    'Grant a handler role EXECUTE on webhook_receive, webhook_claim, webhook_complete, webhook_fail, webhook_extend; no table privilege';
+
+-- Grant an operator role the archive, the views and the maintenance
+-- functions; never the secrets.
+CREATE FUNCTION @extschema@.webhook_grant_operator(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
+    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
+        webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
+        webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
+        webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
+        webhook.provider_stats TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_requeue(text, text),
+        @extschema@.webhook_purge(interval, integer, integer),
+        @extschema@.webhook_providers()
+        TO %s', role);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
+    'Grant an operator role the archive, the views, webhook_requeue, webhook_purge and webhook_providers; never the secrets';
+
+-- The rule, rather than a list that could miss a new object, applied by
+-- finalize.sql and at the end of every upgrade script (which may add
+-- objects):
+--   * no member function is executable by PUBLIC, except webhook_schemes,
+--     verify_hmac, webhook_verify and webhook_verify_detail, which read no
+--     table and stay callable by everyone;
+--   * whatever ALTER DEFAULT PRIVILEGES grants the owner's new schemas,
+--     tables, views, sequences and functions to other roles (CREATE
+--     applies such defaults to every object it makes, so a role holding
+--     them could read the secrets) is revoked from the extension's
+--     objects again.
+-- Grants a DBA makes afterwards (webhook_grant_app, webhook_grant_operator,
+-- or by hand) are left alone, so an upgrade keeps them.
+CREATE FUNCTION webhook._restrict_privileges() RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    unwanted record;
+BEGIN
+    FOR unwanted IN
+        WITH members AS (
+            SELECT d.classid, d.objid
+              FROM pg_catalog.pg_depend d
+              JOIN pg_catalog.pg_extension x ON x.oid = d.refobjid
+             WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+               AND d.deptype = 'e'
+               AND x.extname = 'pg_webhook_inbox'
+        ), objects AS (
+            SELECT 'FUNCTION ' || p.oid::pg_catalog.regprocedure::text AS object,
+                   'f'::"char" AS objtype, p.proowner AS owner, p.pronamespace AS nsp,
+                   p.proacl AS acl,
+                   p.proname IN ('webhook_schemes', 'verify_hmac', 'webhook_verify',
+                                 'webhook_verify_detail') AS for_everyone
+              FROM members m
+              JOIN pg_catalog.pg_proc p ON p.oid = m.objid
+             WHERE m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+            UNION ALL
+            SELECT 'TABLE ' || c.oid::pg_catalog.regclass::text,
+                   CASE c.relkind WHEN 'S' THEN 'S' ELSE 'r' END::"char",
+                   c.relowner, c.relnamespace, c.relacl, false
+              FROM members m
+              JOIN pg_catalog.pg_class c ON c.oid = m.objid
+             WHERE m.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            UNION ALL
+            SELECT 'SCHEMA ' || pg_catalog.quote_ident(n.nspname), 'n'::"char",
+                   n.nspowner, 0::pg_catalog.oid, n.nspacl, false
+              FROM members m
+              JOIN pg_catalog.pg_namespace n ON n.oid = m.objid
+             WHERE m.classid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+        ), defaults AS (
+            -- What default privileges (global, or for the object's schema)
+            -- hand out when an object is created.
+            SELECT o.object, a.grantee, a.privilege_type
+              FROM objects o
+              JOIN pg_catalog.pg_default_acl d
+                ON d.defaclrole = o.owner AND d.defaclobjtype = o.objtype
+               AND d.defaclnamespace IN (0, o.nsp)
+             CROSS JOIN LATERAL pg_catalog.aclexplode(d.defaclacl) a
+            UNION
+            -- PostgreSQL's own default: functions are executable by PUBLIC.
+            SELECT o.object, 0, 'EXECUTE'
+              FROM objects o
+             WHERE o.objtype = 'f' AND NOT o.for_everyone
+        ), held AS (
+            SELECT o.object, a.grantee, a.privilege_type
+              FROM objects o
+             -- No ACL means the default: PUBLIC may execute a function;
+             -- nobody but the owner has anything on a relation or schema.
+             CROSS JOIN LATERAL pg_catalog.aclexplode(
+                   coalesce(o.acl, CASE o.objtype WHEN 'f' THEN pg_catalog.acldefault('f', o.owner) END)) a
+             WHERE a.grantee <> o.owner
+        )
+        -- Only what is held: a REVOKE inside an extension script records the
+        -- object's whole ACL as its initial privileges (pg_init_privs), so
+        -- one that changes nothing must not run (it would record the grants
+        -- a DBA made since as the extension's own, and pg_dump would then
+        -- leave them out).
+        SELECT h.object, h.privilege_type,
+               CASE WHEN h.grantee = 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(h.grantee)) END AS grantee
+          FROM held h
+          JOIN defaults d USING (object, grantee, privilege_type)
+         WHERE NOT (h.grantee = 0 AND h.privilege_type = 'EXECUTE'
+                    AND h.object IN (SELECT o.object FROM objects o WHERE o.for_everyone))
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s',
+                                  unwanted.privilege_type, unwanted.object, unwanted.grantee);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook._restrict_privileges() IS
+    'Internal: the privilege rule every install and upgrade applies';
+
+
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

@@ -1,0 +1,226 @@
+//! `webhook_claim`: decide, without waiting, who processes a delivery.
+//!
+//! The outcome of a claim, for the caller:
+//!
+//! | status        | claimed | caller does                                   |
+//! |---------------|---------|-----------------------------------------------|
+//! | `claimed`     | true    | the work, then `webhook_complete`             |
+//! | `retry`       | true    | the same: an earlier attempt failed or expired |
+//! | `duplicate`   | false   | nothing; answer 2xx                           |
+//! | `in_progress` | false   | nothing; answer non-2xx (409) so it comes back |
+//! | `dead`        | false   | nothing; answer 2xx: the event failed `webhook.max_attempts` times and waits for an operator |
+//!
+//! * `api` — the `webhook_claim` SQL functions and their arguments;
+//! * `answer` — the statuses and the outcome;
+//! * `statements` — the SQL of the claim path;
+//! * here — the state machine: claim a new event, answer one that is
+//!   finished or held elsewhere, take over one that failed or expired.
+
+mod answer;
+mod api;
+mod statements;
+
+pub use answer::{ClaimStatus, EventStatus, Outcome};
+
+use crate::archive::{self, Entry};
+use crate::compress::ArchivedPayload;
+use crate::errors::{Result, WebhookError};
+use crate::event_lock::EventLock;
+use crate::jsonb::RawJsonb;
+use crate::session_claims;
+use answer::EventState;
+use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::spi::SpiClient;
+use statements::{CLAIM, INSPECT, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER};
+
+/// One delivery, validated, as the claim writes it.
+pub struct Delivery<'a> {
+    pub provider: &'a str,
+    pub event_id: &'a str,
+    pub event_type: &'a str,
+    pub payload: RawJsonb,
+    pub raw_body: Option<&'a [u8]>,
+    pub signature: Option<&'a str>,
+    pub headers: Option<RawJsonb>,
+    pub lease: Interval,
+}
+
+impl<'a> Delivery<'a> {
+    /// The arguments of CLAIM and OBSERVE, in their order.
+    fn arguments<'b>(
+        &'b self,
+        id: pgrx::Uuid,
+        payload: ArchivedPayload,
+        digest: &'b [u8],
+    ) -> [DatumWithOid<'b>; 10] {
+        [
+            self.provider.into(),
+            self.event_id.into(),
+            self.event_type.into(),
+            id.into(),
+            payload.into(),
+            self.raw_body.into(),
+            self.signature.into(),
+            self.headers.into(),
+            self.lease.into(),
+            digest.into(),
+        ]
+    }
+
+    /// The delivery's archive row, answered `status`.
+    fn entry(&self, id: pgrx::Uuid, payload: ArchivedPayload, status: ClaimStatus) -> Entry<'a> {
+        Entry {
+            id,
+            provider: self.provider,
+            event_id: self.event_id,
+            event_type: self.event_type,
+            payload,
+            raw_body: self.raw_body,
+            signature: self.signature,
+            headers: self.headers,
+            status,
+            payload_mismatch: false,
+        }
+    }
+}
+
+/// Claim a validated delivery: the shared core of webhook_claim and
+/// webhook_receive.
+pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
+    let id = crate::uuid::new_v7();
+    if !crate::gucs::ARCHIVE_DUPLICATES.get() {
+        // Processed is final (requeue refuses it), so a committed
+        // 'processed' needs no lock to be answered, and nothing is written.
+        let rows = INSPECT.run(client, &[d.provider.into(), d.event_id.into()])?;
+        if let Some(state) = EventState::read(rows)? {
+            if state.answer == Some(ClaimStatus::Duplicate) {
+                return Ok(state.outcome(id, ClaimStatus::Duplicate));
+            }
+        }
+    }
+    let digest = d.payload.digest();
+    let payload = crate::compress::for_archive(client, &d.payload)?;
+    let lock = EventLock::for_event(d.provider, d.event_id);
+
+    if !lock.try_acquire() {
+        // Another transaction is working on this event right now. Its
+        // committed state still tells a finished or dead event apart.
+        let rows = OBSERVE.run(client, &d.arguments(id, payload, &digest))?;
+        return Ok(match EventState::read(rows)? {
+            Some(state) => {
+                let answer = state.answer.unwrap_or(ClaimStatus::InProgress);
+                state.outcome(id, answer)
+            }
+            None => Outcome {
+                id,
+                status: ClaimStatus::InProgress,
+                attempts: 0,
+                result: None,
+            },
+        });
+    }
+
+    let rows = CLAIM.run(client, &d.arguments(id, payload, &digest))?;
+    // The event exists unless we just inserted it, and since we hold its
+    // lock, no open transaction is changing it: its committed state decides.
+    let state = EventState::read(rows)?
+        .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
+    match state.answer {
+        Some(ClaimStatus::Claimed) => {
+            session_claims::remember(id, d.provider, d.event_id);
+            Ok(Outcome {
+                id,
+                status: ClaimStatus::Claimed,
+                attempts: 1,
+                result: None,
+            })
+        }
+        // Duplicate, dead, or live elsewhere: answered and archived already.
+        Some(answer) => {
+            lock.release();
+            Ok(state.outcome(id, answer))
+        }
+        None => take_over(client, d, id, payload, &digest, state, lock),
+    }
+}
+
+/// A claim that found its event failed, or its lease run out: retry it, or
+/// park it as dead once it has used up its attempts.
+fn take_over(
+    client: &mut SpiClient<'_>,
+    d: &Delivery<'_>,
+    id: pgrx::Uuid,
+    payload: ArchivedPayload,
+    digest: &[u8],
+    state: EventState,
+    lock: EventLock,
+) -> Result<Outcome> {
+    let mismatch = state.payload_differs(digest);
+    if state.status == EventStatus::Processing {
+        if let Some(previous) = state.claim_id {
+            let note = format!("lease expired; event taken over by delivery {id}");
+            RECORD_LOST_LEASE.run(client, &[previous.into(), note.as_str().into()])?;
+        }
+    }
+    let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
+    if max_attempts > 0 && state.attempts >= max_attempts {
+        // Out of attempts (the last one expired): park it for an operator.
+        let note = format!("gave up after {} attempts", state.attempts);
+        PARK_AS_DEAD.run(
+            client,
+            &[d.provider.into(), d.event_id.into(), note.as_str().into()],
+        )?;
+        lock.release();
+        archive::record(
+            client,
+            Entry {
+                payload_mismatch: mismatch,
+                ..d.entry(id, payload, ClaimStatus::Dead)
+            },
+        )?;
+        return Ok(state.outcome(id, ClaimStatus::Dead));
+    }
+
+    let retaken = TAKE_OVER.run(
+        client,
+        &[
+            d.provider.into(),
+            d.event_id.into(),
+            id.into(),
+            d.lease.into(),
+        ],
+    )?;
+    let attempts = retaken
+        .into_iter()
+        .next()
+        .and_then(|row| row.get::<i32>(1).ok().flatten())
+        .ok_or_else(|| WebhookError::Internal("take-over updated no event".into()))?;
+    archive::record(
+        client,
+        Entry {
+            payload_mismatch: mismatch,
+            ..d.entry(id, payload, ClaimStatus::Retry)
+        },
+    )?;
+    session_claims::remember(id, d.provider, d.event_id);
+    Ok(Outcome {
+        id,
+        status: ClaimStatus::Retry,
+        attempts,
+        result: None,
+    })
+}
+
+/// Answer `in_progress` without touching the event: another open
+/// transaction is receiving the same signed bytes right now.
+pub fn observe_in_progress(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
+    let id = crate::uuid::new_v7();
+    let payload = crate::compress::for_archive(client, &d.payload)?;
+    archive::record(client, d.entry(id, payload, ClaimStatus::InProgress))?;
+    Ok(Outcome {
+        id,
+        status: ClaimStatus::InProgress,
+        attempts: 0,
+        result: None,
+    })
+}

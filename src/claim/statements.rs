@@ -1,0 +1,175 @@
+//! The SQL of the claim path. Each statement returns the event in the
+//! shape `EventState::read` takes — `(answer, status, attempts, claim_id,
+//! result, payload_hash)` — where `answer` comes from `answer!`, the one
+//! place an event's state is turned into an answer.
+//!
+//! Arguments of the archiving statements follow `archive_insert!`'s
+//! column order as far as they can.
+
+use crate::archive::archive_insert;
+use crate::plans::Statement;
+use pgrx::pg_sys;
+
+/// What a delivery of an event is answered, from the event's committed
+/// state (`status`, `lease`: SQL expressions of the event's columns):
+/// `duplicate`, `dead`, `in_progress`, or NULL when the delivery may take
+/// the event over (it failed, or its lease ran out). `held_elsewhere`
+/// (`true`/`false`): another transaction holds the event's lock, so it is
+/// in progress whatever its lease says; so is an event not yet committed
+/// (NULL status). Written once, expanded into each statement, so the
+/// decision costs no function call and needs no SQL object of its own.
+macro_rules! answer {
+    ($status:literal, $lease:literal, $held_elsewhere:literal) => {
+        concat!(
+            "(CASE WHEN ",
+            $status,
+            " = 'processed' THEN 'duplicate'
+                   WHEN ",
+            $status,
+            " = 'dead' THEN 'dead'
+                   WHEN ",
+            $held_elsewhere,
+            " OR ",
+            $status,
+            " IS NULL THEN 'in_progress'
+                   WHEN ",
+            $status,
+            " = 'processing' AND ",
+            $lease,
+            " > pg_catalog.clock_timestamp()
+                       THEN 'in_progress'
+              END)::webhook.claim_status"
+        )
+    };
+}
+
+/// The arguments of CLAIM and OBSERVE (`Delivery::arguments`): provider,
+/// event_id, event_type, the delivery's id, payload, raw_body, signature,
+/// headers, lease, payload digest.
+const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::UUIDOID,
+    pg_sys::JSONBOID,
+    pg_sys::BYTEAOID,
+    pg_sys::TEXTOID,
+    pg_sys::JSONBOID,
+    pg_sys::INTERVALOID,
+    pg_sys::BYTEAOID,
+];
+
+/// The whole claim of a new event, or of an existing one it does not take
+/// over, in one statement: insert the event if it is new, and archive the
+/// delivery with the answer its event's committed state gives. (The final
+/// SELECT and the archive read the snapshot taken before the INSERT, so
+/// they see the existing row and nothing of the insert.) A new event is
+/// answered `claimed`; an event the delivery may take over (failed, or
+/// its lease ran out) has no answer and is left to `TAKE_OVER`.
+pub static CLAIM: Statement = Statement {
+    sql: concat!(
+        "WITH new_event AS (
+              INSERT INTO webhook.events AS e
+                  (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at, payload_hash)
+              VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $9, $10)
+              ON CONFLICT (provider, event_id) DO NOTHING
+              RETURNING 1
+          ), existing AS (
+              SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash, ",
+        answer!("e.status", "e.lease_expires_at", "false"),
+        " AS answer
+                FROM webhook.events e
+               WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
+          ), archived AS (",
+        archive_insert!(),
+        "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false
+                FROM new_event
+              UNION ALL
+              SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10
+                FROM existing x WHERE x.answer IS NOT NULL
+          )
+          SELECT 'claimed', 'processing', 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
+          UNION ALL
+          SELECT x.answer::text, x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
+            FROM existing x"
+    ),
+    arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// A delivery arriving while another transaction holds the event: read the
+/// committed state and archive the answer it gives, in one statement. It
+/// returns the event, or nothing before the event's first claim commits
+/// (answered `in_progress` all the same).
+pub static OBSERVE: Statement = Statement {
+    sql: concat!(
+        "WITH existing AS (
+              SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash, e.lease_expires_at
+                FROM webhook.events e
+               WHERE e.provider = $1 AND e.event_id = $2
+          ), answer AS (
+              SELECT x.*, ",
+        answer!("x.status", "x.lease_expires_at", "true"),
+        " AS answer
+                FROM (VALUES (1)) AS one(x_)
+                LEFT JOIN existing x ON true
+          ), archived AS (",
+        archive_insert!(),
+        "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, a.answer,
+                     a.payload_hash IS NOT NULL AND a.payload_hash IS DISTINCT FROM $10
+                FROM answer a
+          )
+          SELECT a.answer::text, a.status::text, a.attempts, NULL::uuid, a.result, a.payload_hash
+            FROM answer a WHERE a.status IS NOT NULL"
+    ),
+    arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// The committed state of an event, read without locking or writing
+/// anything, answered as if another transaction held it.
+pub static INSPECT: Statement = Statement {
+    sql: concat!(
+        "SELECT ",
+        answer!("status", "lease_expires_at", "true"),
+        "::text, status::text, attempts, claim_id, result, payload_hash
+            FROM webhook.events
+           WHERE provider = $1 AND event_id = $2"
+    ),
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Take over a failed or expired event. Runs only under the event lock.
+pub static TAKE_OVER: Statement = Statement {
+    sql: "UPDATE webhook.events
+             SET status = 'processing',
+                 attempts = attempts + 1,
+                 claim_id = $3,
+                 lease_expires_at = pg_catalog.clock_timestamp() + $4
+           WHERE provider = $1 AND event_id = $2
+       RETURNING attempts",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::UUIDOID,
+        pg_sys::INTERVALOID,
+    ],
+};
+
+/// Park an event that has used up its attempts as dead. Runs only under
+/// the event lock.
+pub static PARK_AS_DEAD: Statement = Statement {
+    sql: "UPDATE webhook.events
+             SET status = 'dead',
+                 lease_expires_at = NULL,
+                 last_error = COALESCE(last_error, $3)
+           WHERE provider = $1 AND event_id = $2",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Record that a claim's lease ran out and the event was taken over, so the
+/// archive never shows that delivery as PENDING forever.
+pub static RECORD_LOST_LEASE: Statement = Statement {
+    sql: "INSERT INTO webhook.delivery_failures (delivery_id, error_message)
+          SELECT $1, $2 WHERE EXISTS (SELECT FROM webhook.delivery_log WHERE id = $1)
+          ON CONFLICT (delivery_id) DO NOTHING",
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID],
+};
