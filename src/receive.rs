@@ -415,37 +415,63 @@ fn receive(
         let mut hasher = Sha256::new();
         hasher.update(&authentic.prefix);
         hasher.update(body);
-        let digest = hasher.finalize().to_vec();
-        let lock = EventLock::for_signed_bytes(provider_name, &digest);
-        if !lock.try_acquire() {
+        match bind(client, provider_name, &hasher.finalize(), &event_id.value)? {
+            Binding::Bound => {}
             // Another open transaction is receiving these very bytes: a
             // concurrent redelivery, answered as any in-progress event is.
-            let outcome = claim::observe_in_progress(client, &delivery)?;
-            return Ok(answer(outcome));
-        }
-        let bound = BOUND_TO.run(client, &[provider_name.into(), digest.as_slice().into()])?;
-        let bound_to = match bound.into_iter().next() {
-            Some(row) => row.get::<String>(1)?,
-            None => None,
-        };
-        match bound_to {
-            Some(first) if first == event_id.value => lock.release(),
-            Some(_) => {
-                lock.release();
-                return reject(client, &request, 401, "replayed", Some(&event_id.value));
-            }
-            None => {
-                BIND.run(
-                    client,
-                    &[
-                        provider_name.into(),
-                        digest.as_slice().into(),
-                        event_id.value.as_str().into(),
-                    ],
-                )?;
+            Binding::Busy => return Ok(answer(claim::observe_in_progress(client, &delivery)?)),
+            Binding::ToAnotherId => {
+                return reject(client, &request, 401, "replayed", Some(&event_id.value))
             }
         }
     }
     let outcome = claim::claim(client, &delivery)?;
     Ok(answer(outcome))
+}
+
+/// What binding a delivery's signed bytes to its (unsigned) event id found.
+enum Binding {
+    /// Bound to this id, now or before: go on and claim.
+    Bound,
+    /// Another open transaction is binding the same bytes right now.
+    Busy,
+    /// Already bound to another id: a replay under a forged id header.
+    ToAnotherId,
+}
+
+/// Bind `digest` (of a provider's signed bytes) to `event_id`, under the
+/// signed-bytes lock so that two transactions never insert the same key
+/// and nobody waits: the lock is only tried. Held until the transaction
+/// ends when this call inserted the binding.
+fn bind(
+    client: &mut SpiClient<'_>,
+    provider: &str,
+    digest: &[u8],
+    event_id: &str,
+) -> Result<Binding> {
+    let lock = EventLock::for_signed_bytes(provider, digest);
+    if !lock.try_acquire() {
+        return Ok(Binding::Busy);
+    }
+    let bound_to = match BOUND_TO
+        .run(client, &[provider.into(), digest.into()])?
+        .next()
+    {
+        Some(row) => row.get::<String>(1)?,
+        None => None,
+    };
+    match bound_to {
+        Some(first) => {
+            lock.release();
+            Ok(if first == event_id {
+                Binding::Bound
+            } else {
+                Binding::ToAnotherId
+            })
+        }
+        None => {
+            BIND.run(client, &[provider.into(), digest.into(), event_id.into()])?;
+            Ok(Binding::Bound)
+        }
+    }
 }
