@@ -220,9 +220,10 @@ mod tests {
             (
                 "SELECT webhook_register_provider('acme', scheme => 'hmac;header=X-Sig', event_id_from => 'query:id', event_type_from => 'body:type')",
                 "23514",
-                "webhook_register_provider",
+                "webhook_register_provider: argument \"event_id_from\"",
             ),
-            ("SELECT webhook_register_provider('Bad Name!', scheme => 'github')", "23514", "webhook_register_provider"),
+            ("SELECT webhook_register_provider('Bad Name!', scheme => 'github')", "23514", "argument \"name\""),
+            ("SELECT webhook_register_provider('acme', scheme => 'stripe', tolerance => '-1 minute')", "23514", "argument \"tolerance\""),
             ("SELECT webhook_add_secret('github', '')", "2200F", "\"secret\""),
             ("SELECT webhook_add_secret('nobody', 's')", "42704", "nobody"),
             ("SELECT webhook_retire_secret('github', 'never-added')", "P0002", "no active secret"),

@@ -248,6 +248,7 @@ DECLARE
     existing   webhook.providers;
     v_scheme   text;
     known      record;
+    failed_check text;
 BEGIN
     IF p_name IS NULL OR p_name = '' THEN
         RAISE EXCEPTION 'webhook_register_provider: argument "name" must not be empty'
@@ -298,8 +299,18 @@ EXCEPTION
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Sources are ''header:<name>'' or ''body:<dotted.path>'', alternatives joined by ''|''.';
     WHEN check_violation THEN
-        RAISE EXCEPTION 'webhook_register_provider: %', SQLERRM
+        -- Each check guards one argument: name it.
+        GET STACKED DIAGNOSTICS failed_check = CONSTRAINT_NAME;
+        RAISE EXCEPTION 'webhook_register_provider: argument "%" is invalid',
+            CASE failed_check
+                WHEN 'providers_name_check' THEN 'name'
+                WHEN 'providers_tolerance_check' THEN 'tolerance'
+                WHEN 'providers_event_id_from_check' THEN 'event_id_from'
+                WHEN 'providers_event_type_from_check' THEN 'event_type_from'
+                ELSE failed_check
+            END
             USING ERRCODE = 'check_violation',
+                  DETAIL = SQLERRM,
                   HINT = 'Names are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.';
 END
 $$;
