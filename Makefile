@@ -92,6 +92,8 @@ figures: hardening
 
 # Formatting and clippy, warnings as errors.
 lint: setup
+	@$(CARGO) clippy --version >/dev/null 2>&1 && $(CARGO) fmt --version >/dev/null 2>&1 \
+		|| rustup component add clippy rustfmt
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CLIENT_FEATURES) -- -D warnings
 
