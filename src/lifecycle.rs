@@ -49,7 +49,7 @@ fn webhook_complete(
 }
 
 /// Longest failure message kept; the rest is cut with a marker.
-pub const MAX_ERROR_BYTES: usize = 2048;
+const MAX_ERROR_BYTES: usize = 2048;
 
 /// A stored result is an answer, not an archive: 64 kB is plenty.
 const MAX_RESULT_BYTES: usize = 64 * 1024;

@@ -41,17 +41,6 @@ fn setup() -> Client {
     admin
 }
 
-fn sql_state(err: &postgres::Error) -> Option<&str> {
-    err.code().map(|c| c.code())
-}
-
-/// The server's message ("db error" is all `Display` says).
-fn message(err: &postgres::Error) -> String {
-    err.as_db_error()
-        .map(|db| db.message().to_string())
-        .unwrap_or_else(|| err.to_string())
-}
-
 /// (status, http_status, reason, event_id), in a committed transaction.
 fn receive(
     client: &mut Client,
@@ -190,6 +179,56 @@ fn replay_github_under_a_fresh_delivery_id() {
     );
     assert_eq!(answer.2, "replayed");
     attack.finish();
+}
+
+/// The binding of a body to its id belongs to the transaction that made it:
+/// after a handler failed halfway, the provider's redelivery is claimed
+/// again (its first transaction rolled back, binding and all) or retried
+/// (its failure was recorded), never refused as a replay.
+#[test]
+fn a_redelivery_after_a_failed_handler_is_claimed_not_refused() {
+    let _turn = one_at_a_time();
+    setup();
+    let mut handler = connect(DB);
+    let receive_in = |tx: &mut postgres::Transaction<'_>, delivery: &str, body: &str| {
+        let headers = github(delivery, "push", body, GITHUB_SECRET).to_string();
+        let row = tx
+            .query_one(
+                "SELECT id::text, status, reason FROM webhook_receive('github', $1::text::jsonb, $2::bytea)",
+                &[&headers, &body.as_bytes()],
+            )
+            .unwrap();
+        (
+            row.get::<_, String>(0),
+            row.get::<_, String>(1),
+            row.get::<_, String>(2),
+        )
+    };
+
+    // The handler's transaction aborts (an error, a lost connection).
+    let body = r#"{"ref":"refs/heads/main","after":"rolled-back"}"#;
+    let mut tx = handler.transaction().unwrap();
+    assert_eq!(receive_in(&mut tx, "gh-rolled-back", body).1, "claimed");
+    tx.rollback().unwrap();
+    let mut tx = handler.transaction().unwrap();
+    assert_eq!(receive_in(&mut tx, "gh-rolled-back", body).1, "claimed");
+    tx.rollback().unwrap();
+
+    // The handler records the failure behind a savepoint, then commits.
+    let body = r#"{"ref":"refs/heads/main","after":"failed"}"#;
+    let mut tx = handler.transaction().unwrap();
+    let (id, status, _) = receive_in(&mut tx, "gh-failed", body);
+    assert_eq!(status, "claimed");
+    tx.execute(
+        "SELECT webhook_fail($1::text::uuid, 'downstream timeout')",
+        &[&id],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    let mut tx = handler.transaction().unwrap();
+    let (_, status, reason) = receive_in(&mut tx, "gh-failed", body);
+    assert_eq!((status.as_str(), reason.as_str()), ("retry", "ok"));
+    tx.rollback().unwrap();
 }
 
 #[test]

@@ -176,5 +176,5 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
     let err = app
         .batch_execute("SELECT secret FROM webhook.provider_secrets")
         .unwrap_err();
-    assert_eq!(err.code().map(|c| c.code()), Some("42501"));
+    assert_eq!(sql_state(&err), Some("42501"));
 }

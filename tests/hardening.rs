@@ -39,10 +39,6 @@ impl Rng {
     }
 }
 
-fn sql_state(err: &postgres::Error) -> Option<&str> {
-    err.code().map(|c| c.code())
-}
-
 /// Scenario 1: The handler commits, and the connection is reset before the client
 /// reads the answer. The provider saw no 200 and retries.
 #[test]

@@ -7,7 +7,7 @@
 mod common;
 use common::sign::{github, now, standard, stripe};
 use common::*;
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 const STRIPE_SECRET: &str = "whsec_client_test_stripe";
 const GITHUB_SECRET: &str = "client-test-github";
@@ -81,16 +81,7 @@ fn app_connection(db: &str) -> Client {
             &[&STANDARD_SECRET],
         )
         .unwrap();
-    let config: postgres::Config = format!(
-        "host={} port={} user=webhook_handler dbname={db}",
-        std::env::var("PGHOST").unwrap_or_else(|_| "127.0.0.1".into()),
-        std::env::var("PGPORT").unwrap_or_else(|_| "5432".into())
-    )
-    .parse()
-    .unwrap();
-    config
-        .connect(NoTls)
-        .expect("connect as the application role")
+    connect_as(db, "webhook_handler")
 }
 
 #[test]
@@ -188,7 +179,7 @@ fn stripe_github_and_standard_webhooks_through_webhook_receive_as_an_app_role() 
         "SELECT webhook_add_secret('stripe', 'attacker')",
     ] {
         let err = app.batch_execute(sql).expect_err(sql);
-        assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{sql}: {err}");
+        assert_eq!(sql_state(&err), Some("42501"), "{sql}: {err}");
     }
 
     // The archive, seen by the owner: three events processed once each,

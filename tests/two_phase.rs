@@ -60,7 +60,7 @@ fn vanished_worker_is_in_progress_until_its_lease_then_retry() {
     let err = client
         .execute("SELECT webhook_complete($1::text::uuid)", &[&vanished_id])
         .unwrap_err();
-    assert_eq!(err.code().map(|c| c.code()), Some("55006"), "{err}");
+    assert_eq!(sql_state(&err), Some("55006"), "{err}");
 }
 
 /// A two-phase worker whose side effect failed records it; the next

@@ -205,6 +205,18 @@ pub fn answers_as_before(app: &mut Client, h: &History<'_>) {
     assert_eq!(retry, "retry", "the failed event is retried");
 }
 
+/// The SQLSTATE of a server error.
+pub fn sql_state(err: &postgres::Error) -> Option<&str> {
+    err.code().map(|c| c.code())
+}
+
+/// The server's message ("db error" is all `Display` says).
+pub fn message(err: &postgres::Error) -> String {
+    err.as_db_error()
+        .map(|db| db.message().to_string())
+        .unwrap_or_else(|| err.to_string())
+}
+
 pub fn payload(event_id: &str) -> String {
     format!(r#"{{"id": "{event_id}", "type": "invoice.paid", "data": {{"amount": 1000}}}}"#)
 }
