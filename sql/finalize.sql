@@ -7,9 +7,9 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 -- What \df+ shows for the functions written in Rust (pgrx creates them; the
 -- ones written in SQL carry their comments beside their definitions).
-COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval) IS
-    'Verify a delivery with its provider''s registered scheme and secrets, read its event id and type, claim it, and say what to answer (http_status)';
-COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval) IS
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean) IS
+    'Verify a delivery with its provider''s registered scheme and secrets, read its event id and type, claim it or queue it (inbox), and say what to answer (http_status)';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean) IS
     'webhook_receive for a body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, jsonb, text, interval) IS
     'Claim a delivery (payload as jsonb): claimed/retry (do the work, then webhook_complete), duplicate, in_progress or dead';
@@ -19,12 +19,22 @@ COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, text, text, inte
     'webhook_claim with the raw body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_complete(uuid, jsonb) IS
     'Mark a claimed delivery''s event processed, in the transaction of its work; result is returned to later duplicates';
-COMMENT ON FUNCTION @extschema@.webhook_fail(uuid, text) IS
-    'Record a failed attempt and release the event: its next delivery is a retry (or it is parked as dead after webhook.max_attempts)';
+COMMENT ON FUNCTION @extschema@.webhook_fail(uuid, text, interval, boolean) IS
+    'Record a failed attempt: a claimed event''s next delivery is a retry, a leased one is ready again after retry_in or the backoff; dead after webhook.max_attempts, or at once if permanent';
 COMMENT ON FUNCTION @extschema@.webhook_extend(uuid, interval) IS
     'Renew a live claim''s lease, from now (at most webhook.max_lease); returns the new expiry';
-COMMENT ON FUNCTION @extschema@.webhook_requeue(text, text) IS
-    'For operators: put a dead or failed event back with a fresh attempt budget';
+COMMENT ON FUNCTION @extschema@.webhook_requeue(text, text, text) IS
+    'For operators: put a dead or failed event (a queued event''s dead consumers) back with a fresh attempt budget, recorded in webhook.requeues';
+COMMENT ON FUNCTION @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text) IS
+    'For operators: requeue every dead letter matching provider, event type, error (ILIKE), arrival time and consumer; returns how many';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text) IS
+    'Queue a delivery the caller verified (payload as jsonb) for inbox workers: queued (new) or duplicate; answer 2xx either way';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text) IS
+    'webhook_enqueue with the raw body, archived byte for byte';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text) IS
+    'webhook_enqueue with the raw body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) IS
+    'Lease up to batch ready inbox events of a consumer, never waiting on another worker; finish each with webhook_complete or webhook_fail';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, bytea, text, text) IS
     'Constant-time check of an HMAC signature (hex or base64) over the raw body';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, text, text, text) IS
@@ -54,5 +64,8 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_log', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.providers', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.provider_secrets', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.inbox', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.inbox_failures', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.requeues', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

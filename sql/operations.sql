@@ -34,12 +34,39 @@ SELECT id, provider, reject_reason AS reason, event_id, signature, headers,
  WHERE claim_status = 'rejected';
 COMMENT ON VIEW webhook.rejected_deliveries IS 'Deliveries webhook_receive refused: forged, replayed, stale, misconfigured or unreadable';
 
--- Events that failed webhook.max_attempts times and wait for an operator.
+-- Events that failed webhook.max_attempts times (or for good) and wait for
+-- an operator: claimed events, and each inbox consumer's dead events.
 CREATE VIEW webhook.dead_letters AS
-SELECT provider, event_id, event_type, attempts, requeues, last_error, first_seen_at, claim_id
+SELECT provider, event_id, event_type, attempts, requeues, last_error, first_seen_at, claim_id,
+       NULL::text AS consumer
   FROM webhook.events
+ WHERE status = 'dead'
+UNION ALL
+SELECT provider, event_id, event_type, attempts, requeues, last_error, queued_at, claim_id, consumer
+  FROM webhook.inbox
  WHERE status = 'dead';
-COMMENT ON VIEW webhook.dead_letters IS 'Events that failed webhook.max_attempts times and wait for webhook_requeue';
+COMMENT ON VIEW webhook.dead_letters IS 'Events that failed webhook.max_attempts times, claimed or queued (consumer), waiting for webhook_requeue';
+
+-- The inbox per provider and consumer: ready now (a lease that ran out
+-- makes its event ready again), scheduled (backing off), leased, dead, and
+-- how long the longest-waiting ready event has been ready.
+CREATE VIEW webhook.inbox_stats AS
+SELECT provider, consumer,
+       count(*) FILTER (WHERE status IN ('ready', 'leased') AND run_at <= now) AS ready,
+       count(*) FILTER (WHERE status = 'ready' AND run_at > now) AS scheduled,
+       count(*) FILTER (WHERE status = 'leased' AND run_at > now) AS leased,
+       count(*) FILTER (WHERE status = 'dead') AS dead,
+       max(now - run_at) FILTER (WHERE status IN ('ready', 'leased') AND run_at <= now)
+           AS oldest_ready_age
+  FROM (SELECT provider, consumer, status, run_at FROM webhook.inbox
+         WHERE status IN ('ready', 'leased')
+        UNION ALL
+        SELECT provider, consumer, status, run_at FROM webhook.inbox
+         WHERE status = 'dead') AS i,
+       pg_catalog.clock_timestamp() AS now
+ GROUP BY provider, consumer;
+COMMENT ON VIEW webhook.inbox_stats IS
+    'The inbox per provider and consumer: ready, scheduled (backing off), leased, dead, and the age of the oldest ready event';
 
 -- Redeliveries whose payload differs from the first delivery of the same
 -- event: a forgery that got hold of a secret, a provider bug, or two
@@ -66,9 +93,13 @@ COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status, retri
 
 -- Delete archive rows older than `older_than` whose event is processed (and
 -- rejected deliveries, which have none), `batch_size` rows per statement.
+-- A queued event counts as processed once every consumer has processed
+-- it: until then its payload stays, since the workers read it from here.
+-- Inbox rows processed before the cutoff go too, with their failures.
 -- webhook.events is never touched: a replay after the purge is still a
--- duplicate. Returns the number of rows deleted. For a large backlog, pass
--- max_batches and call it repeatedly, each call its own transaction.
+-- duplicate. Returns the number of archive rows deleted. For a large
+-- backlog, pass max_batches and call it repeatedly, each call its own
+-- transaction.
 CREATE FUNCTION @extschema@.webhook_purge(
     older_than  interval DEFAULT '90 days',
     batch_size  integer  DEFAULT 10000,
@@ -102,17 +133,28 @@ BEGIN
                   AND (l.claim_status = 'rejected'
                        OR EXISTS (SELECT FROM webhook.events e
                                    WHERE e.provider = l.provider AND e.event_id = l.event_id
-                                     AND e.status = 'processed'))
+                                     AND (e.status = 'processed'
+                                          OR (e.status = 'queued'
+                                              AND NOT EXISTS (SELECT FROM webhook.inbox i
+                                                               WHERE i.provider = e.provider
+                                                                 AND i.event_id = e.event_id
+                                                                 AND i.status <> 'processed')))))
                 LIMIT batch_size));
         GET DIAGNOSTICS batch = ROW_COUNT;
         deleted := deleted + batch;
         batches := batches + 1;
         EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
     END LOOP;
+    DELETE FROM webhook.inbox_failures f
+     WHERE f.failed_at < cutoff
+       AND EXISTS (SELECT FROM webhook.inbox i
+                    WHERE (i.provider, i.event_id, i.consumer) = (f.provider, f.event_id, f.consumer)
+                      AND i.status = 'processed' AND i.processed_at < cutoff);
+    DELETE FROM webhook.inbox i WHERE i.status = 'processed' AND i.processed_at < cutoff;
     RETURN deleted;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_purge(interval, integer, integer) IS
-    'Delete archive rows older than older_than whose event is processed (and rejections); never touches webhook.events. Returns the rows deleted';
+    'Delete archive rows older than older_than whose event is processed by everyone (and rejections), and old processed inbox rows; never touches webhook.events. Returns the archive rows deleted';
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

@@ -27,7 +27,7 @@ SELECT p.name, p.scheme, p.tolerance, p.event_id_from, p.event_type_from,
            AS active_fingerprints,
        coalesce(array_agg(s.fingerprint ORDER BY s.added_at) FILTER (WHERE s.retired_at IS NOT NULL), '{}')
            AS retired_fingerprints,
-       p.created_at
+       p.created_at, p.inbox, p.consumers
   FROM webhook.providers p
   LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
  GROUP BY p.name;
@@ -37,13 +37,21 @@ COMMENT ON VIEW webhook.provider_summary IS 'The registry, secrets listed by fin
 -- or take the scheme's defaults for a new provider. The scheme defaults to
 -- the name when the name is a known scheme or alias ('svix' and 'clerk'
 -- mean 'standard'); it is stored under its canonical name.
+--
+-- inbox: webhook_receive queues the provider's deliveries for workers and
+-- answers 2xx at once. A new GitHub provider is in inbox mode unless told
+-- otherwise: GitHub never redelivers a delivery it was not answered 2xx
+-- for, so any other answer loses the event. consumers: the inbox's
+-- consumers of its events (none: 'default').
 CREATE FUNCTION @extschema@.webhook_register_provider(
     name            text,
     secret          text     DEFAULT NULL,
     scheme          text     DEFAULT NULL,
     tolerance       interval DEFAULT NULL,
     event_id_from   text     DEFAULT NULL,
-    event_type_from text     DEFAULT NULL
+    event_type_from text     DEFAULT NULL,
+    inbox           boolean  DEFAULT NULL,
+    consumers       text[]   DEFAULT NULL
 ) RETURNS SETOF webhook.provider_summary
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -84,15 +92,19 @@ BEGIN
         v_scheme := known.scheme;
     END IF;
 
-    INSERT INTO webhook.providers AS p (name, scheme, tolerance, event_id_from, event_type_from)
+    INSERT INTO webhook.providers AS p
+           (name, scheme, tolerance, event_id_from, event_type_from, inbox, consumers)
     VALUES (p_name,
             v_scheme,
             coalesce(webhook_register_provider.tolerance, existing.tolerance, known.tolerance),
             coalesce(webhook_register_provider.event_id_from, existing.event_id_from, known.event_id_from),
-            coalesce(webhook_register_provider.event_type_from, existing.event_type_from, known.event_type_from))
+            coalesce(webhook_register_provider.event_type_from, existing.event_type_from, known.event_type_from),
+            coalesce(webhook_register_provider.inbox, existing.inbox, known.scheme = 'github'),
+            coalesce(webhook_register_provider.consumers, existing.consumers, '{}'))
     ON CONFLICT ON CONSTRAINT providers_pkey DO UPDATE
        SET scheme = excluded.scheme, tolerance = excluded.tolerance,
-           event_id_from = excluded.event_id_from, event_type_from = excluded.event_type_from;
+           event_id_from = excluded.event_id_from, event_type_from = excluded.event_type_from,
+           inbox = excluded.inbox, consumers = excluded.consumers;
 
     IF webhook_register_provider.secret IS NOT NULL THEN
         PERFORM @extschema@.webhook_add_secret(p_name, webhook_register_provider.secret);
@@ -112,15 +124,16 @@ EXCEPTION
                 WHEN 'providers_tolerance_check' THEN 'tolerance'
                 WHEN 'providers_event_id_from_check' THEN 'event_id_from'
                 WHEN 'providers_event_type_from_check' THEN 'event_type_from'
+                WHEN 'providers_consumers_check' THEN 'consumers'
                 ELSE failed_check
             END
             USING ERRCODE = 'check_violation',
                   DETAIL = SQLERRM,
-                  HINT = 'Names are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.';
+                  HINT = 'Names (and consumers) are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.';
 END
 $$;
-COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text) IS
-    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, and optionally a secret';
+COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[]) IS
+    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, inbox mode and consumers, and optionally a secret';
 
 -- Add a signing secret (or re-activate a retired one). Returns its fingerprint.
 CREATE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)

@@ -3,7 +3,7 @@
 -- Everything that reads or writes webhook state runs as the extension
 -- owner with a pinned search_path (set on each function), and nobody may
 -- call it until a DBA grants it:
---   SELECT webhook_grant_app('app_role');        -- handlers
+--   SELECT webhook_grant_app('app_role');        -- handlers and workers
 --   SELECT webhook_grant_operator('ops_role');   -- views and maintenance
 -- Managing providers and secrets stays with the extension owner unless
 -- granted explicitly.
@@ -11,8 +11,8 @@
 -- Bound to pg_catalog while this file runs (see schema.sql).
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
--- Grant an application role exactly what a webhook handler needs: EXECUTE
--- on the handler functions. No table privilege at all.
+-- Grant an application role exactly what a webhook handler and an inbox
+-- worker need: EXECUTE on their functions. No table privilege at all.
 CREATE FUNCTION @extschema@.webhook_grant_app(role regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -20,19 +20,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_receive(text, jsonb, bytea, interval),
-        @extschema@.webhook_receive(text, jsonb, text, interval),
+        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean),
+        @extschema@.webhook_receive(text, jsonb, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, jsonb, text, interval),
         @extschema@.webhook_claim(text, text, text, bytea, text, interval),
         @extschema@.webhook_claim(text, text, text, text, text, interval),
+        @extschema@.webhook_enqueue(text, text, text, jsonb, text),
+        @extschema@.webhook_enqueue(text, text, text, bytea, text),
+        @extschema@.webhook_enqueue(text, text, text, text, text),
+        @extschema@.webhook_next(integer, text, text, text, interval),
         @extschema@.webhook_complete(uuid, jsonb),
-        @extschema@.webhook_fail(uuid, text),
+        @extschema@.webhook_fail(uuid, text, interval, boolean),
         @extschema@.webhook_extend(uuid, interval)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler role EXECUTE on webhook_receive, webhook_claim, webhook_complete, webhook_fail, webhook_extend; no table privilege';
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_next, webhook_complete, webhook_fail, webhook_extend; no table privilege';
 
 -- Grant an operator role the archive, the views and the maintenance
 -- functions; never the secrets.
@@ -47,16 +51,18 @@ BEGIN
         webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
         webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
         webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
-        webhook.provider_stats TO %s', role);
+        webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
+        webhook.requeues TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_requeue(text, text),
+        @extschema@.webhook_requeue(text, text, text),
+        @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
         @extschema@.webhook_purge(interval, integer, integer),
         @extschema@.webhook_providers()
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the views, webhook_requeue, webhook_purge and webhook_providers; never the secrets';
+    'Grant an operator role the archive, the inbox, the views, webhook_requeue, webhook_requeue_dead, webhook_purge and webhook_providers; never the secrets';
 
 -- The rule, rather than a list that could miss a new object, applied by
 -- finalize.sql and at the end of every upgrade script (which may add

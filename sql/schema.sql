@@ -10,6 +10,11 @@
 --   webhook.delivery_failures  payload, raw body, signature and headers, and
 --                              the failed attempts. Purging them never loses
 --                              dedup, because nothing reads them to decide.
+--   webhook.inbox              the durable inbox: one row per queued event
+--                              and consumer, with its attempts, lease and
+--                              next run; the payload stays in the archive.
+--   webhook.inbox_failures     the inbox's failed attempts.
+--   webhook.requeues           who put which dead event back, and when.
 --   webhook.providers and      the provider registry.
 --   webhook.provider_secrets
 --
@@ -30,9 +35,13 @@ COMMENT ON SCHEMA webhook IS
 -- Statuses are enum types rather than CHECK constraints: the same guarantee
 -- for the DBA, without re-reading a constraint expression in every INSERT
 -- and UPDATE (a fifth of the claim's cost, measured).
-CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead');
-CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected');
-COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked)';
+-- 'queued' came with the inbox, after the others: labels are only ever
+-- appended, so that an upgraded enum sorts like a fresh one. Views compare
+-- it as text, because an upgrade cannot use a label it adds in the same
+-- transaction.
+CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead', 'queued');
+CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued');
+COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox)';
 COMMENT ON TYPE webhook.claim_status IS 'What a delivery was answered';
 
 CREATE TABLE webhook.events (
@@ -41,7 +50,8 @@ CREATE TABLE webhook.events (
     event_type       text        NOT NULL,
     -- processing: claimed, lease running; processed: done; failed: the
     -- next delivery retries it; dead: failed webhook.max_attempts times,
-    -- parked until an operator requeues it.
+    -- parked until an operator requeues it; queued: handed to the inbox,
+    -- where each consumer's progress is kept (webhook.inbox).
     status           webhook.event_status NOT NULL,
     attempts         integer     NOT NULL DEFAULT 1,
     -- The delivery that owns the event now (the last claim or retry).
@@ -71,7 +81,7 @@ COMMENT ON TABLE webhook.events IS
 COMMENT ON COLUMN webhook.events.provider IS 'Registered provider name (or the name given to webhook_claim)';
 COMMENT ON COLUMN webhook.events.event_id IS 'The provider''s event id; with provider, the dedup key';
 COMMENT ON COLUMN webhook.events.event_type IS 'The event type of the first delivery';
-COMMENT ON COLUMN webhook.events.status IS 'processing (claimed, lease running), processed (done), failed (next delivery retries), dead (parked for an operator)';
+COMMENT ON COLUMN webhook.events.status IS 'processing (claimed, lease running), processed (done), failed (next delivery retries), dead (parked for an operator), queued (in the inbox: see webhook.inbox)';
 COMMENT ON COLUMN webhook.events.attempts IS 'Claims that owned the event: the first, plus every retry';
 COMMENT ON COLUMN webhook.events.claim_id IS 'The delivery that owns the event now (its webhook.delivery_log id)';
 COMMENT ON COLUMN webhook.events.lease_expires_at IS 'While processing: when another delivery may take the event over';
@@ -184,6 +194,112 @@ COMMENT ON COLUMN webhook.delivery_failures.delivery_id IS 'The delivery whose a
 COMMENT ON COLUMN webhook.delivery_failures.error_message IS 'The webhook_fail message, or the lease that ran out';
 COMMENT ON COLUMN webhook.delivery_failures.failed_at IS 'When it failed';
 
+-- The durable inbox. A delivery taken in inbox mode (webhook_receive with
+-- inbox, or webhook_enqueue) is answered 2xx as soon as it is stored: its
+-- event row says 'queued', and here it gets one row per consumer, which
+-- workers lease with webhook_next and finish with webhook_complete or
+-- webhook_fail. The payload is read from the archive row that brought
+-- the event (delivery_id), never stored twice.
+CREATE TYPE webhook.inbox_status AS ENUM ('ready', 'leased', 'processed', 'dead');
+COMMENT ON TYPE webhook.inbox_status IS
+    'Where a consumer is with a queued event: ready (or backing off until run_at), leased, processed, dead';
+
+CREATE TABLE webhook.inbox (
+    provider      text        NOT NULL,
+    event_id      text        NOT NULL,
+    -- Each consumer processes each event once, with its own attempts,
+    -- backoff and dead letters; 'default' unless the provider names some.
+    consumer      text        NOT NULL,
+    event_type    text        NOT NULL,
+    status        webhook.inbox_status NOT NULL DEFAULT 'ready',
+    -- When the row may next be leased: for a ready row, when its next
+    -- attempt may start (now, or after its backoff); for a leased one,
+    -- when the lease runs out and the event is ready again.
+    run_at        timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    -- Leases taken, the current one included: a lease that ran out counts.
+    attempts      integer     NOT NULL DEFAULT 0,
+    -- The current (or last) lease: what webhook_next returned as id, and
+    -- what webhook_complete / webhook_fail / webhook_extend are given.
+    claim_id      uuid,
+    -- The archive row (webhook.delivery_log) holding the payload.
+    delivery_id   uuid        NOT NULL,
+    last_error    text,
+    result        jsonb,
+    requeues      integer     NOT NULL DEFAULT 0,
+    queued_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    processed_at  timestamptz,
+    CONSTRAINT inbox_pkey PRIMARY KEY (provider, event_id, consumer),
+    CONSTRAINT inbox_claim_id_key UNIQUE (claim_id)
+)
+WITH (fillfactor = 80);
+-- What webhook_next scans, in run order, kept to the rows not finished.
+CREATE INDEX inbox_pending_idx ON webhook.inbox (consumer, run_at)
+    WHERE status IN ('ready', 'leased');
+CREATE INDEX inbox_dead_idx ON webhook.inbox (queued_at) WHERE status = 'dead';
+
+COMMENT ON TABLE webhook.inbox IS
+    'The durable inbox: one row per queued event and consumer, leased by webhook_next';
+COMMENT ON COLUMN webhook.inbox.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.inbox.event_id IS 'The event''s id (its webhook.events row says queued)';
+COMMENT ON COLUMN webhook.inbox.consumer IS 'Who processes it: default, or one of the provider''s consumers';
+COMMENT ON COLUMN webhook.inbox.event_type IS 'The event type, for webhook_next''s filter';
+COMMENT ON COLUMN webhook.inbox.status IS 'ready (now or at run_at), leased (until run_at), processed, dead (parked for an operator)';
+COMMENT ON COLUMN webhook.inbox.run_at IS 'Ready: when the next attempt may start. Leased: when the lease runs out';
+COMMENT ON COLUMN webhook.inbox.attempts IS 'Leases taken, the current one included';
+COMMENT ON COLUMN webhook.inbox.claim_id IS 'The current or last lease''s id, as webhook_next returned it';
+COMMENT ON COLUMN webhook.inbox.delivery_id IS 'The archive row holding the payload';
+COMMENT ON COLUMN webhook.inbox.last_error IS 'The latest failure (at most 2 kB), or the lease that ran out';
+COMMENT ON COLUMN webhook.inbox.result IS 'What webhook_complete stored';
+COMMENT ON COLUMN webhook.inbox.requeues IS 'How many times an operator put it back';
+COMMENT ON COLUMN webhook.inbox.queued_at IS 'When the event was queued';
+COMMENT ON COLUMN webhook.inbox.processed_at IS 'When webhook_complete finished it';
+
+-- Every failed inbox attempt: webhook_fail's message, or the lease that
+-- ran out. Keyed by the lease, so a worker whose lease was taken over is
+-- told so.
+CREATE TABLE webhook.inbox_failures (
+    claim_id      uuid        NOT NULL,
+    provider      text        NOT NULL,
+    event_id      text        NOT NULL,
+    consumer      text        NOT NULL,
+    attempt       integer     NOT NULL,
+    error_message text        NOT NULL,
+    failed_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT inbox_failures_pkey PRIMARY KEY (claim_id)
+);
+CREATE INDEX inbox_failures_event_idx ON webhook.inbox_failures (provider, event_id, consumer);
+
+COMMENT ON TABLE webhook.inbox_failures IS 'Failed inbox attempts: webhook_fail''s message, or the lease that ran out';
+COMMENT ON COLUMN webhook.inbox_failures.claim_id IS 'The lease that failed';
+COMMENT ON COLUMN webhook.inbox_failures.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.inbox_failures.event_id IS 'The event''s id';
+COMMENT ON COLUMN webhook.inbox_failures.consumer IS 'The consumer whose attempt failed';
+COMMENT ON COLUMN webhook.inbox_failures.attempt IS 'Which attempt it was';
+COMMENT ON COLUMN webhook.inbox_failures.error_message IS 'The webhook_fail message, or the lease that ran out';
+COMMENT ON COLUMN webhook.inbox_failures.failed_at IS 'When it failed';
+
+-- Who put which dead or failed event back, and when.
+CREATE TABLE webhook.requeues (
+    requeued_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    requeued_by name        NOT NULL DEFAULT SESSION_USER,
+    provider    text        NOT NULL,
+    event_id    text        NOT NULL,
+    -- NULL for a claimed (not queued) event, retried by its next delivery.
+    consumer    text,
+    attempts    integer     NOT NULL,
+    last_error  text
+);
+CREATE INDEX requeues_requeued_at_idx ON webhook.requeues (requeued_at);
+
+COMMENT ON TABLE webhook.requeues IS 'Every requeue: who put which event back, when, and what it had failed with';
+COMMENT ON COLUMN webhook.requeues.requeued_at IS 'When';
+COMMENT ON COLUMN webhook.requeues.requeued_by IS 'The session user who requeued it';
+COMMENT ON COLUMN webhook.requeues.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.requeues.event_id IS 'The event''s id';
+COMMENT ON COLUMN webhook.requeues.consumer IS 'The inbox consumer; NULL for a claimed event';
+COMMENT ON COLUMN webhook.requeues.attempts IS 'Attempts it had used';
+COMMENT ON COLUMN webhook.requeues.last_error IS 'What it had last failed with';
+
 -- The archive as one row per delivery, with its outcome.
 CREATE VIEW webhook.deliveries AS
 SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.signature, l.headers,
@@ -191,6 +307,17 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
        CASE
            WHEN l.claim_status = 'rejected' THEN 'REJECTED'
            WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') THEN 'SKIPPED'
+           -- Queued for the inbox: done when every consumer is.
+           WHEN l.claim_status::text = 'queued' THEN
+               CASE
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
+                                   AND i.status = 'dead') THEN 'FAILED'
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
+                                   AND i.status <> 'processed') THEN 'QUEUED'
+                   ELSE 'PROCESSED'
+               END
            WHEN f.delivery_id IS NOT NULL THEN 'FAILED'
            WHEN e.claim_id = l.id AND e.status = 'processed' THEN 'PROCESSED'
            WHEN e.claim_id = l.id AND e.status = 'processing' THEN 'PENDING'
@@ -210,7 +337,7 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
   LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id;
 
 COMMENT ON VIEW webhook.deliveries IS
-    'The archive: one row per delivery with processing_status PENDING, PROCESSED, SKIPPED, FAILED or REJECTED';
+    'The archive: one row per delivery with processing_status PENDING, QUEUED, PROCESSED, SKIPPED, FAILED or REJECTED';
 
 -- Providers that do not sign the event id (GitHub, Shopify, a generic HMAC
 -- of the body) are replayable under a forged id header: the same signed
@@ -252,6 +379,13 @@ CREATE TABLE webhook.providers (
                     CONSTRAINT providers_event_type_from_check
                     CHECK (event_type_from ~ '^(header|body):[^|]+(\|(header|body):[^|]+)*$'),
     created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- Inbox mode: webhook_receive stores and queues each delivery and
+    -- answers 2xx at once; workers process it later.
+    inbox           boolean     NOT NULL DEFAULT false,
+    -- The inbox's consumers of this provider's events; none: 'default'.
+    consumers       text[]      NOT NULL DEFAULT '{}'
+                    CONSTRAINT providers_consumers_check
+                    CHECK (pg_catalog.array_to_string(consumers, ',') ~ '^([a-z0-9][a-z0-9_.-]{0,63}(,|$))*$'),
     CONSTRAINT providers_pkey PRIMARY KEY (name)
 );
 
@@ -264,6 +398,8 @@ COMMENT ON COLUMN webhook.providers.tolerance IS 'How far a signed timestamp may
 COMMENT ON COLUMN webhook.providers.event_id_from IS 'Where the event id is: header:<name> or body:<dotted.path>, alternatives joined by |';
 COMMENT ON COLUMN webhook.providers.event_type_from IS 'Where the event type is, in the same form';
 COMMENT ON COLUMN webhook.providers.created_at IS 'When the provider was registered';
+COMMENT ON COLUMN webhook.providers.inbox IS 'Inbox mode: webhook_receive queues each delivery and answers 2xx at once';
+COMMENT ON COLUMN webhook.providers.consumers IS 'The inbox consumers each event is queued for; empty: default';
 
 -- Signing secrets, several per provider while rotating. Readable by no one
 -- but the extension owner; listed by fingerprint only.

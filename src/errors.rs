@@ -39,6 +39,13 @@ pub enum WebhookError {
         function: &'static str,
         arg: &'static str,
     },
+    /// An argument outside what the function accepts; `rule` says what it
+    /// accepts.
+    InvalidArgument {
+        function: &'static str,
+        arg: &'static str,
+        rule: &'static str,
+    },
     /// A lease longer than `webhook.max_lease`.
     LeaseTooLong {
         function: &'static str,
@@ -141,6 +148,7 @@ impl WebhookError {
             Self::PayloadTooLarge { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED, // 54000
             Self::NonPositiveInterval { .. } => ERRCODE_INVALID_PARAMETER_VALUE, // 22023
             Self::LeaseTooLong { .. } => ERRCODE_INVALID_PARAMETER_VALUE, // 22023
+            Self::InvalidArgument { .. } => ERRCODE_INVALID_PARAMETER_VALUE, // 22023
             Self::InvalidUtf8 { .. } => ERRCODE_CHARACTER_NOT_IN_REPERTOIRE, // 22021
             Self::InvalidJson { .. } => ERRCODE_INVALID_JSON_TEXT,       // 22032
             Self::NotAnObject { .. } => ERRCODE_SQL_JSON_OBJECT_NOT_FOUND, // 2203C
@@ -181,7 +189,8 @@ impl WebhookError {
                 "Long work renews a short lease with webhook_extend(); a superuser may raise webhook.max_lease.",
             ),
             Self::NotOwner { .. } => Some(
-                "Only a delivery answered \"claimed\" or \"retry\" may be completed, failed or extended.",
+                "Only a delivery answered \"claimed\" or \"retry\", or a lease from webhook_next, \
+                 may be completed, failed or extended.",
             ),
             Self::LeaseLost { .. } => Some(
                 "Roll back this transaction: another worker owns the event now. \
@@ -222,6 +231,9 @@ impl fmt::Display for WebhookError {
             }
             Self::NonPositiveInterval { function, arg } => {
                 write!(f, "{function}: argument \"{arg}\" must be a positive interval")
+            }
+            Self::InvalidArgument { function, arg, rule } => {
+                write!(f, "{function}: argument \"{arg}\" {rule}")
             }
             Self::LeaseTooLong { function, arg, limit_seconds } => write!(
                 f,

@@ -42,6 +42,12 @@ impl EventLock {
         Self::keyed(&[b"signed", provider.as_bytes(), digest])
     }
 
+    /// The lock a transaction holds while it is the one that notifies
+    /// waiting inbox workers (see `inbox::wake`).
+    pub fn for_wake_up() -> Self {
+        Self::keyed(&[b"inbox", b"wake", b"up"])
+    }
+
     fn keyed(parts: &[&[u8]]) -> Self {
         // A cryptographic digest keeps the 64-bit key stable across builds,
         // platforms and Rust versions (std's hashers promise none of that),

@@ -39,6 +39,16 @@ pub static REDACT_HEADERS: GucSetting<Option<CString>> =
 const DEFAULT_REDACT_HEADERS: &CStr = c"authorization, proxy-authorization, cookie, set-cookie, \
     x-api-key, api-key, x-auth-token, x-access-token, x-csrf-token";
 
+/// The inbox's first retry delay, in milliseconds; each further failure
+/// doubles it (see `inbox::backoff`).
+pub static BACKOFF_BASE: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+
+/// The longest delay between two inbox attempts, in milliseconds.
+pub static BACKOFF_MAX: GucSetting<i32> = GucSetting::<i32>::new(3_600_000);
+
+/// Whether queueing an event wakes listening workers (`NOTIFY webhook_inbox`).
+pub static INBOX_NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 pub fn init() {
     GucRegistry::define_int_guc(
         c"webhook.lease_timeout",
@@ -93,6 +103,36 @@ pub fn init() {
         i32::MAX,
         GucContext::Suset,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"webhook.backoff_base",
+        c"Delay before an inbox event's second attempt.",
+        c"webhook_fail schedules attempt n+1 after backoff_base * 2^(n-1), at most \
+          webhook.backoff_max, less up to a quarter at random so that failures spread out.",
+        &BACKOFF_BASE,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"webhook.backoff_max",
+        c"Longest delay between two attempts of an inbox event.",
+        c"The cap of webhook_fail's exponential backoff.",
+        &BACKOFF_MAX,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_bool_guc(
+        c"webhook.inbox_notify",
+        c"Wake listening workers when an event is queued.",
+        c"Sends NOTIFY webhook_inbox (no payload) from at most one committing transaction at a \
+          time, so that notifications never serialize commits; workers that LISTEN poll as well.",
+        &INBOX_NOTIFY,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"webhook.rejected_body_limit",

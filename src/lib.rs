@@ -6,7 +6,9 @@
 //!   bind unsigned ids to their signed bytes, claim, in one call;
 //! * `claim` — `webhook_claim`, deciding who processes a delivery;
 //! * `lifecycle` — `webhook_complete`, `webhook_fail`, `webhook_extend`;
-//! * `requeue` — `webhook_requeue`, for operators;
+//! * `inbox` — the durable inbox: `webhook_enqueue`, `webhook_next`,
+//!   leases, backoff, waking workers;
+//! * `requeue` — `webhook_requeue` and `webhook_requeue_dead`, for operators;
 //! * `verify` — `webhook_verify`, `webhook_verify_detail`, `webhook_schemes`;
 //! * `schemes` — the catalog of signature schemes and one module per
 //!   provider's scheme, in plain Rust;
@@ -17,6 +19,8 @@
 //!   claims from waiting;
 //! * `plans` — the kept SPI plans of the hot path;
 //! * `compress` — payloads compressed before they are archived;
+//! * `legacy` — the previous release's entry points, for the time between
+//!   installing this library and `ALTER EXTENSION … UPDATE`;
 //! * `input`, `errors`, `gucs`, `jsonb`, `uuid` — shared plumbing.
 //!
 //! Tables, views, grants and comments are plain SQL in `sql/`.
@@ -35,8 +39,10 @@ mod compress;
 mod errors;
 mod event_lock;
 mod gucs;
+mod inbox;
 mod input;
 mod jsonb;
+mod legacy;
 mod lifecycle;
 mod plans;
 mod receive;

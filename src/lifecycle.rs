@@ -1,5 +1,6 @@
 //! Finishing a claim: `webhook_complete`, `webhook_fail`, and the lease
-//! heartbeat `webhook_extend`.
+//! heartbeat `webhook_extend`; for an inbox lease they hand over to
+//! `inbox::lease`.
 //!
 //! Ownership is the rule for all three: the delivery must have been answered
 //! `claimed` or `retry`, must still be PENDING, and must still be the
@@ -11,6 +12,7 @@
 
 use crate::errors::{PgResult, Result, WebhookError};
 use crate::event_lock::EventLock;
+use crate::inbox;
 use crate::input;
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
@@ -24,6 +26,8 @@ use pgrx::{FromDatum, IntoDatum};
 /// the business writes (one-transaction use), or after the side effect
 /// succeeded (two-phase use). `result`, if given, is returned to every later
 /// duplicate, so it can be answered exactly as the first delivery was.
+/// Given a lease from `webhook_next`, it marks that consumer's inbox row
+/// processed.
 #[pg_extern(volatile, security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
 fn webhook_complete(
@@ -43,7 +47,10 @@ fn webhook_complete(
             .into());
         }
     }
-    finish::<bool>(F, id, &COMPLETE, vec![result.into()])?;
+    Spi::connect_mut(|client| match take_ownership(client, F, id)? {
+        Some(owned) => finish::<bool>(client, F, id, owned, &COMPLETE, vec![result.into()]),
+        None => known_lease(F, id, inbox::lease::complete(client, F, id, result)?),
+    })?;
     crate::session_claims::forget(id);
     Ok(())
 }
@@ -54,27 +61,65 @@ const MAX_ERROR_BYTES: usize = 2048;
 /// A stored result is an answer, not an archive: 64 kB is plenty.
 const MAX_RESULT_BYTES: usize = 64 * 1024;
 
-/// Record a failed attempt and release the event so that its next delivery
-/// is answered `retry`. In one-transaction use, roll back to a savepoint
-/// taken after the claim first, so the failure is recorded without the
-/// failed work.
-#[pg_extern(volatile, security_definer, parallel_unsafe)]
+/// Record a failed attempt. A claimed delivery's event is released so that
+/// its next delivery is answered `retry`: in one-transaction use, roll back
+/// to a savepoint taken after the claim first, so the failure is recorded
+/// without the failed work. A lease's event is ready again after
+/// `retry_in`, or after the backoff (see `inbox::backoff`). `permanent`
+/// parks the event as dead at once: retrying cannot help.
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_fail")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_fail(id: Option<pgrx::Uuid>, err: Option<&str>) -> PgResult<()> {
+pub(crate) fn fail_attempt(
+    id: Option<pgrx::Uuid>,
+    err: Option<&str>,
+    retry_in: default!(Option<Interval>, "NULL"),
+    permanent: default!(Option<bool>, false),
+) -> PgResult<()> {
     const F: &str = "webhook_fail";
     let id = input::required(F, "id", id)?;
     let err = input::required(F, "err", err)?;
-    // Kept forever in webhook.events.last_error: cut, not refused, since
-    // failing must not fail.
+    let permanent = input::required(F, "permanent", permanent)?;
+    if let Some(retry_in) = retry_in {
+        if retry_in.as_micros() < 0 {
+            return Err(WebhookError::NonPositiveInterval {
+                function: F,
+                arg: "retry_in",
+            }
+            .into());
+        }
+    }
+    // Kept forever with the event: cut, not refused, since failing must
+    // not fail.
     let err = input::truncated(err, MAX_ERROR_BYTES);
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
-    finish::<bool>(F, id, &FAIL, vec![err.as_ref().into(), max_attempts.into()])?;
+    Spi::connect_mut(|client| {
+        match take_ownership(client, F, id)? {
+        Some(_) if retry_in.is_some() => Err(WebhookError::InvalidArgument {
+            function: F,
+            arg: "retry_in",
+            rule: "applies to inbox leases only: a claimed delivery is retried by its provider's next delivery",
+        }),
+        Some(owned) => finish::<bool>(
+            client,
+            F,
+            id,
+            owned,
+            &FAIL,
+            vec![err.as_ref().into(), max_attempts.into(), permanent.into()],
+        ),
+        None => known_lease(
+            F,
+            id,
+            inbox::lease::fail(client, F, id, &err, retry_in, permanent)?,
+        ),
+    }
+    })?;
     crate::session_claims::forget(id);
     Ok(())
 }
 
-/// Renew the lease of a live claim, measured from now. Returns the new
-/// expiry. Long two-phase work calls it as a heartbeat.
+/// Renew the lease of a live claim or inbox lease, measured from now.
+/// Returns the new expiry. Long work calls it as a heartbeat.
 #[pg_extern(volatile, security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
 fn webhook_extend(
@@ -84,35 +129,56 @@ fn webhook_extend(
     const F: &str = "webhook_extend";
     let id = input::required(F, "id", id)?;
     let lease = input::lease(F, "lease", Some(input::required(F, "lease", lease)?))?;
-    Ok(finish(F, id, &EXTEND, vec![lease.into()])?)
+    Ok(Spi::connect_mut(|client| {
+        match take_ownership(client, F, id)? {
+            Some(owned) => finish(client, F, id, owned, &EXTEND, vec![lease.into()]),
+            None => inbox::lease::extend(client, F, id, lease)?.ok_or_else(|| {
+                WebhookError::UnknownDelivery {
+                    function: F,
+                    id: id.to_string(),
+                }
+            }),
+        }
+    })?)
 }
 
-/// Check ownership, take the event lock, and run one of the finishing
-/// statements, whose arguments are (id, provider, event_id, extra…). It
-/// returns one row when it changed the event, and none when the delivery
-/// may no longer finish it: then the error says why.
+/// An id that is neither a delivery nor a lease is unknown.
+fn known_lease(function: &'static str, id: pgrx::Uuid, found: bool) -> Result<bool> {
+    if found {
+        Ok(true)
+    } else {
+        Err(WebhookError::UnknownDelivery {
+            function,
+            id: id.to_string(),
+        })
+    }
+}
+
+/// Run one of the finishing statements for a delivery that may finish its
+/// event (`take_ownership`), with arguments (id, provider, event_id,
+/// extra…). It returns one row when it changed the event, and none when
+/// the delivery may no longer finish it: then the error says why.
 fn finish<T: FromDatum + IntoDatum>(
+    client: &mut SpiClient<'_>,
     function: &'static str,
     id: pgrx::Uuid,
+    owned: Owned,
     statement: &'static Statement,
     extra: Vec<DatumWithOid<'_>>,
 ) -> Result<T> {
-    Spi::connect_mut(|client| {
-        let owned = take_ownership(client, function, id)?;
-        let mut args: Vec<DatumWithOid<'_>> = vec![
-            id.into(),
-            owned.provider.as_str().into(),
-            owned.event_id.as_str().into(),
-        ];
-        args.extend(extra);
-        let changed = statement.run(client, &args)?;
-        match changed.into_iter().next() {
-            Some(row) => row
-                .get::<T>(1)?
-                .ok_or_else(|| WebhookError::Internal(format!("{function}: empty result"))),
-            None => Err(refusal(client, function, id)?),
-        }
-    })
+    let mut args: Vec<DatumWithOid<'_>> = vec![
+        id.into(),
+        owned.provider.as_str().into(),
+        owned.event_id.as_str().into(),
+    ];
+    args.extend(extra);
+    let changed = statement.run(client, &args)?;
+    match changed.into_iter().next() {
+        Some(row) => row
+            .get::<T>(1)?
+            .ok_or_else(|| WebhookError::Internal(format!("{function}: empty result"))),
+        None => Err(refusal(client, function, id)?),
+    }
 }
 
 static LOOKUP: Statement = Statement {
@@ -144,8 +210,8 @@ static COMPLETE: Statement = Statement {
 static FAIL: Statement = Statement {
     sql: "WITH event AS (
               UPDATE webhook.events
-                 -- Out of attempts: parked as dead, not retried again.
-                 SET status = CASE WHEN $5 > 0 AND attempts >= $5 THEN 'dead' ELSE 'failed' END::webhook.event_status,
+                 -- Permanent, or out of attempts: parked as dead, not retried again.
+                 SET status = CASE WHEN $6 OR ($5 > 0 AND attempts >= $5) THEN 'dead' ELSE 'failed' END::webhook.event_status,
                      last_error = $4,
                      lease_expires_at = NULL
                WHERE provider = $2 AND event_id = $3
@@ -155,7 +221,14 @@ static FAIL: Statement = Statement {
           INSERT INTO webhook.delivery_failures (delivery_id, error_message)
           SELECT $1, $4 FROM event
        RETURNING true",
-    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INT4OID],
+    arg_types: &[
+        pg_sys::UUIDOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::INT4OID,
+        pg_sys::BOOLOID,
+    ],
 };
 
 static EXTEND: Statement = Statement {
@@ -188,22 +261,20 @@ struct Owned {
 }
 
 /// Check the delivery may finish its event, then take the event lock
-/// (waiting if a competing claim holds it, so its outcome is seen).
+/// (waiting if a competing claim holds it, so its outcome is seen). None:
+/// `id` is no delivery, so it may be an inbox lease.
 fn take_ownership(
     client: &mut SpiClient<'_>,
     function: &'static str,
     id: pgrx::Uuid,
-) -> Result<Owned> {
+) -> Result<Option<Owned>> {
     if let Some((provider, event_id)) = crate::session_claims::get(id) {
         EventLock::for_event(&provider, &event_id).acquire();
-        return Ok(Owned { provider, event_id });
+        return Ok(Some(Owned { provider, event_id }));
     }
     let rows = LOOKUP.run(client, &[id.into()])?;
     let Some(row) = rows.into_iter().next() else {
-        return Err(WebhookError::UnknownDelivery {
-            function,
-            id: id.to_string(),
-        });
+        return Ok(None);
     };
     let provider: String = row.get(1)?.unwrap_or_default();
     let event_id: String = row.get(2)?.unwrap_or_default();
@@ -216,7 +287,7 @@ fn take_ownership(
         });
     }
     EventLock::for_event(&provider, &event_id).acquire();
-    Ok(Owned { provider, event_id })
+    Ok(Some(Owned { provider, event_id }))
 }
 
 /// Build the error for a finishing call that changed nothing.

@@ -34,14 +34,91 @@ use sha2::{Digest, Sha256};
 
 const FUNCTION: &str = "webhook_receive";
 
-/// Receive a delivery given its raw body (exact: signatures cover these bytes).
-#[pg_extern(volatile, security_definer, parallel_unsafe)]
+/// Receive a delivery given its raw body (exact: signatures cover these
+/// bytes). `inbox`: store and queue it for workers and answer 2xx at once
+/// (true), claim it for this transaction to process (false), or as the
+/// provider is registered (NULL).
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_receive(
+pub(crate) fn receive_delivery(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     lease: default!(Option<Interval>, "NULL"),
+    inbox: default!(Option<bool>, "NULL"),
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+            name!(http_status, i32),
+            name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let mode = match inbox {
+        None => Mode::AsRegistered,
+        Some(false) => Mode::Claim,
+        Some(true) => Mode::Inbox,
+    };
+    receive_row(provider, headers, body, lease, mode)
+}
+
+/// Text form, for a body passed as a string.
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
+#[search_path(pg_catalog, pg_temp)]
+fn receive_delivery_text(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&str>,
+    lease: default!(Option<Interval>, "NULL"),
+    inbox: default!(Option<bool>, "NULL"),
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+            name!(http_status, i32),
+            name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    receive_delivery(provider, headers, body.map(str::as_bytes), lease, inbox)
+}
+
+/// How a delivery is taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// As the provider is registered (`webhook.providers.inbox`).
+    AsRegistered,
+    /// Claimed, for the caller's transaction to process.
+    Claim,
+    /// Queued in the inbox for workers; answered 2xx at once.
+    Inbox,
+}
+
+pub(crate) fn receive_row(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    lease: Option<Interval>,
+    mode: Mode,
 ) -> std::result::Result<
     TableIterator<
         'static,
@@ -65,7 +142,7 @@ fn webhook_receive(
     let body = input::required(FUNCTION, "body", body)?;
     input::payload_size(FUNCTION, "body", body.len())?;
     let lease = input::lease(FUNCTION, "lease", lease)?;
-    let answer = Spi::connect_mut(|client| receive(client, provider, headers, body, lease))?;
+    let answer = Spi::connect_mut(|client| receive(client, provider, headers, body, lease, mode))?;
     let (id, claimed, status, attempts, result) = answer.outcome.row();
     Ok(TableIterator::once((
         id,
@@ -79,35 +156,6 @@ fn webhook_receive(
         answer.event_type,
         answer.event_type_signed,
     )))
-}
-
-/// Text form, for a body passed as a string.
-#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
-#[search_path(pg_catalog, pg_temp)]
-fn webhook_receive_text(
-    provider: Option<&str>,
-    headers: Option<RawJsonb>,
-    body: Option<&str>,
-    lease: default!(Option<Interval>, "NULL"),
-) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(claimed, bool),
-            name!(status, String),
-            name!(attempts, i32),
-            name!(result, Option<RawJsonb>),
-            name!(http_status, i32),
-            name!(reason, String),
-            name!(event_id, Option<String>),
-            name!(event_type, Option<String>),
-            name!(event_type_signed, Option<bool>),
-        ),
-    >,
-    pg_sys::panic::ErrorReport,
-> {
-    webhook_receive(provider, headers, body.map(str::as_bytes), lease)
 }
 
 struct Answer {
@@ -146,19 +194,41 @@ struct Provider {
     event_id_from: String,
     event_type_from: String,
     secrets: Vec<Option<String>>,
+    /// Registered in inbox mode.
+    inbox: bool,
+}
+
+/// The provider's registry entry and active secrets, newest first, with
+/// `$inbox` (an SQL expression) as its mode.
+macro_rules! load_provider {
+    ($inbox:literal) => {
+        concat!(
+            "SELECT p.scheme,
+                    pg_catalog.date_part('epoch', p.tolerance)::int8,
+                    p.event_id_from,
+                    p.event_type_from,
+                    pg_catalog.array_agg(s.secret ORDER BY s.added_at DESC)
+                        FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
+            $inbox,
+            "
+               FROM webhook.providers p
+               LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
+              WHERE p.name = $1
+              GROUP BY p.name"
+        )
+    };
 }
 
 static LOAD_PROVIDER: Statement = Statement {
-    sql: "SELECT p.scheme,
-                 pg_catalog.date_part('epoch', p.tolerance)::int8,
-                 p.event_id_from,
-                 p.event_type_from,
-                 pg_catalog.array_agg(s.secret ORDER BY s.added_at DESC)
-                     FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL)
-            FROM webhook.providers p
-            LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
-           WHERE p.name = $1
-           GROUP BY p.name",
+    sql: load_provider!("p.inbox"),
+    arg_types: &[pg_sys::TEXTOID],
+};
+
+/// The same, when the caller chose the mode: it reads only columns every
+/// release has had, so a database whose SQL is a release behind keeps
+/// receiving through the earlier entry points (see `legacy`).
+static LOAD_PROVIDER_NOT_MODE: Statement = Statement {
+    sql: load_provider!("false"),
     arg_types: &[pg_sys::TEXTOID],
 };
 
@@ -177,8 +247,12 @@ static BIND: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID, pg_sys::TEXTOID],
 };
 
-fn load_provider(client: &mut SpiClient<'_>, name: &str) -> Result<Provider> {
-    let rows = LOAD_PROVIDER.run(client, &[name.into()])?;
+fn load_provider(client: &mut SpiClient<'_>, name: &str, mode: Mode) -> Result<Provider> {
+    let statement = match mode {
+        Mode::AsRegistered => &LOAD_PROVIDER,
+        Mode::Claim | Mode::Inbox => &LOAD_PROVIDER_NOT_MODE,
+    };
+    let rows = statement.run(client, &[name.into()])?;
     let row = rows
         .into_iter()
         .next()
@@ -203,6 +277,7 @@ fn load_provider(client: &mut SpiClient<'_>, name: &str) -> Result<Provider> {
         event_id_from: row.get::<String>(3)?.unwrap_or_default(),
         event_type_from: row.get::<String>(4)?.unwrap_or_default(),
         secrets: row.get::<Vec<Option<String>>>(5)?.unwrap_or_default(),
+        inbox: row.get::<bool>(6)?.unwrap_or(false),
     })
 }
 
@@ -324,8 +399,14 @@ fn receive(
     headers: RawJsonb,
     body: &[u8],
     lease: Interval,
+    mode: Mode,
 ) -> Result<Answer> {
-    let provider = load_provider(client, provider_name)?;
+    let provider = load_provider(client, provider_name, mode)?;
+    let inbox = match mode {
+        Mode::AsRegistered => provider.inbox,
+        Mode::Claim => false,
+        Mode::Inbox => true,
+    };
     let headers_json = headers.to_json().unwrap_or(serde_json::Value::Null);
     let parsed_headers = Headers::from_json(&headers_json);
     let signature = parsed_headers.as_ref().ok().and_then(|h| {
@@ -415,7 +496,13 @@ fn receive(
         let mut hasher = Sha256::new();
         hasher.update(&authentic.prefix);
         hasher.update(body);
-        match bind(client, provider_name, &hasher.finalize(), &event_id.value)? {
+        match bind(
+            client,
+            provider_name,
+            &hasher.finalize(),
+            &event_id.value,
+            inbox,
+        )? {
             Binding::Bound => {}
             // Another open transaction is receiving these very bytes: a
             // concurrent redelivery, answered as any in-progress event is.
@@ -425,7 +512,11 @@ fn receive(
             }
         }
     }
-    let outcome = claim::claim(client, &delivery)?;
+    let outcome = if inbox {
+        crate::inbox::enqueue(client, &delivery)?
+    } else {
+        claim::claim(client, &delivery)?
+    };
     Ok(answer(outcome))
 }
 
@@ -440,17 +531,22 @@ enum Binding {
 }
 
 /// Bind `digest` (of a provider's signed bytes) to `event_id`, under the
-/// signed-bytes lock so that two transactions never insert the same key
-/// and nobody waits: the lock is only tried. Held until the transaction
+/// signed-bytes lock so that two transactions never insert the same key.
+/// A claim only tries the lock, so nobody waits; inbox intake (`wait`)
+/// waits for the other transaction instead, because it may only answer
+/// 2xx once the delivery is stored for good. Held until the transaction
 /// ends when this call inserted the binding.
 fn bind(
     client: &mut SpiClient<'_>,
     provider: &str,
     digest: &[u8],
     event_id: &str,
+    wait: bool,
 ) -> Result<Binding> {
     let lock = EventLock::for_signed_bytes(provider, digest);
-    if !lock.try_acquire() {
+    if wait {
+        lock.acquire();
+    } else if !lock.try_acquire() {
         return Ok(Binding::Busy);
     }
     let bound_to = match BOUND_TO

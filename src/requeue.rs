@@ -1,61 +1,282 @@
-//! `webhook_requeue`: an operator puts a dead or failed event back, so the
-//! next delivery of it (the provider's retry, or the operator replaying the
-//! archived request) is claimed as a retry with a fresh attempt budget.
+//! Requeueing, for operators: `webhook_requeue` puts one dead or failed
+//! event back, `webhook_requeue_dead` every dead letter matching a filter.
+//!
+//! A claimed event gets a fresh attempt budget, and its next delivery (the
+//! provider's retry, or the operator replaying the archived request) is
+//! claimed as a retry. A queued event's dead consumers are ready again at
+//! once, with a fresh budget, and listening workers are woken. Every
+//! requeue is recorded in `webhook.requeues`: who, when, what it had
+//! failed with.
 //!
 //! A processed event is never requeued: that would process it twice. The
 //! event lock is taken as for any other write to an event, so a requeue
-//! never races a claim.
+//! never races a claim; inbox rows are changed only through row locks.
 
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
-use crate::input::{self, MAX_EVENT_ID_BYTES, MAX_PROVIDER_BYTES};
+use crate::input::{self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES};
 use crate::plans::Statement;
+use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
 
 const FUNCTION: &str = "webhook_requeue";
+const BULK: &str = "webhook_requeue_dead";
 
-/// Requeue a dead or failed event.
-#[pg_extern(volatile, security_definer, parallel_unsafe)]
+/// Requeue a dead or failed event; for a queued event, its dead consumers
+/// (or only `consumer`'s).
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_requeue")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_requeue(
+fn requeue_event(
     provider: Option<&str>,
     event_id: Option<&str>,
+    consumer: default!(Option<&str>, "NULL"),
 ) -> std::result::Result<(), pg_sys::panic::ErrorReport> {
     let provider = input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?;
     let event_id = input::required_text(FUNCTION, "event_id", event_id, MAX_EVENT_ID_BYTES)?;
-    EventLock::for_event(provider, event_id).acquire();
-    Ok(Spi::connect_mut(|client| -> Result<()> {
-        let requeued = REQUEUE.run(client, &[provider.into(), event_id.into()])?;
-        if !requeued.is_empty() {
-            return Ok(());
-        }
-        let status = STATUS.run(client, &[provider.into(), event_id.into()])?;
-        match status.into_iter().next() {
-            None => Err(WebhookError::UnknownEvent {
-                function: FUNCTION,
-                provider: provider.into(),
-                event_id: event_id.into(),
-            }),
-            Some(row) => Err(WebhookError::NotRequeueable {
-                function: FUNCTION,
-                status: row.get::<String>(1)?.unwrap_or_default(),
-            }),
-        }
+    let consumer = input::optional_text(FUNCTION, "consumer", consumer, MAX_PROVIDER_BYTES)?;
+    Ok(Spi::connect_mut(|client| {
+        requeue(client, provider, event_id, consumer, Log::Record)
     })?)
 }
 
-static REQUEUE: Statement = Statement {
+/// Whether a requeue is written to `webhook.requeues`: always, except
+/// through the entry point a database still on 0.2.0's SQL calls, which
+/// has no such table yet (see `legacy`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Log {
+    Record,
+    Unavailable,
+}
+
+pub(crate) fn requeue(
+    client: &mut SpiClient<'_>,
+    provider: &str,
+    event_id: &str,
+    consumer: Option<&str>,
+    log: Log,
+) -> Result<()> {
+    EventLock::for_event(provider, event_id).acquire();
+    let status = match STATUS
+        .run(client, &[provider.into(), event_id.into()])?
+        .next()
+    {
+        Some(row) => row.get::<String>(1)?.unwrap_or_default(),
+        None => {
+            return Err(WebhookError::UnknownEvent {
+                function: FUNCTION,
+                provider: provider.into(),
+                event_id: event_id.into(),
+            })
+        }
+    };
+    let requeued = if status == "queued" {
+        let rows =
+            REQUEUE_QUEUED.run(client, &[provider.into(), event_id.into(), consumer.into()])?;
+        let any = !rows.is_empty();
+        if any {
+            crate::inbox::wake(client)?;
+        }
+        any
+    } else if consumer.is_some() {
+        return Err(WebhookError::InvalidArgument {
+            function: FUNCTION,
+            arg: "consumer",
+            rule: "applies to queued events only: this event was claimed, not queued",
+        });
+    } else {
+        let statement = match log {
+            Log::Record => &REQUEUE_CLAIMED,
+            Log::Unavailable => &REQUEUE_CLAIMED_UNLOGGED,
+        };
+        !statement
+            .run(client, &[provider.into(), event_id.into()])?
+            .is_empty()
+    };
+    if requeued {
+        return Ok(());
+    }
+    Err(WebhookError::NotRequeueable {
+        function: FUNCTION,
+        status: if status == "queued" {
+            "queued, with no dead consumer".into()
+        } else {
+            status
+        },
+    })
+}
+
+/// Requeue every dead letter matching all the filters given: provider,
+/// event type, error text (an ILIKE pattern), when the event arrived, and
+/// for queued events the consumer. Returns how many were requeued.
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_requeue_dead(
+    provider: default!(Option<&str>, "NULL"),
+    event_type: default!(Option<&str>, "NULL"),
+    error_like: default!(Option<&str>, "NULL"),
+    received_after: default!(Option<TimestampWithTimeZone>, "NULL"),
+    received_before: default!(Option<TimestampWithTimeZone>, "NULL"),
+    consumer: default!(Option<&str>, "NULL"),
+) -> std::result::Result<i64, pg_sys::panic::ErrorReport> {
+    let provider = input::optional_text(BULK, "provider", provider, MAX_PROVIDER_BYTES)?;
+    let event_type = input::optional_text(BULK, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?;
+    let consumer = input::optional_text(BULK, "consumer", consumer, MAX_PROVIDER_BYTES)?;
+    Ok(Spi::connect_mut(|client| -> Result<i64> {
+        let queued = REQUEUE_DEAD_QUEUED
+            .run(
+                client,
+                &[
+                    provider.into(),
+                    event_type.into(),
+                    error_like.into(),
+                    received_after.into(),
+                    received_before.into(),
+                    consumer.into(),
+                ],
+            )?
+            .count() as i64;
+        if queued > 0 {
+            crate::inbox::wake(client)?;
+        }
+        if consumer.is_some() {
+            return Ok(queued);
+        }
+        // Claimed events, one at a time under each one's event lock.
+        let dead: Vec<(String, String)> = DEAD_CLAIMED
+            .run(
+                client,
+                &[
+                    provider.into(),
+                    event_type.into(),
+                    error_like.into(),
+                    received_after.into(),
+                    received_before.into(),
+                ],
+            )?
+            .map(|row| {
+                Ok((
+                    row.get(1)?.unwrap_or_default(),
+                    row.get(2)?.unwrap_or_default(),
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let mut claimed = 0;
+        for (provider, event_id) in &dead {
+            EventLock::for_event(provider, event_id).acquire();
+            let rows = REQUEUE_CLAIMED.run(
+                client,
+                &[provider.as_str().into(), event_id.as_str().into()],
+            )?;
+            claimed += rows.count() as i64;
+        }
+        Ok(queued + claimed)
+    })?)
+}
+
+static STATUS: Statement = Statement {
+    sql: "SELECT status::text FROM webhook.events WHERE provider = $1 AND event_id = $2",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// A dead or failed claimed event back to failed, with a fresh budget,
+/// recorded. Runs under the event lock.
+static REQUEUE_CLAIMED: Statement = Statement {
+    sql: "WITH old AS (
+              SELECT provider, event_id, attempts, last_error
+                FROM webhook.events
+               WHERE provider = $1 AND event_id = $2 AND status IN ('dead', 'failed')
+          ), requeued AS (
+              UPDATE webhook.events e
+                 SET status = 'failed', attempts = 0, requeues = e.requeues + 1
+                FROM old
+               WHERE e.provider = old.provider AND e.event_id = old.event_id
+          )
+          INSERT INTO webhook.requeues (provider, event_id, consumer, attempts, last_error)
+          SELECT provider, event_id, NULL, attempts, last_error FROM old
+       RETURNING 1",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// The same, unrecorded (see `Log::Unavailable`).
+static REQUEUE_CLAIMED_UNLOGGED: Statement = Statement {
     sql: "UPDATE webhook.events
-             SET status = 'failed',
-                 attempts = 0,
-                 requeues = requeues + 1
+             SET status = 'failed', attempts = 0, requeues = requeues + 1
            WHERE provider = $1 AND event_id = $2 AND status IN ('dead', 'failed')
        RETURNING 1",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
-static STATUS: Statement = Statement {
-    sql: "SELECT status::text FROM webhook.events WHERE provider = $1 AND event_id = $2",
-    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+/// A queued event's dead consumers (all, or `$3`) ready again now.
+static REQUEUE_QUEUED: Statement = Statement {
+    sql: "WITH old AS (
+              SELECT provider, event_id, consumer, attempts, last_error
+                FROM webhook.inbox
+               WHERE provider = $1 AND event_id = $2 AND status = 'dead'
+                 AND ($3::text IS NULL OR consumer = $3)
+                 FOR UPDATE
+          ), requeued AS (
+              UPDATE webhook.inbox i
+                 SET status = 'ready', attempts = 0, run_at = pg_catalog.clock_timestamp(),
+                     requeues = i.requeues + 1
+                FROM old
+               WHERE (i.provider, i.event_id, i.consumer) = (old.provider, old.event_id, old.consumer)
+          )
+          INSERT INTO webhook.requeues (provider, event_id, consumer, attempts, last_error)
+          SELECT provider, event_id, consumer, attempts, last_error FROM old
+       RETURNING 1",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Every dead inbox row matching the filters, ready again now, recorded.
+static REQUEUE_DEAD_QUEUED: Statement = Statement {
+    sql: "WITH old AS (
+              SELECT provider, event_id, consumer, attempts, last_error
+                FROM webhook.inbox
+               WHERE status = 'dead'
+                 AND ($1::text IS NULL OR provider = $1)
+                 AND ($2::text IS NULL OR event_type = $2)
+                 AND ($3::text IS NULL OR last_error ILIKE $3)
+                 AND ($4::timestamptz IS NULL OR queued_at >= $4)
+                 AND ($5::timestamptz IS NULL OR queued_at < $5)
+                 AND ($6::text IS NULL OR consumer = $6)
+                 FOR UPDATE
+          ), requeued AS (
+              UPDATE webhook.inbox i
+                 SET status = 'ready', attempts = 0, run_at = pg_catalog.clock_timestamp(),
+                     requeues = i.requeues + 1
+                FROM old
+               WHERE (i.provider, i.event_id, i.consumer) = (old.provider, old.event_id, old.consumer)
+          )
+          INSERT INTO webhook.requeues (provider, event_id, consumer, attempts, last_error)
+          SELECT provider, event_id, consumer, attempts, last_error FROM old
+       RETURNING 1",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TIMESTAMPTZOID,
+        pg_sys::TIMESTAMPTZOID,
+        pg_sys::TEXTOID,
+    ],
+};
+
+/// Dead claimed events matching the filters.
+static DEAD_CLAIMED: Statement = Statement {
+    sql: "SELECT provider, event_id
+            FROM webhook.events
+           WHERE status = 'dead'
+             AND ($1::text IS NULL OR provider = $1)
+             AND ($2::text IS NULL OR event_type = $2)
+             AND ($3::text IS NULL OR last_error ILIKE $3)
+             AND ($4::timestamptz IS NULL OR first_seen_at >= $4)
+             AND ($5::timestamptz IS NULL OR first_seen_at < $5)",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TIMESTAMPTZOID,
+        pg_sys::TIMESTAMPTZOID,
+    ],
 };

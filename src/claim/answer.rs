@@ -20,6 +20,8 @@ pub enum ClaimStatus {
     Dead,
     /// webhook_receive refused the delivery before claiming.
     Rejected,
+    /// Stored in the inbox, for a worker to process (inbox mode).
+    Queued,
 }
 
 /// `webhook.event_status`: where an event is in its life.
@@ -33,17 +35,20 @@ pub enum EventStatus {
     Failed,
     /// Failed `webhook.max_attempts` times; parked for an operator.
     Dead,
+    /// Handed to the inbox, where each consumer's progress is kept.
+    Queued,
 }
 
 impl ClaimStatus {
     /// In the order of the SQL enum's labels.
-    pub const ALL: [ClaimStatus; 6] = [
+    pub const ALL: [ClaimStatus; 7] = [
         Self::Claimed,
         Self::Retry,
         Self::Duplicate,
         Self::InProgress,
         Self::Dead,
         Self::Rejected,
+        Self::Queued,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +59,7 @@ impl ClaimStatus {
             Self::InProgress => "in_progress",
             Self::Dead => "dead",
             Self::Rejected => "rejected",
+            Self::Queued => "queued",
         }
     }
 
@@ -72,7 +78,13 @@ impl ClaimStatus {
 
 impl EventStatus {
     /// In the order of the SQL enum's labels.
-    pub const ALL: [EventStatus; 4] = [Self::Processing, Self::Processed, Self::Failed, Self::Dead];
+    pub const ALL: [EventStatus; 5] = [
+        Self::Processing,
+        Self::Processed,
+        Self::Failed,
+        Self::Dead,
+        Self::Queued,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -80,6 +92,7 @@ impl EventStatus {
             Self::Processed => "processed",
             Self::Failed => "failed",
             Self::Dead => "dead",
+            Self::Queued => "queued",
         }
     }
 

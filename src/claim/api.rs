@@ -49,16 +49,7 @@ fn webhook_claim(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    let payload = input::required(FUNCTION, "payload", payload)?;
-    input::payload_size(FUNCTION, "payload", payload.size())?;
-    if !payload.is_object() {
-        return Err(WebhookError::NotAnObject {
-            function: FUNCTION,
-            arg: "payload",
-            found: payload.kind(),
-        }
-        .into());
-    }
+    let payload = checked_payload(FUNCTION, payload)?;
     claim_row(
         provider, event_id, event_type, payload, None, signature, lease,
     )
@@ -89,8 +80,7 @@ fn webhook_claim_raw(
     pg_sys::panic::ErrorReport,
 > {
     let body = input::required(FUNCTION, "body", body)?;
-    input::payload_size(FUNCTION, "body", body.len())?;
-    let payload = parse_body(body)?;
+    let payload = payload_of_body(FUNCTION, body)?;
     claim_row(
         provider,
         event_id,
@@ -136,9 +126,54 @@ fn webhook_claim_text(
     )
 }
 
-fn parse_body(body: &[u8]) -> Result<RawJsonb> {
-    let (text, _) = input::json_object_body(FUNCTION, "body", body)?;
-    jsonb::from_text(FUNCTION, "body", text)
+/// A `jsonb` payload argument, checked: present, within
+/// `webhook.max_payload_size`, and a JSON object.
+pub(crate) fn checked_payload(
+    function: &'static str,
+    payload: Option<RawJsonb>,
+) -> Result<RawJsonb> {
+    let payload = input::required(function, "payload", payload)?;
+    input::payload_size(function, "payload", payload.size())?;
+    if !payload.is_object() {
+        return Err(WebhookError::NotAnObject {
+            function,
+            arg: "payload",
+            found: payload.kind(),
+        });
+    }
+    Ok(payload)
+}
+
+/// The payload of a raw `body` argument: within `webhook.max_payload_size`
+/// and a JSON object jsonb can store.
+pub(crate) fn payload_of_body(function: &'static str, body: &[u8]) -> Result<RawJsonb> {
+    input::payload_size(function, "body", body.len())?;
+    let (text, _) = input::json_object_body(function, "body", body)?;
+    jsonb::from_text(function, "body", text)
+}
+
+/// A delivery given as arguments, checked before anything is written.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn delivery<'a>(
+    function: &'static str,
+    provider: Option<&'a str>,
+    event_id: Option<&'a str>,
+    event_type: Option<&'a str>,
+    payload: RawJsonb,
+    raw_body: Option<&'a [u8]>,
+    signature: Option<&'a str>,
+    lease: Option<Interval>,
+) -> Result<Delivery<'a>> {
+    Ok(Delivery {
+        provider: input::required_text(function, "provider", provider, MAX_PROVIDER_BYTES)?,
+        event_id: input::required_text(function, "event_id", event_id, MAX_EVENT_ID_BYTES)?,
+        event_type: input::required_text(function, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?,
+        payload,
+        raw_body,
+        signature: input::optional_text(function, "signature", signature, MAX_SIGNATURE_BYTES)?,
+        headers: None,
+        lease: input::lease(function, "lease", lease)?,
+    })
 }
 
 fn claim_row(
@@ -150,16 +185,9 @@ fn claim_row(
     signature: Option<&str>,
     lease: Option<Interval>,
 ) -> PgResult<ClaimRow> {
-    let delivery = Delivery {
-        provider: input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?,
-        event_id: input::required_text(FUNCTION, "event_id", event_id, MAX_EVENT_ID_BYTES)?,
-        event_type: input::required_text(FUNCTION, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?,
-        payload,
-        raw_body,
-        signature: input::optional_text(FUNCTION, "signature", signature, MAX_SIGNATURE_BYTES)?,
-        headers: None,
-        lease: input::lease(FUNCTION, "lease", lease)?,
-    };
+    let delivery = delivery(
+        FUNCTION, provider, event_id, event_type, payload, raw_body, signature, lease,
+    )?;
     let outcome = Spi::connect_mut(|client| super::claim(client, &delivery))?;
     Ok(TableIterator::once(outcome.row()))
 }

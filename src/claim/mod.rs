@@ -17,10 +17,10 @@
 //!   finished or held elsewhere, take over one that failed or expired.
 
 mod answer;
-mod api;
+pub(crate) mod api;
 mod statements;
 
-pub use answer::{ClaimStatus, EventStatus, Outcome};
+pub use answer::{ClaimStatus, EventState, EventStatus, Outcome};
 
 use crate::archive::{self, Entry};
 use crate::compress::ArchivedPayload;
@@ -28,7 +28,6 @@ use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::jsonb::RawJsonb;
 use crate::session_claims;
-use answer::EventState;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{CLAIM, INSPECT, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER};

@@ -16,28 +16,34 @@ use pgrx::pg_sys;
 /// the event over (it failed, or its lease ran out). `held_elsewhere`
 /// (`true`/`false`): another transaction holds the event's lock, so it is
 /// in progress whatever its lease says; so is an event not yet committed
-/// (NULL status). Written once, expanded into each statement, so the
-/// decision costs no function call and needs no SQL object of its own.
+/// (NULL status). A processed event, or one handed to the inbox (queued),
+/// is a duplicate: its work is done or owned by the inbox's workers. The
+/// labels a claim may act on are named, every other one is a duplicate, so
+/// this never names a label a database still on an earlier release lacks.
+/// Written once, expanded into each statement, so the decision costs no
+/// function call and needs no SQL object of its own.
 macro_rules! answer {
     ($status:literal, $lease:literal, $held_elsewhere:literal) => {
         concat!(
             "(CASE WHEN ",
             $status,
-            " = 'processed' THEN 'duplicate'
-                   WHEN ",
-            $status,
             " = 'dead' THEN 'dead'
                    WHEN ",
-            $held_elsewhere,
-            " OR ",
             $status,
             " IS NULL THEN 'in_progress'
                    WHEN ",
             $status,
+            " IN ('processing', 'failed') THEN
+                       CASE WHEN ",
+            $held_elsewhere,
+            " OR (",
+            $status,
             " = 'processing' AND ",
             $lease,
-            " > pg_catalog.clock_timestamp()
-                       THEN 'in_progress'
+            " > pg_catalog.clock_timestamp())
+                            THEN 'in_progress'
+                       END
+                   ELSE 'duplicate'
               END)::webhook.claim_status"
         )
     };

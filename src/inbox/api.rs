@@ -1,0 +1,273 @@
+//! The inbox's SQL functions: `webhook_enqueue`, for handlers that verify
+//! deliveries themselves, and `webhook_next`, which workers lease events
+//! with. (`webhook_receive` queues in inbox mode too; see `receive`.)
+
+use super::lease;
+use crate::claim::api::{checked_payload, delivery, payload_of_body};
+use crate::claim::Outcome;
+use crate::errors::{PgResult, Result, WebhookError};
+use crate::input::{self, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES};
+use crate::jsonb::RawJsonb;
+use crate::plans::Statement;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+const ENQUEUE: &str = "webhook_enqueue";
+const NEXT: &str = "webhook_next";
+
+/// Most events one `webhook_next` call leases.
+const MAX_BATCH: i32 = 1000;
+
+type EnqueueRow = TableIterator<
+    'static,
+    (
+        name!(id, pgrx::Uuid),
+        name!(queued, bool),
+        name!(status, String),
+    ),
+>;
+
+/// Queue a delivery the caller has verified (payload as `jsonb`): `queued`
+/// when its event is new, `duplicate` when it was seen before. Either way
+/// it is stored once the transaction commits: answer 2xx.
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_enqueue(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    payload: Option<RawJsonb>,
+    signature: default!(Option<&str>, "NULL"),
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(queued, bool),
+            name!(status, String),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let payload = checked_payload(ENQUEUE, payload)?;
+    enqueue_row(provider, event_id, event_type, payload, None, signature)
+}
+
+/// `webhook_enqueue` with the raw body, archived byte for byte.
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_enqueue_raw(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&[u8]>,
+    signature: default!(Option<&str>, "NULL"),
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(queued, bool),
+            name!(status, String),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let body = input::required(ENQUEUE, "body", body)?;
+    let payload = payload_of_body(ENQUEUE, body)?;
+    enqueue_row(
+        provider,
+        event_id,
+        event_type,
+        payload,
+        Some(body),
+        signature,
+    )
+}
+
+/// `webhook_enqueue` with the raw body passed as text.
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_enqueue_text(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&str>,
+    signature: default!(Option<&str>, "NULL"),
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(queued, bool),
+            name!(status, String),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    webhook_enqueue_raw(
+        provider,
+        event_id,
+        event_type,
+        body.map(str::as_bytes),
+        signature,
+    )
+}
+
+fn enqueue_row(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    payload: RawJsonb,
+    raw_body: Option<&[u8]>,
+    signature: Option<&str>,
+) -> PgResult<EnqueueRow> {
+    let d = delivery(
+        ENQUEUE, provider, event_id, event_type, payload, raw_body, signature, None,
+    )?;
+    let Outcome { id, status, .. } = Spi::connect_mut(|client| super::enqueue(client, &d))?;
+    Ok(TableIterator::once((
+        id,
+        status == crate::claim::ClaimStatus::Queued,
+        status.as_str().to_string(),
+    )))
+}
+
+/// Lease up to `batch` ready events of `consumer` for `lease` (default
+/// `webhook.lease_timeout`), oldest run time first, optionally only one
+/// provider's or one event type's. Never waits for another worker: rows
+/// another transaction is leasing are skipped. Each row's `id` is the
+/// lease: finish it with `webhook_complete(id)` or `webhook_fail(id, err)`,
+/// renew it with `webhook_extend(id, lease)`. An event whose lease ran out
+/// is ready again, its attempt counted; one that ran out of
+/// `webhook.max_attempts` that way is parked as dead instead.
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_next(
+    batch: default!(Option<i32>, 1),
+    consumer: default!(Option<&str>, "'default'"),
+    provider: default!(Option<&str>, "NULL"),
+    event_type: default!(Option<&str>, "NULL"),
+    lease: default!(Option<Interval>, "NULL"),
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(provider, String),
+            name!(event_id, String),
+            name!(event_type, String),
+            name!(payload, Option<RawJsonb>),
+            name!(attempts, i32),
+            name!(consumer, String),
+            name!(delivery_id, pgrx::Uuid),
+            name!(queued_at, TimestampWithTimeZone),
+            name!(lease_expires_at, TimestampWithTimeZone),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let batch = input::required(NEXT, "batch", batch)?;
+    if !(1..=MAX_BATCH).contains(&batch) {
+        return Err(WebhookError::InvalidArgument {
+            function: NEXT,
+            arg: "batch",
+            rule: "must be between 1 and 1000",
+        }
+        .into());
+    }
+    let consumer = input::required_text(NEXT, "consumer", consumer, MAX_PROVIDER_BYTES)?;
+    let provider = input::optional_text(NEXT, "provider", provider, MAX_PROVIDER_BYTES)?;
+    let event_type = input::optional_text(NEXT, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?;
+    let lease = input::lease(NEXT, "lease", lease)?;
+    let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
+    let rows = Spi::connect_mut(|client| -> Result<Vec<_>> {
+        let rows = LEASE.run(
+            client,
+            &[
+                consumer.into(),
+                provider.into(),
+                event_type.into(),
+                batch.into(),
+                lease.into(),
+                max_attempts.into(),
+            ],
+        )?;
+        rows.map(|row| {
+            let missing = || WebhookError::Internal("webhook_next: NULL in a leased row".into());
+            Ok((
+                row.get::<pgrx::Uuid>(1)?.ok_or_else(missing)?,
+                row.get::<String>(2)?.ok_or_else(missing)?,
+                row.get::<String>(3)?.ok_or_else(missing)?,
+                row.get::<String>(4)?.ok_or_else(missing)?,
+                row.get::<RawJsonb>(5)?,
+                row.get::<i32>(6)?.ok_or_else(missing)?,
+                row.get::<String>(7)?.ok_or_else(missing)?,
+                row.get::<pgrx::Uuid>(8)?.ok_or_else(missing)?,
+                row.get::<TimestampWithTimeZone>(9)?.ok_or_else(missing)?,
+                row.get::<TimestampWithTimeZone>(10)?.ok_or_else(missing)?,
+            ))
+        })
+        .collect()
+    })?;
+    Ok(TableIterator::new(rows))
+}
+
+/// Lease ready rows: pick them without waiting (`SKIP LOCKED`), record a
+/// lease that ran out as a failed attempt, park a row whose expired lease
+/// was its last attempt, and lease the rest with a fresh, random id.
+static LEASE: Statement = Statement {
+    sql: concat!(
+        "WITH picked AS (
+              SELECT i.provider, i.event_id, i.consumer, i.status AS was, i.claim_id AS previous,
+                     i.attempts
+                FROM webhook.inbox i
+               WHERE i.status IN ('ready', 'leased') AND i.run_at <= pg_catalog.clock_timestamp()
+                 AND i.consumer = $1
+                 AND ($2::text IS NULL OR i.provider = $2)
+                 AND ($3::text IS NULL OR i.event_type = $3)
+               ORDER BY i.run_at
+               LIMIT $4
+                 FOR UPDATE SKIP LOCKED
+          ), lost AS (
+              INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message)
+              SELECT p.previous, p.provider, p.event_id, p.consumer, p.attempts, '",
+        lease::lease_expired!(),
+        "'
+                FROM picked p
+               WHERE p.was = 'leased'
+              ON CONFLICT (claim_id) DO NOTHING
+          ), leased AS (
+              UPDATE webhook.inbox i
+                 SET status = CASE WHEN p.was = 'leased' AND $6 > 0 AND p.attempts >= $6
+                                   THEN 'dead' ELSE 'leased' END::webhook.inbox_status,
+                     attempts = CASE WHEN p.was = 'leased' AND $6 > 0 AND p.attempts >= $6
+                                     THEN p.attempts ELSE p.attempts + 1 END,
+                     claim_id = CASE WHEN p.was = 'leased' AND $6 > 0 AND p.attempts >= $6
+                                     THEN p.previous ELSE pg_catalog.gen_random_uuid() END,
+                     run_at = pg_catalog.clock_timestamp() + $5,
+                     last_error = CASE WHEN p.was = 'leased' THEN '",
+        lease::lease_expired!(),
+        "' ELSE i.last_error END
+                FROM picked p
+               WHERE i.provider = p.provider AND i.event_id = p.event_id AND i.consumer = p.consumer
+           RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer,
+                     i.delivery_id, i.queued_at, i.run_at, i.status
+          )
+          SELECT l.claim_id, l.provider, l.event_id, l.event_type, d.payload, l.attempts, l.consumer,
+                 l.delivery_id, l.queued_at, l.run_at
+            FROM leased l
+            LEFT JOIN webhook.delivery_log d ON d.id = l.delivery_id
+           WHERE l.status = 'leased'
+           ORDER BY l.queued_at"
+    ),
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::INT4OID,
+        pg_sys::INTERVALOID,
+        pg_sys::INT4OID,
+    ],
+};

@@ -1,0 +1,162 @@
+//! The durable inbox: acknowledge first, process later, lose nothing.
+//!
+//! In inbox mode a verified delivery is archived and queued in one call
+//! (`webhook_receive` with inbox mode, or `webhook_enqueue`) and the
+//! provider is answered 2xx at once, for a new event and for every
+//! duplicate. The event's row in `webhook.events` says `queued` — dedup
+//! stays exactly where it was — and `webhook.inbox` gets one row per
+//! consumer. Workers in any language lease rows with `webhook_next`, do the
+//! work, and finish them with the same `webhook_complete`, `webhook_fail`
+//! and `webhook_extend` a claim uses, fenced the same way: a worker whose
+//! lease was taken over is refused with SQLSTATE 55006, so its transaction
+//! rolls back instead of committing the work twice.
+//!
+//! * here — queueing an event, and waking workers;
+//! * `api` — the SQL functions `webhook_enqueue` and `webhook_next`;
+//! * `lease` — finishing, failing and extending a lease;
+//! * `backoff` — when a failed attempt is tried again.
+
+mod api;
+pub mod backoff;
+pub mod lease;
+
+use crate::archive::archive_insert;
+use crate::claim::{ClaimStatus, Delivery, Outcome};
+use crate::errors::{Result, WebhookError};
+use crate::event_lock::EventLock;
+use crate::plans::Statement;
+use pgrx::pg_sys;
+use pgrx::spi::SpiClient;
+
+/// Queue a new event for each of its provider's consumers and archive the
+/// delivery, in one statement; for an event that exists, archive the
+/// delivery as a duplicate. Returns the event in the shape of the claim
+/// statements (`EventState::read`).
+static ENQUEUE: Statement = Statement {
+    sql: concat!(
+        "WITH new_event AS (
+              INSERT INTO webhook.events AS e
+                  (provider, event_id, event_type, status, attempts, claim_id, payload_hash)
+              VALUES ($1, $2, $3, 'queued', 0, $4, $9)
+              ON CONFLICT (provider, event_id) DO NOTHING
+              RETURNING 1
+          ), queued AS (
+              INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id)
+              SELECT $1, $2, c.consumer, $3, $4
+                FROM new_event,
+                     pg_catalog.unnest(coalesce(
+                         (SELECT NULLIF(p.consumers, '{}') FROM webhook.providers p WHERE p.name = $1),
+                         '{default}')) AS c(consumer)
+          ), existing AS (
+              SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash
+                FROM webhook.events e
+               WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
+          ), archived AS (",
+        archive_insert!(),
+        "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'queued'::webhook.claim_status, false
+                FROM new_event
+              UNION ALL
+              SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'duplicate'::webhook.claim_status,
+                     x.payload_hash IS DISTINCT FROM $9
+                FROM existing x
+          )
+          SELECT 'queued', 'queued', 0, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
+          UNION ALL
+          SELECT 'duplicate', x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
+            FROM existing x"
+    ),
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::UUIDOID,
+        pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
+    ],
+};
+
+/// The committed state of an event, for answering a duplicate without
+/// writing anything (`webhook.archive_duplicates` off).
+static IS_KNOWN: Statement = Statement {
+    sql: "SELECT 'duplicate', status::text, attempts, claim_id, result, payload_hash
+            FROM webhook.events WHERE provider = $1 AND event_id = $2",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Store a validated delivery in the inbox: `queued` when its event is
+/// new, `duplicate` for any event seen before (queued, or claimed in the
+/// one-transaction mode). Either way the delivery is stored durably once
+/// the caller commits, so the provider may be answered 2xx.
+///
+/// It waits for a concurrent claim or intake of the same event to end
+/// rather than answering at once: only after that transaction commits is
+/// a duplicate safe to acknowledge (had it rolled back, acknowledging the
+/// duplicate would lose the event). Intake transactions are short.
+pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
+    let id = crate::uuid::new_v7();
+    if !crate::gucs::ARCHIVE_DUPLICATES.get() {
+        let rows = IS_KNOWN.run(client, &[d.provider.into(), d.event_id.into()])?;
+        // A committed event row is stored for good: safe to acknowledge.
+        if let Some(state) = crate::claim::EventState::read(rows)? {
+            return Ok(state.outcome(id, ClaimStatus::Duplicate));
+        }
+    }
+    let digest = d.payload.digest();
+    let payload = crate::compress::for_archive(client, &d.payload)?;
+    // Every write to an event row happens under its lock (see event_lock):
+    // a claim that holds it then never meets this insert uncommitted.
+    EventLock::for_event(d.provider, d.event_id).acquire();
+    let rows = ENQUEUE.run(
+        client,
+        &[
+            d.provider.into(),
+            d.event_id.into(),
+            d.event_type.into(),
+            id.into(),
+            payload.into(),
+            d.raw_body.into(),
+            d.signature.into(),
+            d.headers.into(),
+            digest.as_slice().into(),
+        ],
+    )?;
+    let state = crate::claim::EventState::read(rows)?
+        .ok_or_else(|| WebhookError::Internal("enqueue returned no event".into()))?;
+    match state.answer {
+        Some(ClaimStatus::Queued) => {
+            wake(client)?;
+            Ok(Outcome {
+                id,
+                status: ClaimStatus::Queued,
+                attempts: 0,
+                result: None,
+            })
+        }
+        _ => Ok(state.outcome(id, ClaimStatus::Duplicate)),
+    }
+}
+
+/// Wake workers that `LISTEN webhook_inbox`: one notification, without a
+/// payload, from at most one transaction at a time.
+///
+/// A notifying transaction takes a database-wide lock at commit that
+/// serializes it with every other notifying transaction, WAL flush
+/// included. So only the transaction that wins a try-lock notifies; the
+/// others commit in parallel, their events found by the next `webhook_next`
+/// of a worker woken by the winner or by its poll. PostgreSQL folds a
+/// transaction's identical notifications into one.
+pub fn wake(client: &mut SpiClient<'_>) -> Result<()> {
+    if !crate::gucs::INBOX_NOTIFY.get() || !EventLock::for_wake_up().try_acquire() {
+        return Ok(());
+    }
+    NOTIFY.run(client, &[])?;
+    Ok(())
+}
+
+static NOTIFY: Statement = Statement {
+    sql: "SELECT pg_catalog.pg_notify('webhook_inbox', '')",
+    arg_types: &[],
+};
