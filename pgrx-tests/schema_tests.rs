@@ -150,8 +150,9 @@ mod tests {
             "SELECT cardinality(extconfig) FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
         );
         assert_eq!(
-            dumped, 6,
-            "events, signature_bindings, delivery_log, delivery_failures, providers, provider_secrets"
+            dumped, 9,
+            "events, signature_bindings, delivery_log, delivery_failures, providers, provider_secrets, \
+             inbox, inbox_failures, requeues"
         );
     }
 

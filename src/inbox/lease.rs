@@ -71,10 +71,10 @@ static EXTEND: Statement = Statement {
 /// Where a lease id stands, when it could not be finished: the row it
 /// still names, or the failure recorded when it was failed or taken over.
 static DIAGNOSE: Statement = Statement {
-    sql: "SELECT status::text, NULL::text FROM webhook.inbox WHERE claim_id = $1
-          UNION ALL
-          SELECT NULL, error_message FROM webhook.inbox_failures WHERE claim_id = $1
-           LIMIT 1",
+    sql: "SELECT (SELECT status::text FROM webhook.inbox WHERE claim_id = $1),
+                 (SELECT error_message FROM webhook.inbox_failures WHERE claim_id = $1)
+           WHERE EXISTS (SELECT FROM webhook.inbox WHERE claim_id = $1)
+              OR EXISTS (SELECT FROM webhook.inbox_failures WHERE claim_id = $1)",
     arg_types: &[pg_sys::UUIDOID],
 };
 
@@ -149,7 +149,9 @@ fn refusal(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -
         (_, Some(error)) if error == lease_expired!() => WebhookError::LeaseLost {
             function,
             id: id.to_string(),
-            detail: "Its lease ran out and another worker leased the event.".into(),
+            detail:
+                "Its lease ran out: the event was leased again, or parked once out of attempts."
+                    .into(),
         },
         (Some(status), _) => WebhookError::AlreadyFinished {
             function,

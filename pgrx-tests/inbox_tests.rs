@@ -1,0 +1,444 @@
+//! The inbox: queueing, leasing, finishing, backoff, dead letters,
+//! consumers and requeues, each transition in one transaction. Concurrency,
+//! killed workers and crashes are tested over real connections in
+//! `tests/inbox.rs`.
+
+#[pgrx::pg_schema]
+mod tests {
+    use crate::in_db_tests::{assert_error, github_headers, receive, run, text_of};
+    use pgrx::prelude::*;
+
+    fn count(sql: &str) -> i64 {
+        Spi::get_one::<i64>(sql).unwrap().unwrap()
+    }
+
+    fn one_text(sql: &str) -> String {
+        Spi::get_one::<String>(sql).unwrap().unwrap_or_default()
+    }
+
+    fn enqueue(provider: &str, event_id: &str) -> (bool, String) {
+        let (queued, status) = Spi::get_two_with_args::<bool, String>(
+            "SELECT queued, status FROM webhook_enqueue($1, $2, 'invoice.paid', '{\"n\": 1}'::jsonb)",
+            &[provider.into(), event_id.into()],
+        )
+        .unwrap();
+        (queued.unwrap(), status.unwrap())
+    }
+
+    /// Lease one event of `consumer`: (lease id, event id, attempts).
+    fn next(consumer: &str) -> Option<(pgrx::Uuid, String, i32)> {
+        Spi::connect_mut(|c| {
+            let rows = c.update(
+                "SELECT id, event_id, attempts FROM webhook_next(1, $1)",
+                None,
+                &[consumer.into()],
+            )?;
+            if rows.is_empty() {
+                return Ok::<_, pgrx::spi::Error>(None);
+            }
+            let row = rows.first();
+            Ok(Some((
+                row.get::<pgrx::Uuid>(1)?.unwrap(),
+                row.get::<String>(2)?.unwrap(),
+                row.get::<i32>(3)?.unwrap(),
+            )))
+        })
+        .unwrap()
+    }
+
+    fn status_of(event_id: &str, consumer: &str) -> String {
+        Spi::get_one_with_args::<String>(
+            "SELECT status::text FROM webhook.inbox WHERE event_id = $1 AND consumer = $2",
+            &[event_id.into(), consumer.into()],
+        )
+        .unwrap()
+        .unwrap_or_default()
+    }
+
+    #[pg_test]
+    fn a_new_event_is_queued_once_and_every_duplicate_acknowledged() {
+        assert_eq!(enqueue("stripe", "evt_1"), (true, "queued".into()));
+        assert_eq!(enqueue("stripe", "evt_1"), (false, "duplicate".into()));
+        assert_eq!(
+            one_text("SELECT status::text FROM webhook.events WHERE event_id = 'evt_1'"),
+            "queued"
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox WHERE event_id = 'evt_1'"),
+            1
+        );
+        assert_eq!(status_of("evt_1", "default"), "ready");
+        // The payload is stored once, in the archive.
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox i JOIN webhook.delivery_log d ON d.id = i.delivery_id AND d.payload = '{\"n\": 1}'"),
+            1
+        );
+        assert_eq!(
+            one_text("SELECT string_agg(processing_status, ',' ORDER BY created_at) FROM webhook.deliveries WHERE event_id = 'evt_1'"),
+            "QUEUED,SKIPPED"
+        );
+        // A claim of a queued event is a duplicate: the inbox owns it.
+        let status = one_text(
+            "SELECT status FROM webhook_claim('stripe', 'evt_1', 'invoice.paid', '{\"n\": 1}'::jsonb, NULL)",
+        );
+        assert_eq!(status, "duplicate");
+    }
+
+    #[pg_test]
+    fn a_lease_is_worked_once_and_completed() {
+        enqueue("stripe", "evt_2");
+        let (lease, event_id, attempts) = next("default").expect("a ready event");
+        assert_eq!((event_id.as_str(), attempts), ("evt_2", 1));
+        assert_eq!(next("default"), None, "a live lease is handed out once");
+        let payload = one_text("SELECT payload::text FROM webhook.delivery_log d JOIN webhook.inbox i ON i.delivery_id = d.id");
+        assert_eq!(payload, "{\"n\": 1}");
+        run("SELECT webhook_complete($1, '{\"ok\": true}')", lease);
+        assert_eq!(status_of("evt_2", "default"), "processed");
+        assert_eq!(
+            one_text("SELECT processing_status FROM webhook.deliveries WHERE event_id = 'evt_2'"),
+            "PROCESSED"
+        );
+        assert_error(
+            &format!("SELECT webhook_complete('{lease}')"),
+            "55000",
+            "already processed",
+        );
+        assert_error(
+            &format!("SELECT webhook_fail('{lease}', 'late')"),
+            "55000",
+            "already processed",
+        );
+        assert_error(
+            "SELECT webhook_complete('00000000-0000-4000-8000-000000000000')",
+            "P0002",
+            "no delivery",
+        );
+        // The intake delivery's id is not a lease.
+        assert_error(
+            "SELECT webhook_complete(id) FROM webhook.delivery_log WHERE event_id = 'evt_2'",
+            "42501",
+            "does not own its event",
+        );
+    }
+
+    #[pg_test]
+    fn next_filters_by_provider_type_and_consumer_and_checks_its_arguments() {
+        enqueue("stripe", "evt_a");
+        Spi::run("SELECT webhook_enqueue('paddle', 'p_1', 'sub.created', '{}'::jsonb)").unwrap();
+        assert_eq!(
+            count("SELECT count(*) FROM webhook_next(10, provider => 'paddle')"),
+            1
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM webhook_next(10, event_type => 'nope')"),
+            0
+        );
+        assert_eq!(count("SELECT count(*) FROM webhook_next(10, 'billing')"), 0);
+        assert_eq!(count("SELECT count(*) FROM webhook_next()"), 1);
+        assert_error("SELECT * FROM webhook_next(0)", "22023", "\"batch\"");
+        assert_error("SELECT * FROM webhook_next(1001)", "22023", "\"batch\"");
+        assert_error(
+            "SELECT * FROM webhook_next(1, NULL)",
+            "22004",
+            "\"consumer\"",
+        );
+        assert_error(
+            "SELECT * FROM webhook_next(lease => '-1 s')",
+            "22023",
+            "\"lease\"",
+        );
+        assert_error(
+            "SELECT * FROM webhook_enqueue('stripe', 'x', 't', '[1]'::jsonb)",
+            "2203C",
+            "\"payload\"",
+        );
+        assert_error(
+            "SELECT * FROM webhook_enqueue('stripe', NULL, 't', '{}'::jsonb)",
+            "22004",
+            "\"event_id\"",
+        );
+    }
+
+    #[pg_test]
+    fn a_failure_backs_off_by_the_formula_then_the_event_is_dead() {
+        Spi::run("SET LOCAL webhook.max_attempts = 3; SET LOCAL webhook.backoff_base = '10s'; SET LOCAL webhook.backoff_max = '15s'").unwrap();
+        enqueue("stripe", "evt_f");
+        for attempt in 1..=3 {
+            let (lease, _, attempts) = next("default").expect("ready");
+            assert_eq!(attempts, attempt);
+            run("SELECT webhook_fail($1, 'downstream 503')", lease);
+            if attempt == 3 {
+                break;
+            }
+            // 10 s, then 20 s capped at 15 s; the jitter takes off at most a quarter.
+            let full = if attempt == 1 { 10.0 } else { 15.0 };
+            let wait: f64 = Spi::get_one(
+                "SELECT extract(epoch FROM run_at - clock_timestamp())::float8 FROM webhook.inbox WHERE event_id = 'evt_f'",
+            )
+            .unwrap()
+            .unwrap();
+            assert!(
+                wait <= full && wait > full * 0.75 - 1.0,
+                "attempt {attempt}: retry in {wait} s, formula {full} s less up to 25%"
+            );
+            assert_eq!(status_of("evt_f", "default"), "ready");
+            assert_eq!(next("default"), None, "not before its time");
+            Spi::run(
+                "UPDATE webhook.inbox SET run_at = clock_timestamp() WHERE event_id = 'evt_f'",
+            )
+            .unwrap();
+        }
+        assert_eq!(status_of("evt_f", "default"), "dead");
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.dead_letters WHERE event_id = 'evt_f' AND consumer = 'default' AND attempts = 3"),
+            1
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox_failures WHERE event_id = 'evt_f'"),
+            3
+        );
+        assert_eq!(
+            one_text("SELECT processing_status FROM webhook.deliveries WHERE event_id = 'evt_f'"),
+            "FAILED"
+        );
+    }
+
+    #[pg_test]
+    fn retry_in_and_permanent_failures() {
+        enqueue("stripe", "evt_r");
+        let (lease, _, _) = next("default").unwrap();
+        run(
+            "SELECT webhook_fail($1, 'rate limited', retry_in => '0 s')",
+            lease,
+        );
+        let (lease, _, attempts) = next("default").expect("ready at once");
+        assert_eq!(attempts, 2);
+        run(
+            "SELECT webhook_fail($1, 'bad payload', permanent => true)",
+            lease,
+        );
+        assert_eq!(status_of("evt_r", "default"), "dead");
+        assert_eq!(
+            one_text("SELECT last_error FROM webhook.dead_letters WHERE event_id = 'evt_r'"),
+            "bad payload"
+        );
+        assert_error(
+            &format!("SELECT webhook_fail('{lease}', 'x', retry_in => '-1 s')"),
+            "22023",
+            "\"retry_in\"",
+        );
+        // A claimed delivery is retried by its provider, not on a timer.
+        let claimed = Spi::get_one::<pgrx::Uuid>(
+            "SELECT id FROM webhook_claim('stripe', 'evt_c', 't', '{}'::jsonb, NULL)",
+        )
+        .unwrap()
+        .unwrap();
+        assert_error(
+            &format!("SELECT webhook_fail('{claimed}', 'x', retry_in => '1 min')"),
+            "22023",
+            "\"retry_in\"",
+        );
+        run(
+            "SELECT webhook_fail($1, 'gone for good', permanent => true)",
+            claimed,
+        );
+        assert_eq!(
+            one_text("SELECT status::text FROM webhook.events WHERE event_id = 'evt_c'"),
+            "dead"
+        );
+    }
+
+    #[pg_test]
+    fn a_lease_that_ran_out_is_taken_over_and_its_worker_refused() {
+        Spi::run("SET LOCAL webhook.max_attempts = 2").unwrap();
+        enqueue("stripe", "evt_l");
+        let (first, _, _) = next("default").unwrap();
+        let expiry = text_of("SELECT webhook_extend($1, '10 min')::text", first);
+        assert!(expiry.is_some());
+        // A lease that ran out but was not taken over may still finish; run
+        // its clock out and let another worker lease it.
+        Spi::run("UPDATE webhook.inbox SET run_at = clock_timestamp() - interval '1 s' WHERE event_id = 'evt_l'").unwrap();
+        let (second, _, attempts) = next("default").expect("ready again");
+        assert_eq!(attempts, 2, "the lost attempt counts");
+        assert_error(
+            &format!("SELECT webhook_complete('{first}')"),
+            "55006",
+            "lost its lease",
+        );
+        assert_error(
+            &format!("SELECT webhook_extend('{first}', '1 min')"),
+            "55006",
+            "lost its lease",
+        );
+        assert_eq!(
+            one_text("SELECT error_message FROM webhook.inbox_failures WHERE event_id = 'evt_l'"),
+            "lease expired"
+        );
+        // Out of attempts when this lease runs out too: parked, not leased.
+        Spi::run("UPDATE webhook.inbox SET run_at = clock_timestamp() - interval '1 s' WHERE event_id = 'evt_l'").unwrap();
+        assert_eq!(next("default"), None);
+        assert_eq!(status_of("evt_l", "default"), "dead");
+        assert_error(
+            &format!("SELECT webhook_complete('{second}')"),
+            "55006",
+            "lost its lease",
+        );
+    }
+
+    #[pg_test]
+    fn each_consumer_processes_each_event_once_on_its_own() {
+        Spi::run(
+            "SELECT webhook_register_provider('stripe', secret => 'whsec_x', consumers => '{billing,analytics}')",
+        )
+        .unwrap();
+        enqueue("stripe", "evt_m");
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox WHERE event_id = 'evt_m'"),
+            2
+        );
+        assert_eq!(
+            next("default"),
+            None,
+            "no default consumer once consumers are named"
+        );
+        let (billing, _, _) = next("billing").unwrap();
+        run("SELECT webhook_fail($1, 'billing down')", billing);
+        // Analytics is not held back by billing's failure.
+        let (analytics, _, _) = next("analytics").unwrap();
+        run("SELECT webhook_complete($1)", analytics);
+        assert_eq!(status_of("evt_m", "analytics"), "processed");
+        assert_eq!(status_of("evt_m", "billing"), "ready");
+        assert_eq!(
+            one_text("SELECT processing_status FROM webhook.deliveries WHERE event_id = 'evt_m'"),
+            "QUEUED"
+        );
+        let stats = one_text(
+            "SELECT string_agg(consumer || ':' || ready || '/' || scheduled || '/' || leased || '/' || dead, ' ' ORDER BY consumer) FROM webhook.inbox_stats",
+        );
+        assert_eq!(stats, "billing:0/1/0/0");
+        assert_error(
+            "SELECT webhook_register_provider('stripe', consumers => '{Bad Name}')",
+            "23514",
+            "\"consumers\"",
+        );
+    }
+
+    #[pg_test]
+    fn requeue_brings_dead_events_back_once_and_records_who() {
+        enqueue("stripe", "evt_q1");
+        enqueue("stripe", "evt_q2");
+        for _ in 0..2 {
+            let (lease, _, _) = next("default").unwrap();
+            run(
+                "SELECT webhook_fail($1, 'schema changed', permanent => true)",
+                lease,
+            );
+        }
+        assert_error(
+            "SELECT webhook_requeue('stripe', 'evt_q1', 'billing')",
+            "55000",
+            "no dead consumer",
+        );
+        Spi::run("SELECT webhook_requeue('stripe', 'evt_q1')").unwrap();
+        assert_eq!(status_of("evt_q1", "default"), "ready");
+        assert_eq!(
+            one_text("SELECT requeued_by || '/' || attempts || '/' || last_error FROM webhook.requeues WHERE event_id = 'evt_q1'"),
+            format!("{}/1/schema changed", one_text("SELECT session_user::text"))
+        );
+        assert_error(
+            "SELECT webhook_requeue('stripe', 'evt_q1')",
+            "55000",
+            "no dead consumer",
+        );
+        // In bulk, by error text: only what matches.
+        assert_eq!(
+            count("SELECT webhook_requeue_dead(error_like => '%nothing like this%')"),
+            0
+        );
+        assert_eq!(
+            count("SELECT webhook_requeue_dead(provider => 'stripe', error_like => '%SCHEMA%')"),
+            1
+        );
+        assert_eq!(count("SELECT count(*) FROM webhook.requeues"), 2);
+        let (lease, _, attempts) = next("default").unwrap();
+        assert_eq!(attempts, 1, "a fresh budget");
+        run("SELECT webhook_complete($1)", lease);
+    }
+
+    #[pg_test]
+    fn the_purge_keeps_the_payload_of_every_unfinished_event() {
+        enqueue("stripe", "evt_p1");
+        enqueue("stripe", "evt_p2");
+        Spi::run("UPDATE webhook.delivery_log SET created_at = now() - interval '100 days'")
+            .unwrap();
+        let (lease, done, _) = next("default").unwrap();
+        run("SELECT webhook_complete($1)", lease);
+        Spi::run("UPDATE webhook.inbox SET processed_at = now() - interval '100 days' WHERE status = 'processed'").unwrap();
+        assert_eq!(count("SELECT webhook_purge()"), 1);
+        let left = one_text("SELECT string_agg(event_id, ',') FROM webhook.delivery_log");
+        assert_ne!(left, done, "the processed one went");
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox"),
+            1,
+            "the unfinished one stays"
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM webhook_next() WHERE payload = '{\"n\": 1}'"),
+            1,
+            "its payload is still there for the worker"
+        );
+        // Dedup outlives the purge.
+        assert_eq!(enqueue("stripe", &done), (false, "duplicate".into()));
+    }
+
+    #[pg_test]
+    fn github_defaults_to_the_inbox_and_is_always_answered_2xx_unless_rejected() {
+        Spi::run("SELECT webhook_register_provider('github', secret => 'gh-secret')").unwrap();
+        let body = r#"{"action": "opened"}"#;
+        let headers = github_headers("d-1", "pull_request", body, "gh-secret");
+        assert_eq!(
+            receive("github", &headers, body),
+            ("queued".into(), 200, "ok".into())
+        );
+        assert_eq!(
+            receive("github", &headers, body),
+            ("duplicate".into(), 200, "ok".into())
+        );
+        let (lease, _, _) = next("default").unwrap();
+        run("SELECT webhook_fail($1, 'handler crashed')", lease);
+        assert_eq!(
+            receive("github", &headers, body),
+            ("duplicate".into(), 200, "ok".into())
+        );
+        let forged = github_headers("d-2", "push", body, "wrong");
+        assert_eq!(receive("github", &forged, body).1, 401);
+        // Per call, the one-transaction mode is still there.
+        let other = github_headers("d-3", "push", r#"{"n": 3}"#, "gh-secret");
+        let claimed = one_text(&format!(
+            "SELECT status FROM webhook_receive('github', {other}, convert_to('{{\"n\": 3}}', 'UTF8'), inbox => false)"
+        ));
+        assert_eq!(claimed, "claimed");
+        let stripe = one_text(
+            "SELECT inbox::text FROM webhook_register_provider('stripe', secret => 'whsec_x')",
+        );
+        assert_eq!(stripe, "false", "other providers claim unless told");
+    }
+
+    #[pg_test]
+    fn delays_double_from_the_base_up_to_the_cap() {
+        use crate::inbox::backoff::delay_micros;
+        let no_jitter: Vec<i64> = (1..=6)
+            .map(|n| delay_micros(n, 10_000, 60_000, 0.0))
+            .collect();
+        assert_eq!(
+            no_jitter,
+            [10_000_000, 20_000_000, 40_000_000, 60_000_000, 60_000_000, 60_000_000]
+        );
+        // The jitter shortens by at most a quarter, never lengthens.
+        assert_eq!(delay_micros(3, 1000, 3_600_000, 0.999_999), 3_000_001);
+        assert_eq!(delay_micros(40, 1000, 3_600_000, 0.5), 3_150_000_000);
+        // Attempt counts past any sane value neither overflow nor pass the cap.
+        assert_eq!(delay_micros(i32::MAX, 1000, 5000, 0.0), 5_000_000);
+        assert_eq!(delay_micros(0, 1000, 5000, 0.0), 1_000_000);
+    }
+}
