@@ -661,3 +661,58 @@ pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+// ---------------------------------------------------------------------------
+// The inbox, as a worker uses it.
+
+/// One round of an inbox worker in the one-transaction pattern: lease up
+/// to `batch` of `provider`'s events for `consumer`, write each one's side
+/// effect and complete it, commit. Returns the event ids it processed
+/// (none: nothing was ready).
+pub fn work_once(
+    client: &mut Client,
+    provider: &str,
+    consumer: &str,
+    batch: i32,
+) -> Result<Vec<String>, postgres::Error> {
+    let mut tx = client.transaction()?;
+    let leased = tx.query(
+        "SELECT id::text, provider, event_id FROM webhook_next($1, $2, $3)",
+        &[&batch, &consumer, &provider],
+    )?;
+    let mut done = Vec::with_capacity(leased.len());
+    for row in &leased {
+        let (lease, provider, event_id): (String, String, String) =
+            (row.get(0), row.get(1), row.get(2));
+        tx.execute(
+            "INSERT INTO side_effects (provider, event_id) VALUES ($1, $2)",
+            &[&provider, &event_id],
+        )?;
+        tx.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])?;
+        done.push(event_id);
+    }
+    tx.commit()?;
+    Ok(done)
+}
+
+/// Queue `n` events `{prefix}{i}` of `provider` in one statement.
+pub fn enqueue_many(client: &mut Client, provider: &str, prefix: &str, n: i32) {
+    client
+        .execute(
+            "SELECT count(*) FROM generate_series(1, $3) g,
+                    webhook_enqueue($1, $2 || g, 'invoice.paid', jsonb_build_object('n', g))",
+            &[&provider, &prefix, &n],
+        )
+        .unwrap();
+}
+
+/// Events of `provider` the inbox still holds unfinished for any consumer.
+pub fn unfinished(client: &mut Client, provider: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM webhook.inbox WHERE provider = $1 AND status <> 'processed'",
+            &[&provider],
+        )
+        .unwrap()
+        .get(0)
+}

@@ -1,0 +1,347 @@
+//! The inbox over real connections: workers draining a backlog while
+//! deliveries keep arriving, several consumers, retries at their scheduled
+//! times, and GitHub in inbox mode. Killed workers, terminated backends and
+//! a crashed server are in `inbox_crashes.rs` (the hardening suite).
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const DB: &str = "pgwi_inbox";
+
+/// A worker's connection: a lock wait past 200 ms fails the test, since a
+/// worker must never wait on another's lock.
+fn worker_connection(db: &str) -> postgres::Client {
+    let mut client = connect(db);
+    client.batch_execute("SET lock_timeout = '200ms'").unwrap();
+    client
+}
+
+#[test]
+fn eight_workers_drain_twenty_thousand_events_while_deliveries_keep_arriving() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    enqueue_many(&mut admin, "drain", "evt_", 20_000);
+
+    // Every (event) handed out by webhook_next, and to which worker: with
+    // leases far longer than the run, each must be handed out exactly once.
+    let handed_out: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let producing = Arc::new(AtomicBool::new(true));
+    let started = Instant::now();
+
+    // Two producers: 2,000 new events, each followed by a duplicate.
+    let producers: Vec<_> = (0..2)
+        .map(|p| {
+            std::thread::spawn(move || {
+                let mut client = connect(db);
+                for i in 0..1_000 {
+                    let event_id = format!("late_{p}_{i}");
+                    for expected in ["queued", "duplicate"] {
+                        let status: String = client
+                            .query_one(
+                                "SELECT status FROM webhook_enqueue('drain', $1, 'invoice.paid', '{\"late\": true}'::jsonb)",
+                                &[&event_id],
+                            )
+                            .unwrap()
+                            .get(0);
+                        assert_eq!(status, expected, "{event_id}");
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let (handed_out, producing) = (Arc::clone(&handed_out), Arc::clone(&producing));
+            std::thread::spawn(move || {
+                let mut client = worker_connection(db);
+                loop {
+                    let done = work_once(&mut client, "drain", "default", 20)
+                        .unwrap_or_else(|e| panic!("worker {w}: {}", message(&e)));
+                    if done.is_empty() {
+                        if !producing.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    let mut seen = handed_out.lock().unwrap();
+                    for event_id in done {
+                        if let Some(other) = seen.insert(event_id.clone(), w) {
+                            panic!("{event_id} was leased to worker {other} and to worker {w}");
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    for p in producers {
+        p.join().expect("producer");
+    }
+    producing.store(false, Ordering::SeqCst);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    eprintln!(
+        "8 workers drained 22,000 events in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    assert_eq!(handed_out.lock().unwrap().len(), 22_000);
+    assert_eq!(unfinished(&mut admin, "drain"), 0);
+    let row = admin
+        .query_one(
+            "SELECT count(DISTINCT event_id), count(*) FROM side_effects WHERE provider = 'drain'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (22_000, 22_000),
+        "each event's side effect exactly once"
+    );
+    let spread: i64 = admin
+        .query_one(
+            "SELECT count(DISTINCT event_id) FROM webhook.events WHERE provider = 'drain' AND status = 'queued'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(spread, 22_000, "dedup: one event row each");
+}
+
+#[test]
+fn consumers_each_process_each_event_once_and_one_failing_holds_no_one_back() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute(
+            "SELECT webhook_register_provider('multi', scheme => 'stripe', secret => 'whsec_m',
+                                              consumers => '{billing,analytics}')",
+        )
+        .unwrap();
+    enqueue_many(&mut admin, "multi", "m_", 300);
+
+    // Billing is down: every attempt fails and is retried at once.
+    let billing_down = std::thread::spawn(move || {
+        let mut client = worker_connection(db);
+        for _ in 0..3 {
+            loop {
+                let leased = client
+                    .query(
+                        "SELECT id::text FROM webhook_next(50, 'billing', 'multi')",
+                        &[],
+                    )
+                    .unwrap();
+                if leased.is_empty() {
+                    break;
+                }
+                for row in leased {
+                    let lease: String = row.get(0);
+                    client
+                        .execute(
+                            "SELECT webhook_fail($1::text::uuid, 'billing API 503', retry_in => '1 hour')",
+                            &[&lease],
+                        )
+                        .unwrap();
+                }
+            }
+        }
+    });
+    // Analytics drains everything meanwhile.
+    let mut analytics = worker_connection(db);
+    while !work_once(&mut analytics, "multi", "analytics", 50)
+        .unwrap()
+        .is_empty()
+    {}
+    billing_down.join().unwrap();
+
+    let state = |client: &mut postgres::Client, consumer: &str| -> (i64, i64) {
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE status = 'processed'), count(*) FILTER (WHERE status = 'ready')
+                   FROM webhook.inbox WHERE provider = 'multi' AND consumer = $1",
+                &[&consumer],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(state(&mut admin, "analytics"), (300, 0));
+    assert_eq!(state(&mut admin, "billing"), (0, 300), "backing off");
+
+    // Billing recovers: its events become due, and it processes each once.
+    admin
+        .batch_execute(
+            "UPDATE webhook.inbox SET run_at = clock_timestamp() WHERE consumer = 'billing'",
+        )
+        .unwrap();
+    let mut billing = worker_connection(db);
+    while !work_once(&mut billing, "multi", "billing", 50)
+        .unwrap()
+        .is_empty()
+    {}
+    assert_eq!(state(&mut admin, "billing"), (300, 0));
+    let per_event: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT event_id FROM side_effects WHERE provider = 'multi'
+                                    GROUP BY event_id HAVING count(*) <> 2) odd",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(per_event, 0, "one side effect per event and consumer");
+    let attempts: i64 = admin
+        .query_one(
+            "SELECT max(attempts) FROM webhook.inbox WHERE provider = 'multi' AND consumer = 'analytics'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i32>(0)
+        .into();
+    assert_eq!(attempts, 1, "billing's failures cost analytics nothing");
+}
+
+/// A failing event is leased again at the times the backoff formula gives
+/// (checked against it with a real clock), then dead after max_attempts;
+/// a requeue brings it back once.
+#[test]
+fn a_failing_event_is_retried_at_its_scheduled_times_then_dead_then_requeued_once() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .execute(
+            "SELECT webhook_enqueue('backoff', 'evt_backoff', 'invoice.paid', '{}'::jsonb)",
+            &[],
+        )
+        .unwrap();
+    let mut worker = worker_connection(db);
+    worker
+        .batch_execute(
+            "SET webhook.backoff_base = '200ms'; SET webhook.backoff_max = '700ms';
+             SET webhook.max_attempts = 4",
+        )
+        .unwrap();
+    let lease_now = |worker: &mut postgres::Client| -> Option<(String, i32)> {
+        worker
+            .query_opt(
+                "SELECT id::text, attempts FROM webhook_next(1, 'default', 'backoff')",
+                &[],
+            )
+            .unwrap()
+            .map(|r| (r.get(0), r.get(1)))
+    };
+    let mut failed_at = Instant::now();
+    let poll = Duration::from_millis(5);
+    for attempt in 1..=4 {
+        let (lease, attempts) = loop {
+            if let Some(leased) = lease_now(&mut worker) {
+                break leased;
+            }
+            assert!(
+                failed_at.elapsed() < Duration::from_secs(5),
+                "never retried"
+            );
+            std::thread::sleep(poll);
+        };
+        let waited = failed_at.elapsed();
+        assert_eq!(attempts, attempt);
+        if attempt > 1 {
+            // Formula: min(700 ms, 200 ms * 2^(n-1)) less up to a quarter.
+            let full = (200u64 << (attempt - 2)).min(700) as f64 / 1000.0;
+            let waited = waited.as_secs_f64();
+            assert!(
+                waited >= full * 0.75 - 0.01 && waited <= full + 0.5,
+                "attempt {attempt} came {waited:.3} s after the failure; the formula says {full} s less up to 25%"
+            );
+        }
+        worker
+            .execute(
+                "SELECT webhook_fail($1::text::uuid, 'still down')",
+                &[&lease],
+            )
+            .unwrap();
+        failed_at = Instant::now();
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(lease_now(&mut worker).is_none(), "dead, not retried");
+    let dead: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM webhook.dead_letters WHERE event_id = 'evt_backoff' AND attempts = 4",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(dead, 1);
+
+    admin
+        .execute("SELECT webhook_requeue('backoff', 'evt_backoff')", &[])
+        .unwrap();
+    let (lease, attempts) = lease_now(&mut worker).expect("requeued: ready at once");
+    assert_eq!(attempts, 1);
+    worker
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&lease])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(lease_now(&mut worker).is_none(), "once");
+}
+
+/// GitHub never redelivers by itself: in inbox mode every genuine delivery
+/// is answered 2xx — new, duplicate, concurrent duplicate, after a failed
+/// attempt — and only forgeries are refused.
+#[test]
+fn github_deliveries_in_inbox_mode_always_get_a_2xx_unless_rejected() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute("SELECT webhook_register_provider('github', secret => 'gh-inbox')")
+        .unwrap();
+    let answers: Arc<Mutex<Vec<(String, i32)>>> = Arc::default();
+    let senders: Vec<_> = (0..6)
+        .map(|t| {
+            let answers = Arc::clone(&answers);
+            std::thread::spawn(move || {
+                let mut client = connect(db);
+                for i in 0..150 {
+                    // Every thread sends the same 150 deliveries, in a
+                    // different order: concurrent duplicates galore.
+                    let n = (i * 7 + t * 31) % 150;
+                    let delivery = format!("gh-{n}");
+                    let body = format!(r#"{{"n": {n}}}"#);
+                    let secret = if i % 10 == 9 { "forged" } else { "gh-inbox" };
+                    let headers = sign::github(&delivery, "push", &body, secret);
+                    let row = client
+                        .query_one(
+                            "SELECT status, http_status FROM webhook_receive('github', $1::text::jsonb, $2::bytea)",
+                            &[&headers.to_string(), &body.as_bytes()],
+                        )
+                        .unwrap();
+                    answers.lock().unwrap().push((
+                        format!("{}/{}", if secret == "forged" { "forged" } else { "genuine" }, row.get::<_, String>(0)),
+                        row.get(1),
+                    ));
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        s.join().unwrap();
+    }
+    let answers = answers.lock().unwrap();
+    for (what, http_status) in answers.iter() {
+        match what.as_str() {
+            "genuine/queued" | "genuine/duplicate" => assert_eq!(*http_status, 200, "{what}"),
+            "forged/rejected" => assert_eq!(*http_status, 401),
+            other => panic!("unexpected answer {other} ({http_status})"),
+        }
+    }
+    let queued = answers
+        .iter()
+        .filter(|(w, _)| w == "genuine/queued")
+        .count();
+    assert_eq!(queued, 150, "each delivery queued exactly once");
+}
