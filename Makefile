@@ -33,7 +33,7 @@ PG_FEATURES := --no-default-features --features pg$(PG_MAJOR)
 CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 # Suites that stop the server or count a whole provider run in `hardening`,
 # on a server of their own; every other file in tests/ is a client suite.
-HARDENING_SUITES := hardening checklist attacks
+HARDENING_SUITES := hardening checklist attacks inbox_crashes
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(wildcard tests/*.rs))))
 
 .PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening figures lint \

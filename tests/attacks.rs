@@ -21,7 +21,8 @@ fn setup() -> Client {
     let db = database(DB);
     let mut admin = connect(db);
     for (name, secret, extra) in [
-        ("github", GITHUB_SECRET, ""),
+        // Claimed, so that a replay's answer shows what the claim did.
+        ("github", GITHUB_SECRET, ", inbox => false"),
         ("shopify", SHOPIFY_SECRET, ""),
         ("svix", STANDARD_SECRET, ""),
         (
@@ -353,6 +354,8 @@ fn planted_operators_and_aggregates_never_run() {
     let body = r#"{"action":"opened"}"#;
     let headers = github("planted-1", "issues", body, GITHUB_SECRET).to_string();
     let forged = github("planted-2", "issues", body, "wrong").to_string();
+    let body2 = r#"{"action":"closed"}"#;
+    let inbox_headers = github("planted-3", "issues", body2, GITHUB_SECRET).to_string();
     let claim =
         "SELECT id FROM webhook_claim('stripe', 'evt_planted', 'charge', '{\"a\":1}'::jsonb, NULL)";
     // Every public function and view, as an application and an operator
@@ -391,6 +394,17 @@ fn planted_operators_and_aggregates_never_run() {
         "SELECT * FROM webhook.payload_mismatches".into(),
         "SELECT * FROM webhook.provider_stats".into(),
         "SELECT * FROM webhook.provider_summary".into(),
+        // The inbox: queue, lease, fail, requeue, finish, and its views.
+        "SELECT * FROM webhook_enqueue('stripe', 'evt_q', 'charge', '{\"a\":1}'::jsonb)".into(),
+        "SELECT * FROM webhook_enqueue('stripe', 'evt_q2', 'charge', convert_to('{\"a\":1}', 'UTF8'))".into(),
+        "SELECT * FROM webhook_enqueue('stripe', 'evt_q3', 'charge', '{\"a\":1}'::text)".into(),
+        format!("SELECT * FROM webhook_receive('github', '{inbox_headers}'::jsonb, convert_to('{body2}', 'UTF8'), inbox => true)"),
+        "SELECT webhook_fail(id, 'boom', permanent => true) FROM webhook_next(1, provider => 'stripe')".into(),
+        "SELECT webhook_requeue('stripe', 'evt_q')".into(),
+        "SELECT webhook_requeue_dead(error_like => '%boom%')".into(),
+        "SELECT webhook_complete(id) FROM webhook_next(1, provider => 'stripe') WHERE webhook_extend(id, '1 minute') IS NOT NULL".into(),
+        "SELECT webhook_complete(id) FROM webhook_next(10)".into(),
+        "SELECT * FROM webhook.inbox_stats".into(),
     ];
     let mut attack = Attack::start("planted operators and aggregates before CREATE EXTENSION");
     for sql in &calls {
@@ -407,8 +421,16 @@ fn planted_operators_and_aggregates_never_run() {
         }
     }
     // Answers came from the real operators: the claim was claimed, the
-    // duplicate a duplicate, the forgery rejected.
-    assert_eq!(count(&mut admin, "SELECT count(*) FROM webhook.events"), 7);
+    // duplicate a duplicate, the forgery rejected, the inbox queued.
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM webhook.events"), 11);
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.inbox WHERE status OPERATOR(pg_catalog.=) 'processed'"
+        ),
+        count(&mut admin, "SELECT count(*) FROM webhook.inbox"),
+        "every queued event leased and completed"
+    );
     assert_eq!(
         count(
             &mut admin,

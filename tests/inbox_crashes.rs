@@ -1,0 +1,258 @@
+//! The inbox when things die: a worker killed with SIGKILL mid-event, a
+//! worker's backend terminated, and the server stopped with `-m immediate`
+//! while thousands of events are queued. After each, every event is
+//! processed and none twice in the database.
+//!
+//! Part of the hardening suite (`make hardening`): one scenario stops the
+//! server, and the figures join the hardening report.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::*;
+use postgres::Client;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+const DB: &str = "pgwi_inbox_crashes";
+
+/// Drain `provider`'s events with one worker until none is left, waiting
+/// for leases that have yet to run out. Returns how many it processed.
+fn drain(db: &str, provider: &str) -> usize {
+    let mut client = connect(db);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut processed = 0;
+    while unfinished(&mut client, provider) > 0 {
+        assert!(Instant::now() < deadline, "{provider}: not drained in time");
+        let done = work_once(&mut client, provider, "default", 50).unwrap();
+        if done.is_empty() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        processed += done.len();
+    }
+    processed
+}
+
+/// Wait until no backend of `application_name` is left.
+fn gone(client: &mut Client, application_name: &str) {
+    wait_for(application_name, || {
+        let left: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&application_name],
+            )
+            .unwrap()
+            .get(0);
+        left == 0
+    });
+}
+
+#[test]
+fn a_worker_killed_with_sigkill_mid_event() {
+    let _turn = one_at_a_time();
+    let db = database(DB);
+    let scenario = Scenario::start("inbox: worker killed with SIGKILL mid-event", "inbox_kill");
+    let mut admin = connect(db);
+    enqueue_many(&mut admin, "inbox_kill", "evt_", 50);
+    scenario.sent(50);
+
+    // A worker process in the two-phase pattern: its lease is committed,
+    // then it works in a transaction of its own, and dies in the middle.
+    let psql = format!(
+        "{}/psql",
+        std::env::var("PG_BINDIR").expect("PG_BINDIR (make hardening)")
+    );
+    let mut worker = std::process::Command::new(psql)
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db])
+        .env("PGAPPNAME", "killed-worker")
+        // The backend notices its client is gone within 100 ms.
+        .env("PGOPTIONS", "-c client_connection_check_interval=100ms")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start psql");
+    worker
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(
+            b"SELECT id AS lease, event_id FROM webhook_next(1, 'default', 'inbox_kill', lease => '1 s') \\gset
+              BEGIN;
+              INSERT INTO side_effects (provider, event_id) VALUES ('inbox_kill', :'event_id');
+              SELECT pg_sleep(60);
+              SELECT webhook_complete(:'lease');
+              COMMIT;
+",
+        )
+        .unwrap();
+    wait_for("the worker to be mid-event", || {
+        let sleeping: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = 'killed-worker' AND query LIKE 'SELECT pg_sleep%'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        sleeping == 1
+    });
+    let leased: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM webhook.inbox WHERE provider = 'inbox_kill' AND status = 'leased'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(leased, 1);
+    // SIGKILL: no goodbye to the server.
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    gone(&mut admin, "killed-worker");
+
+    assert_eq!(
+        drain(db, "inbox_kill"),
+        50,
+        "the killed worker's event came back"
+    );
+    let attempts: i32 = admin
+        .query_one(
+            "SELECT max(attempts) FROM webhook.inbox WHERE provider = 'inbox_kill'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(attempts, 2, "the lost attempt counts");
+    scenario.finish(&mut admin, 50);
+}
+
+#[test]
+fn a_workers_backend_terminated_mid_event() {
+    let _turn = one_at_a_time();
+    let db = database(DB);
+    let scenario = Scenario::start("inbox: backend terminated mid-event", "inbox_term");
+    let mut admin = connect(db);
+    enqueue_many(&mut admin, "inbox_term", "evt_", 50);
+    scenario.sent(50);
+
+    // One transaction: lease five, write their side effects, then hang.
+    let worker = std::thread::spawn(move || {
+        let mut client = connect(db);
+        client
+            .batch_execute("SET application_name = 'terminated-worker'")
+            .unwrap();
+        let mut tx = client.transaction().unwrap();
+        for row in tx
+            .query(
+                "SELECT event_id FROM webhook_next(5, 'default', 'inbox_term')",
+                &[],
+            )
+            .unwrap()
+        {
+            let event_id: String = row.get(0);
+            tx.execute(
+                "INSERT INTO side_effects (provider, event_id) VALUES ('inbox_term', $1)",
+                &[&event_id],
+            )
+            .unwrap();
+        }
+        tx.batch_execute("SELECT pg_sleep(60)").unwrap_err()
+    });
+    wait_for("the worker to be mid-event", || {
+        let sleeping: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = 'terminated-worker' AND query LIKE 'SELECT pg_sleep%'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        sleeping == 1
+    });
+    admin
+        .batch_execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE application_name = 'terminated-worker'",
+        )
+        .unwrap();
+    let err = worker.join().unwrap();
+    assert_eq!(sql_state(&err), Some("57P01"), "terminated: {err}");
+    gone(&mut admin, "terminated-worker");
+
+    assert_eq!(drain(db, "inbox_term"), 50);
+    let attempts: i32 = admin
+        .query_one(
+            "SELECT max(attempts) FROM webhook.inbox WHERE provider = 'inbox_term'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        attempts, 1,
+        "a lease rolled back with its transaction costs no attempt"
+    );
+    scenario.finish(&mut admin, 50);
+}
+
+#[test]
+fn the_server_stopped_with_five_thousand_events_queued() {
+    let _turn = one_at_a_time();
+    let db = database(DB);
+    let scenario = Scenario::start("inbox: server crash with 5,000 queued", "inbox_crash");
+    let mut admin = connect(db);
+    enqueue_many(&mut admin, "inbox_crash", "evt_", 5_000);
+    scenario.sent(5_000);
+    drop(admin);
+
+    let processed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let processed = std::sync::Arc::clone(&processed);
+            std::thread::spawn(move || {
+                let mut client: Option<Client> = None;
+                let deadline = Instant::now() + Duration::from_secs(120);
+                let mut cut_off = 0;
+                loop {
+                    assert!(Instant::now() < deadline, "not drained in time");
+                    let conn = match &mut client {
+                        Some(c) => c,
+                        None => match try_connect(db) {
+                            Ok(c) => client.insert(c),
+                            Err(_) => {
+                                std::thread::sleep(Duration::from_millis(100));
+                                continue;
+                            }
+                        },
+                    };
+                    match work_once(conn, "inbox_crash", "default", 10) {
+                        Ok(done) if done.is_empty() => {
+                            if unfinished(conn, "inbox_crash") == 0 {
+                                return cut_off;
+                            }
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Ok(done) => {
+                            processed.fetch_add(done.len(), std::sync::atomic::Ordering::SeqCst);
+                        }
+                        // The crash: whatever was in flight rolled back.
+                        Err(_) => {
+                            cut_off += 1;
+                            client = None;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    wait_for("a thousand events processed", || {
+        processed.load(std::sync::atomic::Ordering::SeqCst) >= 1_000
+    });
+    crash_server();
+    std::thread::sleep(Duration::from_millis(300));
+    start_server();
+    let cut_off: usize = workers.into_iter().map(|w| w.join().expect("worker")).sum();
+    assert!(cut_off > 0, "the crash cut workers off mid-transaction");
+
+    let mut admin = connect(db);
+    assert_eq!(unfinished(&mut admin, "inbox_crash"), 0);
+    scenario.finish(&mut admin, 5_000);
+}
