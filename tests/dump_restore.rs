@@ -83,9 +83,10 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
             &[&STRIPE_SECRET],
         )
         .unwrap();
+    // Claimed here, so that the GitHub delivery has a stored result.
     source
         .execute(
-            "SELECT webhook_register_provider('github', secret => $1)",
+            "SELECT webhook_register_provider('github', secret => $1, inbox => false)",
             &[&GITHUB_SECRET],
         )
         .unwrap();
@@ -118,16 +119,25 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
     source
         .execute("SELECT webhook_fail($1::text::uuid, 'boom')", &[&failed])
         .unwrap();
+    // An event waiting in the inbox, and one whose worker failed.
+    source
+        .batch_execute(
+            "SELECT webhook_enqueue('stripe', 'evt_dead_letter', 'invoice.paid', '{}'::jsonb);
+             SELECT webhook_enqueue('stripe', 'evt_waiting', 'invoice.paid', '{\"waiting\": true}'::jsonb);
+             SELECT webhook_fail(id, 'gave up', permanent => true) FROM webhook_next(1);",
+        )
+        .unwrap();
     let counts = |client: &mut Client| -> Vec<i64> {
         let row = client
             .query_one(
                 "SELECT (SELECT count(*) FROM webhook.events), (SELECT count(*) FROM webhook.delivery_log),
                         (SELECT count(*) FROM webhook.delivery_failures), (SELECT count(*) FROM webhook.providers),
-                        (SELECT count(*) FROM webhook.provider_secrets), (SELECT count(*) FROM webhook.signature_bindings)",
+                        (SELECT count(*) FROM webhook.provider_secrets), (SELECT count(*) FROM webhook.signature_bindings),
+                        (SELECT count(*) FROM webhook.inbox), (SELECT count(*) FROM webhook.inbox_failures)",
                 &[],
             )
             .unwrap();
-        (0..6).map(|i| row.get(i)).collect()
+        (0..8).map(|i| row.get(i)).collect()
     };
     let before = counts(&mut source);
 
@@ -171,6 +181,24 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
             github_body: GITHUB_BODY,
             failed_event: "evt_failed",
         },
+    );
+    // The inbox is back: the dead letter can be requeued, and workers get
+    // both events with their payloads.
+    restored
+        .batch_execute("SELECT webhook_requeue_dead()")
+        .unwrap();
+    let leased: Vec<String> = app
+        .query(
+            "SELECT event_id || ' ' || payload::text FROM webhook_next(10) ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        leased,
+        ["evt_dead_letter {}", "evt_waiting {\"waiting\": true}"]
     );
     // The secrets are still readable by nobody but the owner.
     let err = app
