@@ -124,11 +124,13 @@ fn webhook_requeue_dead(
     let event_type = input::optional_text(BULK, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?;
     let consumer = input::optional_text(BULK, "consumer", consumer, MAX_PROVIDER_BYTES)?;
     Ok(Spi::connect_mut(|client| -> Result<i64> {
-        let queued = REQUEUE_DEAD_QUEUED
+        let none: Option<&str> = None;
+        let queued = REQUEUE_QUEUED
             .run(
                 client,
                 &[
                     provider.into(),
+                    none.into(),
                     event_type.into(),
                     error_like.into(),
                     received_after.into(),
@@ -208,39 +210,21 @@ static REQUEUE_CLAIMED_UNLOGGED: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
-/// A queued event's dead consumers (all, or `$3`) ready again now.
+/// Dead inbox rows matching every filter given (provider, event id, event
+/// type, error ILIKE, arrival after / before, consumer), ready again now
+/// with a fresh budget, each requeue recorded.
 static REQUEUE_QUEUED: Statement = Statement {
-    sql: "WITH old AS (
-              SELECT provider, event_id, consumer, attempts, last_error
-                FROM webhook.inbox
-               WHERE provider = $1 AND event_id = $2 AND status = 'dead'
-                 AND ($3::text IS NULL OR consumer = $3)
-                 FOR UPDATE
-          ), requeued AS (
-              UPDATE webhook.inbox i
-                 SET status = 'ready', attempts = 0, run_at = pg_catalog.clock_timestamp(),
-                     requeues = i.requeues + 1
-                FROM old
-               WHERE (i.provider, i.event_id, i.consumer) = (old.provider, old.event_id, old.consumer)
-          )
-          INSERT INTO webhook.requeues (provider, event_id, consumer, attempts, last_error)
-          SELECT provider, event_id, consumer, attempts, last_error FROM old
-       RETURNING 1",
-    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
-};
-
-/// Every dead inbox row matching the filters, ready again now, recorded.
-static REQUEUE_DEAD_QUEUED: Statement = Statement {
     sql: "WITH old AS (
               SELECT provider, event_id, consumer, attempts, last_error
                 FROM webhook.inbox
                WHERE status = 'dead'
                  AND ($1::text IS NULL OR provider = $1)
-                 AND ($2::text IS NULL OR event_type = $2)
-                 AND ($3::text IS NULL OR last_error ILIKE $3)
-                 AND ($4::timestamptz IS NULL OR queued_at >= $4)
-                 AND ($5::timestamptz IS NULL OR queued_at < $5)
-                 AND ($6::text IS NULL OR consumer = $6)
+                 AND ($2::text IS NULL OR event_id = $2)
+                 AND ($3::text IS NULL OR event_type = $3)
+                 AND ($4::text IS NULL OR last_error ILIKE $4)
+                 AND ($5::timestamptz IS NULL OR queued_at >= $5)
+                 AND ($6::timestamptz IS NULL OR queued_at < $6)
+                 AND ($7::text IS NULL OR consumer = $7)
                  FOR UPDATE
           ), requeued AS (
               UPDATE webhook.inbox i
@@ -253,6 +237,7 @@ static REQUEUE_DEAD_QUEUED: Statement = Statement {
           SELECT provider, event_id, consumer, attempts, last_error FROM old
        RETURNING 1",
     arg_types: &[
+        pg_sys::TEXTOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,

@@ -32,6 +32,21 @@ fn drain(db: &str, provider: &str) -> usize {
     processed
 }
 
+/// Wait until the backend of `application_name` is asleep mid-event.
+fn mid_event(client: &mut Client, application_name: &str) {
+    wait_for("the worker to be mid-event", || {
+        let sleeping: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND query LIKE 'SELECT pg_sleep%'",
+                &[&application_name],
+            )
+            .unwrap()
+            .get(0);
+        sleeping == 1
+    });
+}
+
 /// Wait until no backend of `application_name` is left.
 fn gone(client: &mut Client, application_name: &str) {
     wait_for(application_name, || {
@@ -84,17 +99,7 @@ fn a_worker_killed_with_sigkill_mid_event() {
 ",
         )
         .unwrap();
-    wait_for("the worker to be mid-event", || {
-        let sleeping: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = 'killed-worker' AND query LIKE 'SELECT pg_sleep%'",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        sleeping == 1
-    });
+    mid_event(&mut admin, "killed-worker");
     let leased: i64 = admin
         .query_one(
             "SELECT count(*) FROM webhook.inbox WHERE provider = 'inbox_kill' AND status = 'leased'",
@@ -156,17 +161,7 @@ fn a_workers_backend_terminated_mid_event() {
         }
         tx.batch_execute("SELECT pg_sleep(60)").unwrap_err()
     });
-    wait_for("the worker to be mid-event", || {
-        let sleeping: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = 'terminated-worker' AND query LIKE 'SELECT pg_sleep%'",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        sleeping == 1
-    });
+    mid_event(&mut admin, "terminated-worker");
     admin
         .batch_execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
