@@ -72,8 +72,7 @@ pub(crate) fn requeue(
         }
     };
     let requeued = if status == "queued" {
-        let rows =
-            REQUEUE_QUEUED.run(client, &[provider.into(), event_id.into(), consumer.into()])?;
+        let rows = REQUEUE_QUEUED.run(client, &one_event(provider, event_id, consumer))?;
         let any = !rows.is_empty();
         if any {
             crate::inbox::wake(client)?;
@@ -105,6 +104,25 @@ pub(crate) fn requeue(
             status
         },
     })
+}
+
+/// REQUEUE_QUEUED's arguments for one event's dead consumers (all, or
+/// `consumer`'s).
+fn one_event<'a>(
+    provider: &'a str,
+    event_id: &'a str,
+    consumer: Option<&'a str>,
+) -> [pgrx::datum::DatumWithOid<'a>; 7] {
+    let (none, no_time): (Option<&str>, Option<TimestampWithTimeZone>) = (None, None);
+    [
+        provider.into(),
+        event_id.into(),
+        none.into(),
+        none.into(),
+        no_time.into(),
+        no_time.into(),
+        consumer.into(),
+    ]
 }
 
 /// Requeue every dead letter matching all the filters given: provider,
