@@ -3,10 +3,16 @@
 // some after an injected handler failure — plus tampered and stale copies,
 // sent over HTTP to every receiver. Asserts one business row per event, the
 // right HTTP answer per delivery, forgeries rejected and archived, and one
-// email per event in two-phase mode; prints a table.
+// email per event in two-phase mode. Then the inbox: GitHub and Stripe
+// deliveries to the receiver's inbox endpoint, all answered 200 at once
+// (bursts and redeliveries included) but forgeries, processed by the
+// language's worker (some failing their first attempt, retried after the
+// backoff), one business row and one email per event, and a worker that
+// stops cleanly on SIGTERM. Prints a table.
 //
-// Needs a PostgreSQL with the extension installed (PGHOST, PGPORT, PGUSER)
-// and the receivers' commands in RECEIVERS (JSON: {language: [cmd, ...args]}).
+// Needs a PostgreSQL with the extension installed (PGHOST, PGPORT, PGUSER),
+// the receivers' commands in RECEIVERS and the workers' in WORKERS (JSON:
+// {language: [cmd, ...args]}).
 import http from 'node:http';
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -18,6 +24,8 @@ import { Webhook as StandardWebhook } from 'standardwebhooks';
 const DB = 'pgwi_examples';
 const EVENTS_PER_PROVIDER = 6;
 const receivers = JSON.parse(process.env.RECEIVERS);
+const workers = JSON.parse(process.env.WORKERS);
+const INBOX_EVENTS = 6;
 const base = { host: process.env.PGHOST ?? '127.0.0.1', port: Number(process.env.PGPORT ?? 5432) };
 
 const secrets = {
@@ -44,7 +52,9 @@ async function setup() {
       END IF;
     END $$;
     SELECT webhook_grant_app('webhook_example_app');
-    GRANT INSERT ON orders TO webhook_example_app;`);
+    GRANT INSERT ON orders TO webhook_example_app;
+    -- Retries after a failed attempt within a second, not ten.
+    ALTER ROLE webhook_example_app SET webhook.backoff_base = '300ms';`);
   for (const [provider, secret] of Object.entries(secrets)) {
     await db.query('SELECT webhook_register_provider($1, secret => $2)', [provider, secret]);
   }
@@ -66,15 +76,15 @@ function emailStub() {
 const stripe = new Stripe('sk_test_not_used_offline');
 
 // A delivery as the provider's own SDK signs it: { headers, body }.
-function signed(provider, eventId, { timestamp, tamper } = {}) {
+function signed(provider, eventId, { timestamp, tamper, extra } = {}) {
   const now = timestamp ?? Math.floor(Date.now() / 1000);
   if (provider === 'stripe') {
-    const body = JSON.stringify({ id: eventId, object: 'event', type: 'invoice.paid', data: { amount: 1000 } });
+    const body = JSON.stringify({ id: eventId, object: 'event', type: 'invoice.paid', data: { amount: 1000 }, ...extra });
     const header = stripe.webhooks.generateTestHeaderString({ payload: body, secret: secrets.stripe, timestamp: now });
     return { headers: { 'Stripe-Signature': header }, body: tamper ? body.replace('1000', '1') : body };
   }
   if (provider === 'github') {
-    const body = JSON.stringify({ ref: 'refs/heads/main', after: eventId });
+    const body = JSON.stringify({ ref: 'refs/heads/main', after: eventId, ...extra });
     return githubSign(secrets.github, body).then((sig) => ({
       headers: { 'X-GitHub-Delivery': eventId, 'X-GitHub-Event': 'push', 'X-Hub-Signature-256': sig },
       body: tamper ? body.replace('main', 'evil') : body,
@@ -99,7 +109,7 @@ async function post(port, path, delivery, extraHeaders = {}) {
   return res.status;
 }
 
-function start(language, command, port) {
+function start(language, command, port = 0) {
   const [cmd, ...args] = command;
   const child = spawn(cmd, args, {
     env: {
@@ -186,6 +196,32 @@ async function exercise(language, port, stats) {
   return answers;
 }
 
+// The inbox: every genuine delivery answered 200 as soon as it is stored,
+// then processed by the worker. Returns the event ids sent.
+async function exerciseInbox(language, port, stats) {
+  const expect = (what, status, allowed) => {
+    stats.deliveries++;
+    if (!allowed.includes(status)) {
+      stats.wrong++;
+      console.error(`${language}: ${what} answered ${status}, expected ${allowed.join(' or ')}`);
+    }
+  };
+  const sent = [];
+  for (const provider of ['github', 'stripe']) {
+    for (let n = 0; n < INBOX_EVENTS; n++) {
+      const eventId = `${language}_inbox_${provider}_${n}_${crypto.randomBytes(4).toString('hex')}`;
+      const delivery = await signed(provider, eventId, { extra: { fail_first_attempt: n % 2 === 0 } });
+      sent.push({ provider, eventId });
+      stats.events++;
+      const burst = await Promise.all([0, 1, 2].map(() => post(port, '/inbox/' + provider, delivery)));
+      burst.forEach((s) => expect(`${eventId} in a burst`, s, [200]));
+      for (let i = 0; i < 2; i++) expect(`${eventId} redelivered`, await post(port, '/inbox/' + provider, delivery), [200]);
+      expect(`${eventId} tampered`, await post(port, '/inbox/' + provider, await signed(provider, eventId, { tamper: true })), [401]);
+    }
+  }
+  return sent;
+}
+
 async function main() {
   const db = await setup();
   const { server, sends } = await emailStub();
@@ -219,6 +255,50 @@ async function main() {
       console.error(`${language}: ${problems.join('; ')}`);
     }
     rows.push([language, stats.deliveries, stats.events, counts.side_effects, counts.rejected, stats.wrong]);
+
+    // The inbox, with the language's worker running.
+    const worker = start(`${language} worker`, workers[language]);
+    const exited = new Promise((resolve) => worker.on('exit', (code, signal) => resolve(code ?? signal)));
+    // A fresh receiver on a port of its own: the first may still be exiting.
+    const inboxPort = port + 100;
+    const receiver = start(language, command, inboxPort);
+    const inbox = { deliveries: 0, events: 0, wrong: 0 };
+    let sent = [];
+    try {
+      await waitHealthy(inboxPort);
+      sent = await exerciseInbox(language, inboxPort, inbox);
+      const ids = sent.map((e) => e.eventId);
+      for (let i = 0; ; i++) {
+        const { rows: [{ left }] } = await db.query(
+          "SELECT count(*)::int AS left FROM webhook.inbox WHERE event_id = ANY($1) AND status <> 'processed'", [ids]);
+        if (left === 0) break;
+        if (i > 600) throw new Error(`${language}: ${left} inbox events never processed`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    } finally {
+      receiver.kill('SIGTERM');
+      worker.kill('SIGTERM');
+    }
+    const exitCode = await Promise.race([exited, new Promise((r) => setTimeout(() => r('still running'), 10000))]);
+    const { rows: [work] } = await db.query(
+      `SELECT count(*)::int AS side_effects, count(DISTINCT (provider, event_id))::int AS distinct_events,
+              (SELECT max(attempts)::int FROM webhook.inbox WHERE event_id = ANY($2)) AS max_attempts
+         FROM orders WHERE language = $1 AND event_id = ANY($2)`,
+      [`${language}-worker`, sent.map((e) => e.eventId)]);
+    const inboxEmails = sent.map((e) => sends.get(`${e.provider}:${e.eventId}:default`) ?? 0);
+    const inboxProblems = [];
+    if (work.side_effects !== inbox.events || work.distinct_events !== inbox.events) {
+      inboxProblems.push(`${work.side_effects} side effects (${work.distinct_events} distinct) for ${inbox.events} events`);
+    }
+    if (work.max_attempts !== 2) inboxProblems.push(`most attempts ${work.max_attempts}, expected 2 (a failure retried)`);
+    if (!inboxEmails.every((n) => n === 1)) inboxProblems.push(`emails per inbox event: ${inboxEmails.join(',')}`);
+    if (inbox.wrong !== 0) inboxProblems.push(`${inbox.wrong} wrong answers`);
+    if (exitCode !== 0) inboxProblems.push(`worker exit on SIGTERM: ${exitCode}`);
+    if (inboxProblems.length) {
+      failed++;
+      console.error(`${language} inbox: ${inboxProblems.join('; ')}`);
+    }
+    rows.push([`${language} inbox + worker`, inbox.deliveries, inbox.events, work.side_effects, '—', inbox.wrong]);
     port++;
   }
   server.close();

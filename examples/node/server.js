@@ -2,6 +2,8 @@
 //
 //   POST /webhooks/:provider      one transaction: claim, business write, complete
 //   POST /webhooks-2p/:provider   two phases: claim, send an email, complete
+//   POST /inbox/:provider         inbox: store and answer 200 at once; worker.js
+//                                 processes it later
 //
 // The database verifies the signature, deduplicates and claims the delivery
 // (webhook_receive); the handler does its work and answers what the provider
@@ -20,8 +22,9 @@ const app = express();
 // The raw bytes: signatures cover exactly these, so never parse before verifying.
 app.use(express.raw({ type: () => true, limit: '25mb' }));
 
+// inbox => false: claimed here, whatever the provider is registered for.
 const RECEIVE = `SELECT id, claimed, status, http_status, reason, event_id, event_type
-                   FROM webhook_receive($1, $2::jsonb, $3::bytea)`;
+                   FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false)`;
 
 app.get('/healthz', (_req, res) => res.json({ ok: true }));
 
@@ -71,7 +74,7 @@ app.post('/webhooks-2p/:provider', async (req, res) => {
   // Autocommit: the claim commits on its own, with its lease.
   const { rows: [r] } = await pool.query(
     `SELECT id, claimed, status, http_status, reason, event_id, event_type
-       FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds')`,
+       FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false)`,
     [provider, JSON.stringify(req.headers), req.body]);
   if (!r.claimed) return res.status(r.http_status).json({ status: r.status, reason: r.reason });
   const stop = heartbeat(r.id);
@@ -91,6 +94,19 @@ app.post('/webhooks-2p/:provider', async (req, res) => {
     stop();
     await pool.query('SELECT webhook_fail($1, $2)', [r.id, String(err.message ?? err)]);
     return res.status(500).json({ status: 'failed' });
+  }
+});
+
+// Verified, archived and queued in one statement (its own transaction); the
+// answer goes out after it commits, so a 200 always means it is stored.
+app.post('/inbox/:provider', async (req, res) => {
+  try {
+    const { rows: [r] } = await pool.query(
+      `SELECT status, http_status, reason FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true)`,
+      [req.params.provider, JSON.stringify(req.headers), req.body]);
+    return res.status(r.http_status).json({ status: r.status, reason: r.reason });
+  } catch (err) {
+    return res.status(500).json({ status: 'error', error: String(err.message ?? err) });
   }
 });
 

@@ -2,6 +2,8 @@
 
     POST /webhooks/{provider}      one transaction: claim, business write, complete
     POST /webhooks-2p/{provider}   two phases: claim, send an email, complete
+    POST /inbox/{provider}         inbox: store and answer 200 at once; worker.py
+                                   processes it later
 
 The database verifies the signature, deduplicates and claims the delivery
 (webhook_receive); the handler only does its work and answers what the
@@ -25,8 +27,9 @@ EMAIL_URL = os.environ.get("EMAIL_URL", "http://127.0.0.1:8025/send")
 pool = ConnectionPool(os.environ["DATABASE_URL"], min_size=1, max_size=8, open=True)
 app = FastAPI()
 
+# inbox => false: claimed here, whatever the provider is registered for.
 RECEIVE = """SELECT id, claimed, status, http_status, reason, event_id, event_type
-               FROM webhook_receive(%s, %s::jsonb, %s::bytea)"""
+               FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => false)"""
 
 
 def answer(code: int, **body) -> Response:
@@ -100,7 +103,7 @@ def handle_two_phase(provider: str, request_headers: dict, body: bytes) -> Respo
         conn.autocommit = True  # the claim commits on its own, with its lease
         delivery, claimed, status, http_status, reason, event_id, event_type = conn.execute(
             "SELECT id, claimed, status, http_status, reason, event_id, event_type "
-            "FROM webhook_receive(%s, %s::jsonb, %s::bytea, lease => '30 seconds')",
+            "FROM webhook_receive(%s, %s::jsonb, %s::bytea, lease => '30 seconds', inbox => false)",
             (provider, headers, body),
         ).fetchone()
         if not claimed:
@@ -120,3 +123,21 @@ def handle_two_phase(provider: str, request_headers: dict, body: bytes) -> Respo
             conn.execute("SELECT webhook_fail(%s, %s)", (delivery, str(exc)))
             return answer(500, status="failed")
     return answer(200, status=status)
+
+
+@app.post("/inbox/{provider}")
+async def webhook_inbox(provider: str, request: Request) -> Response:
+    body = await request.body()
+    return await run_in_threadpool(handle_inbox, provider, dict(request.headers), body)
+
+
+def handle_inbox(provider: str, request_headers: dict, body: bytes) -> Response:
+    # Verified, archived and queued in one statement; the answer is sent
+    # only after it commits (leaving the block commits), so a 200 always
+    # means the delivery is stored.
+    with pool.connection() as conn:
+        status, http_status, reason = conn.execute(
+            "SELECT status, http_status, reason FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => true)",
+            (provider, json.dumps(request_headers), body),
+        ).fetchone()
+    return answer(http_status, status=status, reason=reason)

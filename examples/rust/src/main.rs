@@ -1,7 +1,9 @@
 //! A webhook receiver in axum + tokio-postgres.
 //!
 //! * `POST /webhooks/{provider}` — one transaction: claim, business write, complete;
-//! * `POST /webhooks-2p/{provider}` — two phases: claim, send an email, complete.
+//! * `POST /webhooks-2p/{provider}` — two phases: claim, send an email, complete;
+//! * `POST /inbox/{provider}` — inbox: store and answer 200 at once; the
+//!   `worker` binary processes it later.
 //!
 //! The database verifies the signature, deduplicates and claims the delivery
 //! (`webhook_receive`); the handler does its work and answers what the
@@ -52,8 +54,9 @@ fn headers_json(headers: &HeaderMap) -> Value {
     Value::Object(map)
 }
 
+/// `inbox => false`: claimed here, whatever the provider is registered for.
 const RECEIVE: &str = "SELECT id, claimed, status, http_status, reason, event_id, event_type
-                         FROM webhook_receive($1, $2::jsonb, $3::bytea)";
+                         FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false)";
 
 async fn webhook(
     State(app): State<App>,
@@ -146,7 +149,7 @@ async fn two_phase(
     let r = client
         .query_one(
             "SELECT id, claimed, status, http_status, reason, event_id
-               FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds')",
+               FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false)",
             &[&provider, &headers_json(headers), &body],
         )
         .await?;
@@ -198,6 +201,34 @@ async fn two_phase(
     }
 }
 
+/// Verified, archived and queued in one statement (its own transaction);
+/// the answer goes out after it commits, so a 200 always means it is stored.
+async fn webhook_inbox(
+    State(app): State<App>,
+    Path(provider): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let queued = async {
+        let client = app.pool.get().await?;
+        let r = client
+            .query_one(
+                "SELECT status, http_status, reason
+                   FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true)",
+                &[&provider, &headers_json(&headers), &body.as_ref()],
+            )
+            .await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(answer(
+            r.get(1),
+            json!({ "status": r.get::<_, String>(0), "reason": r.get::<_, String>(2) }),
+        ))
+    };
+    match queued.await {
+        Ok(answer) => answer,
+        Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
@@ -216,6 +247,7 @@ async fn main() {
         .route("/healthz", get(|| async { Json(json!({ "ok": true })) }))
         .route("/webhooks/{provider}", post(webhook))
         .route("/webhooks-2p/{provider}", post(webhook_two_phase))
+        .route("/inbox/{provider}", post(webhook_inbox))
         .with_state(app);
     let port: u16 = std::env::var("PORT")
         .ok()

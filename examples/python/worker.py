@@ -1,0 +1,95 @@
+"""An inbox worker in psycopg 3: leases events from webhook_next, does the
+work, completes or fails each one.
+
+Per event: one external side effect (an email through an HTTP API, with an
+idempotency key derived from the event, so a retry after a crash cannot
+send it twice) and one database write, committed together with
+webhook_complete (so it happens exactly once). A failure is recorded with
+webhook_fail and retried after the backoff.
+
+Workers poll, and LISTEN webhook_inbox to wake up as soon as something is
+queued (LISTEN needs a direct or session-pooled connection; behind
+PgBouncer in transaction mode, poll only).
+
+On SIGTERM it finishes the event in hand, hands the rest of its batch back
+at once (webhook_fail with retry_in => 0), and exits.
+
+    DATABASE_URL=postgresql://app@localhost/shop python worker.py
+"""
+import json
+import os
+import signal
+import urllib.request
+
+import psycopg
+
+LANGUAGE = "python-worker"
+CONSUMER = os.environ.get("WORKER_CONSUMER", "default")
+EMAIL_URL = os.environ.get("EMAIL_URL", "http://127.0.0.1:8025/send")
+BATCH = 10
+POLL_SECONDS = 1.0
+
+stopping = False
+
+
+def stop(_signum, _frame):
+    global stopping
+    stopping = True
+
+
+def send_email(provider, event_id):
+    key = f"{provider}:{event_id}:{CONSUMER}"
+    req = urllib.request.Request(
+        EMAIL_URL,
+        data=json.dumps({"to": "customer@example.com", "event": event_id}).encode(),
+        headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req, timeout=10).read()
+
+
+def process(cur, provider, event_id, event_type, payload, attempts):
+    if payload.get("fail_first_attempt") and attempts == 1:
+        raise RuntimeError("injected failure on the first attempt")
+    send_email(provider, event_id)
+    cur.execute(
+        "INSERT INTO orders (provider, event_id, event_type, language) VALUES (%s, %s, %s, %s)",
+        (provider, event_id, event_type, LANGUAGE),
+    )
+
+
+def work_once(conn) -> int:
+    """One batch, in one transaction. Returns how many events it leased."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(
+            "SELECT id, provider, event_id, event_type, payload, attempts FROM webhook_next(%s, %s)",
+            (BATCH, CONSUMER),
+        )
+        leased = cur.fetchall()
+        for lease, provider, event_id, event_type, payload, attempts in leased:
+            if stopping:
+                cur.execute("SELECT webhook_fail(%s, 'worker shut down', retry_in => '0 s')", (lease,))
+                continue
+            try:
+                with conn.transaction():  # a savepoint: a failure undoes this event's work only
+                    process(cur, provider, event_id, event_type, payload, attempts)
+                    cur.execute("SELECT webhook_complete(%s)", (lease,))
+            except Exception as exc:  # noqa: BLE001 - recorded, then retried after the backoff
+                cur.execute("SELECT webhook_fail(%s, %s)", (lease, str(exc)))
+        return len(leased)
+
+
+def main():
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    url = os.environ["DATABASE_URL"]
+    with psycopg.connect(url) as conn, psycopg.connect(url, autocommit=True) as listener:
+        listener.execute("LISTEN webhook_inbox")
+        while not stopping:
+            if work_once(conn) == 0:
+                # Nothing ready: sleep until notified, or until the next poll.
+                for _ in listener.notifies(timeout=POLL_SECONDS, stop_after=1):
+                    pass
+
+
+if __name__ == "__main__":
+    main()

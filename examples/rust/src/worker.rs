@@ -1,0 +1,138 @@
+//! An inbox worker in tokio-postgres: leases events from `webhook_next`,
+//! does the work, completes or fails each one.
+//!
+//! Per event: one external side effect (an email through an HTTP API, with
+//! an idempotency key derived from the event, so a retry after a crash
+//! cannot send it twice) and one database write, committed together with
+//! `webhook_complete` (so it happens exactly once). A failure is recorded
+//! with `webhook_fail` and retried after the backoff. It polls for work
+//! (`LISTEN webhook_inbox` would wake it sooner; see worker.py).
+//!
+//! On SIGTERM it finishes the event in hand, hands the rest of its batch
+//! back at once (`webhook_fail` with `retry_in => 0`), and exits.
+//!
+//! `DATABASE_URL=postgresql://app@localhost/shop cargo run --release --bin webhook-worker`
+
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_postgres::{GenericClient, Row};
+
+const LANGUAGE: &str = "rust-worker";
+const BATCH: i32 = 10;
+const POLL: Duration = Duration::from_millis(500);
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+struct Worker {
+    consumer: String,
+    email_url: String,
+    http: reqwest::Client,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Worker {
+    async fn process(&self, tx: &impl GenericClient, row: &Row) -> Result<(), Error> {
+        let (provider, event_id, event_type): (String, String, String) =
+            (row.get(1), row.get(2), row.get(3));
+        let payload: Option<Value> = row.get(4);
+        let attempts: i32 = row.get(5);
+        let fail_first = payload
+            .as_ref()
+            .and_then(|p| p.get("fail_first_attempt"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        if fail_first && attempts == 1 {
+            return Err("injected failure on the first attempt".into());
+        }
+        self.http
+            .post(&self.email_url)
+            .header(
+                "idempotency-key",
+                format!("{provider}:{event_id}:{}", self.consumer),
+            )
+            .json(&json!({ "to": "customer@example.com", "event": event_id }))
+            .send()
+            .await?
+            .error_for_status()?;
+        tx.execute(
+            "INSERT INTO orders (provider, event_id, event_type, language) VALUES ($1, $2, $3, $4)",
+            &[&provider, &event_id, &event_type, &LANGUAGE],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One batch, in one transaction. Returns how many events it leased.
+    async fn work_once(&self, client: &mut tokio_postgres::Client) -> Result<usize, Error> {
+        let mut tx = client.transaction().await?;
+        let leased = tx
+            .query(
+                "SELECT id, provider, event_id, event_type, payload, attempts FROM webhook_next($1, $2)",
+                &[&BATCH, &self.consumer],
+            )
+            .await?;
+        for row in &leased {
+            let lease: uuid::Uuid = row.get(0);
+            if self.stopping.load(Ordering::SeqCst) {
+                tx.execute(
+                    "SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')",
+                    &[&lease],
+                )
+                .await?;
+                continue;
+            }
+            // A savepoint: a failure undoes this event's work only.
+            let sp = tx.savepoint("event").await?;
+            let done = match self.process(&sp, row).await {
+                Ok(()) => sp
+                    .execute("SELECT webhook_complete($1)", &[&lease])
+                    .await
+                    .map_err(Error::from),
+                Err(err) => Err(err),
+            };
+            match done {
+                Ok(_) => sp.commit().await?,
+                Err(err) => {
+                    sp.rollback().await?;
+                    tx.execute("SELECT webhook_fail($1, $2)", &[&lease, &err.to_string()])
+                        .await?;
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(leased.len())
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stopping);
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
+    let worker = Worker {
+        consumer: std::env::var("WORKER_CONSUMER").unwrap_or_else(|_| "default".into()),
+        email_url: std::env::var("EMAIL_URL")
+            .unwrap_or_else(|_| "http://127.0.0.1:8025/send".into()),
+        http: reqwest::Client::new(),
+        stopping: Arc::clone(&stopping),
+    };
+    while !stopping.load(Ordering::SeqCst) {
+        if worker.work_once(&mut client).await? == 0 {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    Ok(())
+}
