@@ -95,6 +95,21 @@ target_lines.append(
 )
 target_table = "\n".join(target_lines)
 
+# The inbox, side by side: events per second.
+inbox_lines = [
+    "| inbox | clients | ours (events/s) | hand-written PL/pgSQL queue | bare INSERT … ON CONFLICT | ours × PL/pgSQL | receive, verified (events/s) |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+]
+for scenario, what in (("drain", "drain, 10 per transaction"), ("intake", "intake, new event")):
+    for clients in sorted({c for (sc, c, _, _) in by_key if sc == scenario}, key=int):
+        get = lambda impl: by_key.get((scenario, clients, "on", impl), (0,))[0]
+        ours, plpgsql, limit, receive = get("ours"), get("plpgsql"), get("limit"), get("receive")
+        inbox_lines.append(
+            f"| {what} | {clients} | {ours:,.0f} | {plpgsql:,.0f} | {f'{limit:,.0f}' if limit else ''} | "
+            f"{f'{ours / plpgsql:.2f}' if plpgsql else ''} | {f'{receive:,.0f}' if receive else ''} |"
+        )
+inbox_table = "\n".join(inbox_lines)
+
 storm = rows("storm_duplicates.tsv")
 storm_text = "\n".join(f"- {impl}: {dups} events with more than one side effect" for impl, dups in storm)
 
@@ -115,6 +130,8 @@ print(table)
 print()
 print(target_table)
 print()
+print(inbox_table)
+print()
 print("Storm (4 clients, 16 deliveries of each event):")
 print(storm_text)
 print()
@@ -127,7 +144,7 @@ if os.path.exists(doc):
         "<!-- figures:start -->\n"
         f"Produced by `make bench` on {date.today().isoformat()} ({machine}), "
         f"{os.environ.get('BENCH_SECONDS', '10')} s per run.\n\n"
-        f"{table}\n\n**Targets**, each over every run it applies to:\n\n{target_table}\n\n**Storm**, 4 clients, 16 near-simultaneous deliveries of each event:\n\n{storm_text}\n\n"
+        f"{table}\n\n**Targets**, each over every run it applies to:\n\n{target_table}\n\n**The inbox** (synchronous_commit on; the drain leases, writes a side effect for and completes ten events per transaction):\n\n{inbox_table}\n\n**Storm**, 4 clients, 16 near-simultaneous deliveries of each event:\n\n{storm_text}\n\n"
         f"**How it scales** (1 client, synchronous_commit on):\n\n{scale_table}\n"
         "<!-- figures:end -->"
     )

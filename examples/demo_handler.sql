@@ -13,9 +13,11 @@ CREATE TABLE IF NOT EXISTS demo.credit_grants (
 );
 
 -- The demo's sender signs like GitHub: X-Hub-Signature-256 over the body,
--- its delivery id in X-GitHub-Delivery. One call registers it.
+-- its delivery id in X-GitHub-Delivery. One call registers it; this sender
+-- retries, so its deliveries are claimed and processed in the request
+-- (inbox => false) rather than queued for workers.
 SELECT name, scheme, event_id_from, active_secrets
-  FROM webhook_register_provider('demo-shop', scheme => 'github', secret => :'secret');
+  FROM webhook_register_provider('demo-shop', scheme => 'github', secret => :'secret', inbox => false);
 
 -- Returns the HTTP status the endpoint answers the provider.
 CREATE OR REPLACE FUNCTION demo.handle_delivery(

@@ -210,8 +210,7 @@ static REQUEUE_CLAIMED: Statement = Statement {
           ), requeued AS (
               UPDATE webhook.events e
                  SET status = 'failed', attempts = 0, requeues = e.requeues + 1
-                FROM old
-               WHERE e.provider = old.provider AND e.event_id = old.event_id
+               WHERE e.provider = $1 AND e.event_id = $2 AND e.status IN ('dead', 'failed')
           )
           INSERT INTO webhook.requeues (provider, event_id, consumer, attempts, last_error)
           SELECT provider, event_id, NULL, attempts, last_error FROM old
@@ -233,7 +232,7 @@ static REQUEUE_CLAIMED_UNLOGGED: Statement = Statement {
 /// with a fresh budget, each requeue recorded.
 static REQUEUE_QUEUED: Statement = Statement {
     sql: "WITH old AS (
-              SELECT provider, event_id, consumer, attempts, last_error
+              SELECT ctid AS row_id, provider, event_id, consumer, attempts, last_error
                 FROM webhook.inbox
                WHERE status = 'dead'
                  AND ($1::text IS NULL OR provider = $1)
@@ -245,11 +244,12 @@ static REQUEUE_QUEUED: Statement = Statement {
                  AND ($7::text IS NULL OR consumer = $7)
                  FOR UPDATE
           ), requeued AS (
+              -- By row id: a join back on the key could be planned as a
+              -- scan of the whole inbox.
               UPDATE webhook.inbox i
                  SET status = 'ready', attempts = 0, run_at = pg_catalog.clock_timestamp(),
                      requeues = i.requeues + 1
-                FROM old
-               WHERE (i.provider, i.event_id, i.consumer) = (old.provider, old.event_id, old.consumer)
+               WHERE i.ctid = ANY (ARRAY(SELECT old.row_id FROM old))
           )
           INSERT INTO webhook.requeues (provider, event_id, consumer, attempts, last_error)
           SELECT provider, event_id, consumer, attempts, last_error FROM old

@@ -345,3 +345,64 @@ fn github_deliveries_in_inbox_mode_always_get_a_2xx_unless_rejected() {
         .count();
     assert_eq!(queued, 150, "each delivery queued exactly once");
 }
+
+/// Queueing wakes listening workers with one notification per
+/// transaction, without a payload; `webhook.inbox_notify = off` sends none.
+#[test]
+fn queueing_notifies_listeners_once_per_transaction() {
+    // A database of its own: notifications are per database, and the other
+    // tests here queue events all the time.
+    let db = "pgwi_inbox_notify";
+    empty_database(db)
+        .batch_execute("CREATE EXTENSION pg_webhook_inbox")
+        .unwrap();
+    let mut listener = connect(db);
+    listener.batch_execute("LISTEN webhook_inbox").unwrap();
+    let mut producer = connect(db);
+    let heard = |listener: &mut postgres::Client| -> Vec<String> {
+        use postgres::fallible_iterator::FallibleIterator;
+        listener
+            .notifications()
+            .timeout_iter(Duration::from_millis(500))
+            .map(|n| Ok(format!("{}:{}", n.channel(), n.payload())))
+            .collect()
+            .unwrap()
+    };
+    // Fifty events in one transaction: one wake-up, no payload.
+    enqueue_many(&mut producer, "notify", "batch_", 50);
+    assert_eq!(heard(&mut listener), ["webhook_inbox:"]);
+    // Three transactions: three.
+    for i in 0..3 {
+        producer
+            .execute(
+                "SELECT webhook_enqueue('notify', $1, 't', '{}'::jsonb)",
+                &[&format!("single_{i}")],
+            )
+            .unwrap();
+    }
+    assert_eq!(heard(&mut listener).len(), 3);
+    // A duplicate queues nothing and wakes no one.
+    producer
+        .execute(
+            "SELECT webhook_enqueue('notify', 'single_0', 't', '{}'::jsonb)",
+            &[],
+        )
+        .unwrap();
+    assert!(heard(&mut listener).is_empty());
+    producer
+        .batch_execute(
+            "SET webhook.inbox_notify = off;
+             SELECT webhook_enqueue('notify', 'quiet', 't', '{}'::jsonb);",
+        )
+        .unwrap();
+    assert!(heard(&mut listener).is_empty());
+    // A requeue makes an event ready at once: it wakes workers too.
+    producer
+        .batch_execute(
+            "RESET webhook.inbox_notify;
+             SELECT webhook_fail(id, 'no', permanent => true) FROM webhook_next(1, provider => 'notify');
+             SELECT webhook_requeue_dead(provider => 'notify');",
+        )
+        .unwrap();
+    assert_eq!(heard(&mut listener).len(), 1);
+}

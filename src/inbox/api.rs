@@ -216,12 +216,15 @@ fn webhook_next(
 
 /// Lease ready rows: pick them without waiting (`SKIP LOCKED`), record a
 /// lease that ran out as a failed attempt, park a row whose expired lease
-/// was its last attempt, and lease the rest with a fresh, random id.
+/// was its last attempt, and lease the rest with a fresh, random id. The
+/// picked rows are updated by their row ids (a TID scan): a join back on
+/// the key would be planned blind (the pick's row count is a parameter)
+/// and could scan the whole inbox. `SET` reads each row as it was.
 static LEASE: Statement = Statement {
     sql: concat!(
         "WITH picked AS (
-              SELECT i.provider, i.event_id, i.consumer, i.status AS was, i.claim_id AS previous,
-                     i.attempts
+              SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.status AS was,
+                     i.claim_id AS previous, i.attempts
                 FROM webhook.inbox i
                WHERE i.status IN ('ready', 'leased') AND i.run_at <= pg_catalog.clock_timestamp()
                  AND i.consumer = $1
@@ -240,18 +243,17 @@ static LEASE: Statement = Statement {
               ON CONFLICT (claim_id) DO NOTHING
           ), leased AS (
               UPDATE webhook.inbox i
-                 SET status = CASE WHEN p.was = 'leased' AND $6 > 0 AND p.attempts >= $6
+                 SET status = CASE WHEN i.status = 'leased' AND $6 > 0 AND i.attempts >= $6
                                    THEN 'dead' ELSE 'leased' END::webhook.inbox_status,
-                     attempts = CASE WHEN p.was = 'leased' AND $6 > 0 AND p.attempts >= $6
-                                     THEN p.attempts ELSE p.attempts + 1 END,
-                     claim_id = CASE WHEN p.was = 'leased' AND $6 > 0 AND p.attempts >= $6
-                                     THEN p.previous ELSE pg_catalog.gen_random_uuid() END,
+                     attempts = CASE WHEN i.status = 'leased' AND $6 > 0 AND i.attempts >= $6
+                                     THEN i.attempts ELSE i.attempts + 1 END,
+                     claim_id = CASE WHEN i.status = 'leased' AND $6 > 0 AND i.attempts >= $6
+                                     THEN i.claim_id ELSE pg_catalog.gen_random_uuid() END,
                      run_at = pg_catalog.clock_timestamp() + $5,
-                     last_error = CASE WHEN p.was = 'leased' THEN '",
+                     last_error = CASE WHEN i.status = 'leased' THEN '",
         lease::lease_expired!(),
         "' ELSE i.last_error END
-                FROM picked p
-               WHERE i.provider = p.provider AND i.event_id = p.event_id AND i.consumer = p.consumer
+               WHERE i.ctid = ANY (ARRAY(SELECT p.row_id FROM picked p))
            RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer,
                      i.delivery_id, i.queued_at, i.run_at, i.status
           )

@@ -695,15 +695,20 @@ pub fn work_once(
     Ok(done)
 }
 
-/// Queue `n` events `{prefix}{i}` of `provider` in one statement.
+/// Queue `n` events `{prefix}{i}` of `provider`, a thousand per
+/// transaction (each queued event holds its lock until its transaction
+/// ends, like a claim).
 pub fn enqueue_many(client: &mut Client, provider: &str, prefix: &str, n: i32) {
-    client
-        .execute(
-            "SELECT count(*) FROM generate_series(1, $3) g,
-                    webhook_enqueue($1, $2 || g, 'invoice.paid', jsonb_build_object('n', g))",
-            &[&provider, &prefix, &n],
-        )
-        .unwrap();
+    for first in (1..=n).step_by(1000) {
+        let last = (first + 999).min(n);
+        client
+            .execute(
+                "SELECT count(*) FROM generate_series($3::int, $4::int) g,
+                        webhook_enqueue($1, $2 || g, 'invoice.paid', jsonb_build_object('n', g))",
+                &[&provider, &prefix, &first, &last],
+            )
+            .unwrap();
+    }
 }
 
 /// Events of `provider` the inbox still holds unfinished for any consumer.
