@@ -21,6 +21,7 @@ pub(crate) mod api;
 mod statements;
 
 pub use answer::{ClaimStatus, EventState, EventStatus, Outcome};
+pub(crate) use statements::DELIVERY_ARGUMENTS;
 
 use crate::archive::{self, Entry};
 use crate::compress::ArchivedPayload;
@@ -46,7 +47,7 @@ pub struct Delivery<'a> {
 
 impl<'a> Delivery<'a> {
     /// The arguments of CLAIM and OBSERVE, in their order.
-    fn arguments<'b>(
+    pub(crate) fn arguments<'b>(
         &'b self,
         id: pgrx::Uuid,
         payload: ArchivedPayload,

@@ -49,10 +49,10 @@ macro_rules! answer {
     };
 }
 
-/// The arguments of CLAIM and OBSERVE (`Delivery::arguments`): provider,
+/// The arguments of CLAIM, OBSERVE and the inbox's ENQUEUE (`Delivery::arguments`): provider,
 /// event_id, event_type, the delivery's id, payload, raw_body, signature,
 /// headers, lease, payload digest.
-const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
+pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,

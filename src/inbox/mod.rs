@@ -21,7 +21,7 @@ pub mod backoff;
 pub mod lease;
 
 use crate::archive::archive_insert;
-use crate::claim::{ClaimStatus, Delivery, Outcome};
+use crate::claim::{ClaimStatus, Delivery, Outcome, DELIVERY_ARGUMENTS};
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::plans::Statement;
@@ -31,13 +31,14 @@ use pgrx::spi::SpiClient;
 /// Queue a new event for each of its provider's consumers and archive the
 /// delivery, in one statement; for an event that exists, archive the
 /// delivery as a duplicate. Returns the event in the shape of the claim
-/// statements (`EventState::read`).
+/// statements (`EventState::read`). Its arguments are a claim's
+/// (`Delivery::arguments`); the lease, `$9`, is not used.
 static ENQUEUE: Statement = Statement {
     sql: concat!(
         "WITH new_event AS (
               INSERT INTO webhook.events AS e
                   (provider, event_id, event_type, status, attempts, claim_id, payload_hash)
-              VALUES ($1, $2, $3, 'queued', 0, $4, $9)
+              VALUES ($1, $2, $3, 'queued', 0, $4, $10)
               ON CONFLICT (provider, event_id) DO NOTHING
               RETURNING 1
           ), queued AS (
@@ -57,7 +58,7 @@ static ENQUEUE: Statement = Statement {
                 FROM new_event
               UNION ALL
               SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'duplicate'::webhook.claim_status,
-                     x.payload_hash IS DISTINCT FROM $9
+                     x.payload_hash IS DISTINCT FROM $10
                 FROM existing x
           )
           SELECT 'queued', 'queued', 0, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
@@ -65,17 +66,7 @@ static ENQUEUE: Statement = Statement {
           SELECT 'duplicate', x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
             FROM existing x"
     ),
-    arg_types: &[
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::UUIDOID,
-        pg_sys::JSONBOID,
-        pg_sys::BYTEAOID,
-        pg_sys::TEXTOID,
-        pg_sys::JSONBOID,
-        pg_sys::BYTEAOID,
-    ],
+    arg_types: DELIVERY_ARGUMENTS,
 };
 
 /// The committed state of an event, for answering a duplicate without
@@ -109,20 +100,7 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
     // Every write to an event row happens under its lock (see event_lock):
     // a claim that holds it then never meets this insert uncommitted.
     EventLock::for_event(d.provider, d.event_id).acquire();
-    let rows = ENQUEUE.run(
-        client,
-        &[
-            d.provider.into(),
-            d.event_id.into(),
-            d.event_type.into(),
-            id.into(),
-            payload.into(),
-            d.raw_body.into(),
-            d.signature.into(),
-            d.headers.into(),
-            digest.as_slice().into(),
-        ],
-    )?;
+    let rows = ENQUEUE.run(client, &d.arguments(id, payload, &digest))?;
     let state = crate::claim::EventState::read(rows)?
         .ok_or_else(|| WebhookError::Internal("enqueue returned no event".into()))?;
     match state.answer {
