@@ -295,5 +295,36 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             .unwrap()
             .get(0);
         assert_eq!(rejected, 2);
+
+        // (c) The inbox works in the upgraded database, for the roles
+        // granted before it existed: the application queues and leases
+        // (it could claim), the operator reads the inbox (it could read
+        // the archive).
+        let queued: String = app
+            .query_one(
+                "SELECT status FROM webhook_enqueue('stripe', 'evt_after_upgrade', 'invoice.paid', '{\"a\": 1}'::jsonb)",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(queued, "queued");
+        let lease: String = app
+            .query_one(
+                "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        app.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])
+            .unwrap();
+        let processed: i64 = ops
+            .query_one(
+                "SELECT count(*) FROM webhook.inbox WHERE event_id = 'evt_after_upgrade' AND status = 'processed'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(processed, 1);
+        ops.query("SELECT * FROM webhook.inbox_stats", &[]).unwrap();
     }
 }

@@ -5,8 +5,10 @@
 // idempotency key derived from the event, so a retry after a crash cannot
 // send it twice) and one database write, committed together with
 // webhook_complete (so it happens exactly once). A failure is recorded with
-// webhook_fail and retried after the backoff. It polls for work (LISTEN
-// webhook_inbox would wake it sooner; see worker.py).
+// webhook_fail and retried after the backoff. It polls, and LISTENs on a
+// connection of its own to wake up as soon as something is queued (LISTEN
+// needs a direct or session-pooled connection; behind PgBouncer in
+// transaction mode, poll only).
 //
 // On SIGTERM it finishes the event in hand, hands the rest of its batch back
 // at once (webhook_fail with retry_in => 0), and exits.
@@ -65,9 +67,22 @@ async function workOnce(client) {
   }
 }
 
+// Sleep until notified, or until the next poll.
+let wake = () => {};
+const listener = new pg.Client({ connectionString: process.env.DATABASE_URL });
+await listener.connect();
+listener.on('notification', () => wake());
+await listener.query('LISTEN webhook_inbox');
+
 const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
 await client.connect();
 while (!stopping) {
-  if ((await workOnce(client)) === 0) await new Promise((r) => setTimeout(r, POLL_MS));
+  if ((await workOnce(client)) === 0) {
+    await new Promise((resolve) => {
+      const timer = setTimeout(resolve, POLL_MS);
+      wake = () => { clearTimeout(timer); resolve(); };
+    });
+  }
 }
 await client.end();
+await listener.end();

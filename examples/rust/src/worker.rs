@@ -6,7 +6,8 @@
 //! cannot send it twice) and one database write, committed together with
 //! `webhook_complete` (so it happens exactly once). A failure is recorded
 //! with `webhook_fail` and retried after the backoff. It polls for work
-//! (`LISTEN webhook_inbox` would wake it sooner; see worker.py).
+//! (`LISTEN webhook_inbox` would wake it sooner; see the Python and Node
+//! workers).
 //!
 //! On SIGTERM it finishes the event in hand, hands the rest of its batch
 //! back at once (`webhook_fail` with `retry_in => 0`), and exits.
