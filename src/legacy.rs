@@ -87,12 +87,5 @@ fn webhook_receive_text(
 /// 0.2.0's `webhook_requeue(text, text)`: its tables have no requeue log.
 #[pg_extern(sql = false)]
 fn webhook_requeue(provider: Option<&str>, event_id: Option<&str>) -> PgResult<()> {
-    const F: &str = "webhook_requeue";
-    let provider =
-        crate::input::required_text(F, "provider", provider, crate::input::MAX_PROVIDER_BYTES)?;
-    let event_id =
-        crate::input::required_text(F, "event_id", event_id, crate::input::MAX_EVENT_ID_BYTES)?;
-    Ok(Spi::connect_mut(|client| {
-        crate::requeue::requeue(client, provider, event_id, None, Log::Unavailable)
-    })?)
+    crate::requeue::requeue_checked(provider, event_id, None, Log::Unavailable)
 }

@@ -48,8 +48,10 @@ fn webhook_complete(
         }
     }
     Spi::connect_mut(|client| match take_ownership(client, F, id)? {
-        Some(owned) => finish::<bool>(client, F, id, owned, &COMPLETE, vec![result.into()]),
-        None => known_lease(F, id, inbox::lease::complete(client, F, id, result)?),
+        Some(owned) => {
+            finish::<bool>(client, F, id, owned, &COMPLETE, vec![result.into()]).map(drop)
+        }
+        None => inbox::lease::complete(client, F, id, result),
     })?;
     crate::session_claims::forget(id);
     Ok(())
@@ -79,25 +81,23 @@ pub(crate) fn fail_attempt(
     let id = input::required(F, "id", id)?;
     let err = input::required(F, "err", err)?;
     let permanent = input::required(F, "permanent", permanent)?;
-    if let Some(retry_in) = retry_in {
-        if retry_in.as_micros() < 0 {
-            return Err(WebhookError::NonPositiveInterval {
-                function: F,
-                arg: "retry_in",
-            }
-            .into());
+    if retry_in.is_some_and(|r| r.as_micros() < 0) {
+        return Err(WebhookError::InvalidArgument {
+            function: F,
+            arg: "retry_in",
+            rule: "must not be negative",
         }
+        .into());
     }
     // Kept forever with the event: cut, not refused, since failing must
     // not fail.
     let err = input::truncated(err, MAX_ERROR_BYTES);
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
-    Spi::connect_mut(|client| {
-        match take_ownership(client, F, id)? {
+    Spi::connect_mut(|client| match take_ownership(client, F, id)? {
         Some(_) if retry_in.is_some() => Err(WebhookError::InvalidArgument {
             function: F,
             arg: "retry_in",
-            rule: "applies to inbox leases only: a claimed delivery is retried by its provider's next delivery",
+            rule: RETRY_IN_CLAIMED,
         }),
         Some(owned) => finish::<bool>(
             client,
@@ -106,17 +106,17 @@ pub(crate) fn fail_attempt(
             owned,
             &FAIL,
             vec![err.as_ref().into(), max_attempts.into(), permanent.into()],
-        ),
-        None => known_lease(
-            F,
-            id,
-            inbox::lease::fail(client, F, id, &err, retry_in, permanent)?,
-        ),
-    }
+        )
+        .map(drop),
+        None => inbox::lease::fail(client, F, id, &err, retry_in, permanent),
     })?;
     crate::session_claims::forget(id);
     Ok(())
 }
+
+/// Why `retry_in` is refused for a claimed delivery.
+const RETRY_IN_CLAIMED: &str =
+    "applies to inbox leases only: a claimed delivery is retried by its provider's next delivery";
 
 /// Renew the lease of a live claim or inbox lease, measured from now.
 /// Returns the new expiry. Long work calls it as a heartbeat.
@@ -132,26 +132,9 @@ fn webhook_extend(
     Ok(Spi::connect_mut(|client| {
         match take_ownership(client, F, id)? {
             Some(owned) => finish(client, F, id, owned, &EXTEND, vec![lease.into()]),
-            None => inbox::lease::extend(client, F, id, lease)?.ok_or_else(|| {
-                WebhookError::UnknownDelivery {
-                    function: F,
-                    id: id.to_string(),
-                }
-            }),
+            None => inbox::lease::extend(client, F, id, lease),
         }
     })?)
-}
-
-/// An id that is neither a delivery nor a lease is unknown.
-fn known_lease(function: &'static str, id: pgrx::Uuid, found: bool) -> Result<bool> {
-    if found {
-        Ok(true)
-    } else {
-        Err(WebhookError::UnknownDelivery {
-            function,
-            id: id.to_string(),
-        })
-    }
 }
 
 /// Run one of the finishing statements for a delivery that may finish its

@@ -33,11 +33,21 @@ fn requeue_event(
     event_id: Option<&str>,
     consumer: default!(Option<&str>, "NULL"),
 ) -> std::result::Result<(), pg_sys::panic::ErrorReport> {
+    requeue_checked(provider, event_id, consumer, Log::Record)
+}
+
+/// `webhook_requeue`'s arguments checked, then the requeue.
+pub(crate) fn requeue_checked(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    consumer: Option<&str>,
+    log: Log,
+) -> std::result::Result<(), pg_sys::panic::ErrorReport> {
     let provider = input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?;
     let event_id = input::required_text(FUNCTION, "event_id", event_id, MAX_EVENT_ID_BYTES)?;
     let consumer = input::optional_text(FUNCTION, "consumer", consumer, MAX_PROVIDER_BYTES)?;
     Ok(Spi::connect_mut(|client| {
-        requeue(client, provider, event_id, consumer, Log::Record)
+        requeue(client, provider, event_id, consumer, log)
     })?)
 }
 
@@ -50,7 +60,7 @@ pub(crate) enum Log {
     Unavailable,
 }
 
-pub(crate) fn requeue(
+fn requeue(
     client: &mut SpiClient<'_>,
     provider: &str,
     event_id: &str,

@@ -406,3 +406,70 @@ fn queueing_notifies_listeners_once_per_transaction() {
         .unwrap();
     assert_eq!(heard(&mut listener).len(), 1);
 }
+
+/// A duplicate that arrives while the first delivery's transaction is still
+/// open waits for it. If the first rolls back (the receiver crashed after
+/// queueing, before committing), the duplicate is the one stored and
+/// queued; had it been acknowledged as a duplicate at once, the event would
+/// be lost. If the first commits, the duplicate is a duplicate.
+#[test]
+fn a_duplicate_waits_for_the_first_delivery_and_is_queued_if_the_first_rolls_back() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute(
+            "SELECT webhook_register_provider('github-halfway', scheme => 'github', secret => 'gh-halfway')",
+        )
+        .unwrap();
+    for (delivery, first_commits, second_expected) in [
+        ("halfway-rolled-back", false, "queued"),
+        ("halfway-committed", true, "duplicate"),
+    ] {
+        let body = format!(r#"{{"delivery": "{delivery}"}}"#);
+        let headers = sign::github(delivery, "push", &body, "gh-halfway").to_string();
+        let receive =
+            "SELECT status FROM webhook_receive('github-halfway', $1::text::jsonb, $2::bytea)";
+        let mut first = connect(db);
+        let mut tx = first.transaction().unwrap();
+        let status: String = tx
+            .query_one(receive, &[&headers, &body.as_bytes()])
+            .unwrap()
+            .get(0);
+        assert_eq!(status, "queued");
+
+        let (headers2, body2) = (headers.clone(), body.clone());
+        let second = std::thread::spawn(move || {
+            let mut client = connect(db);
+            let row = client
+                .query_one(receive, &[&headers2, &body2.as_bytes()])
+                .unwrap();
+            row.get::<_, String>(0)
+        });
+        // The second is waiting on the first's transaction.
+        wait_for("the duplicate to wait", || {
+            let waiting: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+                      AND query LIKE '%webhook_receive(''github-halfway''%'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            waiting == 1
+        });
+        if first_commits {
+            tx.commit().unwrap();
+        } else {
+            tx.rollback().unwrap();
+        }
+        assert_eq!(second.join().unwrap(), second_expected, "{delivery}");
+        let queued: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM webhook.inbox WHERE provider = 'github-halfway' AND event_id = $1",
+                &[&delivery],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(queued, 1, "{delivery}: queued exactly once");
+    }
+}

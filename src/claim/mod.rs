@@ -91,8 +91,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     if !crate::gucs::ARCHIVE_DUPLICATES.get() {
         // Processed is final (requeue refuses it), so a committed
         // 'processed' needs no lock to be answered, and nothing is written.
-        let rows = INSPECT.run(client, &[d.provider.into(), d.event_id.into()])?;
-        if let Some(state) = EventState::read(rows)? {
+        if let Some(state) = committed_state(client, d.provider, d.event_id)? {
             if state.answer == Some(ClaimStatus::Duplicate) {
                 return Ok(state.outcome(id, ClaimStatus::Duplicate));
             }
@@ -142,6 +141,17 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
         None => take_over(client, d, id, payload, &digest, state, lock),
     }
+}
+
+/// The committed state of an event, read without locking or writing
+/// anything, with the answer a delivery would get if another transaction
+/// held the event; None for an event never seen.
+pub fn committed_state(
+    client: &mut SpiClient<'_>,
+    provider: &str,
+    event_id: &str,
+) -> Result<Option<EventState>> {
+    EventState::read(INSPECT.run(client, &[provider.into(), event_id.into()])?)
 }
 
 /// A claim that found its event failed, or its lease run out: retry it, or

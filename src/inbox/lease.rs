@@ -78,20 +78,20 @@ static DIAGNOSE: Statement = Statement {
     arg_types: &[pg_sys::UUIDOID],
 };
 
-/// `webhook_complete` of a lease. Ok(false): `id` is no lease at all.
+/// `webhook_complete` of a lease.
 pub fn complete(
     client: &mut SpiClient<'_>,
     function: &'static str,
     id: pgrx::Uuid,
     result: Option<RawJsonb>,
-) -> Result<bool> {
+) -> Result<()> {
     if COMPLETE
         .run(client, &[id.into(), result.into()])?
         .is_empty()
     {
-        return refusal(client, function, id);
+        return Err(refusal(client, function, id)?);
     }
-    Ok(true)
+    Ok(())
 }
 
 /// `webhook_fail` of a lease: ready again after `retry_in` (default: the
@@ -103,10 +103,10 @@ pub fn fail(
     err: &str,
     retry_in: Option<Interval>,
     permanent: bool,
-) -> Result<bool> {
+) -> Result<()> {
     let attempt = match ATTEMPT.run(client, &[id.into()])?.next() {
         Some(row) => row.get::<i32>(1)?.unwrap_or(0),
-        None => return refusal(client, function, id),
+        None => return Err(refusal(client, function, id)?),
     };
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
     let dead = permanent || (max_attempts > 0 && attempt >= max_attempts);
@@ -118,34 +118,42 @@ pub fn fail(
         .run(client, &[id.into(), err.into(), delay.into(), dead.into()])?
         .is_empty()
     {
-        return refusal(client, function, id);
+        return Err(refusal(client, function, id)?);
     }
-    Ok(true)
+    Ok(())
 }
 
-/// `webhook_extend` of a lease: the new expiry, or None when `id` is no
-/// lease at all.
+/// `webhook_extend` of a lease: the new expiry.
 pub fn extend(
     client: &mut SpiClient<'_>,
     function: &'static str,
     id: pgrx::Uuid,
     lease: Interval,
-) -> Result<Option<TimestampWithTimeZone>> {
+) -> Result<TimestampWithTimeZone> {
     match EXTEND.run(client, &[id.into(), lease.into()])?.next() {
-        Some(row) => row.get::<TimestampWithTimeZone>(1),
-        None => refusal(client, function, id).map(|_| None),
+        Some(row) => row
+            .get::<TimestampWithTimeZone>(1)?
+            .ok_or_else(|| WebhookError::Internal(format!("{function}: empty result"))),
+        None => Err(refusal(client, function, id)?),
     }
 }
 
-/// Why a lease could not be finished, as an error; Ok(false) when `id` is
-/// not a lease at all (the caller reports an unknown id).
-fn refusal(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -> Result<bool> {
+/// Why a lease could not be finished. An id that is no lease either (nor a
+/// delivery, which the caller looked for first) is unknown.
+fn refusal(
+    client: &mut SpiClient<'_>,
+    function: &'static str,
+    id: pgrx::Uuid,
+) -> Result<WebhookError> {
     let Some(row) = DIAGNOSE.run(client, &[id.into()])?.next() else {
-        return Ok(false);
+        return Ok(WebhookError::UnknownDelivery {
+            function,
+            id: id.to_string(),
+        });
     };
     let status: Option<String> = row.get(1)?;
     let error: Option<String> = row.get(2)?;
-    Err(match (status, error) {
+    Ok(match (status, error) {
         (_, Some(error)) if error == lease_expired!() => WebhookError::LeaseLost {
             function,
             id: id.to_string(),

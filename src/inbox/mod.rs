@@ -25,7 +25,6 @@ use crate::claim::{ClaimStatus, Delivery, Outcome, DELIVERY_ARGUMENTS};
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::plans::Statement;
-use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
 /// Queue a new event for each of its provider's consumers and archive the
@@ -69,14 +68,6 @@ static ENQUEUE: Statement = Statement {
     arg_types: DELIVERY_ARGUMENTS,
 };
 
-/// The committed state of an event, for answering a duplicate without
-/// writing anything (`webhook.archive_duplicates` off).
-static IS_KNOWN: Statement = Statement {
-    sql: "SELECT 'duplicate', status::text, attempts, claim_id, result, payload_hash
-            FROM webhook.events WHERE provider = $1 AND event_id = $2",
-    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
-};
-
 /// Store a validated delivery in the inbox: `queued` when its event is
 /// new, `duplicate` for any event seen before (queued, or claimed in the
 /// one-transaction mode). Either way the delivery is stored durably once
@@ -89,9 +80,8 @@ static IS_KNOWN: Statement = Statement {
 pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     let id = crate::uuid::new_v7();
     if !crate::gucs::ARCHIVE_DUPLICATES.get() {
-        let rows = IS_KNOWN.run(client, &[d.provider.into(), d.event_id.into()])?;
         // A committed event row is stored for good: safe to acknowledge.
-        if let Some(state) = crate::claim::EventState::read(rows)? {
+        if let Some(state) = crate::claim::committed_state(client, d.provider, d.event_id)? {
             return Ok(state.outcome(id, ClaimStatus::Duplicate));
         }
     }
