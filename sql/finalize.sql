@@ -18,7 +18,7 @@ COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, bytea, text, int
 COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, text, text, interval) IS
     'webhook_claim with the raw body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_complete(uuid, jsonb) IS
-    'Mark a claimed delivery''s event processed, in the transaction of its work; result is returned to later duplicates';
+    'Mark a claimed delivery''s event (or a lease''s inbox row) processed, in the transaction of its work; result is returned to later duplicates; an ordered event moves its entity''s watermark';
 COMMENT ON FUNCTION @extschema@.webhook_fail(uuid, text, interval, boolean) IS
     'Record a failed attempt: a claimed event''s next delivery is a retry, a leased one is ready again after retry_in or the backoff; dead after webhook.max_attempts, or at once if permanent';
 COMMENT ON FUNCTION @extschema@.webhook_extend(uuid, interval) IS
@@ -34,7 +34,7 @@ COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text) I
 COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text) IS
     'webhook_enqueue with the raw body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) IS
-    'Lease up to batch ready inbox events of a consumer, never waiting on another worker; finish each with webhook_complete or webhook_fail';
+    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, bytea, text, text) IS
     'Constant-time check of an HMAC signature (hex or base64) over the raw body';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, text, text, text) IS
@@ -48,7 +48,7 @@ COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[]
 COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval) IS
     'webhook_verify_detail for a body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_schemes() IS
-    'The signature schemes, their aliases, and the registry defaults each gives a provider';
+    'The signature schemes, their aliases, and the registry defaults each gives a provider, ordering''s presets included';
 
 -- The privilege rule (roles.sql).
 SELECT webhook._restrict_privileges();
@@ -67,5 +67,6 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.provider_secrets', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.inbox', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.inbox_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.requeues', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.watermarks', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

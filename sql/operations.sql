@@ -86,13 +86,15 @@ SELECT provider,
        count(*) FILTER (WHERE status = 'failed')     AS failed,
        count(*) FILTER (WHERE status = 'dead')       AS dead,
        coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0) AS retries,
-       max(first_seen_at) AS last_event_at
+       max(first_seen_at) AS last_event_at,
+       count(*) FILTER (WHERE status::text = 'stale') AS stale
   FROM webhook.events
  GROUP BY provider;
-COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status, retries spent, last event';
+COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (stale: skipped by ordering), retries spent, last event';
 
--- Delete archive rows older than `older_than` whose event is processed (and
--- rejected deliveries, which have none), `batch_size` rows per statement.
+-- Delete archive rows older than `older_than` whose event is processed or
+-- skipped as stale (and rejected deliveries, which have none),
+-- `batch_size` rows per statement.
 -- A queued event counts as processed once every consumer has processed
 -- it: until then its payload stays, since the workers read it from here.
 -- Inbox rows processed before the cutoff go too, with their failures.
@@ -133,12 +135,12 @@ BEGIN
                   AND (l.claim_status = 'rejected'
                        OR EXISTS (SELECT FROM webhook.events e
                                    WHERE e.provider = l.provider AND e.event_id = l.event_id
-                                     AND (e.status = 'processed'
+                                     AND (e.status IN ('processed', 'stale')
                                           OR (e.status = 'queued'
                                               AND NOT EXISTS (SELECT FROM webhook.inbox i
                                                                WHERE i.provider = e.provider
                                                                  AND i.event_id = e.event_id
-                                                                 AND i.status <> 'processed')))))
+                                                                 AND i.status NOT IN ('processed', 'stale'))))))
                 LIMIT batch_size));
         GET DIAGNOSTICS batch = ROW_COUNT;
         deleted := deleted + batch;
@@ -149,12 +151,80 @@ BEGIN
      WHERE f.failed_at < cutoff
        AND EXISTS (SELECT FROM webhook.inbox i
                     WHERE (i.provider, i.event_id, i.consumer) = (f.provider, f.event_id, f.consumer)
-                      AND i.status = 'processed' AND i.processed_at < cutoff);
-    DELETE FROM webhook.inbox i WHERE i.status = 'processed' AND i.processed_at < cutoff;
+                      AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
+    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
     RETURN deleted;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_purge(interval, integer, integer) IS
     'Delete archive rows older than older_than whose event is processed by everyone (and rejections), and old processed inbox rows; never touches webhook.events. Returns the archive rows deleted';
+
+-- Ordering in the inbox: entities whose line of events is held up, and
+-- why. The head (the earliest unfinished event) is leased, its lease ran
+-- out and it waits to be leased again, or it failed and backs off;
+-- `waiting` events of the entity queue behind it. Only providers
+-- registered with fifo hold events back.
+CREATE VIEW webhook.blocked_entities AS
+SELECT i.provider, i.consumer, i.entity_key,
+       i.event_id AS head_event_id, i.order_value AS head_order_value,
+       CASE WHEN i.status = 'leased' AND i.run_at > now THEN 'leased'
+            WHEN i.status = 'leased' THEN 'lease_expired'
+            ELSE 'backing_off'
+       END AS reason,
+       i.run_at AS until, i.attempts, i.last_error,
+       (SELECT count(*) FROM webhook.inbox j
+         WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
+           AND j.status IN ('ready', 'leased')
+           AND (j.order_value, j.queued_at, j.event_id) > (i.order_value, i.queued_at, i.event_id)) AS waiting
+  FROM webhook.inbox i
+  JOIN webhook.providers p ON p.name = i.provider AND p.fifo,
+       pg_catalog.clock_timestamp() AS now
+ WHERE i.entity_key IS NOT NULL AND i.status IN ('ready', 'leased')
+   AND (i.status = 'leased' OR i.run_at > now)
+   AND NOT EXISTS (SELECT FROM webhook.inbox j
+                    WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
+                      AND j.status IN ('ready', 'leased')
+                      AND (j.order_value, j.queued_at, j.event_id) < (i.order_value, i.queued_at, i.event_id))
+   AND EXISTS (SELECT FROM webhook.inbox j
+                WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
+                  AND j.status IN ('ready', 'leased')
+                  AND (j.order_value, j.queued_at, j.event_id) > (i.order_value, i.queued_at, i.event_id));
+COMMENT ON VIEW webhook.blocked_entities IS
+    'Inbox FIFO: entities whose earliest unfinished event is leased or backing off, and how many events wait behind it';
+
+-- Forget an entity's watermark (of one consumer, or of all): its next
+-- event is processed whatever its order value, and moves the watermark
+-- again. For an entity whose state was repaired by hand, or a watermark
+-- set by a bad order value. Events already skipped as stale stay skipped.
+-- Returns how many watermarks were removed.
+CREATE FUNCTION @extschema@.webhook_reset_watermark(
+    provider   text,
+    entity_key text,
+    consumer   text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    removed bigint;
+BEGIN
+    IF webhook_reset_watermark.provider IS NULL THEN
+        RAISE EXCEPTION 'webhook_reset_watermark: argument "provider" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF webhook_reset_watermark.entity_key IS NULL THEN
+        RAISE EXCEPTION 'webhook_reset_watermark: argument "entity_key" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    DELETE FROM webhook.watermarks w
+     WHERE w.provider = webhook_reset_watermark.provider
+       AND w.entity_key = webhook_reset_watermark.entity_key
+       AND (webhook_reset_watermark.consumer IS NULL OR w.consumer = webhook_reset_watermark.consumer);
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    RETURN removed;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_reset_watermark(text, text, text) IS
+    'For operators: forget an entity''s ordering watermark (one consumer''s, or all); returns how many were removed';
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

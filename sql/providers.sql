@@ -27,7 +27,7 @@ SELECT p.name, p.scheme, p.tolerance, p.event_id_from, p.event_type_from,
            AS active_fingerprints,
        coalesce(array_agg(s.fingerprint ORDER BY s.added_at) FILTER (WHERE s.retired_at IS NOT NULL), '{}')
            AS retired_fingerprints,
-       p.created_at, p.inbox, p.consumers
+       p.created_at, p.inbox, p.consumers, p.entity_key_from, p.order_from, p.ties, p.fifo
   FROM webhook.providers p
   LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
  GROUP BY p.name;
@@ -43,6 +43,14 @@ COMMENT ON VIEW webhook.provider_summary IS 'The registry, secrets listed by fin
 -- otherwise: GitHub never redelivers a delivery it was not answered 2xx
 -- for, so any other answer loses the event. consumers: the inbox's
 -- consumers of its events (none: 'default').
+--
+-- Ordering (off unless asked for): entity_key_from and order_from say
+-- where in the signed body the entity an event is about and its order
+-- value are; ordering => true takes the scheme's preset for what is not
+-- given (webhook_schemes()), ordering => false turns it off. ties: an
+-- event as new as its entity's watermark is processed ('process') or
+-- skipped as stale ('stale'). fifo: the inbox never leases an event while
+-- an earlier one of its entity is leased or backing off.
 CREATE FUNCTION @extschema@.webhook_register_provider(
     name            text,
     secret          text     DEFAULT NULL,
@@ -51,7 +59,12 @@ CREATE FUNCTION @extschema@.webhook_register_provider(
     event_id_from   text     DEFAULT NULL,
     event_type_from text     DEFAULT NULL,
     inbox           boolean  DEFAULT NULL,
-    consumers       text[]   DEFAULT NULL
+    consumers       text[]   DEFAULT NULL,
+    ordering        boolean  DEFAULT NULL,
+    entity_key_from text     DEFAULT NULL,
+    order_from      text     DEFAULT NULL,
+    ties            text     DEFAULT NULL,
+    fifo            boolean  DEFAULT NULL
 ) RETURNS SETOF webhook.provider_summary
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -60,6 +73,8 @@ DECLARE
     p_name     text := lower(webhook_register_provider.name);
     existing   webhook.providers;
     v_scheme   text;
+    v_entity   text;
+    v_order    text;
     known      record;
     failed_check text;
 BEGIN
@@ -92,19 +107,53 @@ BEGIN
         v_scheme := known.scheme;
     END IF;
 
+    IF webhook_register_provider.ordering IS FALSE THEN
+        IF webhook_register_provider.entity_key_from IS NOT NULL
+           OR webhook_register_provider.order_from IS NOT NULL THEN
+            RAISE EXCEPTION 'webhook_register_provider: argument "ordering": false turns ordering off, but entity_key_from or order_from was given'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    ELSE
+        v_entity := coalesce(webhook_register_provider.entity_key_from,
+                             CASE WHEN webhook_register_provider.ordering THEN known.entity_key_from END,
+                             existing.entity_key_from);
+        v_order := coalesce(webhook_register_provider.order_from,
+                            CASE WHEN webhook_register_provider.ordering THEN known.order_from END,
+                            existing.order_from);
+        IF (webhook_register_provider.ordering OR v_entity IS NOT NULL OR v_order IS NOT NULL)
+           AND (v_entity IS NULL OR v_order IS NULL) THEN
+            RAISE EXCEPTION 'webhook_register_provider: argument "%": ordering needs both entity_key_from and order_from',
+                CASE WHEN v_entity IS NULL THEN 'entity_key_from' ELSE 'order_from' END
+                USING ERRCODE = 'null_value_not_allowed',
+                      HINT = CASE WHEN v_entity IS NULL
+                                  THEN format('Scheme "%s" has no entity key that fits every event type: name the path, for example entity_key_from => ''body:data.id''.', known.scheme)
+                                  ELSE format('Scheme "%s" has no order value preset: name the path, for example order_from => ''body:updated_at''.', known.scheme)
+                             END;
+        END IF;
+    END IF;
+
     INSERT INTO webhook.providers AS p
-           (name, scheme, tolerance, event_id_from, event_type_from, inbox, consumers)
+           (name, scheme, tolerance, event_id_from, event_type_from, inbox, consumers,
+            entity_key_from, order_from, ties, fifo)
     VALUES (p_name,
             v_scheme,
             coalesce(webhook_register_provider.tolerance, existing.tolerance, known.tolerance),
             coalesce(webhook_register_provider.event_id_from, existing.event_id_from, known.event_id_from),
             coalesce(webhook_register_provider.event_type_from, existing.event_type_from, known.event_type_from),
             coalesce(webhook_register_provider.inbox, existing.inbox, known.scheme = 'github'),
-            coalesce(webhook_register_provider.consumers, existing.consumers, '{}'))
+            coalesce(webhook_register_provider.consumers, existing.consumers, '{}'),
+            v_entity,
+            v_order,
+            coalesce(webhook_register_provider.ties, existing.ties, 'process'),
+            -- Ordering turned off takes FIFO with it.
+            CASE WHEN v_entity IS NULL THEN coalesce(webhook_register_provider.fifo, false)
+                 ELSE coalesce(webhook_register_provider.fifo, existing.fifo, false) END)
     ON CONFLICT ON CONSTRAINT providers_pkey DO UPDATE
        SET scheme = excluded.scheme, tolerance = excluded.tolerance,
            event_id_from = excluded.event_id_from, event_type_from = excluded.event_type_from,
-           inbox = excluded.inbox, consumers = excluded.consumers;
+           inbox = excluded.inbox, consumers = excluded.consumers,
+           entity_key_from = excluded.entity_key_from, order_from = excluded.order_from,
+           ties = excluded.ties, fifo = excluded.fifo;
 
     IF webhook_register_provider.secret IS NOT NULL THEN
         PERFORM @extschema@.webhook_add_secret(p_name, webhook_register_provider.secret);
@@ -125,15 +174,25 @@ EXCEPTION
                 WHEN 'providers_event_id_from_check' THEN 'event_id_from'
                 WHEN 'providers_event_type_from_check' THEN 'event_type_from'
                 WHEN 'providers_consumers_check' THEN 'consumers'
+                WHEN 'providers_entity_key_from_check' THEN 'entity_key_from'
+                WHEN 'providers_order_from_check' THEN 'order_from'
+                WHEN 'providers_ties_check' THEN 'ties'
+                WHEN 'providers_fifo_check' THEN 'fifo'
                 ELSE failed_check
             END
             USING ERRCODE = 'check_violation',
                   DETAIL = SQLERRM,
-                  HINT = 'Names (and consumers) are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.';
+                  HINT = CASE failed_check
+                      WHEN 'providers_entity_key_from_check' THEN 'Ordering reads the signed body only: ''body:<dotted.path>'', alternatives joined by ''|''.'
+                      WHEN 'providers_order_from_check' THEN 'Ordering reads the signed body only: ''body:<dotted.path>'', alternatives joined by ''|''.'
+                      WHEN 'providers_ties_check' THEN 'ties is ''process'' or ''stale''.'
+                      WHEN 'providers_fifo_check' THEN 'FIFO keeps each entity''s events in order: turn ordering on first (ordering => true, or entity_key_from and order_from).'
+                      ELSE 'Names (and consumers) are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.'
+                  END;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[]) IS
-    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, inbox mode and consumers, and optionally a secret';
+COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean, text, text, text, boolean) IS
+    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, inbox mode and consumers, ordering (entity key, order value, ties, FIFO), and optionally a secret';
 
 -- Add a signing secret (or re-activate a retired one). Returns its fingerprint.
 CREATE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)

@@ -15,6 +15,8 @@
 --                              next run; the payload stays in the archive.
 --   webhook.inbox_failures     the inbox's failed attempts.
 --   webhook.requeues           who put which dead event back, and when.
+--   webhook.watermarks         per entity and consumer, the order value of
+--                              the newest event processed (ordering).
 --   webhook.providers and      the provider registry.
 --   webhook.provider_secrets
 --
@@ -35,13 +37,13 @@ COMMENT ON SCHEMA webhook IS
 -- Statuses are enum types rather than CHECK constraints: the same guarantee
 -- for the DBA, without re-reading a constraint expression in every INSERT
 -- and UPDATE (a fifth of the claim's cost, measured).
--- 'queued' came with the inbox, after the others: labels are only ever
--- appended, so that an upgraded enum sorts like a fresh one. Views compare
--- it as text, because an upgrade cannot use a label it adds in the same
--- transaction.
-CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead', 'queued');
-CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued');
-COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox)';
+-- 'queued' came with the inbox, 'stale' with ordering, after the others:
+-- labels are only ever appended, so that an upgraded enum sorts like a
+-- fresh one. Views compare them as text, because an upgrade cannot use a
+-- label it adds in the same transaction.
+CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead', 'queued', 'stale');
+CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued', 'stale');
+COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox), stale (skipped: older than its entity''s watermark)';
 COMMENT ON TYPE webhook.claim_status IS 'What a delivery was answered';
 
 CREATE TABLE webhook.events (
@@ -69,6 +71,10 @@ CREATE TABLE webhook.events (
     result           jsonb,
     -- How many times an operator put the event back with webhook_requeue.
     requeues         integer     NOT NULL DEFAULT 0,
+    -- For a provider registered with ordering: the entity the event is
+    -- about and its order value, read from the signed body. NULL: unordered.
+    entity_key       text,
+    order_value      numeric,
     CONSTRAINT events_pkey PRIMARY KEY (provider, event_id)
 )
 -- Status and lease updates touch no indexed column; free space on the page
@@ -81,7 +87,7 @@ COMMENT ON TABLE webhook.events IS
 COMMENT ON COLUMN webhook.events.provider IS 'Registered provider name (or the name given to webhook_claim)';
 COMMENT ON COLUMN webhook.events.event_id IS 'The provider''s event id; with provider, the dedup key';
 COMMENT ON COLUMN webhook.events.event_type IS 'The event type of the first delivery';
-COMMENT ON COLUMN webhook.events.status IS 'processing (claimed, lease running), processed (done), failed (next delivery retries), dead (parked for an operator), queued (in the inbox: see webhook.inbox)';
+COMMENT ON COLUMN webhook.events.status IS 'processing (claimed, lease running), processed (done), failed (next delivery retries), dead (parked for an operator), queued (in the inbox: see webhook.inbox), stale (skipped: a newer event of its entity was processed)';
 COMMENT ON COLUMN webhook.events.attempts IS 'Claims that owned the event: the first, plus every retry';
 COMMENT ON COLUMN webhook.events.claim_id IS 'The delivery that owns the event now (its webhook.delivery_log id)';
 COMMENT ON COLUMN webhook.events.lease_expires_at IS 'While processing: when another delivery may take the event over';
@@ -91,6 +97,8 @@ COMMENT ON COLUMN webhook.events.last_error IS 'The latest webhook_fail message 
 COMMENT ON COLUMN webhook.events.payload_hash IS 'SHA-256 of the first delivery''s payload; redeliveries that differ are flagged payload_mismatch';
 COMMENT ON COLUMN webhook.events.result IS 'What webhook_complete stored; returned to every later duplicate';
 COMMENT ON COLUMN webhook.events.requeues IS 'How many times an operator put the event back with webhook_requeue';
+COMMENT ON COLUMN webhook.events.entity_key IS 'Ordering: the entity the event is about (from the signed body); NULL when unordered';
+COMMENT ON COLUMN webhook.events.order_value IS 'Ordering: the event''s order value, a number or a timestamp as seconds since the Unix epoch';
 
 -- The archive is written once per delivery and never updated: a delivery's
 -- outcome follows from its event (the current owner of a processed event
@@ -114,7 +122,8 @@ CREATE TABLE webhook.delivery_log (
     -- What the claim answered this delivery; 'rejected' when
     -- webhook_receive refused it before claiming.
     claim_status      webhook.claim_status NOT NULL,
-    -- For rejections, the reason (bad_signature, timestamp_too_old, …).
+    -- For rejections, the reason (bad_signature, timestamp_too_old, …);
+    -- for deliveries skipped as stale, why.
     reject_reason     text,
     -- This redelivery's payload differs from the first delivery's.
     payload_mismatch  boolean     NOT NULL DEFAULT false,
@@ -169,8 +178,8 @@ COMMENT ON COLUMN webhook.delivery_log.payload IS 'The payload as jsonb; NULL fo
 COMMENT ON COLUMN webhook.delivery_log.raw_body IS 'The exact bytes received (signatures cover these); for rejections only the first webhook.rejected_body_limit bytes';
 COMMENT ON COLUMN webhook.delivery_log.signature IS 'The signature header''s value, for verifying the delivery again later';
 COMMENT ON COLUMN webhook.delivery_log.headers IS 'Request headers given to webhook_receive, webhook.redact_headers redacted; NULL past 64 kB';
-COMMENT ON COLUMN webhook.delivery_log.claim_status IS 'What the delivery was answered: claimed, retry, duplicate, in_progress, dead, or rejected';
-COMMENT ON COLUMN webhook.delivery_log.reject_reason IS 'For rejections: why (bad_signature, replayed, timestamp_too_old, ...)';
+COMMENT ON COLUMN webhook.delivery_log.claim_status IS 'What the delivery was answered: claimed, retry, duplicate, in_progress, dead, rejected, queued or stale';
+COMMENT ON COLUMN webhook.delivery_log.reject_reason IS 'For rejections: why (bad_signature, replayed, timestamp_too_old, ...); for stale deliveries: which watermark they were older than';
 COMMENT ON COLUMN webhook.delivery_log.payload_mismatch IS 'This redelivery''s payload differs from the first delivery''s';
 COMMENT ON COLUMN webhook.delivery_log.created_at IS 'When the delivery arrived';
 COMMENT ON COLUMN webhook.delivery_log.body_size IS 'For rejections: the whole body''s size in bytes';
@@ -200,9 +209,9 @@ COMMENT ON COLUMN webhook.delivery_failures.failed_at IS 'When it failed';
 -- workers lease with webhook_next and finish with webhook_complete or
 -- webhook_fail. The payload is read from the archive row that brought
 -- the event (delivery_id), never stored twice.
-CREATE TYPE webhook.inbox_status AS ENUM ('ready', 'leased', 'processed', 'dead');
+CREATE TYPE webhook.inbox_status AS ENUM ('ready', 'leased', 'processed', 'dead', 'stale');
 COMMENT ON TYPE webhook.inbox_status IS
-    'Where a consumer is with a queued event: ready (or backing off until run_at), leased, processed, dead';
+    'Where a consumer is with a queued event: ready (or backing off until run_at), leased, processed, dead, stale (skipped: older than its entity''s watermark)';
 
 CREATE TABLE webhook.inbox (
     provider      text        NOT NULL,
@@ -228,6 +237,9 @@ CREATE TABLE webhook.inbox (
     requeues      integer     NOT NULL DEFAULT 0,
     queued_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     processed_at  timestamptz,
+    -- Ordering, as on the event row: one line per entity and consumer.
+    entity_key    text,
+    order_value   numeric,
     CONSTRAINT inbox_pkey PRIMARY KEY (provider, event_id, consumer),
     CONSTRAINT inbox_claim_id_key UNIQUE (claim_id)
 )
@@ -236,6 +248,10 @@ WITH (fillfactor = 80);
 CREATE INDEX inbox_pending_idx ON webhook.inbox (consumer, run_at)
     WHERE status IN ('ready', 'leased');
 CREATE INDEX inbox_dead_idx ON webhook.inbox (queued_at) WHERE status = 'dead';
+-- Each entity's line of unfinished events, in order: what per-entity FIFO
+-- looks up to find whether an event has an earlier one waiting.
+CREATE INDEX inbox_entity_line_idx ON webhook.inbox (provider, consumer, entity_key, order_value)
+    WHERE entity_key IS NOT NULL AND status IN ('ready', 'leased');
 
 COMMENT ON TABLE webhook.inbox IS
     'The durable inbox: one row per queued event and consumer, leased by webhook_next';
@@ -243,7 +259,7 @@ COMMENT ON COLUMN webhook.inbox.provider IS 'Provider name';
 COMMENT ON COLUMN webhook.inbox.event_id IS 'The event''s id (its webhook.events row says queued)';
 COMMENT ON COLUMN webhook.inbox.consumer IS 'Who processes it: default, or one of the provider''s consumers';
 COMMENT ON COLUMN webhook.inbox.event_type IS 'The event type, for webhook_next''s filter';
-COMMENT ON COLUMN webhook.inbox.status IS 'ready (now or at run_at), leased (until run_at), processed, dead (parked for an operator)';
+COMMENT ON COLUMN webhook.inbox.status IS 'ready (now or at run_at), leased (until run_at), processed, dead (parked for an operator), stale (skipped: older than its entity''s watermark)';
 COMMENT ON COLUMN webhook.inbox.run_at IS 'Ready: when the next attempt may start. Leased: when the lease runs out';
 COMMENT ON COLUMN webhook.inbox.attempts IS 'Leases taken, the current one included';
 COMMENT ON COLUMN webhook.inbox.claim_id IS 'The current or last lease''s id, as webhook_next returned it';
@@ -252,7 +268,9 @@ COMMENT ON COLUMN webhook.inbox.last_error IS 'The latest failure (at most 2 kB)
 COMMENT ON COLUMN webhook.inbox.result IS 'What webhook_complete stored';
 COMMENT ON COLUMN webhook.inbox.requeues IS 'How many times an operator put it back';
 COMMENT ON COLUMN webhook.inbox.queued_at IS 'When the event was queued';
-COMMENT ON COLUMN webhook.inbox.processed_at IS 'When webhook_complete finished it';
+COMMENT ON COLUMN webhook.inbox.processed_at IS 'When webhook_complete finished it, or when it was skipped as stale';
+COMMENT ON COLUMN webhook.inbox.entity_key IS 'Ordering: the entity the event is about; NULL when unordered';
+COMMENT ON COLUMN webhook.inbox.order_value IS 'Ordering: the event''s order value';
 
 -- Every failed inbox attempt: webhook_fail's message, or the lease that
 -- ran out. Keyed by the lease, so a worker whose lease was taken over is
@@ -300,14 +318,42 @@ COMMENT ON COLUMN webhook.requeues.consumer IS 'The inbox consumer; NULL for a c
 COMMENT ON COLUMN webhook.requeues.attempts IS 'Attempts it had used';
 COMMENT ON COLUMN webhook.requeues.last_error IS 'What it had last failed with';
 
+-- Ordering: per entity and consumer (claims move 'default'), the order
+-- value of the newest event processed so far. Moved forward only, in the
+-- transaction that completes the event; an event older than it is stale.
+-- Kept until an operator resets it (webhook_reset_watermark).
+CREATE TABLE webhook.watermarks (
+    provider    text        NOT NULL,
+    consumer    text        NOT NULL,
+    entity_key  text        NOT NULL,
+    order_value numeric     NOT NULL,
+    -- The event whose completion set it.
+    event_id    text        NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT watermarks_pkey PRIMARY KEY (provider, consumer, entity_key)
+)
+-- Every completion of an ordered event updates its row.
+WITH (fillfactor = 80);
+
+COMMENT ON TABLE webhook.watermarks IS
+    'Ordering: per entity and consumer, the order value of the newest event processed; older events are stale';
+COMMENT ON COLUMN webhook.watermarks.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.watermarks.consumer IS 'The inbox consumer; default for claims';
+COMMENT ON COLUMN webhook.watermarks.entity_key IS 'The entity (from the provider''s entity_key_from)';
+COMMENT ON COLUMN webhook.watermarks.order_value IS 'The newest order value processed (a number, or a timestamp as seconds since the Unix epoch)';
+COMMENT ON COLUMN webhook.watermarks.event_id IS 'The event whose completion set it';
+COMMENT ON COLUMN webhook.watermarks.updated_at IS 'When it last moved';
+
 -- The archive as one row per delivery, with its outcome.
 CREATE VIEW webhook.deliveries AS
 SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.signature, l.headers,
        l.claim_status,
        CASE
            WHEN l.claim_status = 'rejected' THEN 'REJECTED'
-           WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') THEN 'SKIPPED'
-           -- Queued for the inbox: done when every consumer is.
+           WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') OR l.claim_status::text = 'stale'
+               THEN 'SKIPPED'
+           -- Queued for the inbox: done when every consumer is; skipped
+           -- when every consumer found it stale.
            WHEN l.claim_status::text = 'queued' THEN
                CASE
                    WHEN EXISTS (SELECT FROM webhook.inbox i
@@ -315,8 +361,11 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
                                    AND i.status = 'dead') THEN 'FAILED'
                    WHEN EXISTS (SELECT FROM webhook.inbox i
                                  WHERE i.provider = l.provider AND i.event_id = l.event_id
-                                   AND i.status <> 'processed') THEN 'QUEUED'
-                   ELSE 'PROCESSED'
+                                   AND i.status::text NOT IN ('processed', 'stale')) THEN 'QUEUED'
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
+                                   AND i.status = 'processed') THEN 'PROCESSED'
+                   ELSE 'SKIPPED'
                END
            WHEN f.delivery_id IS NOT NULL THEN 'FAILED'
            WHEN e.claim_id = l.id AND e.status = 'processed' THEN 'PROCESSED'
@@ -386,7 +435,24 @@ CREATE TABLE webhook.providers (
     consumers       text[]      NOT NULL DEFAULT '{}'
                     CONSTRAINT providers_consumers_check
                     CHECK (pg_catalog.array_to_string(consumers, ',') ~ '^([a-z0-9][a-z0-9_.-]{0,63}(,|$))*$'),
-    CONSTRAINT providers_pkey PRIMARY KEY (name)
+    -- Ordering (both set, or neither): where the entity an event is about
+    -- and its order value are. Body paths only: the body is what every
+    -- scheme signs, and an unsigned header must never move a watermark.
+    entity_key_from text
+                    CONSTRAINT providers_entity_key_from_check
+                    CHECK (entity_key_from ~ '^body:[^|]+(\|body:[^|]+)*$'),
+    order_from      text
+                    CONSTRAINT providers_order_from_check
+                    CHECK (order_from ~ '^body:[^|]+(\|body:[^|]+)*$'),
+    -- An event as new as its entity's watermark: processed, or stale.
+    ties            text        NOT NULL DEFAULT 'process'
+                    CONSTRAINT providers_ties_check CHECK (ties IN ('process', 'stale')),
+    -- Inbox: never lease an event while an earlier one of its entity is
+    -- leased or backing off.
+    fifo            boolean     NOT NULL DEFAULT false,
+    CONSTRAINT providers_pkey PRIMARY KEY (name),
+    CONSTRAINT providers_ordering_check CHECK ((entity_key_from IS NULL) = (order_from IS NULL)),
+    CONSTRAINT providers_fifo_check CHECK (NOT fifo OR entity_key_from IS NOT NULL)
 );
 
 COMMENT ON TABLE webhook.providers IS
@@ -400,6 +466,10 @@ COMMENT ON COLUMN webhook.providers.event_type_from IS 'Where the event type is,
 COMMENT ON COLUMN webhook.providers.created_at IS 'When the provider was registered';
 COMMENT ON COLUMN webhook.providers.inbox IS 'Inbox mode: webhook_receive queues each delivery and answers 2xx at once';
 COMMENT ON COLUMN webhook.providers.consumers IS 'The inbox consumers each event is queued for; empty: default';
+COMMENT ON COLUMN webhook.providers.entity_key_from IS 'Ordering: where the entity an event is about is, body:<dotted.path> alternatives joined by |; NULL: unordered';
+COMMENT ON COLUMN webhook.providers.order_from IS 'Ordering: where the event''s order value (number or RFC 3339 timestamp) is, in the same form';
+COMMENT ON COLUMN webhook.providers.ties IS 'Ordering: an event as new as its entity''s watermark is processed (process) or skipped (stale)';
+COMMENT ON COLUMN webhook.providers.fifo IS 'Ordering in the inbox: an event is not leased while an earlier one of its entity is leased or backing off';
 
 -- Signing secrets, several per provider while rotating. Readable by no one
 -- but the extension owner; listed by fingerprint only.

@@ -17,33 +17,65 @@ use crate::plans::Statement;
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
-/// `INSERT INTO webhook.delivery_log (…columns…) `, for `concat!`: the
-/// columns of a claimed (or answered) delivery.
-macro_rules! archive_insert {
+/// The columns of a claimed (or answered) delivery, in the order every
+/// writer gives them.
+macro_rules! archive_columns {
     () => {
-        "INSERT INTO webhook.delivery_log
-             (id, provider, event_id, event_type, payload, raw_body, signature, headers,
-              claim_status, payload_mismatch) "
+        "id, provider, event_id, event_type, payload, raw_body, signature, headers,
+         claim_status, payload_mismatch"
     };
 }
-pub(crate) use archive_insert;
+
+/// `INSERT INTO webhook.delivery_log (…columns…) `, for `concat!`.
+macro_rules! archive_insert {
+    () => {
+        concat!("INSERT INTO webhook.delivery_log (", $crate::archive::archive_columns!(), ") ")
+    };
+}
+pub(crate) use {archive_columns, archive_insert};
+
+/// The arguments of `record` and `record_skipped`.
+const ENTRY_TYPES: [pg_sys::Oid; 10] = [
+    pg_sys::UUIDOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::JSONBOID,
+    pg_sys::BYTEAOID,
+    pg_sys::TEXTOID,
+    pg_sys::JSONBOID,
+    pg_sys::TEXTOID,
+    pg_sys::BOOLOID,
+];
 
 static RECORD: Statement = Statement {
     sql: concat!(
         archive_insert!(),
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10)"
     ),
+    arg_types: &ENTRY_TYPES,
+};
+
+/// A delivery skipped as stale (ordering): the same columns, and why.
+static RECORD_SKIPPED: Statement = Statement {
+    sql: concat!(
+        "INSERT INTO webhook.delivery_log (",
+        archive_columns!(),
+        ", reject_reason)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10, $11)"
+    ),
     arg_types: &[
-        pg_sys::UUIDOID,
+        ENTRY_TYPES[0],
+        ENTRY_TYPES[1],
+        ENTRY_TYPES[2],
+        ENTRY_TYPES[3],
+        ENTRY_TYPES[4],
+        ENTRY_TYPES[5],
+        ENTRY_TYPES[6],
+        ENTRY_TYPES[7],
+        ENTRY_TYPES[8],
+        ENTRY_TYPES[9],
         pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::JSONBOID,
-        pg_sys::BYTEAOID,
-        pg_sys::TEXTOID,
-        pg_sys::JSONBOID,
-        pg_sys::TEXTOID,
-        pg_sys::BOOLOID,
     ],
 };
 
@@ -81,22 +113,34 @@ pub struct Entry<'a> {
     pub payload_mismatch: bool,
 }
 
+impl<'a> Entry<'a> {
+    fn arguments(&self) -> Vec<pgrx::datum::DatumWithOid<'a>> {
+        vec![
+            self.id.into(),
+            self.provider.into(),
+            self.event_id.into(),
+            self.event_type.into(),
+            self.payload.into(),
+            self.raw_body.into(),
+            self.signature.into(),
+            self.headers.into(),
+            self.status.as_str().into(),
+            self.payload_mismatch.into(),
+        ]
+    }
+}
+
 pub fn record(client: &mut SpiClient<'_>, entry: Entry<'_>) -> Result<()> {
-    RECORD.run(
-        client,
-        &[
-            entry.id.into(),
-            entry.provider.into(),
-            entry.event_id.into(),
-            entry.event_type.into(),
-            entry.payload.into(),
-            entry.raw_body.into(),
-            entry.signature.into(),
-            entry.headers.into(),
-            entry.status.as_str().into(),
-            entry.payload_mismatch.into(),
-        ],
-    )?;
+    RECORD.run(client, &entry.arguments())?;
+    Ok(())
+}
+
+/// A delivery answered without processing, with the reason the archive
+/// shows for it (`webhook.deliveries.error_message`).
+pub fn record_skipped(client: &mut SpiClient<'_>, entry: Entry<'_>, reason: &str) -> Result<()> {
+    let mut args = entry.arguments();
+    args.push(reason.into());
+    RECORD_SKIPPED.run(client, &args)?;
     Ok(())
 }
 

@@ -91,6 +91,14 @@ pub enum WebhookError {
         id: String,
         detail: String,
     },
+    /// A completion of an ordered event whose entity's watermark moved past
+    /// it while it was processed: a newer event of the entity completed
+    /// first, so committing this one's work would overwrite newer state.
+    Stale {
+        function: &'static str,
+        id: String,
+        detail: String,
+    },
     /// webhook_requeue was given an event that does not exist.
     UnknownEvent {
         function: &'static str,
@@ -156,6 +164,7 @@ impl WebhookError {
             Self::NotOwner { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,     // 42501
             Self::AlreadyFinished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::LeaseLost { .. } => ERRCODE_OBJECT_IN_USE,             // 55006
+            Self::Stale { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,     // 40001
             Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,   // 42704
             Self::UnknownScheme { .. } => ERRCODE_UNDEFINED_OBJECT,      // 42704
             Self::UnknownProvider { .. } => ERRCODE_UNDEFINED_OBJECT,    // 42704
@@ -176,6 +185,7 @@ impl WebhookError {
             Self::InvalidUtf8 { detail, .. }
             | Self::InvalidJson { detail, .. }
             | Self::LeaseLost { detail, .. }
+            | Self::Stale { detail, .. }
             | Self::MalformedSignature { detail, .. }
             | Self::BadSchemeOption { detail, .. } => Some(detail.clone()),
             _ => None,
@@ -195,6 +205,11 @@ impl WebhookError {
             Self::LeaseLost { .. } => Some(
                 "Roll back this transaction: another worker owns the event now. \
                  Use a longer lease or webhook_extend() for long work.",
+            ),
+            Self::Stale { .. } => Some(
+                "Roll back this transaction, as after any serialization failure: a newer event of the \
+                 same entity was processed first. The event's next delivery is answered \"stale\", and \
+                 an inbox lease of it is parked as stale.",
             ),
             Self::UnknownAlgorithm { .. } => Some("Use one of: sha256, sha1, sha512."),
             Self::NotRequeueable { .. } => {
@@ -262,6 +277,10 @@ impl fmt::Display for WebhookError {
             Self::LeaseLost { function, id, .. } => write!(
                 f,
                 "{function}: argument \"id\": delivery {id} lost its lease to another claim"
+            ),
+            Self::Stale { function, id, .. } => write!(
+                f,
+                "{function}: argument \"id\": the event of {id} is stale: a newer event of its entity was processed first"
             ),
             Self::UnknownAlgorithm { function, arg, given } => {
                 write!(f, "{function}: argument \"{arg}\": unknown HMAC algorithm \"{given}\"")

@@ -190,3 +190,17 @@ unsafe impl pgrx::callconv::BoxRet for RawJsonb {
 }
 
 impl_sql_translatable!(RawJsonb, "jsonb");
+
+/// The value at a dotted path of a JSON document (`data.object.id`), as
+/// text: a non-empty string as it is, a number in its exact JSON digits;
+/// None for anything else or nothing there.
+pub fn body_value(document: &serde_json::Value, path: &str) -> Option<String> {
+    match path
+        .split('.')
+        .try_fold(document, |node, key| node.get(key))?
+    {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}

@@ -6,7 +6,7 @@
 //! old arguments. Each one takes the old arguments and does what it did,
 //! through the current code, reading and writing only what the previous
 //! release's tables have. The current SQL never creates them (`sql =
-//! false`); they go once nothing can still be on 0.2.0.
+//! false`); they go once nothing can still be on 0.2.0 or 0.3.0.
 
 use crate::errors::PgResult;
 use crate::jsonb::RawJsonb;
@@ -15,6 +15,16 @@ use crate::requeue::Log;
 use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+
+/// Which release's SQL an entry point serves: what its tables have.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sql {
+    /// 0.2.0: no inbox.
+    Release0_2,
+    /// 0.3.0: no ordering.
+    Release0_3,
+    Current,
+}
 
 /// 0.2.0's `webhook_fail(uuid, text)`.
 #[pg_extern(sql = false)]
@@ -47,7 +57,7 @@ fn webhook_receive(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_row(provider, headers, body, lease, Mode::Claim)
+    receive_row(provider, headers, body, lease, Mode::Claim, Sql::Release0_2)
 }
 
 /// 0.2.0's `webhook_receive(text, jsonb, text, interval)`.
@@ -81,6 +91,7 @@ fn webhook_receive_text(
         body.map(str::as_bytes),
         lease,
         Mode::Claim,
+        Sql::Release0_2,
     )
 }
 
@@ -88,4 +99,138 @@ fn webhook_receive_text(
 #[pg_extern(sql = false)]
 fn webhook_requeue(provider: Option<&str>, event_id: Option<&str>) -> PgResult<()> {
     crate::requeue::requeue_checked(provider, event_id, None, Log::Unavailable)
+}
+
+/// 0.3.0's `webhook_receive(text, jsonb, bytea, interval, boolean)`: its
+/// tables have no ordering.
+#[pg_extern(sql = false)]
+fn receive_delivery(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    lease: Option<Interval>,
+    inbox: Option<bool>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+            name!(http_status, i32),
+            name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    receive_row(
+        provider,
+        headers,
+        body,
+        lease,
+        Mode::from(inbox),
+        Sql::Release0_3,
+    )
+}
+
+/// 0.3.0's `webhook_receive(text, jsonb, text, interval, boolean)`.
+#[pg_extern(sql = false)]
+fn receive_delivery_text(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&str>,
+    lease: Option<Interval>,
+    inbox: Option<bool>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+            name!(http_status, i32),
+            name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    receive_delivery(provider, headers, body.map(str::as_bytes), lease, inbox)
+}
+
+/// 0.2.0's and 0.3.0's `webhook_complete(uuid, jsonb)`: no watermarks.
+#[pg_extern(sql = false)]
+fn webhook_complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>) -> PgResult<()> {
+    crate::lifecycle::complete(id, result, Sql::Release0_3)
+}
+
+/// 0.3.0's `webhook_next(integer, text, text, text, interval)`: no
+/// ordering.
+#[pg_extern(sql = false)]
+fn webhook_next(
+    batch: Option<i32>,
+    consumer: Option<&str>,
+    provider: Option<&str>,
+    event_type: Option<&str>,
+    lease: Option<Interval>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(provider, String),
+            name!(event_id, String),
+            name!(event_type, String),
+            name!(payload, Option<RawJsonb>),
+            name!(attempts, i32),
+            name!(consumer, String),
+            name!(delivery_id, pgrx::Uuid),
+            name!(queued_at, pgrx::datum::TimestampWithTimeZone),
+            name!(lease_expires_at, pgrx::datum::TimestampWithTimeZone),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    crate::inbox::api::next(batch, consumer, provider, event_type, lease, Sql::Release0_3)
+}
+
+/// 0.2.0's and 0.3.0's `webhook_schemes()`: the columns before ordering's
+/// presets.
+#[pg_extern(sql = false)]
+fn webhook_schemes() -> TableIterator<
+    'static,
+    (
+        name!(scheme, String),
+        name!(aliases, Vec<String>),
+        name!(event_id_from, Option<String>),
+        name!(event_type_from, Option<String>),
+        name!(event_id_signed, bool),
+        name!(event_type_signed, bool),
+        name!(tolerance, Option<Interval>),
+        name!(signs, String),
+    ),
+> {
+    TableIterator::new(crate::verify::scheme_catalog().map(
+        |(scheme, aliases, id, kind, id_signed, kind_signed, tolerance, signs, _, _)| {
+            (
+                scheme,
+                aliases,
+                id,
+                kind,
+                id_signed,
+                kind_signed,
+                tolerance,
+                signs,
+            )
+        },
+    ))
 }

@@ -8,6 +8,8 @@
 //! * `lifecycle` — `webhook_complete`, `webhook_fail`, `webhook_extend`;
 //! * `inbox` — the durable inbox: `webhook_enqueue`, `webhook_next`,
 //!   leases, backoff, waking workers;
+//! * `ordering` — per-entity watermarks: stale events never overwrite
+//!   newer state;
 //! * `requeue` — `webhook_requeue` and `webhook_requeue_dead`, for operators;
 //! * `verify` — `webhook_verify`, `webhook_verify_detail`, `webhook_schemes`;
 //! * `schemes` — the catalog of signature schemes and one module per
@@ -44,6 +46,7 @@ mod input;
 mod jsonb;
 mod legacy;
 mod lifecycle;
+mod ordering;
 mod plans;
 mod receive;
 mod requeue;

@@ -15,12 +15,13 @@ use crate::event_lock::EventLock;
 use crate::inbox;
 use crate::input;
 use crate::jsonb::RawJsonb;
-use crate::plans::Statement;
+use crate::legacy::Sql;
+use crate::ordering::{self, Order};
+use crate::plans::{Row, Statement};
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use pgrx::{FromDatum, IntoDatum};
 
 /// Mark the delivery's event processed. Call it in the transaction that made
 /// the business writes (one-transaction use), or after the side effect
@@ -28,12 +29,26 @@ use pgrx::{FromDatum, IntoDatum};
 /// duplicate, so it can be answered exactly as the first delivery was.
 /// Given a lease from `webhook_next`, it marks that consumer's inbox row
 /// processed.
-#[pg_extern(volatile, security_definer, parallel_unsafe)]
+///
+/// An ordered event (see `ordering`) moves its entity's watermark here,
+/// and is refused with SQLSTATE 40001 if a newer event of the entity
+/// completed first.
+#[pg_extern(
+    volatile,
+    security_definer,
+    parallel_unsafe,
+    name = "webhook_complete"
+)]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_complete(
+fn complete_event(
     id: Option<pgrx::Uuid>,
     result: default!(Option<RawJsonb>, "NULL"),
 ) -> PgResult<()> {
+    complete(id, result, Sql::Current)
+}
+
+/// `webhook_complete` for the tables of `sql`'s release.
+pub(crate) fn complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>, sql: Sql) -> PgResult<()> {
     const F: &str = "webhook_complete";
     let id = input::required(F, "id", id)?;
     if let Some(result) = &result {
@@ -47,11 +62,40 @@ fn webhook_complete(
             .into());
         }
     }
+    let statement = match sql {
+        Sql::Current => &COMPLETE,
+        Sql::Release0_3 | Sql::Release0_2 => &COMPLETE_UNORDERED,
+    };
     Spi::connect_mut(|client| match take_ownership(client, F, id)? {
         Some(owned) => {
-            finish::<bool>(client, F, id, owned, &COMPLETE, vec![result.into()]).map(drop)
+            let order = finish(
+                client,
+                F,
+                id,
+                &owned,
+                statement,
+                vec![result.into()],
+                |row| {
+                    Ok(row
+                        .get::<String>(2)?
+                        .zip(row.get::<String>(3)?)
+                        .map(|(entity_key, value)| Order { entity_key, value }))
+                },
+            )?;
+            match order {
+                Some(order) => ordering::advance(
+                    client,
+                    F,
+                    id,
+                    &owned.provider,
+                    ordering::CLAIM_CONSUMER,
+                    &owned.event_id,
+                    &order,
+                ),
+                None => Ok(()),
+            }
         }
-        None => inbox::lease::complete(client, F, id, result),
+        None => inbox::lease::complete(client, F, id, result, sql),
     })?;
     crate::session_claims::forget(id);
     Ok(())
@@ -99,15 +143,15 @@ pub(crate) fn fail_attempt(
             arg: "retry_in",
             rule: RETRY_IN_CLAIMED,
         }),
-        Some(owned) => finish::<bool>(
+        Some(owned) => finish(
             client,
             F,
             id,
-            owned,
+            &owned,
             &FAIL,
             vec![err.as_ref().into(), max_attempts.into(), permanent.into()],
-        )
-        .map(drop),
+            |_| Ok(()),
+        ),
         None => inbox::lease::fail(client, F, id, &err, retry_in, permanent),
     })?;
     crate::session_claims::forget(id);
@@ -131,7 +175,10 @@ fn webhook_extend(
     let lease = input::lease(F, "lease", Some(input::required(F, "lease", lease)?))?;
     Ok(Spi::connect_mut(|client| {
         match take_ownership(client, F, id)? {
-            Some(owned) => finish(client, F, id, owned, &EXTEND, vec![lease.into()]),
+            Some(owned) => finish(client, F, id, &owned, &EXTEND, vec![lease.into()], |row| {
+                row.get::<TimestampWithTimeZone>(1)?
+                    .ok_or_else(|| WebhookError::Internal(format!("{F}: empty result")))
+            }),
             None => inbox::lease::extend(client, F, id, lease),
         }
     })?)
@@ -139,15 +186,17 @@ fn webhook_extend(
 
 /// Run one of the finishing statements for a delivery that may finish its
 /// event (`take_ownership`), with arguments (id, provider, event_id,
-/// extra…). It returns one row when it changed the event, and none when
-/// the delivery may no longer finish it: then the error says why.
-fn finish<T: FromDatum + IntoDatum>(
+/// extra…). It returns one row when it changed the event, read by `read`,
+/// and none when the delivery may no longer finish it: then the error
+/// says why.
+fn finish<T>(
     client: &mut SpiClient<'_>,
     function: &'static str,
     id: pgrx::Uuid,
-    owned: Owned,
+    owned: &Owned,
     statement: &'static Statement,
     extra: Vec<DatumWithOid<'_>>,
+    read: impl FnOnce(&Row<'_>) -> Result<T>,
 ) -> Result<T> {
     let mut args: Vec<DatumWithOid<'_>> = vec![
         id.into(),
@@ -157,9 +206,7 @@ fn finish<T: FromDatum + IntoDatum>(
     args.extend(extra);
     let changed = statement.run(client, &args)?;
     match changed.into_iter().next() {
-        Some(row) => row
-            .get::<T>(1)?
-            .ok_or_else(|| WebhookError::Internal(format!("{function}: empty result"))),
+        Some(row) => read(&row),
         None => Err(refusal(client, function, id)?),
     }
 }
@@ -173,21 +220,38 @@ static LOOKUP: Statement = Statement {
 // event's current claim (claim_id) and the event is still processing. A
 // failed, superseded or completed delivery fails one of the two.
 
+/// Mark the event processed, returning its entity and order value
+/// (`$ordering`: SQL for both, NULL when the tables have none).
+macro_rules! complete {
+    ($ordering:literal) => {
+        concat!(
+            "UPDATE webhook.events
+                SET status = 'processed',
+                    processed_at = pg_catalog.now(),
+                    lease_expires_at = NULL,
+                    result = $4
+              WHERE provider = $2 AND event_id = $3
+                AND claim_id = $1 AND status = 'processing'
+          RETURNING true, ",
+            $ordering
+        )
+    };
+}
+
 static COMPLETE: Statement = Statement {
-    sql: "UPDATE webhook.events
-             SET status = 'processed',
-                 processed_at = pg_catalog.now(),
-                 lease_expires_at = NULL,
-                 result = $4
-           WHERE provider = $2 AND event_id = $3
-             AND claim_id = $1 AND status = 'processing'
-       RETURNING true",
+    sql: complete!("entity_key, order_value::text"),
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
         pg_sys::JSONBOID,
     ],
+};
+
+/// For an earlier release's tables, which hold no order.
+static COMPLETE_UNORDERED: Statement = Statement {
+    sql: complete!("NULL::text, NULL::text"),
+    arg_types: COMPLETE.arg_types,
 };
 
 static FAIL: Statement = Statement {

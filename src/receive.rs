@@ -24,6 +24,8 @@ use crate::input::{
     self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES,
 };
 use crate::jsonb::{self, RawJsonb};
+use crate::legacy::Sql;
+use crate::ordering;
 use crate::plans::Statement;
 use crate::schemes::{self, Headers, Scheme};
 use pgrx::datum::Interval;
@@ -40,7 +42,7 @@ const FUNCTION: &str = "webhook_receive";
 /// provider is registered (NULL).
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
 #[search_path(pg_catalog, pg_temp)]
-pub(crate) fn receive_delivery(
+fn receive_body(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
@@ -64,18 +66,13 @@ pub(crate) fn receive_delivery(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    let mode = match inbox {
-        None => Mode::AsRegistered,
-        Some(false) => Mode::Claim,
-        Some(true) => Mode::Inbox,
-    };
-    receive_row(provider, headers, body, lease, mode)
+    receive_row(provider, headers, body, lease, Mode::from(inbox), Sql::Current)
 }
 
 /// Text form, for a body passed as a string.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
 #[search_path(pg_catalog, pg_temp)]
-fn receive_delivery_text(
+fn receive_body_text(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&str>,
@@ -99,7 +96,7 @@ fn receive_delivery_text(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_delivery(provider, headers, body.map(str::as_bytes), lease, inbox)
+    receive_body(provider, headers, body.map(str::as_bytes), lease, inbox)
 }
 
 /// How a delivery is taken.
@@ -113,12 +110,24 @@ pub(crate) enum Mode {
     Inbox,
 }
 
+impl From<Option<bool>> for Mode {
+    /// webhook_receive's `inbox` argument.
+    fn from(inbox: Option<bool>) -> Self {
+        match inbox {
+            None => Mode::AsRegistered,
+            Some(false) => Mode::Claim,
+            Some(true) => Mode::Inbox,
+        }
+    }
+}
+
 pub(crate) fn receive_row(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     lease: Option<Interval>,
     mode: Mode,
+    sql: Sql,
 ) -> std::result::Result<
     TableIterator<
         'static,
@@ -142,7 +151,8 @@ pub(crate) fn receive_row(
     let body = input::required(FUNCTION, "body", body)?;
     input::payload_size(FUNCTION, "body", body.len())?;
     let lease = input::lease(FUNCTION, "lease", lease)?;
-    let answer = Spi::connect_mut(|client| receive(client, provider, headers, body, lease, mode))?;
+    let answer =
+        Spi::connect_mut(|client| receive(client, provider, headers, body, lease, mode, sql))?;
     let (id, claimed, status, attempts, result) = answer.outcome.row();
     Ok(TableIterator::once((
         id,
@@ -178,6 +188,7 @@ impl Answer {
                 status: ClaimStatus::Rejected,
                 attempts: 0,
                 result: None,
+                tie: false,
             },
             http_status,
             reason,
@@ -196,12 +207,16 @@ struct Provider {
     secrets: Vec<Option<String>>,
     /// Registered in inbox mode.
     inbox: bool,
+    /// Registered with ordering: where the entity key and the order value
+    /// are in the body.
+    ordering: Option<(String, String)>,
 }
 
-/// The provider's registry entry and active secrets, newest first, with
-/// `$inbox` (an SQL expression) as its mode.
+/// The provider's registry entry and active secrets, newest first: its
+/// mode, entity key and order value sources are SQL expressions, so that
+/// an earlier release's entry point reads only the columns its tables have.
 macro_rules! load_provider {
-    ($inbox:literal) => {
+    ($inbox:literal, $entity_key_from:literal, $order_from:literal) => {
         concat!(
             "SELECT p.scheme,
                     pg_catalog.date_part('epoch', p.tolerance)::int8,
@@ -210,7 +225,11 @@ macro_rules! load_provider {
                     pg_catalog.array_agg(s.secret ORDER BY s.added_at DESC)
                         FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
             $inbox,
-            "
+            ", ",
+            $entity_key_from,
+            "::text, ",
+            $order_from,
+            "::text
                FROM webhook.providers p
                LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
               WHERE p.name = $1
@@ -220,15 +239,19 @@ macro_rules! load_provider {
 }
 
 static LOAD_PROVIDER: Statement = Statement {
-    sql: load_provider!("p.inbox"),
+    sql: load_provider!("p.inbox", "p.entity_key_from", "p.order_from"),
     arg_types: &[pg_sys::TEXTOID],
 };
 
-/// The same, when the caller chose the mode: it reads only columns every
-/// release has had, so a database whose SQL is a release behind keeps
-/// receiving through the earlier entry points (see `legacy`).
-static LOAD_PROVIDER_NOT_MODE: Statement = Statement {
-    sql: load_provider!("false"),
+/// For 0.3.0's SQL: no ordering.
+static LOAD_PROVIDER_0_3: Statement = Statement {
+    sql: load_provider!("p.inbox", "NULL", "NULL"),
+    arg_types: &[pg_sys::TEXTOID],
+};
+
+/// For 0.2.0's SQL, which always claims: no inbox mode either.
+static LOAD_PROVIDER_0_2: Statement = Statement {
+    sql: load_provider!("false", "NULL", "NULL"),
     arg_types: &[pg_sys::TEXTOID],
 };
 
@@ -247,10 +270,11 @@ static BIND: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID, pg_sys::TEXTOID],
 };
 
-fn load_provider(client: &mut SpiClient<'_>, name: &str, mode: Mode) -> Result<Provider> {
-    let statement = match mode {
-        Mode::AsRegistered => &LOAD_PROVIDER,
-        Mode::Claim | Mode::Inbox => &LOAD_PROVIDER_NOT_MODE,
+fn load_provider(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<Provider> {
+    let statement = match sql {
+        Sql::Current => &LOAD_PROVIDER,
+        Sql::Release0_3 => &LOAD_PROVIDER_0_3,
+        Sql::Release0_2 => &LOAD_PROVIDER_0_2,
     };
     let rows = statement.run(client, &[name.into()])?;
     let row = rows
@@ -278,6 +302,7 @@ fn load_provider(client: &mut SpiClient<'_>, name: &str, mode: Mode) -> Result<P
         event_type_from: row.get::<String>(4)?.unwrap_or_default(),
         secrets: row.get::<Vec<Option<String>>>(5)?.unwrap_or_default(),
         inbox: row.get::<bool>(6)?.unwrap_or(false),
+        ordering: row.get::<String>(7)?.zip(row.get::<String>(8)?),
     })
 }
 
@@ -310,12 +335,7 @@ fn extract(
                     value: v.to_string(),
                     signed: covered.iter().any(|c| c.eq_ignore_ascii_case(path)),
                 }),
-            "body" => match path.split('.').try_fold(body, |node, key| node.get(key))? {
-                serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
-                serde_json::Value::Number(n) => Some(n.to_string()),
-                _ => None,
-            }
-            .map(|value| Sourced {
+            "body" => jsonb::body_value(body, path).map(|value| Sourced {
                 value,
                 signed: true,
             }),
@@ -400,8 +420,9 @@ fn receive(
     body: &[u8],
     lease: Interval,
     mode: Mode,
+    sql: Sql,
 ) -> Result<Answer> {
-    let provider = load_provider(client, provider_name, mode)?;
+    let provider = load_provider(client, provider_name, sql)?;
     let inbox = match mode {
         Mode::AsRegistered => provider.inbox,
         Mode::Claim => false,
@@ -465,6 +486,12 @@ fn receive(
         return reject(client, &request, 400, "malformed_event_id", None);
     }
     let payload = jsonb::from_text(FUNCTION, "body", body_text)?;
+    // None: the provider is not ordered; Some(None): this event has no
+    // entity key or order value, and is processed unordered.
+    let order = provider
+        .ordering
+        .as_ref()
+        .map(|(entity_key_from, order_from)| ordering::read(entity_key_from, order_from, &body_json));
     let delivery = Delivery {
         provider: provider_name,
         event_id: &event_id.value,
@@ -474,16 +501,23 @@ fn receive(
         signature: request.signature,
         headers: request.headers,
         lease,
+        order: order.as_ref().and_then(Option::as_ref),
     };
     let answer = |outcome: Outcome| {
         let http_status = match outcome.status {
             ClaimStatus::InProgress => 409,
             _ => 200,
         };
+        let reason = match (&order, outcome.status, outcome.tie) {
+            (_, _, true) => "tie",
+            (_, ClaimStatus::Stale, false) => "older",
+            (Some(None), _, _) => "unordered",
+            _ => "ok",
+        };
         Answer {
             outcome,
             http_status,
-            reason: "ok",
+            reason,
             event_id: Some(event_id.value.clone()),
             event_type: Some(event_type.value.clone()),
             event_type_signed: Some(event_type.signed),

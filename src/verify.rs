@@ -95,11 +95,11 @@ fn webhook_verify_detail_text(
     webhook_verify_detail(scheme, headers, body.map(str::as_bytes), secrets, tolerance)
 }
 
-/// The signature schemes the extension knows, their aliases, and where
-/// their providers put the event id and type: the defaults of
-/// `webhook_register_provider`.
-#[pg_extern(immutable, parallel_safe)]
-fn webhook_schemes() -> TableIterator<
+/// The signature schemes the extension knows, their aliases, where their
+/// providers put the event id and type, and ordering's presets: the
+/// defaults of `webhook_register_provider`.
+#[pg_extern(immutable, parallel_safe, name = "webhook_schemes")]
+pub(crate) fn scheme_catalog() -> TableIterator<
     'static,
     (
         name!(scheme, String),
@@ -110,6 +110,8 @@ fn webhook_schemes() -> TableIterator<
         name!(event_type_signed, bool),
         name!(tolerance, Option<Interval>),
         name!(signs, String),
+        name!(entity_key_from, Option<String>),
+        name!(order_from, Option<String>),
     ),
 > {
     TableIterator::new(catalog::CATALOG.iter().map(|entry| {
@@ -124,6 +126,8 @@ fn webhook_schemes() -> TableIterator<
                 .tolerance
                 .map(|secs| Interval::from_micros(secs * 1_000_000)),
             entry.signs.to_string(),
+            entry.entity_key_from.map(str::to_string),
+            entry.order_from.map(str::to_string),
         )
     }))
 }

@@ -22,6 +22,8 @@ pub enum ClaimStatus {
     Rejected,
     /// Stored in the inbox, for a worker to process (inbox mode).
     Queued,
+    /// Older than its entity's watermark: nothing to do (ordering).
+    Stale,
 }
 
 /// `webhook.event_status`: where an event is in its life.
@@ -37,11 +39,13 @@ pub enum EventStatus {
     Dead,
     /// Handed to the inbox, where each consumer's progress is kept.
     Queued,
+    /// Skipped for good: older than its entity's watermark (ordering).
+    Stale,
 }
 
 impl ClaimStatus {
     /// In the order of the SQL enum's labels.
-    pub const ALL: [ClaimStatus; 7] = [
+    pub const ALL: [ClaimStatus; 8] = [
         Self::Claimed,
         Self::Retry,
         Self::Duplicate,
@@ -49,6 +53,7 @@ impl ClaimStatus {
         Self::Dead,
         Self::Rejected,
         Self::Queued,
+        Self::Stale,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -60,6 +65,7 @@ impl ClaimStatus {
             Self::Dead => "dead",
             Self::Rejected => "rejected",
             Self::Queued => "queued",
+            Self::Stale => "stale",
         }
     }
 
@@ -78,12 +84,13 @@ impl ClaimStatus {
 
 impl EventStatus {
     /// In the order of the SQL enum's labels.
-    pub const ALL: [EventStatus; 5] = [
+    pub const ALL: [EventStatus; 6] = [
         Self::Processing,
         Self::Processed,
         Self::Failed,
         Self::Dead,
         Self::Queued,
+        Self::Stale,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -93,6 +100,7 @@ impl EventStatus {
             Self::Failed => "failed",
             Self::Dead => "dead",
             Self::Queued => "queued",
+            Self::Stale => "stale",
         }
     }
 
@@ -111,6 +119,9 @@ pub struct Outcome {
     pub attempts: i32,
     /// What webhook_complete stored, for duplicates.
     pub result: Option<RawJsonb>,
+    /// An ordered event as new as its entity's watermark: claimed (the
+    /// provider processes ties) or stale (it does not).
+    pub tie: bool,
 }
 
 impl Outcome {
@@ -166,6 +177,7 @@ impl EventState {
             } else {
                 None
             },
+            tie: false,
         }
     }
 

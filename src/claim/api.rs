@@ -173,6 +173,9 @@ pub(crate) fn delivery<'a>(
         signature: input::optional_text(function, "signature", signature, MAX_SIGNATURE_BYTES)?,
         headers: None,
         lease: input::lease(function, "lease", lease)?,
+        // The registry's order is read by webhook_receive only, from a
+        // body it verified itself.
+        order: None,
     })
 }
 

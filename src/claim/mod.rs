@@ -9,6 +9,7 @@
 //! | `duplicate`   | false   | nothing; answer 2xx                           |
 //! | `in_progress` | false   | nothing; answer non-2xx (409) so it comes back |
 //! | `dead`        | false   | nothing; answer 2xx: the event failed `webhook.max_attempts` times and waits for an operator |
+//! | `stale`       | false   | nothing; answer 2xx: a newer event of the same entity was processed (see `ordering`) |
 //!
 //! * `api` — the `webhook_claim` SQL functions and their arguments;
 //! * `answer` — the statuses and the outcome;
@@ -28,10 +29,13 @@ use crate::compress::ArchivedPayload;
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::jsonb::RawJsonb;
+use crate::ordering::{self, Order, Verdict};
 use crate::session_claims;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
-use statements::{CLAIM, INSPECT, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER};
+use statements::{
+    CLAIM, INSPECT, MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
+};
 
 /// One delivery, validated, as the claim writes it.
 pub struct Delivery<'a> {
@@ -43,6 +47,10 @@ pub struct Delivery<'a> {
     pub signature: Option<&'a str>,
     pub headers: Option<RawJsonb>,
     pub lease: Interval,
+    /// Where the event sits in its entity's order, for a provider
+    /// registered with ordering (`webhook_receive` only: it read them
+    /// from the body it verified).
+    pub order: Option<&'a Order>,
 }
 
 impl<'a> Delivery<'a> {
@@ -115,8 +123,25 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
                 status: ClaimStatus::InProgress,
                 attempts: 0,
                 result: None,
+                tie: false,
             },
         });
+    }
+
+    // An ordered event is judged against its entity's watermark first.
+    let mut tie = false;
+    if let Some(order) = d.order {
+        match ordering::judge(client, d.provider, ordering::CLAIM_CONSUMER, d.event_id, order)? {
+            Verdict::Fresh => {}
+            Verdict::Tie => tie = true,
+            Verdict::Stale { tie, reason } => {
+                if let Some(outcome) =
+                    skip_stale(client, d, id, payload, &digest, tie, &reason, lock)?
+                {
+                    return Ok(outcome);
+                }
+            }
+        }
     }
 
     let rows = CLAIM.run(client, &d.arguments(id, payload, &digest))?;
@@ -126,12 +151,16 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
     match state.answer {
         Some(ClaimStatus::Claimed) => {
+            if let Some(order) = d.order {
+                ordering::remember(client, d.provider, d.event_id, order)?;
+            }
             session_claims::remember(id, d.provider, d.event_id);
             Ok(Outcome {
                 id,
                 status: ClaimStatus::Claimed,
                 attempts: 1,
                 result: None,
+                tie,
             })
         }
         // Duplicate, dead, or live elsewhere: answered and archived already.
@@ -139,8 +168,72 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             lock.release();
             Ok(state.outcome(id, answer))
         }
-        None => take_over(client, d, id, payload, &digest, state, lock),
+        None => {
+            let outcome = take_over(client, d, id, payload, &digest, state, lock)?;
+            Ok(Outcome { tie, ..outcome })
+        }
     }
+}
+
+/// A stale delivery, under its event's lock: an event never seen, or one
+/// that failed or whose lease ran out, is skipped for good (status
+/// `stale`) and the delivery archived as `stale` with the reason. None: the
+/// event is processed, dead or live, and the claim answers it as usual.
+#[allow(clippy::too_many_arguments)]
+fn skip_stale(
+    client: &mut SpiClient<'_>,
+    d: &Delivery<'_>,
+    id: pgrx::Uuid,
+    payload: ArchivedPayload,
+    digest: &[u8],
+    tie: bool,
+    reason: &str,
+    lock: EventLock,
+) -> Result<Option<Outcome>> {
+    let state = committed_state(client, d.provider, d.event_id)?;
+    let attempts = match &state {
+        None => 0,
+        Some(state) if state.answer.is_none() => state.attempts,
+        Some(_) => return Ok(None),
+    };
+    let order = d.order.expect("only ordered deliveries are stale");
+    if let Some(previous) = state
+        .as_ref()
+        .filter(|state| state.status == EventStatus::Processing)
+        .and_then(|state| state.claim_id)
+    {
+        let note = format!("lease expired; event skipped as stale by delivery {id}");
+        RECORD_LOST_LEASE.run(client, &[previous.into(), note.as_str().into()])?;
+    }
+    MARK_STALE.run(
+        client,
+        &[
+            d.provider.into(),
+            d.event_id.into(),
+            d.event_type.into(),
+            id.into(),
+            digest.into(),
+            order.entity_key.as_str().into(),
+            order.value.as_str().into(),
+            reason.into(),
+        ],
+    )?;
+    lock.release();
+    archive::record_skipped(
+        client,
+        Entry {
+            payload_mismatch: state.is_some_and(|s| s.payload_differs(digest)),
+            ..d.entry(id, payload, ClaimStatus::Stale)
+        },
+        reason,
+    )?;
+    Ok(Some(Outcome {
+        id,
+        status: ClaimStatus::Stale,
+        attempts,
+        result: None,
+        tie,
+    }))
 }
 
 /// The committed state of an event, read without locking or writing
@@ -205,6 +298,9 @@ fn take_over(
         .next()
         .and_then(|row| row.get::<i32>(1).ok().flatten())
         .ok_or_else(|| WebhookError::Internal("take-over updated no event".into()))?;
+    if let Some(order) = d.order {
+        ordering::remember(client, d.provider, d.event_id, order)?;
+    }
     archive::record(
         client,
         Entry {
@@ -218,6 +314,7 @@ fn take_over(
         status: ClaimStatus::Retry,
         attempts,
         result: None,
+        tie: false,
     })
 }
 
@@ -232,5 +329,6 @@ pub fn observe_in_progress(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Resu
         status: ClaimStatus::InProgress,
         attempts: 0,
         result: None,
+        tie: false,
     })
 }

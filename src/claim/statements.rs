@@ -179,3 +179,25 @@ pub static RECORD_LOST_LEASE: Statement = Statement {
           ON CONFLICT (delivery_id) DO NOTHING",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID],
 };
+
+/// Skip an event for good as stale (ordering): insert it, or mark the one
+/// that failed or whose lease ran out. Runs only under the event lock.
+pub static MARK_STALE: Statement = Statement {
+    sql: "INSERT INTO webhook.events AS e
+              (provider, event_id, event_type, status, attempts, claim_id, payload_hash,
+               entity_key, order_value, last_error, processed_at)
+          VALUES ($1, $2, $3, 'stale', 0, $4, $5, $6, $7::numeric, $8, pg_catalog.now())
+          ON CONFLICT (provider, event_id) DO UPDATE
+             SET status = 'stale', lease_expires_at = NULL, entity_key = $6,
+                 order_value = $7::numeric, last_error = $8, processed_at = pg_catalog.now()",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::UUIDOID,
+        pg_sys::BYTEAOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+    ],
+};

@@ -8,6 +8,8 @@ use crate::claim::Outcome;
 use crate::errors::{PgResult, Result, WebhookError};
 use crate::input::{self, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES};
 use crate::jsonb::RawJsonb;
+use crate::legacy::Sql;
+use crate::ordering;
 use crate::plans::Statement;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -142,14 +144,48 @@ fn enqueue_row(
 /// renew it with `webhook_extend(id, lease)`. An event whose lease ran out
 /// is ready again, its attempt counted; one that ran out of
 /// `webhook.max_attempts` that way is parked as dead instead.
-#[pg_extern(volatile, security_definer, parallel_unsafe)]
+///
+/// For a provider registered with ordering, an event older than its
+/// entity's watermark (for this consumer) is parked as `stale` instead of
+/// leased; with `fifo`, an event is not leased while an earlier event of
+/// its entity is leased or backing off.
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_next")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_next(
+fn lease_next(
     batch: default!(Option<i32>, 1),
     consumer: default!(Option<&str>, "'default'"),
     provider: default!(Option<&str>, "NULL"),
     event_type: default!(Option<&str>, "NULL"),
     lease: default!(Option<Interval>, "NULL"),
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(provider, String),
+            name!(event_id, String),
+            name!(event_type, String),
+            name!(payload, Option<RawJsonb>),
+            name!(attempts, i32),
+            name!(consumer, String),
+            name!(delivery_id, pgrx::Uuid),
+            name!(queued_at, TimestampWithTimeZone),
+            name!(lease_expires_at, TimestampWithTimeZone),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    next(batch, consumer, provider, event_type, lease, Sql::Current)
+}
+
+/// `webhook_next` for the tables of `sql`'s release.
+pub(crate) fn next(
+    batch: Option<i32>,
+    consumer: Option<&str>,
+    provider: Option<&str>,
+    event_type: Option<&str>,
+    lease: Option<Interval>,
+    sql: Sql,
 ) -> std::result::Result<
     TableIterator<
         'static,
@@ -183,7 +219,11 @@ fn webhook_next(
     let lease = input::lease(NEXT, "lease", lease)?;
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
     let rows = Spi::connect_mut(|client| -> Result<Vec<_>> {
-        let rows = LEASE.run(
+        let statement = match sql {
+            Sql::Current => &LEASE,
+            Sql::Release0_3 | Sql::Release0_2 => &LEASE_UNORDERED,
+        };
+        let rows = statement.run(
             client,
             &[
                 consumer.into(),
@@ -220,56 +260,106 @@ fn webhook_next(
 /// picked rows are updated by their row ids (a TID scan): a join back on
 /// the key would be planned blind (the pick's row count is a parameter)
 /// and could scan the whole inbox. `SET` reads each row as it was.
+///
+/// Ordering's parts are SQL fragments: `$watermark` joins each row's
+/// entity's watermark `w`, `$fifo` keeps back rows behind an earlier one of
+/// their entity, `$stale` says whether a row is stale and `$reason` why.
+macro_rules! lease {
+    ($watermark:literal, $fifo:literal, $stale:literal, $reason:expr) => {
+        concat!(
+            "WITH picked AS (
+                  SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.status AS was,
+                         i.claim_id AS previous, i.attempts,
+                         CASE WHEN ",
+            $stale,
+            " THEN 'stale'
+                              WHEN i.status = 'leased' AND $6 > 0 AND i.attempts >= $6 THEN 'dead'
+                              ELSE 'leased'
+                         END AS verdict, ",
+            $reason,
+            " AS stale_reason
+                    FROM webhook.inbox i ",
+            $watermark,
+            "
+                   WHERE i.status IN ('ready', 'leased') AND i.run_at <= pg_catalog.clock_timestamp()
+                     AND i.consumer = $1
+                     AND ($2::text IS NULL OR i.provider = $2)
+                     AND ($3::text IS NULL OR i.event_type = $3) ",
+            $fifo,
+            "
+                   ORDER BY i.run_at
+                   LIMIT $4
+                     FOR UPDATE OF i SKIP LOCKED
+              ), lost AS (
+                  INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message)
+                  SELECT p.previous, p.provider, p.event_id, p.consumer, p.attempts, '",
+            lease::lease_expired!(),
+            "'
+                    FROM picked p
+                   WHERE p.was = 'leased'
+                  ON CONFLICT (claim_id) DO NOTHING
+              ), leased AS (
+                  UPDATE webhook.inbox i
+                     SET status = p.verdict::webhook.inbox_status,
+                         attempts = CASE WHEN p.verdict = 'leased' THEN i.attempts + 1 ELSE i.attempts END,
+                         claim_id = CASE WHEN p.verdict = 'leased' THEN pg_catalog.gen_random_uuid()
+                                         ELSE i.claim_id END,
+                         run_at = pg_catalog.clock_timestamp() + $5,
+                         last_error = CASE WHEN p.verdict = 'stale' THEN p.stale_reason
+                                           WHEN i.status = 'leased' THEN '",
+            lease::lease_expired!(),
+            "' ELSE i.last_error END,
+                         processed_at = CASE WHEN p.verdict = 'stale' THEN pg_catalog.now()
+                                             ELSE i.processed_at END
+                    FROM picked p
+                   WHERE i.ctid = ANY (ARRAY(SELECT q.row_id FROM picked q)) AND i.ctid = p.row_id
+               RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer,
+                         i.delivery_id, i.queued_at, i.run_at, i.status
+              )
+              SELECT l.claim_id, l.provider, l.event_id, l.event_type, d.payload, l.attempts, l.consumer,
+                     l.delivery_id, l.queued_at, l.run_at
+                FROM leased l
+                LEFT JOIN webhook.delivery_log d ON d.id = l.delivery_id
+               WHERE l.status = 'leased'
+               ORDER BY l.queued_at"
+        )
+    };
+}
+
+/// The arguments of LEASE: consumer, provider, event type, batch, lease,
+/// webhook.max_attempts.
+const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::INT4OID,
+    pg_sys::INTERVALOID,
+    pg_sys::INT4OID,
+];
+
 static LEASE: Statement = Statement {
-    sql: concat!(
-        "WITH picked AS (
-              SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.status AS was,
-                     i.claim_id AS previous, i.attempts
-                FROM webhook.inbox i
-               WHERE i.status IN ('ready', 'leased') AND i.run_at <= pg_catalog.clock_timestamp()
-                 AND i.consumer = $1
-                 AND ($2::text IS NULL OR i.provider = $2)
-                 AND ($3::text IS NULL OR i.event_type = $3)
-               ORDER BY i.run_at
-               LIMIT $4
-                 FOR UPDATE SKIP LOCKED
-          ), lost AS (
-              INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message)
-              SELECT p.previous, p.provider, p.event_id, p.consumer, p.attempts, '",
-        lease::lease_expired!(),
-        "'
-                FROM picked p
-               WHERE p.was = 'leased'
-              ON CONFLICT (claim_id) DO NOTHING
-          ), leased AS (
-              UPDATE webhook.inbox i
-                 SET status = CASE WHEN i.status = 'leased' AND $6 > 0 AND i.attempts >= $6
-                                   THEN 'dead' ELSE 'leased' END::webhook.inbox_status,
-                     attempts = CASE WHEN i.status = 'leased' AND $6 > 0 AND i.attempts >= $6
-                                     THEN i.attempts ELSE i.attempts + 1 END,
-                     claim_id = CASE WHEN i.status = 'leased' AND $6 > 0 AND i.attempts >= $6
-                                     THEN i.claim_id ELSE pg_catalog.gen_random_uuid() END,
-                     run_at = pg_catalog.clock_timestamp() + $5,
-                     last_error = CASE WHEN i.status = 'leased' THEN '",
-        lease::lease_expired!(),
-        "' ELSE i.last_error END
-               WHERE i.ctid = ANY (ARRAY(SELECT p.row_id FROM picked p))
-           RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer,
-                     i.delivery_id, i.queued_at, i.run_at, i.status
-          )
-          SELECT l.claim_id, l.provider, l.event_id, l.event_type, d.payload, l.attempts, l.consumer,
-                 l.delivery_id, l.queued_at, l.run_at
-            FROM leased l
-            LEFT JOIN webhook.delivery_log d ON d.id = l.delivery_id
-           WHERE l.status = 'leased'
-           ORDER BY l.queued_at"
+    sql: lease!(
+        "LEFT JOIN webhook.watermarks w
+                ON w.provider = i.provider AND w.consumer = i.consumer
+               AND w.entity_key = i.entity_key AND w.event_id <> i.event_id",
+        // Only the head of each entity's line, for providers with fifo.
+        "AND (i.entity_key IS NULL
+              OR NOT EXISTS (SELECT FROM webhook.providers f WHERE f.name = i.provider AND f.fifo)
+              OR NOT EXISTS (SELECT FROM webhook.inbox j
+                              WHERE j.provider = i.provider AND j.consumer = i.consumer
+                                AND j.entity_key = i.entity_key AND j.status IN ('ready', 'leased')
+                                AND (j.order_value, j.queued_at, j.event_id)
+                                    < (i.order_value, i.queued_at, i.event_id)))",
+        "(w.order_value > i.order_value
+          OR (w.order_value = i.order_value
+              AND EXISTS (SELECT FROM webhook.providers t WHERE t.name = i.provider AND t.ties = 'stale')))",
+        ordering::stale_reason!("i.order_value", "i.entity_key", "w.order_value", "w.event_id")
     ),
-    arg_types: &[
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::INT4OID,
-        pg_sys::INTERVALOID,
-        pg_sys::INT4OID,
-    ],
+    arg_types: LEASE_ARGUMENTS,
+};
+
+/// For 0.3.0's tables, which hold no order.
+static LEASE_UNORDERED: Statement = Statement {
+    sql: lease!("", "", "false", "NULL::text"),
+    arg_types: LEASE_ARGUMENTS,
 };

@@ -13,6 +13,8 @@
 
 use crate::errors::{Result, WebhookError};
 use crate::jsonb::RawJsonb;
+use crate::legacy::Sql;
+use crate::ordering::{self, Order};
 use crate::plans::Statement;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -26,12 +28,30 @@ macro_rules! lease_expired {
 }
 pub(crate) use lease_expired;
 
+/// Mark a lease's row processed, returning what moves its entity's
+/// watermark (`$ordering`: SQL for the entity key and order value, NULL
+/// when the tables have none).
+macro_rules! complete {
+    ($ordering:literal) => {
+        concat!(
+            "UPDATE webhook.inbox
+                SET status = 'processed', processed_at = pg_catalog.now(), result = $2
+              WHERE claim_id = $1 AND status = 'leased'
+          RETURNING provider, consumer, event_id, ",
+            $ordering
+        )
+    };
+}
+
 static COMPLETE: Statement = Statement {
-    sql: "UPDATE webhook.inbox
-             SET status = 'processed', processed_at = pg_catalog.now(), result = $2
-           WHERE claim_id = $1 AND status = 'leased'
-       RETURNING true",
+    sql: complete!("entity_key, order_value::text"),
     arg_types: &[pg_sys::UUIDOID, pg_sys::JSONBOID],
+};
+
+/// For 0.3.0's tables, which hold no order.
+static COMPLETE_UNORDERED: Statement = Statement {
+    sql: complete!("NULL::text, NULL::text"),
+    arg_types: COMPLETE.arg_types,
 };
 
 /// The attempt a live lease is on.
@@ -78,20 +98,37 @@ static DIAGNOSE: Statement = Statement {
     arg_types: &[pg_sys::UUIDOID],
 };
 
-/// `webhook_complete` of a lease.
+/// `webhook_complete` of a lease: an ordered event moves its entity's
+/// watermark for the lease's consumer (see `ordering::advance`).
 pub fn complete(
     client: &mut SpiClient<'_>,
     function: &'static str,
     id: pgrx::Uuid,
     result: Option<RawJsonb>,
+    sql: Sql,
 ) -> Result<()> {
-    if COMPLETE
-        .run(client, &[id.into(), result.into()])?
-        .is_empty()
-    {
+    let statement = match sql {
+        Sql::Current => &COMPLETE,
+        Sql::Release0_3 | Sql::Release0_2 => &COMPLETE_UNORDERED,
+    };
+    let Some(row) = statement.run(client, &[id.into(), result.into()])?.next() else {
         return Err(refusal(client, function, id)?);
-    }
-    Ok(())
+    };
+    let (Some(entity_key), Some(value)) = (row.get::<String>(4)?, row.get::<String>(5)?) else {
+        return Ok(());
+    };
+    let provider: String = row.get(1)?.unwrap_or_default();
+    let consumer: String = row.get(2)?.unwrap_or_default();
+    let event_id: String = row.get(3)?.unwrap_or_default();
+    ordering::advance(
+        client,
+        function,
+        id,
+        &provider,
+        &consumer,
+        &event_id,
+        &Order { entity_key, value },
+    )
 }
 
 /// `webhook_fail` of a lease: ready again after `retry_in` (default: the

@@ -16,7 +16,7 @@
 //! * `lease` — finishing, failing and extending a lease;
 //! * `backoff` — when a failed attempt is tried again.
 
-mod api;
+pub(crate) mod api;
 pub mod backoff;
 pub mod lease;
 
@@ -95,12 +95,18 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
         .ok_or_else(|| WebhookError::Internal("enqueue returned no event".into()))?;
     match state.answer {
         Some(ClaimStatus::Queued) => {
+            // Ordered events are judged when a worker would lease them:
+            // each consumer has its own watermark.
+            if let Some(order) = d.order {
+                crate::ordering::remember(client, d.provider, d.event_id, order)?;
+            }
             wake(client)?;
             Ok(Outcome {
                 id,
                 status: ClaimStatus::Queued,
                 attempts: 0,
                 result: None,
+                tie: false,
             })
         }
         _ => Ok(state.outcome(id, ClaimStatus::Duplicate)),

@@ -27,6 +27,12 @@ pub struct Entry {
     pub tolerance: Option<i64>,
     /// What the signature covers, for people.
     pub signs: &'static str,
+    /// Ordering's preset (`ordering => true`): where the entity an event
+    /// is about is, in the body; None: no path fits every event type, the
+    /// DBA says.
+    pub entity_key_from: Option<&'static str>,
+    /// Ordering's preset: where the event's order value is, in the body.
+    pub order_from: Option<&'static str>,
 }
 
 /// Five minutes, the window Stripe's and the Standard Webhooks libraries
@@ -43,6 +49,9 @@ pub const CATALOG: &[Entry] = &[
         event_type_signed: true,
         tolerance: FIVE_MINUTES,
         signs: "timestamp and body",
+        entity_key_from: Some("body:data.object.id"),
+        // Unix seconds: events of the same second tie.
+        order_from: Some("body:created"),
     },
     Entry {
         name: "github",
@@ -53,6 +62,9 @@ pub const CATALOG: &[Entry] = &[
         event_type_signed: false,
         tolerance: None,
         signs: "body only",
+        entity_key_from: None,
+        // The resource's own updated_at; which resource depends on the event.
+        order_from: Some("body:pull_request.updated_at|body:issue.updated_at"),
     },
     Entry {
         name: "standard",
@@ -65,6 +77,9 @@ pub const CATALOG: &[Entry] = &[
         event_type_signed: true,
         tolerance: FIVE_MINUTES,
         signs: "id, timestamp and body",
+        entity_key_from: None,
+        // The payload's own timestamp: webhook-timestamp changes on every retry.
+        order_from: Some("body:timestamp"),
     },
     Entry {
         name: "paddle",
@@ -75,6 +90,8 @@ pub const CATALOG: &[Entry] = &[
         event_type_signed: true,
         tolerance: FIVE_MINUTES,
         signs: "timestamp and body",
+        entity_key_from: Some("body:data.id"),
+        order_from: Some("body:occurred_at"),
     },
     Entry {
         name: "shopify",
@@ -87,6 +104,8 @@ pub const CATALOG: &[Entry] = &[
         event_type_signed: false,
         tolerance: None,
         signs: "body only",
+        entity_key_from: None,
+        order_from: Some("body:updated_at"),
     },
     Entry {
         name: "slack",
@@ -97,6 +116,8 @@ pub const CATALOG: &[Entry] = &[
         event_type_signed: true,
         tolerance: FIVE_MINUTES,
         signs: "timestamp and body",
+        entity_key_from: None,
+        order_from: Some("body:event_time"),
     },
     Entry {
         name: "hmac",
@@ -107,6 +128,8 @@ pub const CATALOG: &[Entry] = &[
         event_type_signed: false,
         tolerance: None,
         signs: "body only",
+        entity_key_from: None,
+        order_from: None,
     },
 ];
 

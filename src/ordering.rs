@@ -1,0 +1,497 @@
+//! Per-entity ordering: a stale event never overwrites newer state.
+//!
+//! No provider delivers in order, and retries make it worse: an
+//! `updated` from an hour ago can arrive after the one from a minute ago.
+//! A provider registered with an entity key and an order value (both read
+//! from the signed body, see `read`) gets a **watermark** per entity and
+//! consumer in `webhook.watermarks`: the order value of the newest event
+//! of that entity processed so far.
+//!
+//! * A claim (`webhook_receive`) of an event older than its entity's
+//!   watermark is answered `stale`: nothing to do, 2xx, archived as
+//!   SKIPPED with the reason. One whose order value equals the watermark
+//!   is a tie: processed, unless the provider treats ties as stale.
+//! * The watermark moves in the transaction that completes the event
+//!   (`advance`), under the watermark row's lock, and only forwards. A
+//!   completion that finds a newer watermark (the newer event completed
+//!   while this one was being processed) is refused with SQLSTATE 40001,
+//!   so its business writes roll back instead of overwriting newer state.
+//! * The inbox parks stale events as `stale` when a worker would lease
+//!   them, and, for providers registered with `fifo`, never hands out an
+//!   event while an earlier one of its entity is leased or backing off.
+//!
+//! Order values are compared as numbers: integers and decimal strings as
+//! they are (`created` in Unix seconds), RFC 3339 timestamps as the instant
+//! they name, in seconds since the Unix epoch with their fraction, so a
+//! timestamp and a Unix time compare as the times they mean.
+
+use crate::errors::{Result, WebhookError};
+use crate::plans::Statement;
+use pgrx::pg_sys;
+use pgrx::spi::SpiClient;
+
+/// The consumer whose watermark claims move: claims have no consumers,
+/// and `default` is also the inbox's consumer when a provider names none.
+pub const CLAIM_CONSUMER: &str = "default";
+
+/// Longest entity key kept; a longer one leaves the event unordered.
+const MAX_ENTITY_KEY_BYTES: usize = 255;
+
+/// Longest order value read; decimal strings past it are not order values.
+const MAX_ORDER_VALUE_BYTES: usize = 64;
+
+/// Where an event sits in its entity's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    pub entity_key: String,
+    /// The order value as a decimal number (`numeric` input).
+    pub value: String,
+}
+
+/// Read a delivery's entity key and order value from its body, at the
+/// registry's paths (`body:<dotted.path>`, alternatives joined by `|`).
+/// None: the body lacks either, or the order value is neither a number nor
+/// an RFC 3339 timestamp; such an event is processed unordered. Only body
+/// paths are read, whatever the registry holds: a header is not signed by
+/// every scheme, and an unsigned value must never move a watermark.
+pub fn read(entity_key_from: &str, order_from: &str, body: &serde_json::Value) -> Option<Order> {
+    let entity_key = first_in_body(entity_key_from, body)?;
+    if entity_key.len() > MAX_ENTITY_KEY_BYTES {
+        return None;
+    }
+    let value = order_value(&first_in_body(order_from, body)?)?;
+    Some(Order { entity_key, value })
+}
+
+/// The first present `body:` alternative of a registry source.
+fn first_in_body(source: &str, body: &serde_json::Value) -> Option<String> {
+    source
+        .split('|')
+        .filter_map(|alternative| alternative.strip_prefix("body:"))
+        .find_map(|path| crate::jsonb::body_value(body, path))
+}
+
+/// An order value as a decimal number: a decimal as it is, an RFC 3339
+/// timestamp as seconds since the Unix epoch.
+pub fn order_value(text: &str) -> Option<String> {
+    if text.len() > MAX_ORDER_VALUE_BYTES {
+        return None;
+    }
+    decimal(text).or_else(|| rfc3339_seconds(text))
+}
+
+/// `-?digits(.digits)?`, the form PostgreSQL's numeric reads exactly.
+fn decimal(text: &str) -> Option<String> {
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let (whole, fraction) = match unsigned.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (unsigned, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(whole) && fraction.is_none_or(digits)).then(|| text.to_string())
+}
+
+/// An RFC 3339 date-time (`2024-05-01T12:00:00.5+02:00`; `T` may be `t` or
+/// a space, `Z` may be `z`) as seconds since the Unix epoch, its fraction
+/// kept digit for digit. A leap second reads as the second after it.
+fn rfc3339_seconds(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(range)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day < 1 || day > month_days || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut rest = &text[19..];
+    let mut fraction = "";
+    if let Some(after_dot) = rest.strip_prefix('.') {
+        let digits = after_dot.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        fraction = &after_dot[..digits];
+        rest = &after_dot[digits..];
+    }
+    let offset = match rest.as_bytes() {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let field = |a: &u8, b: &u8| -> Option<i64> {
+                (a.is_ascii_digit() && b.is_ascii_digit())
+                    .then(|| i64::from(a - b'0') * 10 + i64::from(b - b'0'))
+            };
+            let (hours, minutes) = (field(h1, h2)?, field(m1, m2)?);
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let seconds = hours * 3600 + minutes * 60;
+            if *sign == b'-' {
+                -seconds
+            } else {
+                seconds
+            }
+        }
+        _ => return None,
+    };
+    let seconds =
+        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
+    Some(if fraction.is_empty() {
+        seconds.to_string()
+    } else if seconds < 0 {
+        // -1.25 is 1.25 s before the epoch: the whole part and the
+        // fraction must carry the same sign.
+        let borrowed = seconds + 1;
+        match complement_fraction(fraction) {
+            Some(c) => format!("{}{}.{c}", if borrowed == 0 { "-" } else { "" }, borrowed),
+            None => seconds.to_string(),
+        }
+    } else {
+        format!("{seconds}.{fraction}")
+    })
+}
+
+/// `1 - 0.<fraction>` as fraction digits (its ten's complement), or None
+/// when the fraction is 0.
+fn complement_fraction(fraction: &str) -> Option<String> {
+    let last_nonzero = fraction.bytes().rposition(|d| d != b'0')?;
+    let digits: Vec<u8> = fraction
+        .bytes()
+        .enumerate()
+        .map(|(i, d)| match i.cmp(&last_nonzero) {
+            std::cmp::Ordering::Less => b'9' - (d - b'0'),
+            std::cmp::Ordering::Equal => b'0' + (10 - (d - b'0')),
+            std::cmp::Ordering::Greater => b'0',
+        })
+        .collect();
+    Some(String::from_utf8(digits).expect("ASCII digits"))
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Where a delivery stands against its entity's watermark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Newer than the watermark, or the entity has none yet.
+    Fresh,
+    /// As new as the watermark, and the provider processes ties.
+    Tie,
+    /// Older than the watermark, or a tie the provider treats as stale.
+    Stale { tie: bool, reason: String },
+}
+
+/// Why an event is skipped, as an SQL expression of its order value and
+/// entity key and its entity's watermark and the event that set it: the
+/// one wording the archive, the events and the inbox record.
+macro_rules! stale_reason {
+    ($order:literal, $entity:literal, $watermark:literal, $set_by:literal) => {
+        concat!(
+            "'stale: order ' || ",
+            $order,
+            " || ' of entity ' || ",
+            $entity,
+            " || CASE WHEN ",
+            $watermark,
+            " = ",
+            $order,
+            " THEN ' is tied with' ELSE ' is older than' END || ' its watermark ' || ",
+            $watermark,
+            " || ' (event ' || ",
+            $set_by,
+            " || ')'"
+        )
+    };
+}
+pub(crate) use stale_reason;
+
+/// The committed watermark of an entity, compared with an order value:
+/// `(newer than it, equal to it, ties are stale, why it would be stale)`.
+static JUDGE: Statement = Statement {
+    sql: concat!(
+        "SELECT w.order_value > $5::numeric, w.order_value = $5::numeric,
+                EXISTS (SELECT FROM webhook.providers p WHERE p.name = $1 AND p.ties = 'stale'), ",
+        stale_reason!("$5::numeric", "$3", "w.order_value", "w.event_id"),
+        "  FROM webhook.watermarks w
+          WHERE w.provider = $1 AND w.consumer = $2 AND w.entity_key = $3 AND w.event_id <> $4"
+    ),
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+    ],
+};
+
+/// The arguments of JUDGE and ADVANCE: provider, consumer, entity key,
+/// event id, order value.
+fn arguments<'a>(
+    provider: &'a str,
+    consumer: &'a str,
+    event_id: &'a str,
+    order: &'a Order,
+) -> [pgrx::datum::DatumWithOid<'a>; 5] {
+    [
+        provider.into(),
+        consumer.into(),
+        order.entity_key.as_str().into(),
+        event_id.into(),
+        order.value.as_str().into(),
+    ]
+}
+
+/// Judge an event against its entity's committed watermark, without
+/// locking anything (a claim never waits). A watermark set by this very
+/// event is no reason to skip it.
+pub fn judge(
+    client: &mut SpiClient<'_>,
+    provider: &str,
+    consumer: &str,
+    event_id: &str,
+    order: &Order,
+) -> Result<Verdict> {
+    let rows = JUDGE.run(client, &arguments(provider, consumer, event_id, order))?;
+    match rows.into_iter().next() {
+        Some(row) => verdict(&row),
+        None => Ok(Verdict::Fresh),
+    }
+}
+
+/// The verdict in a row `(newer, equal, ties are stale, reason)`.
+fn verdict(row: &crate::plans::Row<'_>) -> Result<Verdict> {
+    let newer = row.get::<bool>(1)?.unwrap_or(false);
+    let equal = row.get::<bool>(2)?.unwrap_or(false);
+    let ties_stale = row.get::<bool>(3)?.unwrap_or(false);
+    let reason = || -> Result<String> { Ok(row.get::<String>(4)?.unwrap_or_default()) };
+    Ok(if newer {
+        Verdict::Stale {
+            tie: false,
+            reason: reason()?,
+        }
+    } else if equal && ties_stale {
+        Verdict::Stale {
+            tie: true,
+            reason: reason()?,
+        }
+    } else if equal {
+        Verdict::Tie
+    } else {
+        Verdict::Fresh
+    })
+}
+
+/// Move the watermark to this event's order value if it is newer, under
+/// the watermark row's lock: a concurrent completion of the same entity
+/// waits here for the other transaction and then reads what it committed
+/// (or, if it rolled back, what was there before). Returns the verdict's
+/// row, against the watermark as it now is.
+static ADVANCE: Statement = Statement {
+    sql: concat!(
+        "INSERT INTO webhook.watermarks AS w (provider, consumer, entity_key, order_value, event_id)
+         VALUES ($1, $2, $3, $5::numeric, $4)
+         ON CONFLICT ON CONSTRAINT watermarks_pkey DO UPDATE
+            SET order_value = GREATEST(w.order_value, excluded.order_value),
+                event_id = CASE WHEN excluded.order_value > w.order_value
+                                THEN excluded.event_id ELSE w.event_id END,
+                updated_at = CASE WHEN excluded.order_value > w.order_value
+                                  THEN pg_catalog.now() ELSE w.updated_at END
+      RETURNING w.order_value > $5::numeric, w.order_value = $5::numeric AND w.event_id <> $4,
+                EXISTS (SELECT FROM webhook.providers p WHERE p.name = $1 AND p.ties = 'stale'), ",
+        stale_reason!("$5::numeric", "$3", "w.order_value", "w.event_id")
+    ),
+    arg_types: JUDGE.arg_types,
+};
+
+/// The watermark move of a completion: refused (SQLSTATE 40001, so the
+/// caller's business writes roll back) when a newer event of the entity
+/// completed first, or an equal one and ties are stale.
+pub fn advance(
+    client: &mut SpiClient<'_>,
+    function: &'static str,
+    id: pgrx::Uuid,
+    provider: &str,
+    consumer: &str,
+    event_id: &str,
+    order: &Order,
+) -> Result<()> {
+    let rows = ADVANCE.run(client, &arguments(provider, consumer, event_id, order))?;
+    let row = rows
+        .into_iter()
+        .next()
+        .ok_or_else(|| WebhookError::Internal("watermark upsert returned nothing".into()))?;
+    match verdict(&row)? {
+        Verdict::Stale { reason, .. } => Err(WebhookError::Stale {
+            function,
+            id: id.to_string(),
+            detail: reason,
+        }),
+        Verdict::Fresh | Verdict::Tie => Ok(()),
+    }
+}
+
+/// Record an event's entity and order on its event row (and its inbox
+/// rows), so that whoever completes it, in whichever session, moves the
+/// right watermark.
+static REMEMBER: Statement = Statement {
+    sql: "WITH inbox AS (
+              UPDATE webhook.inbox SET entity_key = $3, order_value = $4::numeric
+               WHERE provider = $1 AND event_id = $2
+          )
+          UPDATE webhook.events SET entity_key = $3, order_value = $4::numeric
+           WHERE provider = $1 AND event_id = $2",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+    ],
+};
+
+pub fn remember(
+    client: &mut SpiClient<'_>,
+    provider: &str,
+    event_id: &str,
+    order: &Order,
+) -> Result<()> {
+    REMEMBER.run(
+        client,
+        &[
+            provider.into(),
+            event_id.into(),
+            order.entity_key.as_str().into(),
+            order.value.as_str().into(),
+        ],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn decimals_are_kept_as_written() {
+        assert_eq!(order_value("1700000000").as_deref(), Some("1700000000"));
+        assert_eq!(order_value("-12.50").as_deref(), Some("-12.50"));
+        for bad in ["", "-", "1.", ".5", "1e9", "0x10", " 1", "1 ", "NaN", "+1"] {
+            assert_eq!(order_value(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timestamps_are_seconds_since_the_epoch() {
+        let cases = [
+            ("1970-01-01T00:00:00Z", "0"),
+            ("2023-11-14T22:13:20Z", "1700000000"),
+            ("2023-11-14T23:13:20+01:00", "1700000000"),
+            ("2023-11-14t17:13:20-05:00", "1700000000"),
+            ("2023-11-14 22:13:20.621022z", "1700000000.621022"),
+            ("2000-02-29T00:00:00Z", "951782400"),
+            ("1969-12-31T23:59:59Z", "-1"),
+            ("1969-12-31T23:59:58.75Z", "-1.25"),
+            ("1969-12-31T23:59:59.5Z", "-0.5"),
+        ];
+        for (text, seconds) in cases {
+            assert_eq!(order_value(text).as_deref(), Some(seconds), "{text}");
+        }
+        for bad in [
+            "2023-02-29T00:00:00Z",
+            "2023-13-01T00:00:00Z",
+            "2023-11-14T24:00:00Z",
+            "2023-11-14T22:13:20",
+            "2023-11-14T22:13:20.Z",
+            "2023-11-14T22:13:20+0100",
+            "2023-11-14",
+            "2023-11-14T22:13:20Z trailing",
+        ] {
+            assert_eq!(order_value(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_body_paths_are_read() {
+        let body = serde_json::json!({
+            "created": 1700000000,
+            "data": {"object": {"id": "sub_1"}},
+        });
+        let order = read("header:X-Entity|body:data.object.id", "body:created", &body);
+        assert_eq!(
+            order,
+            Some(Order {
+                entity_key: "sub_1".into(),
+                value: "1700000000".into()
+            })
+        );
+        assert_eq!(read("header:X-Entity", "body:created", &body), None);
+        assert_eq!(read("body:data.object.id", "header:X-Order", &body), None);
+        assert_eq!(read("body:data.object.id", "body:missing", &body), None);
+    }
+
+    proptest! {
+        /// Whatever text arrives, reading it never panics, and what it
+        /// yields is a decimal PostgreSQL reads exactly.
+        #[test]
+        fn any_text_reads_as_a_decimal_or_nothing(text in ".{0,80}") {
+            if let Some(value) = order_value(&text) {
+                prop_assert!(decimal(&value).is_some(), "{value}");
+            }
+        }
+
+        /// Timestamps order as the instants they name.
+        #[test]
+        fn timestamps_order_as_instants(a in 0i64..4_000_000_000, b in 0i64..4_000_000_000) {
+            let text = |s: i64| {
+                let days = s.div_euclid(86_400);
+                let secs = s.rem_euclid(86_400);
+                let (y, m, d) = civil_from_days(days);
+                format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+            };
+            prop_assert_eq!(order_value(&text(a)), Some(a.to_string()));
+            prop_assert_eq!(order_value(&text(b)), Some(b.to_string()));
+        }
+    }
+
+    /// The inverse of `days_from_civil`, for the property above.
+    fn civil_from_days(z: i64) -> (i64, i64, i64) {
+        let z = z + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let y = yoe + era * 400;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        (if m <= 2 { y + 1 } else { y }, m, d)
+    }
+}
