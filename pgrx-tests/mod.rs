@@ -7,6 +7,7 @@ mod claim_tests;
 mod inbox_tests;
 mod lifecycle_tests;
 mod operations_tests;
+mod ordering_tests;
 mod receive_tests;
 mod release_tests;
 mod roles_tests;
