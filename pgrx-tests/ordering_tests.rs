@@ -107,8 +107,14 @@ mod tests {
         );
         // Unsigned headers can never be ordering sources.
         for (args, arg) in [
-            ("entity_key_from => 'header:X-Entity', order_from => 'body:created'", "entity_key_from"),
-            ("entity_key_from => 'body:id', order_from => 'body:created|header:X-Order'", "order_from"),
+            (
+                "entity_key_from => 'header:X-Entity', order_from => 'body:created'",
+                "entity_key_from",
+            ),
+            (
+                "entity_key_from => 'body:id', order_from => 'body:created|header:X-Order'",
+                "order_from",
+            ),
             ("ordering => true, ties => 'sometimes'", "ties"),
             ("fifo => true", "fifo"),
         ] {
@@ -169,6 +175,26 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_failed_event_overtaken_by_a_newer_one_is_skipped_on_its_retry() {
+        ordered_stripe("");
+        deliver("evt_old", "sub_1", 100);
+        Spi::run(
+            "SELECT webhook_fail(claim_id, 'downstream down') FROM webhook.events WHERE event_id = 'evt_old'",
+        )
+        .unwrap();
+        deliver("evt_new", "sub_1", 200);
+        complete("evt_new");
+        assert_eq!(
+            deliver("evt_old", "sub_1", 100),
+            ("stale".into(), 200, "older".into())
+        );
+        assert_eq!(
+            one_text("SELECT status::text || ' ' || attempts FROM webhook.events WHERE event_id = 'evt_old'"),
+            "stale 1"
+        );
+    }
+
+    #[pg_test]
     fn ties_are_processed_or_stale_as_the_provider_says() {
         ordered_stripe("");
         deliver("evt_a", "sub_1", 100);
@@ -186,10 +212,10 @@ mod tests {
             deliver("evt_c", "sub_1", 100),
             ("stale".into(), 200, "tie".into())
         );
-        assert!(one_text(
-            "SELECT error_message FROM webhook.deliveries WHERE event_id = 'evt_c'"
-        )
-        .contains("is tied with its watermark 100"));
+        assert!(
+            one_text("SELECT error_message FROM webhook.deliveries WHERE event_id = 'evt_c'")
+                .contains("is tied with its watermark 100")
+        );
         assert_eq!(
             deliver("evt_d", "sub_1", 101),
             ("claimed".into(), 200, "ok".into())
@@ -271,7 +297,10 @@ mod tests {
             );
             receive("stripe", &stripe_headers(&body), &body)
         };
-        assert_eq!(deliver_at("e1", r#""2023-11-14T23:13:20.5+01:00""#).0, "claimed");
+        assert_eq!(
+            deliver_at("e1", r#""2023-11-14T23:13:20.5+01:00""#).0,
+            "claimed"
+        );
         complete("e1");
         assert_eq!(watermark("sub_t").as_deref(), Some("1700000000.5/e1"));
         assert_eq!(deliver_at("e2", "1700000000").2, "older");
@@ -304,9 +333,18 @@ mod tests {
         deliver("r1", "sub_r", 7);
         // One per entity: the earliest of each line.
         let leased: Vec<(pgrx::Uuid, String)> = Spi::connect_mut(|c| {
-            let rows = c.update("SELECT id, event_id FROM webhook_next(10) ORDER BY event_id", None, &[])?;
-            rows.map(|row| Ok((row.get::<pgrx::Uuid>(1)?.unwrap(), row.get::<String>(2)?.unwrap())))
-                .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+            let rows = c.update(
+                "SELECT id, event_id FROM webhook_next(10) ORDER BY event_id",
+                None,
+                &[],
+            )?;
+            rows.map(|row| {
+                Ok((
+                    row.get::<pgrx::Uuid>(1)?.unwrap(),
+                    row.get::<String>(2)?.unwrap(),
+                ))
+            })
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
         })
         .unwrap();
         let names: Vec<&str> = leased.iter().map(|(_, e)| e.as_str()).collect();
@@ -317,7 +355,10 @@ mod tests {
             "sub_q q1 leased 2"
         );
         // A failure backs off, and the line waits for it.
-        run("SELECT webhook_fail($1, 'downstream down', retry_in => '1 hour')", leased[0].0);
+        run(
+            "SELECT webhook_fail($1, 'downstream down', retry_in => '1 hour')",
+            leased[0].0,
+        );
         assert_eq!(next(), None, "q2 waits while q1 backs off");
         assert_eq!(
             one_text("SELECT reason FROM webhook.blocked_entities"),
@@ -364,7 +405,11 @@ mod tests {
         deliver("n5", "sub_n", 5);
         deliver("n4", "sub_n", 4);
         let leases: Vec<pgrx::Uuid> = Spi::connect_mut(|c| {
-            let rows = c.update("SELECT id FROM webhook_next(10) ORDER BY event_id DESC", None, &[])?;
+            let rows = c.update(
+                "SELECT id FROM webhook_next(10) ORDER BY event_id DESC",
+                None,
+                &[],
+            )?;
             rows.map(|row| Ok(row.get::<pgrx::Uuid>(1)?.unwrap()))
                 .collect::<Result<Vec<_>, pgrx::spi::Error>>()
         })

@@ -150,9 +150,9 @@ mod tests {
             "SELECT cardinality(extconfig) FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
         );
         assert_eq!(
-            dumped, 9,
+            dumped, 10,
             "events, signature_bindings, delivery_log, delivery_failures, providers, provider_secrets, \
-             inbox, inbox_failures, requeues"
+             inbox, inbox_failures, requeues, watermarks"
         );
     }
 

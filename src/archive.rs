@@ -29,7 +29,11 @@ macro_rules! archive_columns {
 /// `INSERT INTO webhook.delivery_log (…columns…) `, for `concat!`.
 macro_rules! archive_insert {
     () => {
-        concat!("INSERT INTO webhook.delivery_log (", $crate::archive::archive_columns!(), ") ")
+        concat!(
+            "INSERT INTO webhook.delivery_log (",
+            $crate::archive::archive_columns!(),
+            ") "
+        )
     };
 }
 pub(crate) use {archive_columns, archive_insert};

@@ -33,12 +33,7 @@ use pgrx::spi::SpiClient;
 /// An ordered event (see `ordering`) moves its entity's watermark here,
 /// and is refused with SQLSTATE 40001 if a newer event of the entity
 /// completed first.
-#[pg_extern(
-    volatile,
-    security_definer,
-    parallel_unsafe,
-    name = "webhook_complete"
-)]
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_complete")]
 #[search_path(pg_catalog, pg_temp)]
 fn complete_event(
     id: Option<pgrx::Uuid>,

@@ -66,7 +66,14 @@ fn receive_body(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_row(provider, headers, body, lease, Mode::from(inbox), Sql::Current)
+    receive_row(
+        provider,
+        headers,
+        body,
+        lease,
+        Mode::from(inbox),
+        Sql::Current,
+    )
 }
 
 /// Text form, for a body passed as a string.
@@ -491,7 +498,9 @@ fn receive(
     let order = provider
         .ordering
         .as_ref()
-        .map(|(entity_key_from, order_from)| ordering::read(entity_key_from, order_from, &body_json));
+        .map(|(entity_key_from, order_from)| {
+            ordering::read(entity_key_from, order_from, &body_json)
+        });
     let delivery = Delivery {
         provider: provider_name,
         event_id: &event_id.value,

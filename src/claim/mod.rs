@@ -34,7 +34,7 @@ use crate::session_claims;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{
-    CLAIM, INSPECT, MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
+    CLAIM, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
 };
 
 /// One delivery, validated, as the claim writes it.
@@ -131,7 +131,13 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     // An ordered event is judged against its entity's watermark first.
     let mut tie = false;
     if let Some(order) = d.order {
-        match ordering::judge(client, d.provider, ordering::CLAIM_CONSUMER, d.event_id, order)? {
+        match ordering::judge(
+            client,
+            d.provider,
+            ordering::CLAIM_CONSUMER,
+            d.event_id,
+            order,
+        )? {
             Verdict::Fresh => {}
             Verdict::Tie => tie = true,
             Verdict::Stale { tie, reason } => {
@@ -190,7 +196,9 @@ fn skip_stale(
     reason: &str,
     lock: EventLock,
 ) -> Result<Option<Outcome>> {
-    let state = committed_state(client, d.provider, d.event_id)?;
+    // We hold the lock: no other transaction is working on the event.
+    let state =
+        EventState::read(INSPECT_LOCKED.run(client, &[d.provider.into(), d.event_id.into()])?)?;
     let attempts = match &state {
         None => 0,
         Some(state) if state.answer.is_none() => state.attempts,

@@ -130,16 +130,30 @@ pub static OBSERVE: Statement = Statement {
     arg_types: DELIVERY_ARGUMENTS,
 };
 
-/// The committed state of an event, read without locking or writing
-/// anything, answered as if another transaction held it.
+/// The committed state of an event, read without writing anything,
+/// answered as `held_elsewhere` says.
+macro_rules! inspect {
+    ($held_elsewhere:literal) => {
+        concat!(
+            "SELECT ",
+            answer!("status", "lease_expires_at", $held_elsewhere),
+            "::text, status::text, attempts, claim_id, result, payload_hash
+                FROM webhook.events
+               WHERE provider = $1 AND event_id = $2"
+        )
+    };
+}
+
+/// Answered as if another transaction held the event.
 pub static INSPECT: Statement = Statement {
-    sql: concat!(
-        "SELECT ",
-        answer!("status", "lease_expires_at", "true"),
-        "::text, status::text, attempts, claim_id, result, payload_hash
-            FROM webhook.events
-           WHERE provider = $1 AND event_id = $2"
-    ),
+    sql: inspect!("true"),
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// For a transaction that holds the event's lock: no answer (NULL) when
+/// it may take the event over.
+pub static INSPECT_LOCKED: Statement = Statement {
+    sql: inspect!("false"),
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
