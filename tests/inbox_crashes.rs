@@ -1,7 +1,9 @@
 //! The inbox when things die: a worker killed with SIGKILL mid-event, a
 //! worker's backend terminated, and the server stopped with `-m immediate`
 //! while thousands of events are queued. After each, every event is
-//! processed and none twice in the database.
+//! processed and none twice in the database. And ordering's watermarks
+//! across a crash: committed ones survive, one moved by a transaction the
+//! crash cut off never happened.
 //!
 //! Part of the hardening suite (`make hardening`): one scenario stops the
 //! server, and the figures join the hardening report.
@@ -255,4 +257,96 @@ fn the_server_stopped_with_five_thousand_events_queued() {
     let mut admin = connect(db);
     assert_eq!(unfinished(&mut admin, "inbox_crash"), 0);
     scenario.finish(&mut admin, 5_000);
+}
+
+#[test]
+fn watermarks_survive_a_crash_and_never_move_backwards() {
+    use common::sign::{now, stripe};
+    const SECRET: &str = "whsec_crash";
+    let _turn = one_at_a_time();
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute(&format!(
+            "SELECT webhook_register_provider('ordered_crash', scheme => 'stripe', secret => '{SECRET}',
+                                              ordering => true)"
+        ))
+        .unwrap();
+    let receive = |client: &mut Client, id: &str, entity: &str, created: i64| -> (String, String) {
+        let body = format!(
+            r#"{{"id": "{id}", "type": "customer.subscription.updated", "created": {created}, "data": {{"object": {{"id": "{entity}"}}}}}}"#
+        );
+        let row = client
+            .query_one(
+                "SELECT id::text, status FROM webhook_receive('ordered_crash', $1::text::jsonb, $2::text)",
+                &[&stripe(&body, now(), SECRET).to_string(), &body],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let watermarks = |client: &mut Client| -> Vec<String> {
+        client
+            .query(
+                "SELECT entity_key || '=' || order_value FROM webhook.watermarks
+                  WHERE provider = 'ordered_crash' ORDER BY 1",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    // Twenty entities at order 100, each completed and committed.
+    for e in 0..20 {
+        let (id, status) = receive(
+            &mut admin,
+            &format!("evt_{e}_100"),
+            &format!("sub_{e}"),
+            100,
+        );
+        assert_eq!(status, "claimed");
+        admin
+            .execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+            .unwrap();
+    }
+    let committed = watermarks(&mut admin);
+    assert_eq!(committed.len(), 20);
+
+    // A handler completes a newer event of every entity, and the server
+    // dies before it commits.
+    let mut handler = connect(db);
+    handler.batch_execute("BEGIN").unwrap();
+    for e in 0..20 {
+        let (id, status) = receive(
+            &mut handler,
+            &format!("evt_{e}_200"),
+            &format!("sub_{e}"),
+            200,
+        );
+        assert_eq!(status, "claimed");
+        handler
+            .execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+            .unwrap();
+    }
+    drop(admin);
+    crash_server();
+    std::thread::sleep(Duration::from_millis(300));
+    start_server();
+    let _ = handler.batch_execute("COMMIT").unwrap_err();
+
+    let mut admin = connect(db);
+    assert_eq!(
+        watermarks(&mut admin),
+        committed,
+        "the cut-off moves never happened"
+    );
+    // An older event is stale against what survived; the newer one, never
+    // committed, is claimed again, and moves the watermark when it commits.
+    assert_eq!(receive(&mut admin, "evt_0_50", "sub_0", 50).1, "stale");
+    let (id, status) = receive(&mut admin, "evt_0_200", "sub_0", 200);
+    assert_eq!(status, "claimed");
+    admin
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+        .unwrap();
+    assert_eq!(watermarks(&mut admin)[0], "sub_0=200");
 }

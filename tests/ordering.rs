@@ -156,7 +156,7 @@ fn handle(
 /// The tables and providers the tests share, created once.
 fn setup(db: &str) -> postgres::Client {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let mut admin = connect(db);
+    let admin = connect(db);
     ONCE.call_once(|| create(&mut connect(db)));
     admin
 }
@@ -196,13 +196,19 @@ fn deliver_shuffled(
     shuffle(&mut deliveries, seed);
     let outstanding = Arc::new(AtomicUsize::new(deliveries.len()));
     let queue: Arc<Mutex<VecDeque<(Event, bool, usize)>>> = Arc::new(Mutex::new(
-        deliveries.into_iter().map(|(e, fail)| (e, fail, 1)).collect(),
+        deliveries
+            .into_iter()
+            .map(|(e, fail)| (e, fail, 1))
+            .collect(),
     ));
     let answers: Arc<Mutex<HashMap<String, Vec<Acknowledged>>>> = Arc::default();
     let workers: Vec<_> = (0..8)
         .map(|_| {
-            let (queue, answers, outstanding) =
-                (Arc::clone(&queue), Arc::clone(&answers), Arc::clone(&outstanding));
+            let (queue, answers, outstanding) = (
+                Arc::clone(&queue),
+                Arc::clone(&answers),
+                Arc::clone(&outstanding),
+            );
             std::thread::spawn(move || {
                 let mut client = connect(db);
                 while outstanding.load(SeqCst) > 0 {
