@@ -200,14 +200,14 @@ fn webhook_next(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    crate::inbox::api::next(
+    Ok(TableIterator::new(crate::inbox::api::next(
         batch,
         consumer,
         provider,
         event_type,
         lease,
         Sql::Release0_3,
-    )
+    )?))
 }
 
 /// 0.2.0's and 0.3.0's `webhook_schemes()`: the columns before ordering's

@@ -175,8 +175,29 @@ fn lease_next(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    next(batch, consumer, provider, event_type, lease, Sql::Current)
+    Ok(TableIterator::new(next(
+        batch,
+        consumer,
+        provider,
+        event_type,
+        lease,
+        Sql::Current,
+    )?))
 }
+
+/// One leased event, in `webhook_next`'s columns.
+pub(crate) type LeasedRow = (
+    pgrx::Uuid,
+    String,
+    String,
+    String,
+    Option<RawJsonb>,
+    i32,
+    String,
+    pgrx::Uuid,
+    TimestampWithTimeZone,
+    TimestampWithTimeZone,
+);
 
 /// `webhook_next` for the tables of `sql`'s release.
 pub(crate) fn next(
@@ -186,24 +207,7 @@ pub(crate) fn next(
     event_type: Option<&str>,
     lease: Option<Interval>,
     sql: Sql,
-) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(provider, String),
-            name!(event_id, String),
-            name!(event_type, String),
-            name!(payload, Option<RawJsonb>),
-            name!(attempts, i32),
-            name!(consumer, String),
-            name!(delivery_id, pgrx::Uuid),
-            name!(queued_at, TimestampWithTimeZone),
-            name!(lease_expires_at, TimestampWithTimeZone),
-        ),
-    >,
-    pg_sys::panic::ErrorReport,
-> {
+) -> PgResult<Vec<LeasedRow>> {
     let batch = input::required(NEXT, "batch", batch)?;
     if !(1..=MAX_BATCH).contains(&batch) {
         return Err(WebhookError::InvalidArgument {
@@ -251,7 +255,7 @@ pub(crate) fn next(
         })
         .collect()
     })?;
-    Ok(TableIterator::new(rows))
+    Ok(rows)
 }
 
 /// Lease ready rows: pick them without waiting (`SKIP LOCKED`), record a
