@@ -424,6 +424,29 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_worker_is_handed_the_event_behind_a_line_of_stale_ones_in_one_call() {
+        ordered_stripe(", inbox => true, fifo => true");
+        deliver("l10", "sub_l", 10);
+        let (lease, _) = next().unwrap();
+        run("SELECT webhook_complete($1)", lease);
+        for (id, created) in [("l1", 1), ("l2", 2), ("l3", 3), ("l11", 11)] {
+            deliver(id, "sub_l", created);
+        }
+        // One call parks the three stale heads of the line, one per
+        // round, and leases the fresh event behind them.
+        let leased = Spi::get_one::<String>("SELECT event_id FROM webhook_next(1)")
+            .unwrap()
+            .unwrap();
+        assert_eq!(leased, "l11");
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM webhook.inbox WHERE status = 'stale'")
+                .unwrap()
+                .unwrap(),
+            3
+        );
+    }
+
+    #[pg_test]
     fn consumers_keep_watermarks_of_their_own() {
         ordered_stripe(", inbox => true, consumers => '{billing,analytics}'");
         deliver("c2", "sub_c", 2);

@@ -138,6 +138,11 @@ impl<'conn> Rows<'conn> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// How many rows the statement returned, read or not.
+    pub fn len(&self) -> usize {
+        self.len
+    }
 }
 
 impl<'conn> Iterator for Rows<'conn> {

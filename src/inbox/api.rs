@@ -222,40 +222,61 @@ pub(crate) fn next(
     let event_type = input::optional_text(NEXT, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?;
     let lease = input::lease(NEXT, "lease", lease)?;
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
+    let statement = match sql {
+        Sql::Current => &LEASE,
+        Sql::Release0_3 | Sql::Release0_2 => &LEASE_UNORDERED,
+    };
     let rows = Spi::connect_mut(|client| -> Result<Vec<_>> {
-        let statement = match sql {
-            Sql::Current => &LEASE,
-            Sql::Release0_3 | Sql::Release0_2 => &LEASE_UNORDERED,
-        };
-        let rows = statement.run(
-            client,
-            &[
-                consumer.into(),
-                provider.into(),
-                event_type.into(),
-                batch.into(),
-                lease.into(),
-                max_attempts.into(),
-            ],
-        )?;
-        rows.map(|row| {
-            let missing = || WebhookError::Internal("webhook_next: NULL in a leased row".into());
-            Ok((
-                row.get::<pgrx::Uuid>(1)?.ok_or_else(missing)?,
-                row.get::<String>(2)?.ok_or_else(missing)?,
-                row.get::<String>(3)?.ok_or_else(missing)?,
-                row.get::<String>(4)?.ok_or_else(missing)?,
-                row.get::<RawJsonb>(5)?,
-                row.get::<i32>(6)?.ok_or_else(missing)?,
-                row.get::<String>(7)?.ok_or_else(missing)?,
-                row.get::<pgrx::Uuid>(8)?.ok_or_else(missing)?,
-                row.get::<TimestampWithTimeZone>(9)?.ok_or_else(missing)?,
-                row.get::<TimestampWithTimeZone>(10)?.ok_or_else(missing)?,
-            ))
-        })
-        .collect()
+        // A round that only parked rows (stale, or out of attempts) says
+        // nothing about what is ready behind them, least of all in a FIFO
+        // line whose head it parked: try again rather than answer "none".
+        for _ in 0..MAX_PARKING_ROUNDS {
+            let rows = statement.run(
+                client,
+                &[
+                    consumer.into(),
+                    provider.into(),
+                    event_type.into(),
+                    batch.into(),
+                    lease.into(),
+                    max_attempts.into(),
+                ],
+            )?;
+            let picked = rows.len();
+            let leased = rows
+                .filter_map(|row| match row.get::<bool>(11) {
+                    Ok(Some(true)) => Some(leased_row(&row)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if !leased.is_empty() || picked == 0 {
+                return Ok(leased);
+            }
+        }
+        Ok(Vec::new())
     })?;
     Ok(rows)
+}
+
+/// How many times `webhook_next` tries again after a round that leased
+/// nothing but parked rows.
+const MAX_PARKING_ROUNDS: usize = 100;
+
+fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
+    let missing = || WebhookError::Internal("webhook_next: NULL in a leased row".into());
+    Ok((
+        row.get::<pgrx::Uuid>(1)?.ok_or_else(missing)?,
+        row.get::<String>(2)?.ok_or_else(missing)?,
+        row.get::<String>(3)?.ok_or_else(missing)?,
+        row.get::<String>(4)?.ok_or_else(missing)?,
+        row.get::<RawJsonb>(5)?,
+        row.get::<i32>(6)?.ok_or_else(missing)?,
+        row.get::<String>(7)?.ok_or_else(missing)?,
+        row.get::<pgrx::Uuid>(8)?.ok_or_else(missing)?,
+        row.get::<TimestampWithTimeZone>(9)?.ok_or_else(missing)?,
+        row.get::<TimestampWithTimeZone>(10)?.ok_or_else(missing)?,
+    ))
 }
 
 /// Lease ready rows: pick them without waiting (`SKIP LOCKED`), record a
@@ -321,10 +342,9 @@ macro_rules! lease {
                          i.delivery_id, i.queued_at, i.run_at, i.status
               )
               SELECT l.claim_id, l.provider, l.event_id, l.event_type, d.payload, l.attempts, l.consumer,
-                     l.delivery_id, l.queued_at, l.run_at
+                     l.delivery_id, l.queued_at, l.run_at, l.status = 'leased'
                 FROM leased l
-                LEFT JOIN webhook.delivery_log d ON d.id = l.delivery_id
-               WHERE l.status = 'leased'
+                LEFT JOIN webhook.delivery_log d ON d.id = l.delivery_id AND l.status = 'leased'
                ORDER BY l.queued_at"
         )
     };
