@@ -326,5 +326,32 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             .get(0);
         assert_eq!(processed, 1);
         ops.query("SELECT * FROM webhook.inbox_stats", &[]).unwrap();
+
+        // (d) Ordering works in the upgraded database: the DBA turns it on,
+        // the application's older event is answered stale.
+        old.batch_execute("SELECT webhook_register_provider('stripe', ordering => true)")
+            .unwrap();
+        let answer = |app: &mut Client, id: &str, created: i64| -> (String, String) {
+            let body = format!(
+                r#"{{"id": "{id}", "type": "customer.subscription.updated", "created": {created}, "data": {{"object": {{"id": "sub_upgraded"}}}}}}"#
+            );
+            let row = app
+                .query_one(
+                    "SELECT id::text, status FROM webhook_receive('stripe', $1::text::jsonb, $2::text)",
+                    &[&stripe(&body, now(), STRIPE_SECRET).to_string(), &body],
+                )
+                .unwrap();
+            (row.get(0), row.get(1))
+        };
+        let (newer, status) = answer(&mut app, "evt_upgraded_new", 200);
+        assert_eq!(status, "claimed");
+        app.execute("SELECT webhook_complete($1::text::uuid)", &[&newer])
+            .unwrap();
+        assert_eq!(answer(&mut app, "evt_upgraded_old", 100).1, "stale");
+        let watermarks: i64 = ops
+            .query_one("SELECT count(*) FROM webhook.watermarks", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(watermarks, 1);
     }
 }
