@@ -158,7 +158,13 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     match state.answer {
         Some(ClaimStatus::Claimed) => {
             if let Some(order) = d.order {
-                ordering::remember(client, d.provider, d.event_id, order)?;
+                ordering::remember(
+                    client,
+                    ordering::Kept::Claimed,
+                    d.provider,
+                    d.event_id,
+                    order,
+                )?;
             }
             session_claims::remember(id, d.provider, d.event_id);
             Ok(Outcome {
@@ -307,7 +313,13 @@ fn take_over(
         .and_then(|row| row.get::<i32>(1).ok().flatten())
         .ok_or_else(|| WebhookError::Internal("take-over updated no event".into()))?;
     if let Some(order) = d.order {
-        ordering::remember(client, d.provider, d.event_id, order)?;
+        ordering::remember(
+            client,
+            ordering::Kept::Claimed,
+            d.provider,
+            d.event_id,
+            order,
+        )?;
     }
     archive::record(
         client,

@@ -98,7 +98,13 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
             // Ordered events are judged when a worker would lease them:
             // each consumer has its own watermark.
             if let Some(order) = d.order {
-                crate::ordering::remember(client, d.provider, d.event_id, order)?;
+                crate::ordering::remember(
+                    client,
+                    crate::ordering::Kept::Queued,
+                    d.provider,
+                    d.event_id,
+                    order,
+                )?;
             }
             wake(client)?;
             Ok(Outcome {
