@@ -31,6 +31,8 @@ mod tests {
             ("paddle", "paddle", "body:event_id"),
             ("shopify", "shopify", "header:X-Shopify-Event-Id"),
             ("slack", "slack", "body:event_id"),
+            ("resend", "standard", "header:webhook-id|header:svix-id"),
+            ("typeform", "typeform", "body:event_id"),
         ] {
             let got = Spi::get_two::<String, String>(&format!(
                 "SELECT scheme, event_id_from FROM webhook_register_provider('{name}')"
@@ -38,6 +40,39 @@ mod tests {
             .unwrap();
             assert_eq!(got, (Some(scheme.into()), Some(id_from.into())), "{name}");
         }
+    }
+
+    #[pg_test]
+    fn a_typeform_delivery_is_verified_and_claimed_by_its_signed_event_id() {
+        Spi::run("SELECT webhook_register_provider('typeform', secret => 'tf-secret')").unwrap();
+        let body = r#"{"event_id": "01HTF", "event_type": "form_response", "form_response": {"form_id": "f1"}}"#;
+        let headers = |secret: &str| {
+            format!(
+                "jsonb_build_object('Typeform-Signature',
+                     'sha256=' || encode(hmac('{body}', '{secret}', 'sha256'), 'base64'))"
+            )
+        };
+        assert_eq!(
+            receive("typeform", &headers("tf-secret"), body),
+            ("claimed".into(), 200, "ok".into())
+        );
+        Spi::run(
+            "SELECT webhook_complete(claim_id) FROM webhook.events WHERE provider = 'typeform'",
+        )
+        .unwrap();
+        assert_eq!(
+            receive("typeform", &headers("tf-secret"), body),
+            ("duplicate".into(), 200, "ok".into())
+        );
+        assert_eq!(
+            receive("typeform", &headers("another-secret"), body),
+            ("rejected".into(), 401, "bad_signature".into())
+        );
+        let event = Spi::get_two::<String, String>(
+            "SELECT event_id, event_type FROM webhook.events WHERE provider = 'typeform'",
+        )
+        .unwrap();
+        assert_eq!(event, (Some("01HTF".into()), Some("form_response".into())));
     }
 
     #[pg_test]

@@ -33,6 +33,9 @@ pub struct Entry {
     pub entity_key_from: Option<&'static str>,
     /// Ordering's preset: where the event's order value is, in the body.
     pub order_from: Option<&'static str>,
+    /// For a provider whose signature is an HMAC of the body in one
+    /// header: the generic scheme it is (`hmac;header=…`).
+    pub generic: Option<&'static str>,
 }
 
 /// Five minutes, the window Stripe's and the Standard Webhooks libraries
@@ -52,6 +55,7 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: Some("body:data.object.id"),
         // Unix seconds: events of the same second tie.
         order_from: Some("body:created"),
+        generic: None,
     },
     Entry {
         name: "github",
@@ -65,10 +69,17 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: None,
         // The resource's own updated_at; which resource depends on the event.
         order_from: Some("body:pull_request.updated_at|body:issue.updated_at"),
+        generic: None,
     },
     Entry {
         name: "standard",
-        aliases: &["svix", "clerk", "standardwebhooks", "standard-webhooks"],
+        aliases: &[
+            "svix",
+            "clerk",
+            "resend",
+            "standardwebhooks",
+            "standard-webhooks",
+        ],
         // The id of whichever header family was verified (see receive.rs:
         // a signed source is always preferred over an unsigned one).
         event_id_from: Some("header:webhook-id|header:svix-id"),
@@ -80,6 +91,7 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: None,
         // The payload's own timestamp: webhook-timestamp changes on every retry.
         order_from: Some("body:timestamp"),
+        generic: None,
     },
     Entry {
         name: "paddle",
@@ -92,6 +104,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body",
         entity_key_from: Some("body:data.id"),
         order_from: Some("body:occurred_at"),
+        generic: None,
     },
     Entry {
         name: "shopify",
@@ -106,6 +119,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "body only",
         entity_key_from: None,
         order_from: Some("body:updated_at"),
+        generic: None,
     },
     Entry {
         name: "slack",
@@ -118,6 +132,22 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body",
         entity_key_from: None,
         order_from: Some("body:event_time"),
+        generic: None,
+    },
+    Entry {
+        name: "typeform",
+        aliases: &[],
+        event_id_from: Some("body:event_id"),
+        event_type_from: Some("body:event_type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        tolerance: None,
+        signs: "body only",
+        entity_key_from: None,
+        order_from: None,
+        // `sha256=` and the base64 of HMAC-SHA256 of the raw body, keyed
+        // with the webhook's secret as it is.
+        generic: Some("hmac;header=Typeform-Signature;encoding=base64;prefix=sha256="),
     },
     Entry {
         name: "hmac",
@@ -130,6 +160,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "body only",
         entity_key_from: None,
         order_from: None,
+        generic: None,
     },
 ];
 
@@ -211,9 +242,30 @@ mod tests {
         assert_eq!(seen, all, "the docs' table lists every scheme, in order");
     }
 
+    /// Typeform's construction, checked against a digest computed
+    /// independently (`openssl dgst -sha256 -hmac` of the same bytes).
+    #[test]
+    fn typeform_signs_the_body_as_documented() {
+        use crate::schemes::{verify, Reason, Scheme};
+        let body = br#"{"event_id":"01HQ0000000000000000000000","event_type":"form_response"}"#;
+        let scheme = Scheme::parse("t", "scheme", "typeform").unwrap();
+        let headers = serde_json::json!({
+            "Typeform-Signature": "sha256=fQkcu3ggW5JEmAGa4a2kSZpVA66deiIsxTv9PWsG8t8="
+        });
+        let verdict = verify(
+            &scheme,
+            &headers,
+            body,
+            &[Some("typeform-test-secret")],
+            300,
+            0,
+        );
+        assert_eq!(verdict.reason, Reason::Ok);
+    }
+
     #[test]
     fn aliases_and_case_resolve() {
-        for name in ["svix", "Clerk", "STANDARD", "standard-webhooks"] {
+        for name in ["svix", "Clerk", "resend", "STANDARD", "standard-webhooks"] {
             assert_eq!(lookup(name).map(|e| e.name), Some("standard"), "{name}");
         }
         assert_eq!(lookup("hmac;header=X-Sig").map(|e| e.name), Some("hmac"));

@@ -115,6 +115,9 @@ pub enum Scheme {
     Paddle,
     Shopify,
     Slack,
+    /// A provider whose signature is the generic HMAC of the body, named:
+    /// its catalog entry says which (`catalog::Entry::generic`).
+    Preset(&'static str, GenericHmac),
     Hmac(GenericHmac),
 }
 
@@ -133,7 +136,12 @@ impl Scheme {
             given: name.to_string(),
             known: catalog::known(),
         };
-        match catalog::lookup(name).ok_or_else(unknown)?.name {
+        let entry = catalog::lookup(name).ok_or_else(unknown)?;
+        if let Some(spec) = entry.generic {
+            return GenericHmac::parse(function, arg, spec)
+                .map(|generic| Scheme::Preset(entry.name, generic));
+        }
+        match entry.name {
             "stripe" => Ok(Scheme::Stripe),
             "github" => Ok(Scheme::Github),
             "standard" => Ok(Scheme::Standard),
@@ -154,6 +162,7 @@ impl Scheme {
             Scheme::Paddle => "paddle",
             Scheme::Shopify => "shopify",
             Scheme::Slack => "slack",
+            Scheme::Preset(name, _) => name,
             Scheme::Hmac(_) => "hmac",
         }
     }
@@ -174,7 +183,7 @@ impl Scheme {
             Scheme::Paddle => paddle::read(headers),
             Scheme::Shopify => shopify::read(headers),
             Scheme::Slack => slack::read(headers),
-            Scheme::Hmac(generic) => generic.read(headers),
+            Scheme::Preset(_, generic) | Scheme::Hmac(generic) => generic.read(headers),
         }
     }
 
@@ -188,7 +197,7 @@ impl Scheme {
             Scheme::Paddle => vec!["Paddle-Signature"],
             Scheme::Shopify => vec!["X-Shopify-Hmac-Sha256"],
             Scheme::Slack => vec!["X-Slack-Signature"],
-            Scheme::Hmac(generic) => vec![generic.header()],
+            Scheme::Preset(_, generic) | Scheme::Hmac(generic) => vec![generic.header()],
         }
     }
 
@@ -198,8 +207,8 @@ impl Scheme {
         match self {
             Scheme::Standard => standard::key(secret),
             // Stripe's whsec_… string, GitHub's and Slack's secrets, Paddle's
-            // pdl_ntfset_… key and Shopify's client secret are all used as
-            // the literal bytes of the string.
+            // pdl_ntfset_… key, Shopify's client secret and the presets'
+            // secrets are all used as the literal bytes of the string.
             _ => Some(secret.as_bytes().to_vec()),
         }
     }

@@ -18,6 +18,7 @@ fn all_schemes() -> Vec<Scheme> {
         Scheme::Paddle,
         Scheme::Shopify,
         Scheme::Slack,
+        Scheme::parse("t", "scheme", "typeform").unwrap(),
         Scheme::parse("t", "scheme", "hmac;header=X-Signature;prefix=sha256=").unwrap(),
         Scheme::parse(
             "t",
@@ -45,6 +46,7 @@ fn header_name() -> impl Strategy<Value = String> {
         Just("X-Shopify-Hmac-Sha256".to_string()),
         Just("X-Slack-Signature".to_string()),
         Just("X-Slack-Request-Timestamp".to_string()),
+        Just("Typeform-Signature".to_string()),
         Just("X-Signature".to_string()),
         Just("X-Sig".to_string()),
         "[A-Za-z-]{1,20}",
@@ -147,11 +149,17 @@ fn signed_request(scheme: &str, secret: &str, body: &[u8], ts: i64) -> serde_jso
             ));
             json!({ "X-Slack-Signature": format!("v0={sig}"), "X-Slack-Request-Timestamp": ts.to_string() })
         }
+        "typeform" => {
+            let sig = b64(&hmac_sha256(secret.as_bytes(), &[body]));
+            json!({ "Typeform-Signature": format!("sha256={sig}") })
+        }
         _ => unreachable!(),
     }
 }
 
-const SIGNED_SCHEMES: [&str; 6] = ["stripe", "github", "standard", "paddle", "shopify", "slack"];
+const SIGNED_SCHEMES: [&str; 7] = [
+    "stripe", "github", "standard", "paddle", "shopify", "slack", "typeform",
+];
 const TIMESTAMPED: [&str; 4] = ["stripe", "standard", "paddle", "slack"];
 
 proptest! {
