@@ -260,6 +260,39 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_two_phase_claim_refused_at_completion_is_skipped_once_its_lease_runs_out() {
+        ordered_stripe("");
+        // Claimed with a short lease, as a two-phase handler would, and
+        // overtaken before it completes: its completion is refused.
+        let body = event("evt_slow", "sub_1", 100);
+        Spi::run(&format!(
+            "SELECT * FROM webhook_receive('stripe', {}, convert_to('{body}', 'UTF8'), lease => '10 milliseconds')",
+            stripe_headers(&body)
+        ))
+        .unwrap();
+        deliver("evt_fast", "sub_1", 200);
+        complete("evt_fast");
+        assert_error(
+            "SELECT webhook_complete(claim_id) FROM webhook.events WHERE event_id = 'evt_slow'",
+            "40001",
+            "is stale",
+        );
+        Spi::run("SELECT pg_sleep(0.05)").unwrap();
+        // The provider's next delivery finds the lease run out: skipped,
+        // and the lost attempt recorded.
+        assert_eq!(
+            deliver("evt_slow", "sub_1", 100),
+            ("stale".into(), 200, "older".into())
+        );
+        assert_eq!(
+            one_text(
+                "SELECT string_agg(processing_status, ',' ORDER BY created_at) FROM webhook.deliveries WHERE event_id = 'evt_slow'"
+            ),
+            "FAILED,SKIPPED"
+        );
+    }
+
+    #[pg_test]
     fn a_rolled_back_completion_leaves_the_watermark_where_it_was() {
         ordered_stripe("");
         deliver("evt_1", "sub_1", 100);
@@ -420,6 +453,26 @@ mod tests {
             &format!("SELECT webhook_complete('{}')", leases[1]),
             "40001",
             "is stale",
+        );
+        // The refused lease stays leased until it runs out; then it is
+        // parked, not handed out again, and the lost lease is recorded.
+        run(
+            "UPDATE webhook.inbox SET run_at = now() - interval '1 second' WHERE claim_id = $1",
+            leases[1],
+        );
+        assert_eq!(next(), None);
+        assert_eq!(
+            one_text("SELECT status::text FROM webhook.inbox WHERE event_id = 'n4'"),
+            "stale"
+        );
+        assert_eq!(
+            Spi::get_one_with_args::<String>(
+                "SELECT error_message FROM webhook.inbox_failures WHERE claim_id = $1",
+                &[leases[1].into()],
+            )
+            .unwrap()
+            .as_deref(),
+            Some("lease expired")
         );
     }
 

@@ -358,64 +358,6 @@ pub fn advance(
     }
 }
 
-/// Record a claimed event's entity and order on its row, so that whoever
-/// completes it, in whichever session, moves the right watermark.
-static REMEMBER_CLAIMED: Statement = Statement {
-    sql: "UPDATE webhook.events SET entity_key = $3, order_value = $4::numeric
-           WHERE provider = $1 AND event_id = $2",
-    arg_types: REMEMBER_ARGUMENTS,
-};
-
-/// The same for a queued event, on its event row and its inbox rows.
-static REMEMBER_QUEUED: Statement = Statement {
-    sql: "WITH inbox AS (
-              UPDATE webhook.inbox SET entity_key = $3, order_value = $4::numeric
-               WHERE provider = $1 AND event_id = $2
-          )
-          UPDATE webhook.events SET entity_key = $3, order_value = $4::numeric
-           WHERE provider = $1 AND event_id = $2",
-    arg_types: REMEMBER_ARGUMENTS,
-};
-
-/// Provider, event id, entity key, order value.
-const REMEMBER_ARGUMENTS: &[pg_sys::Oid] = &[
-    pg_sys::TEXTOID,
-    pg_sys::TEXTOID,
-    pg_sys::TEXTOID,
-    pg_sys::TEXTOID,
-];
-
-/// Where an ordered event is kept while it waits to be completed.
-pub enum Kept {
-    /// Claimed: its event row.
-    Claimed,
-    /// Queued: its event row and its inbox rows.
-    Queued,
-}
-
-pub fn remember(
-    client: &mut SpiClient<'_>,
-    kept: Kept,
-    provider: &str,
-    event_id: &str,
-    order: &Order,
-) -> Result<()> {
-    let statement = match kept {
-        Kept::Claimed => &REMEMBER_CLAIMED,
-        Kept::Queued => &REMEMBER_QUEUED,
-    };
-    statement.run(
-        client,
-        &[
-            provider.into(),
-            event_id.into(),
-            order.entity_key.as_str().into(),
-            order.value.as_str().into(),
-        ],
-    )?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@ pub(crate) mod api;
 mod statements;
 
 pub use answer::{ClaimStatus, EventState, EventStatus, Outcome};
-pub(crate) use statements::DELIVERY_ARGUMENTS;
+pub(crate) use statements::{DELIVERY_ARGUMENTS, ORDERED_DELIVERY_ARGUMENTS};
 
 use crate::archive::{self, Entry};
 use crate::compress::ArchivedPayload;
@@ -34,7 +34,8 @@ use crate::session_claims;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{
-    CLAIM, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
+    CLAIM, CLAIM_ORDERED, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD,
+    RECORD_LOST_LEASE, TAKE_OVER, TAKE_OVER_ORDERED,
 };
 
 /// One delivery, validated, as the claim writes it.
@@ -73,6 +74,23 @@ impl<'a> Delivery<'a> {
             self.lease.into(),
             digest.into(),
         ]
+    }
+
+    /// The arguments of a statement that writes the event (CLAIM,
+    /// ENQUEUE): `arguments`, then, for an ordered event, its entity key and
+    /// order value, which the `_ORDERED` variant of the statement takes.
+    pub(crate) fn writing_arguments<'b>(
+        &'b self,
+        id: pgrx::Uuid,
+        payload: ArchivedPayload,
+        digest: &'b [u8],
+    ) -> Vec<DatumWithOid<'b>> {
+        let mut args: Vec<DatumWithOid<'b>> = self.arguments(id, payload, digest).into();
+        if let Some(order) = self.order {
+            args.push(order.entity_key.as_str().into());
+            args.push(order.value.as_str().into());
+        }
+        args
     }
 
     /// The delivery's archive row, answered `status`.
@@ -150,22 +168,18 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
     }
 
-    let rows = CLAIM.run(client, &d.arguments(id, payload, &digest))?;
+    let claim = if d.order.is_some() {
+        &CLAIM_ORDERED
+    } else {
+        &CLAIM
+    };
+    let rows = claim.run(client, &d.writing_arguments(id, payload, &digest))?;
     // The event exists unless we just inserted it, and since we hold its
     // lock, no open transaction is changing it: its committed state decides.
     let state = EventState::read(rows)?
         .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
     match state.answer {
         Some(ClaimStatus::Claimed) => {
-            if let Some(order) = d.order {
-                ordering::remember(
-                    client,
-                    ordering::Kept::Claimed,
-                    d.provider,
-                    d.event_id,
-                    order,
-                )?;
-            }
             session_claims::remember(id, d.provider, d.event_id);
             Ok(Outcome {
                 id,
@@ -298,29 +312,25 @@ fn take_over(
         return Ok(state.outcome(id, ClaimStatus::Dead));
     }
 
-    let retaken = TAKE_OVER.run(
-        client,
-        &[
-            d.provider.into(),
-            d.event_id.into(),
-            id.into(),
-            d.lease.into(),
-        ],
-    )?;
-    let attempts = retaken
-        .into_iter()
+    let mut args: Vec<DatumWithOid<'_>> = vec![
+        d.provider.into(),
+        d.event_id.into(),
+        id.into(),
+        d.lease.into(),
+    ];
+    let take_over = match d.order {
+        Some(order) => {
+            args.push(order.entity_key.as_str().into());
+            args.push(order.value.as_str().into());
+            &TAKE_OVER_ORDERED
+        }
+        None => &TAKE_OVER,
+    };
+    let attempts = take_over
+        .run(client, &args)?
         .next()
         .and_then(|row| row.get::<i32>(1).ok().flatten())
         .ok_or_else(|| WebhookError::Internal("take-over updated no event".into()))?;
-    if let Some(order) = d.order {
-        ordering::remember(
-            client,
-            ordering::Kept::Claimed,
-            d.provider,
-            d.event_id,
-            order,
-        )?;
-    }
     archive::record(
         client,
         Entry {

@@ -49,10 +49,10 @@ macro_rules! answer {
     };
 }
 
-/// The arguments of CLAIM, OBSERVE and the inbox's ENQUEUE (`Delivery::arguments`): provider,
-/// event_id, event_type, the delivery's id, payload, raw_body, signature,
-/// headers, lease, payload digest.
-pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
+/// The arguments of CLAIM, OBSERVE and the inbox's ENQUEUE
+/// (`Delivery::arguments`): provider, event_id, event_type, the delivery's
+/// id, payload, raw_body, signature, headers, lease, payload digest.
+const DELIVERY_TYPES: [pg_sys::Oid; 10] = [
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -64,6 +64,21 @@ pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::INTERVALOID,
     pg_sys::BYTEAOID,
 ];
+pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &DELIVERY_TYPES;
+
+/// The same, then an ordered event's entity key and order value (as
+/// text), for the statements that write them with the event.
+pub(crate) const ORDERED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &with_order(DELIVERY_TYPES);
+
+const fn with_order(base: [pg_sys::Oid; 10]) -> [pg_sys::Oid; 12] {
+    let mut out = [pg_sys::TEXTOID; 12];
+    let mut i = 0;
+    while i < base.len() {
+        out[i] = base[i];
+        i += 1;
+    }
+    out
+}
 
 /// The whole claim of a new event, or of an existing one it does not take
 /// over, in one statement: insert the event if it is new, and archive the
@@ -72,34 +87,56 @@ pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
 /// they see the existing row and nothing of the insert.) A new event is
 /// answered `claimed`; an event the delivery may take over (failed, or
 /// its lease ran out) has no answer and is left to `TAKE_OVER`.
-pub static CLAIM: Statement = Statement {
-    sql: concat!(
-        "WITH new_event AS (
-              INSERT INTO webhook.events AS e
-                  (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at, payload_hash)
-              VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $9, $10)
-              ON CONFLICT (provider, event_id) DO NOTHING
-              RETURNING 1
-          ), existing AS (
-              SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash, ",
-        answer!("e.status", "e.lease_expires_at", "false"),
-        " AS answer
-                FROM webhook.events e
-               WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
-          ), archived AS (",
-        archive_insert!(),
-        "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false
-                FROM new_event
+///
+/// `$columns` and `$values` append to the event's INSERT: nothing, or an
+/// ordered event's entity key and order value (`$11`, `$12`), which only
+/// the tables of this release have.
+macro_rules! claim {
+    ($columns:literal, $values:literal) => {
+        concat!(
+            "WITH new_event AS (
+                  INSERT INTO webhook.events AS e
+                      (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at,
+                       payload_hash",
+            $columns,
+            ")
+                  VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $9, $10",
+            $values,
+            ")
+                  ON CONFLICT (provider, event_id) DO NOTHING
+                  RETURNING 1
+              ), existing AS (
+                  SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash, ",
+            answer!("e.status", "e.lease_expires_at", "false"),
+            " AS answer
+                    FROM webhook.events e
+                   WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
+              ), archived AS (",
+            archive_insert!(),
+            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false
+                    FROM new_event
+                  UNION ALL
+                  SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10
+                    FROM existing x WHERE x.answer IS NOT NULL
+              )
+              SELECT 'claimed', 'processing', 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
               UNION ALL
-              SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10
-                FROM existing x WHERE x.answer IS NOT NULL
-          )
-          SELECT 'claimed', 'processing', 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
-          UNION ALL
-          SELECT x.answer::text, x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
-            FROM existing x"
-    ),
+              SELECT x.answer::text, x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
+                FROM existing x"
+        )
+    };
+}
+
+/// CLAIM of an unordered event.
+pub static CLAIM: Statement = Statement {
+    sql: claim!("", ""),
     arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// CLAIM of an ordered event.
+pub static CLAIM_ORDERED: Statement = Statement {
+    sql: claim!(", entity_key, order_value", ", $11, $12::numeric"),
+    arg_types: ORDERED_DELIVERY_ARGUMENTS,
 };
 
 /// A delivery arriving while another transaction holds the event: read the
@@ -158,19 +195,44 @@ pub static INSPECT_LOCKED: Statement = Statement {
 };
 
 /// Take over a failed or expired event. Runs only under the event lock.
+/// `$order` sets nothing more, or an ordered event's entity key and order
+/// value (`$5`, `$6`).
+macro_rules! take_over {
+    ($order:literal) => {
+        concat!(
+            "UPDATE webhook.events
+                SET status = 'processing',
+                    attempts = attempts + 1,
+                    claim_id = $3,
+                    lease_expires_at = pg_catalog.clock_timestamp() + $4",
+            $order,
+            "
+              WHERE provider = $1 AND event_id = $2
+          RETURNING attempts"
+        )
+    };
+}
+
 pub static TAKE_OVER: Statement = Statement {
-    sql: "UPDATE webhook.events
-             SET status = 'processing',
-                 attempts = attempts + 1,
-                 claim_id = $3,
-                 lease_expires_at = pg_catalog.clock_timestamp() + $4
-           WHERE provider = $1 AND event_id = $2
-       RETURNING attempts",
+    sql: take_over!(""),
     arg_types: &[
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
         pg_sys::UUIDOID,
         pg_sys::INTERVALOID,
+    ],
+};
+
+/// TAKE_OVER of an ordered event.
+pub static TAKE_OVER_ORDERED: Statement = Statement {
+    sql: take_over!(", entity_key = $5, order_value = $6::numeric"),
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::UUIDOID,
+        pg_sys::INTERVALOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
     ],
 };
 

@@ -21,7 +21,9 @@ pub mod backoff;
 pub mod lease;
 
 use crate::archive::archive_insert;
-use crate::claim::{ClaimStatus, Delivery, Outcome, DELIVERY_ARGUMENTS};
+use crate::claim::{
+    ClaimStatus, Delivery, Outcome, DELIVERY_ARGUMENTS, ORDERED_DELIVERY_ARGUMENTS,
+};
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::plans::Statement;
@@ -31,41 +33,64 @@ use pgrx::spi::SpiClient;
 /// delivery, in one statement; for an event that exists, archive the
 /// delivery as a duplicate. Returns the event in the shape of the claim
 /// statements (`EventState::read`). Its arguments are a claim's
-/// (`Delivery::arguments`); the lease, `$9`, is not used.
-static ENQUEUE: Statement = Statement {
-    sql: concat!(
-        "WITH new_event AS (
-              INSERT INTO webhook.events AS e
-                  (provider, event_id, event_type, status, attempts, claim_id, payload_hash)
-              VALUES ($1, $2, $3, 'queued', 0, $4, $10)
-              ON CONFLICT (provider, event_id) DO NOTHING
-              RETURNING 1
-          ), queued AS (
-              INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id)
-              SELECT $1, $2, c.consumer, $3, $4
-                FROM new_event,
-                     pg_catalog.unnest(coalesce(
-                         (SELECT NULLIF(p.consumers, '{}') FROM webhook.providers p WHERE p.name = $1),
-                         '{default}')) AS c(consumer)
-          ), existing AS (
-              SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash
-                FROM webhook.events e
-               WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
-          ), archived AS (",
-        archive_insert!(),
-        "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'queued'::webhook.claim_status, false
-                FROM new_event
+/// (`Delivery::writing_arguments`); the lease, `$9`, is not used.
+/// `$columns` and `$values` append to both INSERTs: nothing, or an ordered
+/// event's entity key and order value (`$11`, `$12`), which only the
+/// tables of this release have.
+macro_rules! enqueue {
+    ($columns:literal, $values:literal) => {
+        concat!(
+            "WITH new_event AS (
+                  INSERT INTO webhook.events AS e
+                      (provider, event_id, event_type, status, attempts, claim_id, payload_hash",
+            $columns,
+            ")
+                  VALUES ($1, $2, $3, 'queued', 0, $4, $10",
+            $values,
+            ")
+                  ON CONFLICT (provider, event_id) DO NOTHING
+                  RETURNING 1
+              ), queued AS (
+                  INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id",
+            $columns,
+            ")
+                  SELECT $1, $2, c.consumer, $3, $4",
+            $values,
+            "
+                    FROM new_event,
+                         pg_catalog.unnest(coalesce(
+                             (SELECT NULLIF(p.consumers, '{}') FROM webhook.providers p WHERE p.name = $1),
+                             '{default}')) AS c(consumer)
+              ), existing AS (
+                  SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash
+                    FROM webhook.events e
+                   WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
+              ), archived AS (",
+            archive_insert!(),
+            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'queued'::webhook.claim_status, false
+                    FROM new_event
+                  UNION ALL
+                  SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'duplicate'::webhook.claim_status,
+                         x.payload_hash IS DISTINCT FROM $10
+                    FROM existing x
+              )
+              SELECT 'queued', 'queued', 0, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
               UNION ALL
-              SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'duplicate'::webhook.claim_status,
-                     x.payload_hash IS DISTINCT FROM $10
-                FROM existing x
-          )
-          SELECT 'queued', 'queued', 0, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
-          UNION ALL
-          SELECT 'duplicate', x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
-            FROM existing x"
-    ),
+              SELECT 'duplicate', x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
+                FROM existing x"
+        )
+    };
+}
+
+static ENQUEUE: Statement = Statement {
+    sql: enqueue!("", ""),
     arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// ENQUEUE of an ordered event.
+static ENQUEUE_ORDERED: Statement = Statement {
+    sql: enqueue!(", entity_key, order_value", ", $11, $12::numeric"),
+    arg_types: ORDERED_DELIVERY_ARGUMENTS,
 };
 
 /// Store a validated delivery in the inbox: `queued` when its event is
@@ -90,22 +115,18 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
     // Every write to an event row happens under its lock (see event_lock):
     // a claim that holds it then never meets this insert uncommitted.
     EventLock::for_event(d.provider, d.event_id).acquire();
-    let rows = ENQUEUE.run(client, &d.arguments(id, payload, &digest))?;
+    // Ordered events are judged when a worker would lease them: each
+    // consumer has its own watermark.
+    let enqueue = if d.order.is_some() {
+        &ENQUEUE_ORDERED
+    } else {
+        &ENQUEUE
+    };
+    let rows = enqueue.run(client, &d.writing_arguments(id, payload, &digest))?;
     let state = crate::claim::EventState::read(rows)?
         .ok_or_else(|| WebhookError::Internal("enqueue returned no event".into()))?;
     match state.answer {
         Some(ClaimStatus::Queued) => {
-            // Ordered events are judged when a worker would lease them:
-            // each consumer has its own watermark.
-            if let Some(order) = d.order {
-                crate::ordering::remember(
-                    client,
-                    crate::ordering::Kept::Queued,
-                    d.provider,
-                    d.event_id,
-                    order,
-                )?;
-            }
             wake(client)?;
             Ok(Outcome {
                 id,
