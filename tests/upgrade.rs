@@ -227,6 +227,28 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
         )
         .unwrap();
         fill(&mut old);
+        // A release with the inbox: an event leased through its own SQL
+        // before the upgrade, and finished after it.
+        let has_inbox: bool = old
+            .query_one(
+                "SELECT to_regprocedure('webhook_next(integer, text, text, text, interval)') IS NOT NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        let in_flight: Option<String> = has_inbox.then(|| {
+            old.execute(
+                "SELECT webhook_enqueue('stripe', 'evt_in_flight', 'invoice.paid', '{}'::jsonb)",
+                &[],
+            )
+            .unwrap();
+            old.query_one(
+                "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+        });
         let before: Vec<String> = old
             .query(
                 "SELECT provider || '/' || event_id || '/' || status || '/' || attempts FROM webhook.events ORDER BY 1",
@@ -326,6 +348,21 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             .get(0);
         assert_eq!(processed, 1);
         ops.query("SELECT * FROM webhook.inbox_stats", &[]).unwrap();
+        if let Some(lease) = &in_flight {
+            app.execute("SELECT webhook_complete($1::text::uuid)", &[lease])
+                .unwrap();
+            let status: String = ops
+                .query_one(
+                    "SELECT status::text FROM webhook.inbox WHERE event_id = 'evt_in_flight'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            assert_eq!(
+                status, "processed",
+                "a lease taken before {version} was upgraded"
+            );
+        }
 
         // (d) Ordering works in the upgraded database: the DBA turns it on,
         // the application's older event is answered stale.
