@@ -148,6 +148,49 @@ pub fn record_skipped(client: &mut SpiClient<'_>, entry: Entry<'_>, reason: &str
     Ok(())
 }
 
+/// A verified endpoint check (`schemes::handshake`): no event, archived
+/// whole with what it was.
+pub struct Handshake<'a> {
+    pub id: pgrx::Uuid,
+    pub provider: &'a str,
+    pub kind: &'a str,
+    pub payload: RawJsonb,
+    pub raw_body: &'a [u8],
+    pub signature: Option<&'a str>,
+    pub headers: Option<RawJsonb>,
+}
+
+static RECORD_HANDSHAKE: Statement = Statement {
+    sql: "INSERT INTO webhook.delivery_log
+              (id, provider, event_type, payload, raw_body, signature, headers, claim_status)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, 'handshake')",
+    arg_types: &[
+        pg_sys::UUIDOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+        pg_sys::BYTEAOID,
+        pg_sys::TEXTOID,
+        pg_sys::JSONBOID,
+    ],
+};
+
+pub fn record_handshake(client: &mut SpiClient<'_>, h: Handshake<'_>) -> Result<()> {
+    RECORD_HANDSHAKE.run(
+        client,
+        &[
+            h.id.into(),
+            h.provider.into(),
+            h.kind.into(),
+            h.payload.into(),
+            h.raw_body.into(),
+            h.signature.into(),
+            h.headers.into(),
+        ],
+    )?;
+    Ok(())
+}
+
 /// One refused delivery: `body` is kept up to `kept` bytes.
 pub struct Rejection<'a> {
     pub id: pgrx::Uuid,

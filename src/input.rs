@@ -53,6 +53,35 @@ pub fn optional_text<'a>(
     }
 }
 
+/// Longest URL accepted: far past any webhook endpoint's.
+pub const MAX_URL_BYTES: usize = 8192;
+
+/// The public URL a provider called (NULL allowed): absolute `http://` or
+/// `https://`, bounded, no whitespace or control characters (a URL as sent
+/// on the wire has none).
+pub fn url<'a>(
+    function: &'static str,
+    arg: &'static str,
+    value: Option<&'a str>,
+) -> Result<Option<&'a str>> {
+    let Some(url) = optional_text(function, arg, value, MAX_URL_BYTES)? else {
+        return Ok(None);
+    };
+    let scheme_ok = ["http://", "https://"].iter().any(|scheme| {
+        url.get(..scheme.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+            && url.len() > scheme.len()
+    });
+    if !scheme_ok || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(WebhookError::InvalidArgument {
+            function,
+            arg,
+            rule: "must be the absolute http:// or https:// URL the provider called, as it called it",
+        });
+    }
+    Ok(Some(url))
+}
+
 pub fn required<T>(function: &'static str, arg: &'static str, value: Option<T>) -> Result<T> {
     value.ok_or(WebhookError::NullArgument { function, arg })
 }
@@ -118,6 +147,17 @@ pub fn json_object_body<'a>(
     arg: &'static str,
     body: &'a [u8],
 ) -> Result<(&'a str, serde_json::Value)> {
+    json_body(function, arg, body, false)
+}
+
+/// `json_object_body`, or an array too when `batch` (providers that send
+/// a batch of events per request).
+pub fn json_body<'a>(
+    function: &'static str,
+    arg: &'static str,
+    body: &'a [u8],
+    batch: bool,
+) -> Result<(&'a str, serde_json::Value)> {
     let text = std::str::from_utf8(body).map_err(|e| WebhookError::InvalidUtf8 {
         function,
         arg,
@@ -129,7 +169,7 @@ pub fn json_object_body<'a>(
             arg,
             detail: format!("{e}."),
         })?;
-    if !value.is_object() {
+    if !(value.is_object() || batch && value.as_array().is_some_and(|a| !a.is_empty())) {
         return Err(WebhookError::NotAnObject {
             function,
             arg,

@@ -6,11 +6,11 @@
 //! old arguments. Each one takes the old arguments and does what it did,
 //! through the current code, reading and writing only what the previous
 //! release's tables have. The current SQL never creates them (`sql =
-//! false`); they go once nothing can still be on 0.2.0 or 0.3.0.
+//! false`); they go once nothing can still be on a release before this one.
 
 use crate::errors::PgResult;
 use crate::jsonb::RawJsonb;
-use crate::receive::{receive_row, Mode};
+use crate::receive::{receive_answer, Mode};
 use crate::requeue::Log;
 use pgrx::datum::Interval;
 use pgrx::pg_sys;
@@ -23,7 +23,44 @@ pub(crate) enum Sql {
     Release0_2,
     /// 0.3.0: no ordering.
     Release0_3,
+    /// 0.4.0: no handshakes (its claim_status has no label for them).
+    Release0_4,
     Current,
+}
+
+impl Sql {
+    pub fn has_handshakes(self) -> bool {
+        self == Sql::Current
+    }
+}
+
+/// `webhook_receive`'s row up to 0.4.0: no handshake response.
+type ReceiveRow0_4 = (
+    name!(id, pgrx::Uuid),
+    name!(claimed, bool),
+    name!(status, String),
+    name!(attempts, i32),
+    name!(result, Option<RawJsonb>),
+    name!(http_status, i32),
+    name!(reason, String),
+    name!(event_id, Option<String>),
+    name!(event_type, Option<String>),
+    name!(event_type_signed, Option<bool>),
+);
+
+fn receive_released(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    lease: Option<Interval>,
+    mode: Mode,
+    sql: Sql,
+) -> std::result::Result<TableIterator<'static, ReceiveRow0_4>, pg_sys::panic::ErrorReport> {
+    let (id, claimed, status, attempts, result, http, reason, event_id, event_type, signed, _, _) =
+        receive_answer(provider, headers, body, lease, None, mode, sql)?.row();
+    Ok(TableIterator::once((
+        id, claimed, status, attempts, result, http, reason, event_id, event_type, signed,
+    )))
 }
 
 /// 0.2.0's `webhook_fail(uuid, text)`.
@@ -57,7 +94,7 @@ fn webhook_receive(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_row(provider, headers, body, lease, Mode::Claim, Sql::Release0_2)
+    receive_released(provider, headers, body, lease, Mode::Claim, Sql::Release0_2)
 }
 
 /// 0.2.0's `webhook_receive(text, jsonb, text, interval)`.
@@ -85,7 +122,7 @@ fn webhook_receive_text(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_row(
+    receive_released(
         provider,
         headers,
         body.map(str::as_bytes),
@@ -128,7 +165,7 @@ fn receive_delivery(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_row(
+    receive_released(
         provider,
         headers,
         body,
@@ -165,6 +202,121 @@ fn receive_delivery_text(
     pg_sys::panic::ErrorReport,
 > {
     receive_delivery(provider, headers, body.map(str::as_bytes), lease, inbox)
+}
+
+/// 0.4.0's `webhook_receive(text, jsonb, bytea, interval, boolean)`: no
+/// URL, no handshakes.
+#[pg_extern(sql = false)]
+fn receive_body(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    lease: Option<Interval>,
+    inbox: Option<bool>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+            name!(http_status, i32),
+            name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    receive_released(
+        provider,
+        headers,
+        body,
+        lease,
+        Mode::from(inbox),
+        Sql::Release0_4,
+    )
+}
+
+/// 0.4.0's `webhook_receive(text, jsonb, text, interval, boolean)`.
+#[pg_extern(sql = false)]
+fn receive_body_text(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&str>,
+    lease: Option<Interval>,
+    inbox: Option<bool>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+            name!(http_status, i32),
+            name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    receive_body(provider, headers, body.map(str::as_bytes), lease, inbox)
+}
+
+/// Up to 0.4.0, `webhook_verify(text, jsonb, bytea, text[], interval)`:
+/// no URL.
+#[pg_extern(sql = false)]
+fn webhook_verify(
+    scheme: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    secrets: Option<Vec<Option<String>>>,
+    tolerance: Option<Interval>,
+) -> PgResult<bool> {
+    crate::verify::verify_request(scheme, headers, body, secrets, tolerance, None)
+}
+
+/// Up to 0.4.0, `webhook_verify(text, jsonb, text, text[], interval)`.
+#[pg_extern(sql = false)]
+fn webhook_verify_text(
+    scheme: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&str>,
+    secrets: Option<Vec<Option<String>>>,
+    tolerance: Option<Interval>,
+) -> PgResult<bool> {
+    crate::verify::verify_request_text(scheme, headers, body, secrets, tolerance, None)
+}
+
+/// Up to 0.4.0, `webhook_verify_detail(text, jsonb, bytea, text[], interval)`.
+#[pg_extern(sql = false)]
+fn webhook_verify_detail(
+    scheme: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    secrets: Option<Vec<Option<String>>>,
+    tolerance: Option<Interval>,
+) -> crate::verify::DetailResult {
+    crate::verify::verify_request_detail(scheme, headers, body, secrets, tolerance, None)
+}
+
+/// Up to 0.4.0, `webhook_verify_detail(text, jsonb, text, text[], interval)`.
+#[pg_extern(sql = false)]
+fn webhook_verify_detail_text(
+    scheme: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&str>,
+    secrets: Option<Vec<Option<String>>>,
+    tolerance: Option<Interval>,
+) -> crate::verify::DetailResult {
+    crate::verify::verify_request_detail_text(scheme, headers, body, secrets, tolerance, None)
 }
 
 /// 0.2.0's and 0.3.0's `webhook_complete(uuid, jsonb)`: no watermarks.

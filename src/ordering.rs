@@ -95,6 +95,31 @@ fn decimal(text: &str) -> Option<String> {
 /// a space, `Z` may be `z`) as seconds since the Unix epoch, its fraction
 /// kept digit for digit. A leap second reads as the second after it.
 fn rfc3339_seconds(text: &str) -> Option<String> {
+    let (seconds, fraction) = rfc3339_parts(text)?;
+    Some(if fraction.is_empty() {
+        seconds.to_string()
+    } else if seconds < 0 {
+        // -1.25 is 1.25 s before the epoch: the whole part and the
+        // fraction must carry the same sign.
+        let borrowed = seconds + 1;
+        match complement_fraction(fraction) {
+            Some(c) => format!("{}{}.{c}", if borrowed == 0 { "-" } else { "" }, borrowed),
+            None => seconds.to_string(),
+        }
+    } else {
+        format!("{seconds}.{fraction}")
+    })
+}
+
+/// An RFC 3339 date-time as whole Unix seconds (the fraction dropped, so
+/// the instant is never later than the one written): how the schemes that
+/// sign such a timestamp (PayPal, Twitch) are held to their window.
+pub fn rfc3339_unix(text: &str) -> Option<i64> {
+    rfc3339_parts(text).map(|(seconds, _)| seconds)
+}
+
+/// The whole seconds since the epoch and the fraction's digits.
+fn rfc3339_parts(text: &str) -> Option<(i64, &str)> {
     let b = text.as_bytes();
     let num = |range: std::ops::Range<usize>| -> Option<i64> {
         let part = b.get(range)?;
@@ -156,19 +181,7 @@ fn rfc3339_seconds(text: &str) -> Option<String> {
     };
     let seconds =
         days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
-    Some(if fraction.is_empty() {
-        seconds.to_string()
-    } else if seconds < 0 {
-        // -1.25 is 1.25 s before the epoch: the whole part and the
-        // fraction must carry the same sign.
-        let borrowed = seconds + 1;
-        match complement_fraction(fraction) {
-            Some(c) => format!("{}{}.{c}", if borrowed == 0 { "-" } else { "" }, borrowed),
-            None => seconds.to_string(),
-        }
-    } else {
-        format!("{seconds}.{fraction}")
-    })
+    Some((seconds, fraction))
 }
 
 /// `1 - 0.<fraction>` as fraction digits (its ten's complement), or None

@@ -27,27 +27,46 @@ use crate::jsonb::{self, RawJsonb};
 use crate::legacy::Sql;
 use crate::ordering;
 use crate::plans::Statement;
-use crate::schemes::{self, Headers, Scheme};
+use crate::schemes::{self, handshake, Headers, Scheme};
 use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
-use sha2::{Digest, Sha256};
 
 const FUNCTION: &str = "webhook_receive";
+
+/// What `webhook_receive` returns: the claim's answer, what to send the
+/// provider, and what the handler dispatches on.
+pub(crate) type ReceiveRow = (
+    name!(id, pgrx::Uuid),
+    name!(claimed, bool),
+    name!(status, String),
+    name!(attempts, i32),
+    name!(result, Option<RawJsonb>),
+    name!(http_status, i32),
+    name!(reason, String),
+    name!(event_id, Option<String>),
+    name!(event_type, Option<String>),
+    name!(event_type_signed, Option<bool>),
+    name!(response, Option<String>),
+    name!(response_type, Option<String>),
+);
 
 /// Receive a delivery given its raw body (exact: signatures cover these
 /// bytes). `inbox`: store and queue it for workers and answer 2xx at once
 /// (true), claim it for this transaction to process (false), or as the
-/// provider is registered (NULL).
+/// provider is registered (NULL). `url`: the public URL the provider
+/// called, for the schemes that sign it (Twilio, Square, HubSpot); behind
+/// a proxy, the URL as the provider saw it, not as the application did.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
 #[search_path(pg_catalog, pg_temp)]
-fn receive_body(
+fn receive_request(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     lease: default!(Option<Interval>, "NULL"),
     inbox: default!(Option<bool>, "NULL"),
+    url: default!(Option<&str>, "NULL"),
 ) -> std::result::Result<
     TableIterator<
         'static,
@@ -62,29 +81,34 @@ fn receive_body(
             name!(event_id, Option<String>),
             name!(event_type, Option<String>),
             name!(event_type_signed, Option<bool>),
+            name!(response, Option<String>),
+            name!(response_type, Option<String>),
         ),
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_row(
+    let answer = receive_answer(
         provider,
         headers,
         body,
         lease,
+        url,
         Mode::from(inbox),
         Sql::Current,
-    )
+    )?;
+    Ok(TableIterator::once(answer.row()))
 }
 
 /// Text form, for a body passed as a string.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
 #[search_path(pg_catalog, pg_temp)]
-fn receive_body_text(
+fn receive_request_text(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
     inbox: default!(Option<bool>, "NULL"),
+    url: default!(Option<&str>, "NULL"),
 ) -> std::result::Result<
     TableIterator<
         'static,
@@ -99,11 +123,13 @@ fn receive_body_text(
             name!(event_id, Option<String>),
             name!(event_type, Option<String>),
             name!(event_type_signed, Option<bool>),
+            name!(response, Option<String>),
+            name!(response_type, Option<String>),
         ),
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_body(provider, headers, body.map(str::as_bytes), lease, inbox)
+    receive_request(provider, headers, body.map(str::as_bytes), lease, inbox, url)
 }
 
 /// How a delivery is taken.
@@ -128,54 +154,31 @@ impl From<Option<bool>> for Mode {
     }
 }
 
-pub(crate) fn receive_row(
+pub(crate) fn receive_answer(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     lease: Option<Interval>,
+    url: Option<&str>,
     mode: Mode,
     sql: Sql,
-) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(claimed, bool),
-            name!(status, String),
-            name!(attempts, i32),
-            name!(result, Option<RawJsonb>),
-            name!(http_status, i32),
-            name!(reason, String),
-            name!(event_id, Option<String>),
-            name!(event_type, Option<String>),
-            name!(event_type_signed, Option<bool>),
-        ),
-    >,
-    pg_sys::panic::ErrorReport,
-> {
+) -> Result<Answer> {
     let provider = input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?;
     let headers = input::required(FUNCTION, "headers", headers)?;
     let body = input::required(FUNCTION, "body", body)?;
     input::payload_size(FUNCTION, "body", body.len())?;
     let lease = input::lease(FUNCTION, "lease", lease)?;
-    let answer =
-        Spi::connect_mut(|client| receive(client, provider, headers, body, lease, mode, sql))?;
-    let (id, claimed, status, attempts, result) = answer.outcome.row();
-    Ok(TableIterator::once((
-        id,
-        claimed,
-        status,
-        attempts,
-        result,
-        answer.http_status,
-        answer.reason.to_string(),
-        answer.event_id,
-        answer.event_type,
-        answer.event_type_signed,
-    )))
+    let url = input::url(FUNCTION, "url", url)?;
+    let request = Incoming {
+        provider,
+        headers,
+        body,
+        url,
+    };
+    Spi::connect_mut(|client| receive(client, request, lease, mode, sql))
 }
 
-struct Answer {
+pub(crate) struct Answer {
     outcome: Outcome,
     http_status: i32,
     reason: &'static str,
@@ -185,6 +188,33 @@ struct Answer {
     /// Whether the signature covers the event type (false: it came from a
     /// header anyone relaying the delivery could have changed).
     event_type_signed: Option<bool>,
+    /// What to send the provider instead of an empty 2xx (a handshake's
+    /// answer), and its content type.
+    response: Option<(String, &'static str)>,
+}
+
+impl Answer {
+    pub(crate) fn row(self) -> ReceiveRow {
+        let (id, claimed, status, attempts, result) = self.outcome.row();
+        let (response, response_type) = match self.response {
+            Some((body, content_type)) => (Some(body), Some(content_type.to_string())),
+            None => (None, None),
+        };
+        (
+            id,
+            claimed,
+            status,
+            attempts,
+            result,
+            self.http_status,
+            self.reason.to_string(),
+            self.event_id,
+            self.event_type,
+            self.event_type_signed,
+            response,
+            response_type,
+        )
+    }
 }
 
 impl Answer {
@@ -202,6 +232,7 @@ impl Answer {
             event_id: None,
             event_type: None,
             event_type_signed: None,
+            response: None,
         }
     }
 }
@@ -279,7 +310,7 @@ static BIND: Statement = Statement {
 
 fn load_provider(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<Provider> {
     let statement = match sql {
-        Sql::Current => &LOAD_PROVIDER,
+        Sql::Current | Sql::Release0_4 => &LOAD_PROVIDER,
         Sql::Release0_3 => &LOAD_PROVIDER_0_3,
         Sql::Release0_2 => &LOAD_PROVIDER_0_2,
     };
@@ -420,15 +451,27 @@ fn reject(
     Ok(Answer::refused(id, http_status, reason))
 }
 
+/// A delivery as the handler passed it.
+struct Incoming<'a> {
+    provider: &'a str,
+    headers: RawJsonb,
+    body: &'a [u8],
+    url: Option<&'a str>,
+}
+
 fn receive(
     client: &mut SpiClient<'_>,
-    provider_name: &str,
-    headers: RawJsonb,
-    body: &[u8],
+    incoming: Incoming<'_>,
     lease: Interval,
     mode: Mode,
     sql: Sql,
 ) -> Result<Answer> {
+    let Incoming {
+        provider: provider_name,
+        headers,
+        body,
+        url,
+    } = incoming;
     let provider = load_provider(client, provider_name, sql)?;
     let inbox = match mode {
         Mode::AsRegistered => provider.inbox,
@@ -457,10 +500,14 @@ fn receive(
     };
     request.headers = archived_headers(headers, &headers_json)?;
     let secrets: Vec<Option<&str>> = provider.secrets.iter().map(Option::as_deref).collect();
+    let signed = schemes::Request {
+        headers: &headers_parsed,
+        body,
+        url,
+    };
     let authentic = match schemes::authenticate(
         &provider.scheme,
-        &headers_parsed,
-        body,
+        &signed,
         &secrets,
         provider.tolerance,
         schemes::now_unix(),
@@ -470,9 +517,22 @@ fn receive(
     };
 
     // Parsed once: serde's document for reading the ids, jsonb for storing.
-    let Ok((body_text, body_json)) = input::json_object_body(FUNCTION, "body", body) else {
+    let Some((body_text, body_json)) = document(&provider.scheme, body) else {
         return reject(client, &request, 400, "malformed_body", None);
     };
+    if sql.has_handshakes() {
+        let key = secrets
+            .get(authentic.secret)
+            .copied()
+            .flatten()
+            .and_then(|secret| provider.scheme.hmac_key(secret));
+        if let Some(handshake) =
+            handshake::recognise(&provider.scheme, &headers_parsed, &body_json, key.as_deref())
+        {
+            let payload = jsonb::from_text(FUNCTION, "body", &body_text)?;
+            return answer_handshake(client, &request, payload, handshake);
+        }
+    }
     let covered = authentic.covered_headers;
     let event_id = extract(
         &provider.event_id_from,
@@ -492,7 +552,7 @@ fn receive(
     if event_id.value.len() > MAX_EVENT_ID_BYTES || event_type.value.len() > MAX_EVENT_TYPE_BYTES {
         return reject(client, &request, 400, "malformed_event_id", None);
     }
-    let payload = jsonb::from_text(FUNCTION, "body", body_text)?;
+    let payload = jsonb::from_text(FUNCTION, "body", &body_text)?;
     // None: the provider is not ordered; Some(None): this event has no
     // entity key or order value, and is processed unordered.
     let order = provider
@@ -530,19 +590,17 @@ fn receive(
             event_id: Some(event_id.value.clone()),
             event_type: Some(event_type.value.clone()),
             event_type_signed: Some(event_type.signed),
+            response: None,
         }
     };
 
     if !event_id.signed {
         // The id is not covered by the signature: bind the signed bytes to
         // it, or refuse them under any other id.
-        let mut hasher = Sha256::new();
-        hasher.update(&authentic.prefix);
-        hasher.update(body);
         match bind(
             client,
             provider_name,
-            &hasher.finalize(),
+            &authentic.signed_digest(body),
             &event_id.value,
             inbox,
         )? {
@@ -561,6 +619,72 @@ fn receive(
         claim::claim(client, &delivery)?
     };
     Ok(answer(outcome))
+}
+
+/// The body as the scheme's provider sends it, as JSON text and document:
+/// one event (an object), a batch (an array), or form fields (stored as an
+/// object of strings). None: not what the provider sends.
+fn document<'b>(
+    scheme: &Scheme,
+    body: &'b [u8],
+) -> Option<(std::borrow::Cow<'b, str>, serde_json::Value)> {
+    use crate::schemes::catalog::Body;
+    let kind = scheme.body();
+    if let Ok((text, value)) = input::json_body(FUNCTION, "body", body, kind == Body::Batch) {
+        return Some((text.into(), value));
+    }
+    if kind != Body::Form {
+        return None;
+    }
+    let mut fields = serde_json::Map::new();
+    for (name, value) in crate::schemes::form_fields(body) {
+        let name = String::from_utf8(name).ok()?;
+        let value = String::from_utf8(value).ok()?;
+        if name.contains('\0') || value.contains('\0') {
+            return None;
+        }
+        fields.insert(name, serde_json::Value::String(value));
+    }
+    let value = serde_json::Value::Object(fields);
+    Some((value.to_string().into(), value))
+}
+
+/// A verified endpoint check: archived as a handshake, answered with what
+/// the provider expects.
+fn answer_handshake(
+    client: &mut SpiClient<'_>,
+    request: &Request<'_>,
+    payload: RawJsonb,
+    handshake: handshake::Handshake,
+) -> Result<Answer> {
+    let id = crate::uuid::new_v7();
+    archive::record_handshake(
+        client,
+        archive::Handshake {
+            id,
+            provider: request.provider,
+            kind: handshake.kind,
+            payload,
+            raw_body: request.body,
+            signature: request.signature,
+            headers: request.headers,
+        },
+    )?;
+    Ok(Answer {
+        outcome: Outcome {
+            id,
+            status: ClaimStatus::Handshake,
+            attempts: 0,
+            result: None,
+            tie: false,
+        },
+        http_status: 200,
+        reason: "handshake",
+        event_id: None,
+        event_type: Some(handshake.kind.to_string()),
+        event_type_signed: Some(true),
+        response: Some((handshake.response, handshake.content_type)),
+    })
 }
 
 /// What binding a delivery's signed bytes to its (unsigned) event id found.

@@ -17,42 +17,8 @@ use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-/// True when the delivery is signed by one of `secrets` under `scheme` and,
-/// for schemes that sign a timestamp, within `tolerance` of now (NULL: the
-/// scheme's default, `webhook_schemes().tolerance`).
-#[pg_extern(volatile, parallel_safe)]
-fn webhook_verify(
-    scheme: Option<&str>,
-    headers: Option<RawJsonb>,
-    body: Option<&[u8]>,
-    secrets: Option<Vec<Option<String>>>,
-    tolerance: default!(Option<Interval>, "NULL"),
-) -> PgResult<bool> {
-    Ok(run("webhook_verify", scheme, headers, body, secrets, tolerance)?.valid())
-}
-
-#[pg_extern(volatile, parallel_safe, name = "webhook_verify")]
-fn webhook_verify_text(
-    scheme: Option<&str>,
-    headers: Option<RawJsonb>,
-    body: Option<&str>,
-    secrets: Option<Vec<Option<String>>>,
-    tolerance: default!(Option<Interval>, "NULL"),
-) -> PgResult<bool> {
-    webhook_verify(scheme, headers, body.map(str::as_bytes), secrets, tolerance)
-}
-
-/// The same check, saying why: `reason` is one of ok, missing_header,
-/// malformed_header, bad_signature, timestamp_too_old, timestamp_in_future,
-/// no_secret, invalid_secret; `signed_at` is the signed timestamp, if any.
-#[pg_extern(volatile, parallel_safe)]
-fn webhook_verify_detail(
-    scheme: Option<&str>,
-    headers: Option<RawJsonb>,
-    body: Option<&[u8]>,
-    secrets: Option<Vec<Option<String>>>,
-    tolerance: default!(Option<Interval>, "NULL"),
-) -> std::result::Result<
+/// `webhook_verify_detail`'s result: one row.
+pub(crate) type DetailResult = std::result::Result<
     TableIterator<
         'static,
         (
@@ -62,7 +28,51 @@ fn webhook_verify_detail(
         ),
     >,
     pg_sys::panic::ErrorReport,
-> {
+>;
+
+/// True when the delivery is signed by one of `secrets` under `scheme` and,
+/// for schemes that sign a timestamp, within `tolerance` of now (NULL: the
+/// scheme's default, `webhook_schemes().tolerance`). `secrets` holds what
+/// the scheme verifies with: shared secrets, or the provider's public keys
+/// or certificates. `url`: the public URL the provider called, for the
+/// schemes that sign it (Twilio, Square, HubSpot).
+#[pg_extern(volatile, parallel_safe, name = "webhook_verify")]
+pub(crate) fn verify_request(
+    scheme: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    secrets: Option<Vec<Option<String>>>,
+    tolerance: default!(Option<Interval>, "NULL"),
+    url: default!(Option<&str>, "NULL"),
+) -> PgResult<bool> {
+    Ok(run("webhook_verify", scheme, headers, body, secrets, tolerance, url)?.valid())
+}
+
+#[pg_extern(volatile, parallel_safe, name = "webhook_verify")]
+pub(crate) fn verify_request_text(
+    scheme: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&str>,
+    secrets: Option<Vec<Option<String>>>,
+    tolerance: default!(Option<Interval>, "NULL"),
+    url: default!(Option<&str>, "NULL"),
+) -> PgResult<bool> {
+    verify_request(scheme, headers, body.map(str::as_bytes), secrets, tolerance, url)
+}
+
+/// The same check, saying why: `reason` is one of ok, missing_header,
+/// malformed_header, bad_signature, timestamp_too_old, timestamp_in_future,
+/// no_secret, invalid_secret, missing_url, unknown_certificate; `signed_at`
+/// is the signed timestamp, if any.
+#[pg_extern(volatile, parallel_safe, name = "webhook_verify_detail")]
+pub(crate) fn verify_request_detail(
+    scheme: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    secrets: Option<Vec<Option<String>>>,
+    tolerance: default!(Option<Interval>, "NULL"),
+    url: default!(Option<&str>, "NULL"),
+) -> DetailResult {
     let verdict = run(
         "webhook_verify_detail",
         scheme,
@@ -70,29 +80,28 @@ fn webhook_verify_detail(
         body,
         secrets,
         tolerance,
+        url,
     )?;
     Ok(TableIterator::once(detail_row(verdict)))
 }
 
 #[pg_extern(volatile, parallel_safe, name = "webhook_verify_detail")]
-fn webhook_verify_detail_text(
+pub(crate) fn verify_request_detail_text(
     scheme: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&str>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "NULL"),
-) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(valid, bool),
-            name!(reason, String),
-            name!(signed_at, Option<TimestampWithTimeZone>),
-        ),
-    >,
-    pg_sys::panic::ErrorReport,
-> {
-    webhook_verify_detail(scheme, headers, body.map(str::as_bytes), secrets, tolerance)
+    url: default!(Option<&str>, "NULL"),
+) -> DetailResult {
+    verify_request_detail(
+        scheme,
+        headers,
+        body.map(str::as_bytes),
+        secrets,
+        tolerance,
+        url,
+    )
 }
 
 /// The signature schemes the extension knows, their aliases, where their
@@ -147,6 +156,7 @@ fn run(
     body: Option<&[u8]>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: Option<Interval>,
+    url: Option<&str>,
 ) -> Result<Verdict, WebhookError> {
     let scheme = Scheme::parse(
         function,
@@ -157,6 +167,7 @@ fn run(
     let body = input::required(function, "body", body)?;
     input::payload_size(function, "body", body.len())?;
     let secrets = input::required(function, "secrets", secrets)?;
+    let url = input::url(function, "url", url)?;
     // NULL: the scheme's own window (five minutes where it signs a time).
     let tolerance_secs = match tolerance {
         None => scheme.default_tolerance(),
@@ -176,6 +187,7 @@ fn run(
         &scheme,
         &headers,
         body,
+        url,
         &secrets,
         tolerance_secs,
         crate::schemes::now_unix(),

@@ -24,6 +24,8 @@ pub enum ClaimStatus {
     Queued,
     /// Older than its entity's watermark: nothing to do (ordering).
     Stale,
+    /// An endpoint check with no event, answered as its provider expects.
+    Handshake,
 }
 
 /// `webhook.event_status`: where an event is in its life.
@@ -45,7 +47,7 @@ pub enum EventStatus {
 
 impl ClaimStatus {
     /// In the order of the SQL enum's labels.
-    pub const ALL: [ClaimStatus; 8] = [
+    pub const ALL: [ClaimStatus; 9] = [
         Self::Claimed,
         Self::Retry,
         Self::Duplicate,
@@ -54,6 +56,7 @@ impl ClaimStatus {
         Self::Rejected,
         Self::Queued,
         Self::Stale,
+        Self::Handshake,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -66,6 +69,7 @@ impl ClaimStatus {
             Self::Rejected => "rejected",
             Self::Queued => "queued",
             Self::Stale => "stale",
+            Self::Handshake => "handshake",
         }
     }
 

@@ -33,9 +33,24 @@ pub struct Entry {
     pub entity_key_from: Option<&'static str>,
     /// Ordering's preset: where the event's order value is, in the body.
     pub order_from: Option<&'static str>,
-    /// For a provider whose signature is an HMAC of the body in one
-    /// header: the generic scheme it is (`hmac;header=…`).
-    pub generic: Option<&'static str>,
+    /// For a provider verified exactly as another scheme: that scheme
+    /// (`standard`, or the generic `hmac;header=…` it is).
+    pub verified_as: Option<&'static str>,
+    /// What its bodies are.
+    pub body: Body,
+}
+
+/// What a provider's request bodies are, as `webhook_receive` reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// One event, a JSON object.
+    Event,
+    /// A batch: a JSON array of events (the event id and type are read off
+    /// the first, `body:0.…`).
+    Batch,
+    /// Form fields (`application/x-www-form-urlencoded`), stored as a JSON
+    /// object of strings; or a JSON object.
+    Form,
 }
 
 /// Five minutes, the window Stripe's and the Standard Webhooks libraries
@@ -55,7 +70,8 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: Some("body:data.object.id"),
         // Unix seconds: events of the same second tie.
         order_from: Some("body:created"),
-        generic: None,
+        verified_as: None,
+        body: Body::Event,
     },
     Entry {
         name: "github",
@@ -69,7 +85,8 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: None,
         // The resource's own updated_at; which resource depends on the event.
         order_from: Some("body:pull_request.updated_at|body:issue.updated_at"),
-        generic: None,
+        verified_as: None,
+        body: Body::Event,
     },
     Entry {
         name: "standard",
@@ -91,7 +108,8 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: None,
         // The payload's own timestamp: webhook-timestamp changes on every retry.
         order_from: Some("body:timestamp"),
-        generic: None,
+        verified_as: None,
+        body: Body::Event,
     },
     Entry {
         name: "paddle",
@@ -104,7 +122,8 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body",
         entity_key_from: Some("body:data.id"),
         order_from: Some("body:occurred_at"),
-        generic: None,
+        verified_as: None,
+        body: Body::Event,
     },
     Entry {
         name: "shopify",
@@ -119,7 +138,8 @@ pub const CATALOG: &[Entry] = &[
         signs: "body only",
         entity_key_from: None,
         order_from: Some("body:updated_at"),
-        generic: None,
+        verified_as: None,
+        body: Body::Event,
     },
     Entry {
         name: "slack",
@@ -132,7 +152,8 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body",
         entity_key_from: None,
         order_from: Some("body:event_time"),
-        generic: None,
+        verified_as: None,
+        body: Body::Event,
     },
     Entry {
         name: "typeform",
@@ -147,7 +168,204 @@ pub const CATALOG: &[Entry] = &[
         order_from: None,
         // `sha256=` and the base64 of HMAC-SHA256 of the raw body, keyed
         // with the webhook's secret as it is.
-        generic: Some("hmac;header=Typeform-Signature;encoding=base64;prefix=sha256="),
+        verified_as: Some("hmac;header=Typeform-Signature;encoding=base64;prefix=sha256="),
+        body: Body::Event,
+    },
+    Entry {
+        name: "supabase",
+        aliases: &[],
+        // Supabase's Auth hooks follow Standard Webhooks (`v1,whsec_…`
+        // secrets); the payload names the action in different places.
+        event_id_from: Some("header:webhook-id"),
+        event_type_from: Some("body:type|body:email_data.email_action_type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        tolerance: FIVE_MINUTES,
+        signs: "id, timestamp and body",
+        entity_key_from: None,
+        order_from: None,
+        verified_as: Some("standard"),
+        body: Body::Event,
+    },
+    Entry {
+        name: "discord",
+        aliases: &[],
+        event_id_from: Some("body:id"),
+        event_type_from: Some("body:type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        tolerance: FIVE_MINUTES,
+        signs: "timestamp and body, Ed25519",
+        entity_key_from: None,
+        order_from: None,
+        verified_as: None,
+        body: Body::Event,
+    },
+    Entry {
+        name: "sendgrid",
+        aliases: &["twilio-sendgrid"],
+        event_id_from: Some("body:0.sg_event_id"),
+        event_type_from: Some("body:0.event"),
+        event_id_signed: true,
+        event_type_signed: true,
+        tolerance: FIVE_MINUTES,
+        signs: "timestamp and body, ECDSA P-256",
+        entity_key_from: None,
+        order_from: None,
+        verified_as: None,
+        body: Body::Batch,
+    },
+    Entry {
+        name: "paypal",
+        aliases: &[],
+        event_id_from: Some("body:id"),
+        event_type_from: Some("body:event_type"),
+        // The body is covered by a CRC32 only: treated as unsigned, so
+        // the signed bytes are bound to the id at first sight.
+        event_id_signed: false,
+        event_type_signed: false,
+        tolerance: FIVE_MINUTES,
+        signs: "transmission id and time, webhook id, CRC32 of the body; RSA-SHA256",
+        entity_key_from: Some("body:resource.id"),
+        order_from: Some("body:create_time"),
+        verified_as: None,
+        body: Body::Event,
+    },
+    Entry {
+        name: "twilio",
+        aliases: &[],
+        // One token per callback, the same on every retry.
+        event_id_from: Some("header:I-Twilio-Idempotency-Token"),
+        event_type_from: Some(
+            "body:MessageStatus|body:SmsStatus|body:CallStatus|body:EventType|body:type",
+        ),
+        event_id_signed: false,
+        event_type_signed: true,
+        tolerance: None,
+        signs: "URL and form fields (or URL with the body's SHA-256)",
+        entity_key_from: None,
+        order_from: None,
+        verified_as: None,
+        body: Body::Form,
+    },
+    Entry {
+        name: "square",
+        aliases: &[],
+        event_id_from: Some("body:event_id"),
+        event_type_from: Some("body:type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        tolerance: None,
+        signs: "URL and body",
+        entity_key_from: Some("body:data.id"),
+        order_from: Some("body:created_at"),
+        verified_as: None,
+        body: Body::Event,
+    },
+    Entry {
+        name: "zoom",
+        aliases: &[],
+        // Zoom's events carry no id of their own: the DBA names one.
+        event_id_from: None,
+        event_type_from: Some("body:event"),
+        event_id_signed: true,
+        event_type_signed: true,
+        tolerance: FIVE_MINUTES,
+        signs: "timestamp and body",
+        entity_key_from: None,
+        order_from: Some("body:event_ts"),
+        verified_as: None,
+        body: Body::Event,
+    },
+    Entry {
+        name: "twitch",
+        aliases: &["eventsub"],
+        event_id_from: Some("header:Twitch-Eventsub-Message-Id"),
+        event_type_from: Some("body:subscription.type"),
+        event_id_signed: true,
+        event_type_signed: true,
+        // Twitch: refuse messages more than 10 minutes old.
+        tolerance: Some(600),
+        signs: "message id, timestamp and body",
+        entity_key_from: None,
+        order_from: None,
+        verified_as: None,
+        body: Body::Event,
+    },
+    Entry {
+        name: "mailgun",
+        aliases: &[],
+        event_id_from: Some("body:event-data.id"),
+        event_type_from: Some("body:event-data.event"),
+        // The signature covers the timestamp and token, not the event.
+        event_id_signed: false,
+        event_type_signed: false,
+        tolerance: FIVE_MINUTES,
+        signs: "timestamp and token in the body, not the event",
+        entity_key_from: None,
+        order_from: None,
+        verified_as: None,
+        body: Body::Event,
+    },
+    Entry {
+        name: "linear",
+        aliases: &[],
+        event_id_from: Some("header:Linear-Delivery"),
+        event_type_from: Some("body:type"),
+        event_id_signed: false,
+        event_type_signed: true,
+        // Linear: refuse a webhookTimestamp more than a minute away.
+        tolerance: Some(60),
+        signs: "body only (its webhookTimestamp in it)",
+        entity_key_from: Some("body:data.id"),
+        order_from: Some("body:webhookTimestamp"),
+        verified_as: None,
+        body: Body::Event,
+    },
+    Entry {
+        name: "hubspot",
+        aliases: &[],
+        event_id_from: Some("body:0.eventId"),
+        event_type_from: Some("body:0.subscriptionType"),
+        event_id_signed: true,
+        event_type_signed: true,
+        tolerance: FIVE_MINUTES,
+        signs: "method, URL, body and timestamp (v3)",
+        entity_key_from: None,
+        order_from: None,
+        verified_as: None,
+        body: Body::Batch,
+    },
+    Entry {
+        name: "calendly",
+        aliases: &[],
+        // Calendly's payloads carry no event id: the DBA names one.
+        event_id_from: None,
+        event_type_from: Some("body:event"),
+        event_id_signed: true,
+        event_type_signed: true,
+        tolerance: Some(180),
+        signs: "timestamp and body",
+        entity_key_from: None,
+        order_from: None,
+        verified_as: None,
+        body: Body::Event,
+    },
+    Entry {
+        name: "woocommerce",
+        aliases: &[],
+        event_id_from: Some("header:X-WC-Webhook-Delivery-ID"),
+        event_type_from: Some("header:X-WC-Webhook-Topic"),
+        event_id_signed: false,
+        event_type_signed: false,
+        tolerance: None,
+        signs: "body only",
+        entity_key_from: None,
+        order_from: None,
+        // The base64 of HMAC-SHA256 of the raw body, keyed with the
+        // webhook's secret as it is.
+        verified_as: Some("hmac;header=X-WC-Webhook-Signature;encoding=base64"),
+        body: Body::Event,
     },
     Entry {
         name: "hmac",
@@ -160,7 +378,8 @@ pub const CATALOG: &[Entry] = &[
         signs: "body only",
         entity_key_from: None,
         order_from: None,
-        generic: None,
+        verified_as: None,
+        body: Body::Event,
     },
 ];
 
@@ -219,6 +438,9 @@ mod tests {
             );
             let tolerance = match entry.tolerance {
                 Some(300) => "5 minutes",
+                Some(600) => "10 minutes",
+                Some(180) => "3 minutes",
+                Some(60) => "1 minute",
                 Some(other) => panic!("document a tolerance of {other} s"),
                 None => "—",
             };
@@ -256,6 +478,7 @@ mod tests {
             &scheme,
             &headers,
             body,
+            None,
             &[Some("typeform-test-secret")],
             300,
             0,

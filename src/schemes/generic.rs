@@ -82,12 +82,6 @@ impl GenericHmac {
             decode_hex(encoded, len)
         };
         let digest = digest.ok_or(Reason::MalformedHeader)?;
-        Ok(Signed {
-            algorithm: self.algorithm,
-            candidates: vec![digest],
-            prefix: Vec::new(),
-            timestamp: None,
-            covered_headers: &[],
-        })
+        Ok(Signed::hmac(self.algorithm, vec![digest]))
     }
 }

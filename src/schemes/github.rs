@@ -24,11 +24,5 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     };
     let hex = header.strip_prefix(label).ok_or(Reason::MalformedHeader)?;
     let digest = decode_hex(hex, algorithm.digest_len()).ok_or(Reason::MalformedHeader)?;
-    Ok(Signed {
-        algorithm,
-        candidates: vec![digest],
-        prefix: Vec::new(),
-        timestamp: None,
-        covered_headers: &[],
-    })
+    Ok(Signed::hmac(algorithm, vec![digest]))
 }

@@ -11,21 +11,36 @@
 //! Everything below `verify` is plain Rust over plain data, so the parsers
 //! are property-tested without a server.
 
+mod calendly;
 pub mod catalog;
+mod discord;
 mod generic;
 mod github;
+pub mod handshake;
 mod headers;
+mod hubspot;
+mod keys;
+mod linear;
+mod mailgun;
 mod paddle;
+mod paypal;
+mod sendgrid;
 mod shopify;
 mod slack;
+mod square;
 mod standard;
 mod stripe;
+mod twilio;
+mod twitch;
+mod zoom;
 
 pub use generic::GenericHmac;
 pub use headers::Headers;
+pub use twilio::form_fields;
+use keys::{Candidate, Key, Registered};
 
 use crate::errors::WebhookError;
-use crate::signature::{self, Algorithm};
+use crate::signature::Algorithm;
 
 /// Why a delivery was accepted or refused; the SQL `reason` column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +63,11 @@ pub enum Reason {
     /// None of the secrets can be a key for this scheme (e.g. a Standard
     /// Webhooks secret that is not base64).
     InvalidSecret,
+    /// The scheme signs the URL the provider called, and none was given.
+    MissingUrl,
+    /// The delivery names the certificate that signed it, and no
+    /// certificate is registered under that name (PayPal).
+    UnknownCertificate,
 }
 
 impl Reason {
@@ -61,6 +81,8 @@ impl Reason {
             Reason::TimestampInFuture => "timestamp_in_future",
             Reason::NoSecret => "no_secret",
             Reason::InvalidSecret => "invalid_secret",
+            Reason::MissingUrl => "missing_url",
+            Reason::UnknownCertificate => "unknown_certificate",
         }
     }
 }
@@ -86,25 +108,115 @@ impl Verdict {
     }
 }
 
+/// What a scheme reads a delivery from: its headers and raw body, and the
+/// public URL the provider called, for the schemes that sign it.
+pub struct Request<'h, 'a> {
+    pub headers: &'h Headers<'a>,
+    pub body: &'h [u8],
+    pub url: Option<&'h str>,
+}
+
+impl Request<'_, '_> {
+    /// The URL, for a scheme that signs it: `MissingUrl` when the handler
+    /// did not pass one.
+    fn url(&self) -> Result<&str, Reason> {
+        self.url.ok_or(Reason::MissingUrl)
+    }
+}
+
 /// What a scheme reads off a request: the signatures to try, the bytes
-/// signed before the body, and the signing time if the scheme has one.
+/// signed around the body, and the signing time if the scheme has one.
 pub struct Signed {
-    pub algorithm: Algorithm,
-    pub candidates: Vec<Vec<u8>>,
-    pub prefix: Vec<u8>,
+    pub candidates: Vec<Candidate>,
+    /// What is signed before the body; alternatives are tried in order
+    /// (Twilio's URL with and without its default port).
+    pub prefixes: Vec<Vec<u8>>,
+    /// Whether the raw body follows the prefix. False where the scheme
+    /// covers the body inside the prefix instead (a CRC for PayPal, the
+    /// form fields for Twilio, a digest for Mailgun's token).
+    pub body_signed: bool,
+    /// What is signed after the body (HubSpot's timestamp).
+    pub suffix: Vec<u8>,
     pub timestamp: Option<i64>,
-    /// Headers (lower case) whose values are part of `prefix`, so covered
+    /// Headers (lower case) whose values are part of the prefix, so covered
     /// by the signature: only these may be trusted as an event id.
     pub covered_headers: &'static [&'static str],
+    /// The key the delivery says signed it (PayPal's certificate URL): only
+    /// a key registered under that name may verify it.
+    pub key_name: Option<String>,
+}
+
+impl Signed {
+    /// Signatures over the body alone.
+    pub fn new(candidates: Vec<Candidate>) -> Self {
+        Signed {
+            candidates,
+            prefixes: vec![Vec::new()],
+            body_signed: true,
+            suffix: Vec::new(),
+            timestamp: None,
+            covered_headers: &[],
+            key_name: None,
+        }
+    }
+
+    /// HMAC tags of one algorithm over the body alone.
+    pub fn hmac(algorithm: Algorithm, tags: Vec<Vec<u8>>) -> Self {
+        Signed::new(
+            tags.into_iter()
+                .map(|tag| Candidate::hmac(algorithm, tag))
+                .collect(),
+        )
+    }
+
+    pub fn prefix(mut self, prefix: impl Into<Vec<u8>>) -> Self {
+        self.prefixes = vec![prefix.into()];
+        self
+    }
+
+    pub fn at(mut self, timestamp: i64) -> Self {
+        self.timestamp = Some(timestamp);
+        self
+    }
+
+    pub fn covering(mut self, headers: &'static [&'static str]) -> Self {
+        self.covered_headers = headers;
+        self
+    }
+
+    /// The signed bytes are the prefix alone (the scheme covers the body
+    /// inside it).
+    pub fn without_body(mut self) -> Self {
+        self.body_signed = false;
+        self
+    }
 }
 
 /// What an authentic delivery proves beyond its body.
 pub struct Authentic {
     pub signed_at: Option<i64>,
-    /// The bytes signed before the body (timestamp, id…): with the body,
-    /// the whole signed material.
+    /// The signed bytes around the body (timestamp, id, URL…) as verified.
     pub prefix: Vec<u8>,
+    pub body_signed: bool,
+    pub suffix: Vec<u8>,
     pub covered_headers: &'static [&'static str],
+    /// Which of the secrets given verified it (its index).
+    pub secret: usize,
+}
+
+impl Authentic {
+    /// SHA-256 of everything the signature covers: the same bytes signed
+    /// again are the same delivery, whatever unsigned headers say.
+    pub fn signed_digest(&self, body: &[u8]) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update(&self.prefix);
+        if self.body_signed {
+            hasher.update(body);
+        }
+        hasher.update(&self.suffix);
+        hasher.finalize().into()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,9 +227,25 @@ pub enum Scheme {
     Paddle,
     Shopify,
     Slack,
-    /// A provider whose signature is the generic HMAC of the body, named:
-    /// its catalog entry says which (`catalog::Entry::generic`).
-    Preset(&'static str, GenericHmac),
+    Discord,
+    SendGrid,
+    /// PayPal signs with the webhook's id, which the DBA registers in the
+    /// scheme: `paypal;webhook_id=<id>`.
+    PayPal {
+        webhook_id: String,
+    },
+    Twilio,
+    Square,
+    Zoom,
+    Twitch,
+    Mailgun,
+    Linear,
+    HubSpot,
+    Calendly,
+    /// A provider verified exactly as another scheme (Typeform as a
+    /// generic HMAC, Supabase as Standard Webhooks), under its own name for
+    /// its own event id and type sources (`catalog::Entry::verified_as`).
+    Preset(&'static str, Box<Scheme>),
     Hmac(GenericHmac),
 }
 
@@ -137,9 +265,17 @@ impl Scheme {
             known: catalog::known(),
         };
         let entry = catalog::lookup(name).ok_or_else(unknown)?;
-        if let Some(spec) = entry.generic {
-            return GenericHmac::parse(function, arg, spec)
-                .map(|generic| Scheme::Preset(entry.name, generic));
+        if name.contains(';') && !matches!(entry.name, "hmac" | "paypal") {
+            return Err(WebhookError::BadSchemeOption {
+                function,
+                arg,
+                given: name.to_string(),
+                detail: format!("Scheme \"{}\" takes no options.", entry.name),
+            });
+        }
+        if let Some(spec) = entry.verified_as {
+            return Scheme::parse(function, arg, spec)
+                .map(|inner| Scheme::Preset(entry.name, Box::new(inner)));
         }
         match entry.name {
             "stripe" => Ok(Scheme::Stripe),
@@ -148,6 +284,17 @@ impl Scheme {
             "paddle" => Ok(Scheme::Paddle),
             "shopify" => Ok(Scheme::Shopify),
             "slack" => Ok(Scheme::Slack),
+            "discord" => Ok(Scheme::Discord),
+            "sendgrid" => Ok(Scheme::SendGrid),
+            "paypal" => paypal::parse(function, arg, name.trim()),
+            "twilio" => Ok(Scheme::Twilio),
+            "square" => Ok(Scheme::Square),
+            "zoom" => Ok(Scheme::Zoom),
+            "twitch" => Ok(Scheme::Twitch),
+            "mailgun" => Ok(Scheme::Mailgun),
+            "linear" => Ok(Scheme::Linear),
+            "hubspot" => Ok(Scheme::HubSpot),
+            "calendly" => Ok(Scheme::Calendly),
             "hmac" => GenericHmac::parse(function, arg, name.trim()).map(Scheme::Hmac),
             _ => Err(unknown()),
         }
@@ -162,9 +309,25 @@ impl Scheme {
             Scheme::Paddle => "paddle",
             Scheme::Shopify => "shopify",
             Scheme::Slack => "slack",
+            Scheme::Discord => "discord",
+            Scheme::SendGrid => "sendgrid",
+            Scheme::PayPal { .. } => "paypal",
+            Scheme::Twilio => "twilio",
+            Scheme::Square => "square",
+            Scheme::Zoom => "zoom",
+            Scheme::Twitch => "twitch",
+            Scheme::Mailgun => "mailgun",
+            Scheme::Linear => "linear",
+            Scheme::HubSpot => "hubspot",
+            Scheme::Calendly => "calendly",
             Scheme::Preset(name, _) => name,
             Scheme::Hmac(_) => "hmac",
         }
+    }
+
+    /// What the scheme's provider sends as a body.
+    pub fn body(&self) -> catalog::Body {
+        catalog::lookup(self.name()).map_or(catalog::Body::Event, |entry| entry.body)
     }
 
     /// The timestamp window when nobody gave one, in seconds; 0 for
@@ -175,7 +338,8 @@ impl Scheme {
             .unwrap_or(0)
     }
 
-    fn read(&self, headers: &Headers<'_>) -> Result<Signed, Reason> {
+    fn read(&self, request: &Request<'_, '_>) -> Result<Signed, Reason> {
+        let headers = request.headers;
         match self {
             Scheme::Stripe => stripe::read(headers),
             Scheme::Github => github::read(headers),
@@ -183,7 +347,19 @@ impl Scheme {
             Scheme::Paddle => paddle::read(headers),
             Scheme::Shopify => shopify::read(headers),
             Scheme::Slack => slack::read(headers),
-            Scheme::Preset(_, generic) | Scheme::Hmac(generic) => generic.read(headers),
+            Scheme::Discord => discord::read(headers),
+            Scheme::SendGrid => sendgrid::read(headers),
+            Scheme::PayPal { webhook_id } => paypal::read(request, webhook_id),
+            Scheme::Twilio => twilio::read(request),
+            Scheme::Square => square::read(request),
+            Scheme::Zoom => zoom::read(headers),
+            Scheme::Twitch => twitch::read(headers),
+            Scheme::Mailgun => mailgun::read(request),
+            Scheme::Linear => linear::read(request),
+            Scheme::HubSpot => hubspot::read(request),
+            Scheme::Calendly => calendly::read(headers),
+            Scheme::Preset(_, inner) => inner.read(request),
+            Scheme::Hmac(generic) => generic.read(headers),
         }
     }
 
@@ -197,48 +373,71 @@ impl Scheme {
             Scheme::Paddle => vec!["Paddle-Signature"],
             Scheme::Shopify => vec!["X-Shopify-Hmac-Sha256"],
             Scheme::Slack => vec!["X-Slack-Signature"],
-            Scheme::Preset(_, generic) | Scheme::Hmac(generic) => vec![generic.header()],
+            Scheme::Discord => vec!["X-Signature-Ed25519"],
+            Scheme::SendGrid => vec![sendgrid::SIGNATURE],
+            Scheme::PayPal { .. } => vec!["PAYPAL-TRANSMISSION-SIG"],
+            Scheme::Twilio => vec!["X-Twilio-Signature"],
+            Scheme::Square => vec![square::SIGNATURE],
+            Scheme::Zoom => vec!["x-zm-signature"],
+            Scheme::Twitch => vec!["Twitch-Eventsub-Message-Signature"],
+            // In the body.
+            Scheme::Mailgun => vec![],
+            Scheme::Linear => vec!["Linear-Signature"],
+            Scheme::HubSpot => vec!["X-HubSpot-Signature-v3"],
+            Scheme::Calendly => vec!["Calendly-Webhook-Signature"],
+            Scheme::Preset(_, inner) => inner.signature_headers(),
+            Scheme::Hmac(generic) => vec![generic.header()],
         }
     }
 
-    /// How a configured secret becomes the HMAC key: the scheme's rule,
-    /// never guessed from the secret's look. None: not a valid key here.
-    fn key(&self, secret: &str) -> Option<Vec<u8>> {
+    /// How a configured secret becomes a key: the scheme's rule, never
+    /// guessed from the secret's look. None: not a valid key here.
+    fn key(&self, secret: &str) -> Option<Registered> {
         match self {
             Scheme::Standard => standard::key(secret),
+            Scheme::Discord => discord::key(secret),
+            Scheme::SendGrid => keys::p256_public_key(secret).map(Registered::from),
+            Scheme::PayPal { .. } => paypal::key(secret),
+            Scheme::Preset(_, inner) => inner.key(secret),
             // Stripe's whsec_… string, GitHub's and Slack's secrets, Paddle's
-            // pdl_ntfset_… key, Shopify's client secret and the presets'
-            // secrets are all used as the literal bytes of the string.
-            _ => Some(secret.as_bytes().to_vec()),
+            // pdl_ntfset_… key, Shopify's client secret, Twilio's auth
+            // token and the other HMAC secrets are all used as the literal
+            // bytes of the string.
+            _ => Some(Key::Hmac(secret.as_bytes().to_vec()).into()),
+        }
+    }
+
+    /// The key `secret` is under this scheme, as bytes for an HMAC (Zoom's
+    /// handshake answers with an HMAC under the secret that verified it).
+    pub fn hmac_key(&self, secret: &str) -> Option<Vec<u8>> {
+        match self.key(secret)?.key {
+            Key::Hmac(bytes) => Some(bytes),
+            _ => None,
         }
     }
 }
 
-/// Verify one delivery. `now` and `tolerance` in seconds.
+/// Verify one delivery. `now` and `tolerance` in seconds; `url` is the
+/// public URL the provider called, for the schemes that sign it.
 pub fn verify(
     scheme: &Scheme,
     headers: &serde_json::Value,
     body: &[u8],
+    url: Option<&str>,
     secrets: &[Option<&str>],
     tolerance: i64,
     now: i64,
 ) -> Verdict {
-    match Headers::from_json(headers) {
-        Ok(headers) => verify_headers(scheme, &headers, body, secrets, tolerance, now),
-        Err(reason) => Verdict::refused(reason),
-    }
-}
-
-/// `verify` for headers already read.
-pub fn verify_headers(
-    scheme: &Scheme,
-    headers: &Headers<'_>,
-    body: &[u8],
-    secrets: &[Option<&str>],
-    tolerance: i64,
-    now: i64,
-) -> Verdict {
-    match authenticate(scheme, headers, body, secrets, tolerance, now) {
+    let headers = match Headers::from_json(headers) {
+        Ok(headers) => headers,
+        Err(reason) => return Verdict::refused(reason),
+    };
+    let request = Request {
+        headers: &headers,
+        body,
+        url,
+    };
+    match authenticate(scheme, &request, secrets, tolerance, now) {
         Ok(authentic) => Verdict {
             reason: Reason::Ok,
             signed_at: authentic.signed_at,
@@ -251,13 +450,12 @@ pub fn verify_headers(
 /// covers: what `webhook_receive` may trust beyond the body.
 pub fn authenticate(
     scheme: &Scheme,
-    headers: &Headers<'_>,
-    body: &[u8],
+    request: &Request<'_, '_>,
     secrets: &[Option<&str>],
     tolerance: i64,
     now: i64,
 ) -> Result<Authentic, Verdict> {
-    let signed = scheme.read(headers).map_err(Verdict::refused)?;
+    let signed = scheme.read(request).map_err(Verdict::refused)?;
     let verdict = |reason| {
         Err(Verdict {
             reason,
@@ -265,33 +463,47 @@ pub fn authenticate(
         })
     };
 
-    let secrets: Vec<&str> = secrets
+    let given: Vec<(usize, &str)> = secrets
         .iter()
-        .flatten()
-        .copied()
-        .filter(|s| !s.is_empty())
+        .enumerate()
+        .filter_map(|(i, s)| s.filter(|s| !s.is_empty()).map(|s| (i, s)))
         .collect();
-    if secrets.is_empty() {
+    if given.is_empty() {
         return verdict(Reason::NoSecret);
     }
-    let keys: Vec<Vec<u8>> = secrets.iter().filter_map(|s| scheme.key(s)).collect();
+    let mut keys: Vec<(usize, Registered)> = given
+        .iter()
+        .filter_map(|&(i, s)| scheme.key(s).map(|key| (i, key)))
+        .collect();
     if keys.is_empty() {
         return verdict(Reason::InvalidSecret);
     }
-    let parts: [&[u8]; 2] = [&signed.prefix, body];
-    let authentic = keys
-        .iter()
-        .any(|key| signature::matches_any(signed.algorithm, key, &parts, &signed.candidates));
-    if !authentic {
-        return verdict(Reason::BadSignature);
+    if let Some(named) = &signed.key_name {
+        keys.retain(|(_, key)| key.name.as_deref() == Some(named.as_str()));
+        if keys.is_empty() {
+            return verdict(Reason::UnknownCertificate);
+        }
     }
+    let body: &[u8] = if signed.body_signed { request.body } else { &[] };
+    let found = signed.prefixes.iter().find_map(|prefix| {
+        let parts: [&[u8]; 3] = [prefix, body, &signed.suffix];
+        keys.iter()
+            .find(|(_, key)| key.key.verifies(&signed.candidates, &parts))
+            .map(|(i, _)| (*i, prefix))
+    });
+    let Some((secret, prefix)) = found else {
+        return verdict(Reason::BadSignature);
+    };
     match signed.timestamp {
         Some(ts) if ts < now.saturating_sub(tolerance) => verdict(Reason::TimestampTooOld),
         Some(ts) if ts > now.saturating_add(tolerance) => verdict(Reason::TimestampInFuture),
         _ => Ok(Authentic {
             signed_at: signed.timestamp,
-            prefix: signed.prefix,
+            prefix: prefix.clone(),
+            body_signed: signed.body_signed,
+            suffix: signed.suffix.clone(),
             covered_headers: signed.covered_headers,
+            secret,
         }),
     }
 }
@@ -333,7 +545,7 @@ fn timestamp_and_signatures(
         if key == ts_key {
             timestamp = Some(unix_seconds(value)?);
         } else if key == sig_key {
-            candidates.extend(signature::decode_hex(value, 32));
+            candidates.extend(crate::signature::decode_hex(value, 32));
         }
     }
     match (timestamp, candidates.is_empty()) {
@@ -344,3 +556,5 @@ fn timestamp_and_signatures(
 
 #[cfg(test)]
 mod property_tests;
+#[cfg(test)]
+mod vectors;

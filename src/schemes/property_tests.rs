@@ -8,6 +8,8 @@ use proptest::prelude::*;
 use serde_json::json;
 
 const NOW: i64 = 1_700_000_000;
+/// The public URL, for the schemes that sign it.
+const URL: &str = "https://hooks.example.com/in?x=1";
 const TOLERANCE: i64 = 300;
 
 fn all_schemes() -> Vec<Scheme> {
@@ -19,6 +21,19 @@ fn all_schemes() -> Vec<Scheme> {
         Scheme::Shopify,
         Scheme::Slack,
         Scheme::parse("t", "scheme", "typeform").unwrap(),
+        Scheme::parse("t", "scheme", "woocommerce").unwrap(),
+        Scheme::parse("t", "scheme", "supabase").unwrap(),
+        Scheme::Discord,
+        Scheme::SendGrid,
+        Scheme::parse("t", "scheme", "paypal;webhook_id=WH-1").unwrap(),
+        Scheme::Twilio,
+        Scheme::Square,
+        Scheme::Zoom,
+        Scheme::Twitch,
+        Scheme::Mailgun,
+        Scheme::Linear,
+        Scheme::HubSpot,
+        Scheme::Calendly,
         Scheme::parse("t", "scheme", "hmac;header=X-Signature;prefix=sha256=").unwrap(),
         Scheme::parse(
             "t",
@@ -47,6 +62,27 @@ fn header_name() -> impl Strategy<Value = String> {
         Just("X-Slack-Signature".to_string()),
         Just("X-Slack-Request-Timestamp".to_string()),
         Just("Typeform-Signature".to_string()),
+        Just("X-WC-Webhook-Signature".to_string()),
+        Just("X-Signature-Ed25519".to_string()),
+        Just("X-Signature-Timestamp".to_string()),
+        Just("X-Twilio-Email-Event-Webhook-Signature".to_string()),
+        Just("X-Twilio-Email-Event-Webhook-Timestamp".to_string()),
+        Just("PAYPAL-TRANSMISSION-ID".to_string()),
+        Just("PAYPAL-TRANSMISSION-TIME".to_string()),
+        Just("PAYPAL-TRANSMISSION-SIG".to_string()),
+        Just("PAYPAL-CERT-URL".to_string()),
+        Just("PAYPAL-AUTH-ALGO".to_string()),
+        Just("X-Twilio-Signature".to_string()),
+        Just("x-square-hmacsha256-signature".to_string()),
+        Just("x-zm-signature".to_string()),
+        Just("x-zm-request-timestamp".to_string()),
+        Just("Twitch-Eventsub-Message-Signature".to_string()),
+        Just("Twitch-Eventsub-Message-Id".to_string()),
+        Just("Twitch-Eventsub-Message-Timestamp".to_string()),
+        Just("Linear-Signature".to_string()),
+        Just("X-HubSpot-Signature-v3".to_string()),
+        Just("X-HubSpot-Request-Timestamp".to_string()),
+        Just("Calendly-Webhook-Signature".to_string()),
         Just("X-Signature".to_string()),
         Just("X-Sig".to_string()),
         "[A-Za-z-]{1,20}",
@@ -62,6 +98,10 @@ fn header_value() -> impl Strategy<Value = serde_json::Value> {
         "(v1,[A-Za-z0-9+/=]{0,50} ?){0,3}".prop_map(serde_json::Value::from),
         "[A-Za-z0-9+/=_-]{0,90}".prop_map(serde_json::Value::from),
         "[0-9]{0,25}".prop_map(serde_json::Value::from),
+        "20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z".prop_map(serde_json::Value::from),
+        Just(serde_json::Value::from("SHA256withRSA")),
+        "(v1a?,[A-Za-z0-9+/=]{0,90} ?){0,3}".prop_map(serde_json::Value::from),
+        "[0-9a-f]{128}".prop_map(serde_json::Value::from),
         ".{0,200}".prop_map(serde_json::Value::from),
         any::<i64>().prop_map(serde_json::Value::from),
         Just(serde_json::Value::Null),
@@ -82,6 +122,9 @@ fn secrets() -> impl Strategy<Value = Vec<Option<String>>> {
         prop_oneof![
             Just(None),
             "whsec_[A-Za-z0-9+/]{0,44}".prop_map(Some),
+            "whpk_[A-Za-z0-9+/]{43}=".prop_map(Some),
+            "[0-9a-f]{64}".prop_map(Some),
+            Just(Some(format!("https://api.paypal.com/c\n{}", include_str!("testdata/paypal-cert.pem")))),
             ".{0,40}".prop_map(Some),
         ],
         0..4,
@@ -153,14 +196,88 @@ fn signed_request(scheme: &str, secret: &str, body: &[u8], ts: i64) -> serde_jso
             let sig = b64(&hmac_sha256(secret.as_bytes(), &[body]));
             json!({ "Typeform-Signature": format!("sha256={sig}") })
         }
+        "woocommerce" => {
+            json!({ "X-WC-Webhook-Signature": b64(&hmac_sha256(secret.as_bytes(), &[body])) })
+        }
+        "zoom" => {
+            let sig = hex::encode(hmac_sha256(
+                secret.as_bytes(),
+                &[format!("v0:{ts}:").as_bytes(), body],
+            ));
+            json!({ "x-zm-signature": format!("v0={sig}"), "x-zm-request-timestamp": ts.to_string() })
+        }
+        "twitch" => {
+            let sent = rfc3339(ts);
+            let sig = hex::encode(hmac_sha256(
+                secret.as_bytes(),
+                &[b"msg-1", sent.as_bytes(), body],
+            ));
+            json!({ "Twitch-Eventsub-Message-Signature": format!("sha256={sig}"),
+                    "Twitch-Eventsub-Message-Id": "msg-1",
+                    "Twitch-Eventsub-Message-Timestamp": sent })
+        }
+        "calendly" => {
+            let sig = hex::encode(hmac_sha256(
+                secret.as_bytes(),
+                &[format!("{ts}.").as_bytes(), body],
+            ));
+            json!({ "Calendly-Webhook-Signature": format!("t={ts},v1={sig}") })
+        }
+        "square" => {
+            json!({ "x-square-hmacsha256-signature": b64(&hmac_sha256(secret.as_bytes(), &[URL.as_bytes(), body])) })
+        }
+        "hubspot" => {
+            let millis = (ts * 1000).to_string();
+            let sig = b64(&hmac_sha256(
+                secret.as_bytes(),
+                &[b"POST", URL.as_bytes(), body, millis.as_bytes()],
+            ));
+            json!({ "X-HubSpot-Signature-v3": sig, "X-HubSpot-Request-Timestamp": millis })
+        }
         _ => unreachable!(),
     }
 }
 
-const SIGNED_SCHEMES: [&str; 7] = [
-    "stripe", "github", "standard", "paddle", "shopify", "slack", "typeform",
+const SIGNED_SCHEMES: [&str; 13] = [
+    "stripe",
+    "github",
+    "standard",
+    "paddle",
+    "shopify",
+    "slack",
+    "typeform",
+    "woocommerce",
+    "zoom",
+    "twitch",
+    "calendly",
+    "square",
+    "hubspot",
 ];
-const TIMESTAMPED: [&str; 4] = ["stripe", "standard", "paddle", "slack"];
+const TIMESTAMPED: [&str; 7] = [
+    "stripe", "standard", "paddle", "slack", "zoom", "twitch", "hubspot",
+];
+
+/// Unix seconds as RFC 3339 with nanoseconds, as Twitch sends them.
+fn rfc3339(ts: i64) -> String {
+    let days = ts.div_euclid(86_400);
+    let secs = ts.rem_euclid(86_400);
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.123456789Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]
@@ -172,9 +289,10 @@ proptest! {
         body in proptest::collection::vec(any::<u8>(), 0..256),
         secrets in secrets(),
         skew in -1000i64..1000,
+        url in proptest::option::of("https://[a-z.]{1,20}/[ -~]{0,40}"),
     ) {
         for scheme in all_schemes() {
-            let verdict = verify(&scheme, &headers, &body, &as_refs(&secrets), TOLERANCE, NOW + skew);
+            let verdict = verify(&scheme, &headers, &body, url.as_deref(), &as_refs(&secrets), TOLERANCE, NOW + skew);
             prop_assert!(!verdict.valid(), "{scheme:?} accepted {headers}");
         }
     }
@@ -193,21 +311,21 @@ proptest! {
         let secret = format!("whsec_{}", b64(&key));
         let scheme = Scheme::parse("t", "scheme", name).unwrap();
         let headers = signed_request(name, &secret, &body, NOW + skew);
-        let ok = verify(&scheme, &headers, &body, &[Some(secret.as_str())], TOLERANCE, NOW);
+        let ok = verify(&scheme, &headers, &body, Some(URL), &[Some(secret.as_str())], TOLERANCE, NOW);
         prop_assert_eq!(ok.reason, Reason::Ok);
 
         let mut tampered = body.clone();
         let i = flip.index(tampered.len());
         tampered[i] ^= 0x01;
-        let bad = verify(&scheme, &headers, &tampered, &[Some(secret.as_str())], TOLERANCE, NOW);
+        let bad = verify(&scheme, &headers, &tampered, Some(URL), &[Some(secret.as_str())], TOLERANCE, NOW);
         prop_assert_eq!(bad.reason, Reason::BadSignature);
 
         let other = format!("whsec_{}", b64(&[key.as_slice(), b"x"].concat()));
-        let wrong = verify(&scheme, &headers, &body, &[Some(other.as_str())], TOLERANCE, NOW);
+        let wrong = verify(&scheme, &headers, &body, Some(URL), &[Some(other.as_str())], TOLERANCE, NOW);
         prop_assert_eq!(wrong.reason, Reason::BadSignature);
 
         // Secret rotation: the right secret anywhere in the list passes.
-        let rotated = verify(&scheme, &headers, &body, &[Some(other.as_str()), None, Some(secret.as_str())], TOLERANCE, NOW);
+        let rotated = verify(&scheme, &headers, &body, Some(URL), &[Some(other.as_str()), None, Some(secret.as_str())], TOLERANCE, NOW);
         prop_assert_eq!(rotated.reason, Reason::Ok);
     }
 
@@ -222,11 +340,11 @@ proptest! {
         let secret = "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHM=";
         let scheme = Scheme::parse("t", "scheme", name).unwrap();
         let old = signed_request(name, secret, &body, NOW - TOLERANCE - beyond);
-        let verdict = verify(&scheme, &old, &body, &[Some(secret)], TOLERANCE, NOW);
+        let verdict = verify(&scheme, &old, &body, Some(URL), &[Some(secret)], TOLERANCE, NOW);
         prop_assert_eq!(verdict.reason, Reason::TimestampTooOld);
         prop_assert_eq!(verdict.signed_at, Some(NOW - TOLERANCE - beyond));
         let future = signed_request(name, secret, &body, NOW + TOLERANCE + beyond);
-        let verdict = verify(&scheme, &future, &body, &[Some(secret)], TOLERANCE, NOW);
+        let verdict = verify(&scheme, &future, &body, Some(URL), &[Some(secret)], TOLERANCE, NOW);
         prop_assert_eq!(verdict.reason, Reason::TimestampInFuture);
     }
 }

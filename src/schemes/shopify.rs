@@ -10,11 +10,5 @@ use crate::signature::{decode_base64, Algorithm};
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     let header = headers.get("X-Shopify-Hmac-Sha256")?;
     let digest = decode_base64(header, 32).ok_or(Reason::MalformedHeader)?;
-    Ok(Signed {
-        algorithm: Algorithm::Sha256,
-        candidates: vec![digest],
-        prefix: Vec::new(),
-        timestamp: None,
-        covered_headers: &[],
-    })
+    Ok(Signed::hmac(Algorithm::Sha256, vec![digest]))
 }

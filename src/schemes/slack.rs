@@ -12,11 +12,8 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
         .strip_prefix("v0=")
         .ok_or(Reason::MalformedHeader)?;
     let digest = decode_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
-    Ok(Signed {
-        algorithm: Algorithm::Sha256,
-        candidates: vec![digest],
-        prefix: format!("v0:{timestamp}:").into_bytes(),
-        timestamp: Some(timestamp),
-        covered_headers: &["x-slack-request-timestamp"],
-    })
+    Ok(Signed::hmac(Algorithm::Sha256, vec![digest])
+        .prefix(format!("v0:{timestamp}:"))
+        .at(timestamp)
+        .covering(&["x-slack-request-timestamp"]))
 }

@@ -1,13 +1,19 @@
-//! Standard Webhooks (Svix, Clerk, and every sender following the spec):
-//! `webhook-id`, `webhook-timestamp` (Unix seconds) and `webhook-signature`,
-//! or the same with the `svix-` prefix. Signed: `<id>.<timestamp>.<body>`,
-//! HMAC-SHA256, base64. The signature header is a space-separated list of
-//! `<version>,<signature>`; every `v1` is tried, other versions (such as
-//! the asymmetric `v1a`) are skipped.
+//! Standard Webhooks (Svix, Clerk, Resend, Supabase, and every sender
+//! following the spec): `webhook-id`, `webhook-timestamp` (Unix seconds)
+//! and `webhook-signature`, or the same with the `svix-` prefix. Signed:
+//! `<id>.<timestamp>.<body>`. The signature header is a space-separated
+//! list of `<version>,<signature>`:
 //!
-//! Key: the secret without its `whsec_` prefix, base64-decoded (padded or
-//! not). Unlike Stripe's `whsec_` secrets, these are base64.
+//! - `v1`: HMAC-SHA256, base64, keyed with a `whsec_` secret (base64 of
+//!   the key, padded or not; unlike Stripe's `whsec_` secrets, these are
+//!   base64);
+//! - `v1a`: Ed25519, base64, checked against a `whpk_` public key (base64
+//!   of the raw 32-byte key).
+//!
+//! Both may be in one header; each signature is tried against the keys of
+//! its kind, other versions are skipped.
 
+use super::keys::{self, Candidate, Key, Method, Registered};
 use super::{unix_seconds, Headers, Reason, Signed};
 use crate::signature::{decode_base64, decode_base64_any, Algorithm};
 
@@ -27,27 +33,37 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     if id.is_empty() {
         return Err(Reason::MalformedHeader);
     }
-    let mut saw_v1 = false;
+    let mut saw_known_version = false;
     let mut candidates = Vec::new();
     for entry in signature.split_ascii_whitespace() {
-        if let Some(sig) = entry.strip_prefix("v1,") {
-            saw_v1 = true;
-            candidates.extend(decode_base64(sig, 32));
-        }
+        let (method, len, encoded) = if let Some(sig) = entry.strip_prefix("v1,") {
+            (Method::Hmac(Algorithm::Sha256), 32, sig)
+        } else if let Some(sig) = entry.strip_prefix("v1a,") {
+            (Method::Ed25519, 64, sig)
+        } else {
+            continue;
+        };
+        saw_known_version = true;
+        candidates.extend(decode_base64(encoded, len).map(|signature| Candidate {
+            method,
+            signature,
+        }));
     }
-    if !saw_v1 || candidates.is_empty() {
+    if !saw_known_version || candidates.is_empty() {
         return Err(Reason::MalformedHeader);
     }
-    Ok(Signed {
-        algorithm: Algorithm::Sha256,
-        candidates,
-        prefix: format!("{id}.{timestamp}.").into_bytes(),
-        timestamp: Some(timestamp),
-        covered_headers: covered,
-    })
+    Ok(Signed::new(candidates)
+        .prefix(format!("{id}.{timestamp}."))
+        .at(timestamp)
+        .covering(covered))
 }
 
-pub fn key(secret: &str) -> Option<Vec<u8>> {
+pub fn key(secret: &str) -> Option<Registered> {
+    if let Some(public) = secret.strip_prefix("whpk_") {
+        return keys::ed25519(&decode_base64_any(public)?).map(Registered::from);
+    }
     let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
-    decode_base64_any(encoded).filter(|k| !k.is_empty())
+    decode_base64_any(encoded)
+        .filter(|k| !k.is_empty())
+        .map(|k| Key::Hmac(k).into())
 }

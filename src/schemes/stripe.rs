@@ -10,11 +10,7 @@ use crate::signature::Algorithm;
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     let (timestamp, candidates) =
         timestamp_and_signatures(headers.get("Stripe-Signature")?, ',', "t", "v1")?;
-    Ok(Signed {
-        algorithm: Algorithm::Sha256,
-        candidates,
-        prefix: format!("{timestamp}.").into_bytes(),
-        timestamp: Some(timestamp),
-        covered_headers: &[],
-    })
+    Ok(Signed::hmac(Algorithm::Sha256, candidates)
+        .prefix(format!("{timestamp}."))
+        .at(timestamp))
 }

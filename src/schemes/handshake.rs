@@ -1,0 +1,74 @@
+//! Endpoint checks: requests some providers send, before any event, to
+//! prove that the URL is theirs to call. They carry no event; each wants a
+//! particular answer, which `webhook_receive` returns in its `response`
+//! column (with `response_type`) for the handler to send back as it is.
+//! They are recognised only once the request is verified, like any
+//! delivery, and only for their provider's scheme.
+
+use super::{Headers, Scheme};
+use serde_json::{json, Value};
+
+pub struct Handshake {
+    /// What it is, as archived: `url_verification`, …
+    pub kind: &'static str,
+    pub response: String,
+    pub content_type: &'static str,
+}
+
+const JSON: &str = "application/json";
+
+/// The handshake this verified request is, if it is one. `hmac_key`: the
+/// key of the secret that verified it (Zoom answers with an HMAC under it).
+pub fn recognise(
+    scheme: &Scheme,
+    headers: &Headers<'_>,
+    body: &Value,
+    hmac_key: Option<&[u8]>,
+) -> Option<Handshake> {
+    let text = |value: &Value| value.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    match scheme {
+        // Slack's Events API: echo the challenge.
+        Scheme::Slack if body.get("type")?.as_str()? == "url_verification" => Some(Handshake {
+            kind: "url_verification",
+            response: json!({ "challenge": text(body.get("challenge")?)? }).to_string(),
+            content_type: JSON,
+        }),
+        // Zoom: the plain token, and its HMAC-SHA256 under the secret token.
+        Scheme::Zoom if body.get("event")?.as_str()? == "endpoint.url_validation" => {
+            let plain = text(body.get("payload")?.get("plainToken")?)?;
+            let encrypted = hex::encode(hmac_sha256(hmac_key?, plain.as_bytes()));
+            Some(Handshake {
+                kind: "endpoint.url_validation",
+                response: json!({ "plainToken": plain, "encryptedToken": encrypted })
+                    .to_string(),
+                content_type: JSON,
+            })
+        }
+        // Twitch: the raw challenge, as plain text.
+        Scheme::Twitch
+            if headers.get("Twitch-Eventsub-Message-Type").ok()?
+                == "webhook_callback_verification" =>
+        {
+            Some(Handshake {
+                kind: "webhook_callback_verification",
+                response: text(body.get("challenge")?)?,
+                content_type: "text/plain",
+            })
+        }
+        // Discord: a PING (type 1) is answered with a PONG.
+        Scheme::Discord if body.get("type")?.as_i64()? == 1 => Some(Handshake {
+            kind: "ping",
+            response: json!({ "type": 1 }).to_string(),
+            content_type: JSON,
+        }),
+        Scheme::Preset(_, inner) => recognise(inner, headers, body, hmac_key),
+        _ => None,
+    }
+}
+
+fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key");
+    mac.update(message);
+    mac.finalize().into_bytes().to_vec()
+}
