@@ -7,9 +7,9 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 -- What \df+ shows for the functions written in Rust (pgrx creates them; the
 -- ones written in SQL carry their comments beside their definitions).
-COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean) IS
-    'Verify a delivery with its provider''s registered scheme and secrets, read its event id and type, claim it or queue it (inbox), and say what to answer (http_status)';
-COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean) IS
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text) IS
+    'Verify a delivery with its provider''s registered scheme and secrets (and the URL it was sent to, for schemes that sign it), read its event id and type, claim it or queue it (inbox), and say what to answer (http_status; response for an endpoint handshake)';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text) IS
     'webhook_receive for a body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, jsonb, text, interval) IS
     'Claim a delivery (payload as jsonb): claimed/retry (do the work, then webhook_complete), duplicate, in_progress or dead';
@@ -39,13 +39,13 @@ COMMENT ON FUNCTION @extschema@.verify_hmac(text, bytea, text, text) IS
     'Constant-time check of an HMAC signature (hex or base64) over the raw body';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, text, text, text) IS
     'verify_hmac for a body passed as text';
-COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, bytea, text[], interval) IS
-    'Whether a delivery is signed under a provider scheme by one of the secrets, within the timestamp tolerance';
-COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, text, text[], interval) IS
+COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, bytea, text[], interval, text) IS
+    'Whether a delivery is signed under a provider scheme by one of the secrets (shared secrets, public keys or certificates), within the timestamp tolerance; url for schemes that sign it';
+COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, text, text[], interval, text) IS
     'webhook_verify for a body passed as text';
-COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[], interval) IS
+COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[], interval, text) IS
     'webhook_verify, saying why: (valid, reason, signed_at)';
-COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval) IS
+COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval, text) IS
     'webhook_verify_detail for a body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_schemes() IS
     'The signature schemes, their aliases, and the registry defaults each gives a provider, ordering''s presets included';

@@ -132,7 +132,7 @@ BEGIN
                SELECT l.ctid
                  FROM webhook.delivery_log l
                 WHERE l.created_at < cutoff
-                  AND (l.claim_status = 'rejected'
+                  AND (l.claim_status IN ('rejected', 'handshake')
                        OR EXISTS (SELECT FROM webhook.events e
                                    WHERE e.provider = l.provider AND e.event_id = l.event_id
                                      AND (e.status IN ('processed', 'stale')

@@ -94,16 +94,22 @@ BEGIN
             USING ERRCODE = 'undefined_object',
                   HINT = 'SELECT * FROM webhook_schemes() lists the schemes and their aliases.';
     END IF;
-    IF known.scheme = 'hmac' THEN
-        -- The generic form keeps its options; webhook_verify checks them.
-        BEGIN
-            PERFORM @extschema@.webhook_verify(v_scheme, '{}'::jsonb, ''::bytea, '{}'::text[]);
-        EXCEPTION WHEN syntax_error THEN
-            RAISE EXCEPTION 'webhook_register_provider: argument "scheme": invalid scheme "%"', v_scheme
-                USING ERRCODE = 'syntax_error',
-                      HINT = 'The generic form is hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>].';
-        END;
-    ELSE
+    -- A scheme's options (the generic form's, PayPal's webhook id) are
+    -- kept; webhook_verify checks them, and that a scheme needing them has
+    -- them.
+    BEGIN
+        PERFORM @extschema@.webhook_verify(v_scheme, '{}'::jsonb, ''::bytea, '{}'::text[]);
+    EXCEPTION WHEN syntax_error THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "scheme": invalid scheme "%"', v_scheme
+            USING ERRCODE = 'syntax_error',
+                  DETAIL = SQLERRM,
+                  HINT = CASE known.scheme
+                      WHEN 'paypal' THEN 'PayPal signs with the webhook''s id: paypal;webhook_id=<id>.'
+                      WHEN 'hmac' THEN 'The generic form is hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>].'
+                      ELSE format('Scheme "%s" takes no options.', known.scheme)
+                  END;
+    END;
+    IF pg_catalog.strpos(v_scheme, ';') = 0 THEN
         v_scheme := known.scheme;
     END IF;
 

@@ -20,8 +20,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean),
-        @extschema@.webhook_receive(text, jsonb, text, interval, boolean),
+        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text),
+        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text),
         @extschema@.webhook_claim(text, text, text, jsonb, text, interval),
         @extschema@.webhook_claim(text, text, text, bytea, text, interval),
         @extschema@.webhook_claim(text, text, text, text, text, interval),

@@ -42,7 +42,7 @@ COMMENT ON SCHEMA webhook IS
 -- fresh one. Views compare them as text, because an upgrade cannot use a
 -- label it adds in the same transaction.
 CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead', 'queued', 'stale');
-CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued', 'stale');
+CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued', 'stale', 'handshake');
 COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox), stale (skipped: older than its entity''s watermark)';
 COMMENT ON TYPE webhook.claim_status IS 'What a delivery was answered';
 
@@ -178,7 +178,7 @@ COMMENT ON COLUMN webhook.delivery_log.payload IS 'The payload as jsonb; NULL fo
 COMMENT ON COLUMN webhook.delivery_log.raw_body IS 'The exact bytes received (signatures cover these); for rejections only the first webhook.rejected_body_limit bytes';
 COMMENT ON COLUMN webhook.delivery_log.signature IS 'The signature header''s value, for verifying the delivery again later';
 COMMENT ON COLUMN webhook.delivery_log.headers IS 'Request headers given to webhook_receive, webhook.redact_headers redacted; NULL past 64 kB';
-COMMENT ON COLUMN webhook.delivery_log.claim_status IS 'What the delivery was answered: claimed, retry, duplicate, in_progress, dead, rejected, queued or stale';
+COMMENT ON COLUMN webhook.delivery_log.claim_status IS 'What the delivery was answered: claimed, retry, duplicate, in_progress, dead, rejected, queued, stale, or handshake (an endpoint check with no event, answered as its provider expects)';
 COMMENT ON COLUMN webhook.delivery_log.reject_reason IS 'For rejections: why (bad_signature, replayed, timestamp_too_old, ...); for stale deliveries: which watermark they were older than';
 COMMENT ON COLUMN webhook.delivery_log.payload_mismatch IS 'This redelivery''s payload differs from the first delivery''s';
 COMMENT ON COLUMN webhook.delivery_log.created_at IS 'When the delivery arrived';
@@ -350,6 +350,7 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
        l.claim_status,
        CASE
            WHEN l.claim_status = 'rejected' THEN 'REJECTED'
+           WHEN l.claim_status::text = 'handshake' THEN 'HANDSHAKE'
            WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') OR l.claim_status::text = 'stale'
                THEN 'SKIPPED'
            -- Queued for the inbox: done when every consumer is; skipped

@@ -12,7 +12,7 @@ use crate::errors::PgResult;
 use crate::jsonb::RawJsonb;
 use crate::receive::{receive_answer, Mode};
 use crate::requeue::Log;
-use pgrx::datum::Interval;
+use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -303,7 +303,17 @@ fn webhook_verify_detail(
     body: Option<&[u8]>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: Option<Interval>,
-) -> crate::verify::DetailResult {
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(valid, bool),
+            name!(reason, String),
+            name!(signed_at, Option<TimestampWithTimeZone>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
     crate::verify::verify_request_detail(scheme, headers, body, secrets, tolerance, None)
 }
 
@@ -315,7 +325,17 @@ fn webhook_verify_detail_text(
     body: Option<&str>,
     secrets: Option<Vec<Option<String>>>,
     tolerance: Option<Interval>,
-) -> crate::verify::DetailResult {
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(valid, bool),
+            name!(reason, String),
+            name!(signed_at, Option<TimestampWithTimeZone>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
     crate::verify::verify_request_detail_text(scheme, headers, body, secrets, tolerance, None)
 }
 

@@ -17,19 +17,6 @@ use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-/// `webhook_verify_detail`'s result: one row.
-pub(crate) type DetailResult = std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(valid, bool),
-            name!(reason, String),
-            name!(signed_at, Option<TimestampWithTimeZone>),
-        ),
-    >,
-    pg_sys::panic::ErrorReport,
->;
-
 /// True when the delivery is signed by one of `secrets` under `scheme` and,
 /// for schemes that sign a timestamp, within `tolerance` of now (NULL: the
 /// scheme's default, `webhook_schemes().tolerance`). `secrets` holds what
@@ -72,7 +59,17 @@ pub(crate) fn verify_request_detail(
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "NULL"),
     url: default!(Option<&str>, "NULL"),
-) -> DetailResult {
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(valid, bool),
+            name!(reason, String),
+            name!(signed_at, Option<TimestampWithTimeZone>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
     let verdict = run(
         "webhook_verify_detail",
         scheme,
@@ -93,7 +90,17 @@ pub(crate) fn verify_request_detail_text(
     secrets: Option<Vec<Option<String>>>,
     tolerance: default!(Option<Interval>, "NULL"),
     url: default!(Option<&str>, "NULL"),
-) -> DetailResult {
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(valid, bool),
+            name!(reason, String),
+            name!(signed_at, Option<TimestampWithTimeZone>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
     verify_request_detail(
         scheme,
         headers,

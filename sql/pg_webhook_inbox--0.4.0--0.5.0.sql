@@ -1,0 +1,490 @@
+-- pg_webhook_inbox 0.4.0 → 0.5.0
+--
+-- What changes (CHANGELOG.md says why):
+--   * webhook_receive, webhook_verify and webhook_verify_detail gain a url
+--     argument: the public URL the provider called, for the schemes that
+--     sign it (Twilio, Square, HubSpot). webhook_receive appends response
+--     and response_type: the answer to an endpoint handshake (Slack's
+--     url_verification, Zoom's endpoint.url_validation, Twitch's callback
+--     verification, Discord's PING).
+--   * 'handshake' is appended to webhook.claim_status: such requests are
+--     archived as what they are. webhook.deliveries says HANDSHAKE;
+--     webhook_purge purges them as it purges rejections. A label added
+--     here cannot be used before this transaction commits, so the views
+--     compare it as text (as a fresh install's do).
+--   * webhook_register_provider keeps a scheme's options for every scheme
+--     (PayPal's webhook id) and refuses options a scheme does not take.
+--   * Functions whose arguments change are created anew; the grants on the
+--     old ones are carried over.
+-- The library of 0.5.0 must be installed first (it still answers 0.4.0's
+-- SQL until this script runs); run ALTER EXTENSION pg_webhook_inbox UPDATE
+-- in every database right after.
+
+-- Everything bound in this script is bound to pg_catalog (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
+ALTER TYPE webhook.claim_status ADD VALUE 'handshake';
+COMMENT ON COLUMN webhook.delivery_log.claim_status IS 'What the delivery was answered: claimed, retry, duplicate, in_progress, dead, rejected, queued, stale, or handshake (an endpoint check with no event, answered as its provider expects)';
+
+CREATE OR REPLACE VIEW webhook.deliveries AS
+SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.signature, l.headers,
+       l.claim_status,
+       CASE
+           WHEN l.claim_status = 'rejected' THEN 'REJECTED'
+           WHEN l.claim_status::text = 'handshake' THEN 'HANDSHAKE'
+           WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') OR l.claim_status::text = 'stale'
+               THEN 'SKIPPED'
+           -- Queued for the inbox: done when every consumer is; skipped
+           -- when every consumer found it stale.
+           WHEN l.claim_status::text = 'queued' THEN
+               CASE
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
+                                   AND i.status = 'dead') THEN 'FAILED'
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
+                                   AND i.status::text NOT IN ('processed', 'stale')) THEN 'QUEUED'
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
+                                   AND i.status = 'processed') THEN 'PROCESSED'
+                   ELSE 'SKIPPED'
+               END
+           WHEN f.delivery_id IS NOT NULL THEN 'FAILED'
+           WHEN e.claim_id = l.id AND e.status = 'processed' THEN 'PROCESSED'
+           WHEN e.claim_id = l.id AND e.status = 'processing' THEN 'PENDING'
+           -- Every way an owner loses its event records a failure; an
+           -- archive edited by hand lands here.
+           ELSE 'FAILED'
+       END AS processing_status,
+       coalesce(f.error_message, l.reject_reason) AS error_message,
+       l.payload_mismatch,
+       l.created_at,
+       CASE
+           WHEN f.delivery_id IS NOT NULL THEN f.failed_at
+           WHEN e.claim_id = l.id AND e.status = 'processed' THEN e.processed_at
+       END AS finished_at
+  FROM webhook.delivery_log l
+  LEFT JOIN webhook.delivery_failures f ON f.delivery_id = l.id
+  LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id;
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_purge(
+    older_than  interval DEFAULT '90 days',
+    batch_size  integer  DEFAULT 10000,
+    max_batches integer  DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cutoff  timestamptz;
+    deleted bigint := 0;
+    batch   bigint;
+    batches integer := 0;
+BEGIN
+    IF older_than IS NULL OR older_than <= interval '0' THEN
+        RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_size IS NULL OR batch_size < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "batch_size" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    cutoff := now() - older_than;
+    LOOP
+        -- Failure records go with their deliveries (ON DELETE CASCADE).
+        DELETE FROM webhook.delivery_log
+         WHERE ctid = ANY (ARRAY(
+               SELECT l.ctid
+                 FROM webhook.delivery_log l
+                WHERE l.created_at < cutoff
+                  AND (l.claim_status IN ('rejected', 'handshake')
+                       OR EXISTS (SELECT FROM webhook.events e
+                                   WHERE e.provider = l.provider AND e.event_id = l.event_id
+                                     AND (e.status IN ('processed', 'stale')
+                                          OR (e.status = 'queued'
+                                              AND NOT EXISTS (SELECT FROM webhook.inbox i
+                                                               WHERE i.provider = e.provider
+                                                                 AND i.event_id = e.event_id
+                                                                 AND i.status NOT IN ('processed', 'stale'))))))
+                LIMIT batch_size));
+        GET DIAGNOSTICS batch = ROW_COUNT;
+        deleted := deleted + batch;
+        batches := batches + 1;
+        EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
+    END LOOP;
+    DELETE FROM webhook.inbox_failures f
+     WHERE f.failed_at < cutoff
+       AND EXISTS (SELECT FROM webhook.inbox i
+                    WHERE (i.provider, i.event_id, i.consumer) = (f.provider, f.event_id, f.consumer)
+                      AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
+    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
+    RETURN deleted;
+END
+$$;
+
+-- Registering keeps a scheme's options (PayPal's webhook id).
+CREATE OR REPLACE FUNCTION @extschema@.webhook_register_provider(
+    name            text,
+    secret          text     DEFAULT NULL,
+    scheme          text     DEFAULT NULL,
+    tolerance       interval DEFAULT NULL,
+    event_id_from   text     DEFAULT NULL,
+    event_type_from text     DEFAULT NULL,
+    inbox           boolean  DEFAULT NULL,
+    consumers       text[]   DEFAULT NULL,
+    ordering        boolean  DEFAULT NULL,
+    entity_key_from text     DEFAULT NULL,
+    order_from      text     DEFAULT NULL,
+    ties            text     DEFAULT NULL,
+    fifo            boolean  DEFAULT NULL
+) RETURNS SETOF webhook.provider_summary
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p_name     text := lower(webhook_register_provider.name);
+    existing   webhook.providers;
+    v_scheme   text;
+    v_entity   text;
+    v_order    text;
+    known      record;
+    failed_check text;
+BEGIN
+    IF p_name IS NULL OR p_name = '' THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "name" must not be empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO existing FROM webhook.providers p WHERE p.name = p_name FOR UPDATE;
+
+    v_scheme := btrim(coalesce(webhook_register_provider.scheme, existing.scheme, p_name));
+    SELECT s.* INTO known
+      FROM @extschema@.webhook_schemes() s
+     WHERE s.scheme = lower(split_part(v_scheme, ';', 1))
+        OR lower(split_part(v_scheme, ';', 1)) = ANY (s.aliases);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "scheme": unknown signature scheme "%"', v_scheme
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'SELECT * FROM webhook_schemes() lists the schemes and their aliases.';
+    END IF;
+    -- A scheme's options (the generic form's, PayPal's webhook id) are
+    -- kept; webhook_verify checks them, and that a scheme needing them has
+    -- them.
+    BEGIN
+        PERFORM @extschema@.webhook_verify(v_scheme, '{}'::jsonb, ''::bytea, '{}'::text[]);
+    EXCEPTION WHEN syntax_error THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "scheme": invalid scheme "%"', v_scheme
+            USING ERRCODE = 'syntax_error',
+                  DETAIL = SQLERRM,
+                  HINT = CASE known.scheme
+                      WHEN 'paypal' THEN 'PayPal signs with the webhook''s id: paypal;webhook_id=<id>.'
+                      WHEN 'hmac' THEN 'The generic form is hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>].'
+                      ELSE format('Scheme "%s" takes no options.', known.scheme)
+                  END;
+    END;
+    IF pg_catalog.strpos(v_scheme, ';') = 0 THEN
+        v_scheme := known.scheme;
+    END IF;
+
+    IF webhook_register_provider.ordering IS FALSE THEN
+        IF webhook_register_provider.entity_key_from IS NOT NULL
+           OR webhook_register_provider.order_from IS NOT NULL THEN
+            RAISE EXCEPTION 'webhook_register_provider: argument "ordering": false turns ordering off, but entity_key_from or order_from was given'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    ELSE
+        v_entity := coalesce(webhook_register_provider.entity_key_from,
+                             CASE WHEN webhook_register_provider.ordering THEN known.entity_key_from END,
+                             existing.entity_key_from);
+        v_order := coalesce(webhook_register_provider.order_from,
+                            CASE WHEN webhook_register_provider.ordering THEN known.order_from END,
+                            existing.order_from);
+        IF (webhook_register_provider.ordering OR v_entity IS NOT NULL OR v_order IS NOT NULL)
+           AND (v_entity IS NULL OR v_order IS NULL) THEN
+            RAISE EXCEPTION 'webhook_register_provider: argument "%": ordering needs both entity_key_from and order_from',
+                CASE WHEN v_entity IS NULL THEN 'entity_key_from' ELSE 'order_from' END
+                USING ERRCODE = 'null_value_not_allowed',
+                      HINT = CASE WHEN v_entity IS NULL
+                                  THEN format('Scheme "%s" has no entity key that fits every event type: name the path, for example entity_key_from => ''body:data.id''.', known.scheme)
+                                  ELSE format('Scheme "%s" has no order value preset: name the path, for example order_from => ''body:updated_at''.', known.scheme)
+                             END;
+        END IF;
+    END IF;
+
+    INSERT INTO webhook.providers AS p
+           (name, scheme, tolerance, event_id_from, event_type_from, inbox, consumers,
+            entity_key_from, order_from, ties, fifo)
+    VALUES (p_name,
+            v_scheme,
+            coalesce(webhook_register_provider.tolerance, existing.tolerance, known.tolerance),
+            coalesce(webhook_register_provider.event_id_from, existing.event_id_from, known.event_id_from),
+            coalesce(webhook_register_provider.event_type_from, existing.event_type_from, known.event_type_from),
+            coalesce(webhook_register_provider.inbox, existing.inbox, known.scheme = 'github'),
+            coalesce(webhook_register_provider.consumers, existing.consumers, '{}'),
+            v_entity,
+            v_order,
+            coalesce(webhook_register_provider.ties, existing.ties, 'process'),
+            -- Ordering turned off takes FIFO with it.
+            CASE WHEN v_entity IS NULL THEN coalesce(webhook_register_provider.fifo, false)
+                 ELSE coalesce(webhook_register_provider.fifo, existing.fifo, false) END)
+    ON CONFLICT ON CONSTRAINT providers_pkey DO UPDATE
+       SET scheme = excluded.scheme, tolerance = excluded.tolerance,
+           event_id_from = excluded.event_id_from, event_type_from = excluded.event_type_from,
+           inbox = excluded.inbox, consumers = excluded.consumers,
+           entity_key_from = excluded.entity_key_from, order_from = excluded.order_from,
+           ties = excluded.ties, fifo = excluded.fifo;
+
+    IF webhook_register_provider.secret IS NOT NULL THEN
+        PERFORM @extschema@.webhook_add_secret(p_name, webhook_register_provider.secret);
+    END IF;
+    RETURN QUERY SELECT * FROM webhook.provider_summary s WHERE s.name = p_name;
+EXCEPTION
+    WHEN not_null_violation THEN
+        RAISE EXCEPTION 'webhook_register_provider: scheme "%" has no defaults; give event_id_from and event_type_from', v_scheme
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Sources are ''header:<name>'' or ''body:<dotted.path>'', alternatives joined by ''|''.';
+    WHEN check_violation THEN
+        -- Each check guards one argument: name it.
+        GET STACKED DIAGNOSTICS failed_check = CONSTRAINT_NAME;
+        RAISE EXCEPTION 'webhook_register_provider: argument "%" is invalid',
+            CASE failed_check
+                WHEN 'providers_name_check' THEN 'name'
+                WHEN 'providers_tolerance_check' THEN 'tolerance'
+                WHEN 'providers_event_id_from_check' THEN 'event_id_from'
+                WHEN 'providers_event_type_from_check' THEN 'event_type_from'
+                WHEN 'providers_consumers_check' THEN 'consumers'
+                WHEN 'providers_entity_key_from_check' THEN 'entity_key_from'
+                WHEN 'providers_order_from_check' THEN 'order_from'
+                WHEN 'providers_ties_check' THEN 'ties'
+                WHEN 'providers_fifo_check' THEN 'fifo'
+                ELSE failed_check
+            END
+            USING ERRCODE = 'check_violation',
+                  DETAIL = SQLERRM,
+                  HINT = CASE failed_check
+                      WHEN 'providers_entity_key_from_check' THEN 'Ordering reads the signed body only: ''body:<dotted.path>'', alternatives joined by ''|''.'
+                      WHEN 'providers_order_from_check' THEN 'Ordering reads the signed body only: ''body:<dotted.path>'', alternatives joined by ''|''.'
+                      WHEN 'providers_ties_check' THEN 'ties is ''process'' or ''stale''.'
+                      WHEN 'providers_fifo_check' THEN 'FIFO keeps each entity''s events in order: turn ordering on first (ordering => true, or entity_key_from and order_from).'
+                      ELSE 'Names (and consumers) are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.'
+                  END;
+END
+$$;
+
+------------------------------------------------------------------------------
+-- The functions that gain url (and webhook_receive its response columns):
+-- each old one is renamed, the new one created, the old one's grants
+-- carried over, and the old one dropped.
+
+ALTER FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean)
+    RENAME TO webhook_receive_0_4_0;
+ALTER FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean)
+    RENAME TO webhook_receive_0_4_0;
+ALTER FUNCTION @extschema@.webhook_verify(text, jsonb, bytea, text[], interval)
+    RENAME TO webhook_verify_0_4_0;
+ALTER FUNCTION @extschema@.webhook_verify(text, jsonb, text, text[], interval)
+    RENAME TO webhook_verify_0_4_0;
+ALTER FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[], interval)
+    RENAME TO webhook_verify_detail_0_4_0;
+ALTER FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval)
+    RENAME TO webhook_verify_detail_0_4_0;
+
+CREATE FUNCTION @extschema@."webhook_receive"(
+	"provider" TEXT,
+	"headers" jsonb,
+	"body" bytea,
+	"lease" interval DEFAULT NULL,
+	"inbox" bool DEFAULT NULL,
+	"url" TEXT DEFAULT NULL
+) RETURNS TABLE (
+	"id" uuid,
+	"claimed" bool,
+	"status" TEXT,
+	"attempts" INT,
+	"result" jsonb,
+	"http_status" INT,
+	"reason" TEXT,
+	"event_id" TEXT,
+	"event_type" TEXT,
+	"event_type_signed" bool,
+	"response" TEXT,
+	"response_type" TEXT
+)
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_request_wrapper';
+
+CREATE FUNCTION @extschema@."webhook_receive"(
+	"provider" TEXT,
+	"headers" jsonb,
+	"body" TEXT,
+	"lease" interval DEFAULT NULL,
+	"inbox" bool DEFAULT NULL,
+	"url" TEXT DEFAULT NULL
+) RETURNS TABLE (
+	"id" uuid,
+	"claimed" bool,
+	"status" TEXT,
+	"attempts" INT,
+	"result" jsonb,
+	"http_status" INT,
+	"reason" TEXT,
+	"event_id" TEXT,
+	"event_type" TEXT,
+	"event_type_signed" bool,
+	"response" TEXT,
+	"response_type" TEXT
+)
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_request_text_wrapper';
+
+CREATE FUNCTION @extschema@."webhook_verify"(
+	"scheme" TEXT,
+	"headers" jsonb,
+	"body" bytea,
+	"secrets" TEXT[],
+	"tolerance" interval DEFAULT NULL,
+	"url" TEXT DEFAULT NULL
+) RETURNS bool
+VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'verify_request_wrapper';
+
+CREATE FUNCTION @extschema@."webhook_verify"(
+	"scheme" TEXT,
+	"headers" jsonb,
+	"body" TEXT,
+	"secrets" TEXT[],
+	"tolerance" interval DEFAULT NULL,
+	"url" TEXT DEFAULT NULL
+) RETURNS bool
+VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'verify_request_text_wrapper';
+
+CREATE FUNCTION @extschema@."webhook_verify_detail"(
+	"scheme" TEXT,
+	"headers" jsonb,
+	"body" bytea,
+	"secrets" TEXT[],
+	"tolerance" interval DEFAULT NULL,
+	"url" TEXT DEFAULT NULL
+) RETURNS TABLE (
+	"valid" bool,
+	"reason" TEXT,
+	"signed_at" timestamp with time zone
+)
+VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'verify_request_detail_wrapper';
+
+CREATE FUNCTION @extschema@."webhook_verify_detail"(
+	"scheme" TEXT,
+	"headers" jsonb,
+	"body" TEXT,
+	"secrets" TEXT[],
+	"tolerance" interval DEFAULT NULL,
+	"url" TEXT DEFAULT NULL
+) RETURNS TABLE (
+	"valid" bool,
+	"reason" TEXT,
+	"signed_at" timestamp with time zone
+)
+VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'verify_request_detail_text_wrapper';
+
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text) IS
+    'Verify a delivery with its provider''s registered scheme and secrets (and the URL it was sent to, for schemes that sign it), read its event id and type, claim it or queue it (inbox), and say what to answer (http_status; response for an endpoint handshake)';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text) IS
+    'webhook_receive for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, bytea, text[], interval, text) IS
+    'Whether a delivery is signed under a provider scheme by one of the secrets (shared secrets, public keys or certificates), within the timestamp tolerance; url for schemes that sign it';
+COMMENT ON FUNCTION @extschema@.webhook_verify(text, jsonb, text, text[], interval, text) IS
+    'webhook_verify for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[], interval, text) IS
+    'webhook_verify, saying why: (valid, reason, signed_at)';
+COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval, text) IS
+    'webhook_verify_detail for a body passed as text';
+
+DO $$
+DECLARE
+    pair   record;
+    grant_ record;
+BEGIN
+    FOR pair IN
+        SELECT o.oid AS old, n.oid AS new, o.proacl IS NULL AS default_acl
+          FROM pg_catalog.pg_proc o
+          JOIN pg_catalog.pg_proc n
+            ON n.pronamespace = o.pronamespace
+           AND n.proname || '_0_4_0' = o.proname
+           -- The new one takes the old arguments first, then url.
+           AND (n.proargtypes::pg_catalog.oid[])[0:o.pronargs - 1] = (o.proargtypes::pg_catalog.oid[])[0:o.pronargs - 1]
+           AND n.pronargs = o.pronargs + 1
+         WHERE o.proname LIKE 'webhook\_%\_0\_4\_0'
+    LOOP
+        -- An old function nobody changed the privileges of (webhook_verify
+        -- is for everyone) leaves the new one as created.
+        CONTINUE WHEN pair.default_acl;
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', pair.new::pg_catalog.regprocedure);
+        FOR grant_ IN
+            SELECT a.privilege_type,
+                   CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                        ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee
+              FROM pg_catalog.pg_proc p
+             CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+             WHERE p.oid = pair.old AND a.grantee <> p.proowner
+        LOOP
+            EXECUTE pg_catalog.format('GRANT %s ON FUNCTION %s TO %s',
+                                      grant_.privilege_type, pair.new::pg_catalog.regprocedure, grant_.grantee);
+        END LOOP;
+        -- Initial privileges as a fresh install records them (the owner
+        -- alone): a GRANT in an extension script would record the DBA's
+        -- grants as the extension's own, and pg_dump would leave them out.
+        UPDATE pg_catalog.pg_init_privs i
+           SET initprivs = ARRAY[pg_catalog.makeaclitem(p.proowner, p.proowner, 'EXECUTE', false)]
+          FROM pg_catalog.pg_proc p
+         WHERE p.oid = pair.new AND i.objoid = p.oid
+           AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objsubid = 0;
+    END LOOP;
+END
+$$;
+
+DROP FUNCTION @extschema@.webhook_receive_0_4_0(text, jsonb, bytea, interval, boolean);
+DROP FUNCTION @extschema@.webhook_receive_0_4_0(text, jsonb, text, interval, boolean);
+DROP FUNCTION @extschema@.webhook_verify_0_4_0(text, jsonb, bytea, text[], interval);
+DROP FUNCTION @extschema@.webhook_verify_0_4_0(text, jsonb, text, text[], interval);
+DROP FUNCTION @extschema@.webhook_verify_detail_0_4_0(text, jsonb, bytea, text[], interval);
+DROP FUNCTION @extschema@.webhook_verify_detail_0_4_0(text, jsonb, text, text[], interval);
+
+-- webhook_grant_app names the new webhook_receive.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_app(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text),
+        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text),
+        @extschema@.webhook_claim(text, text, text, jsonb, text, interval),
+        @extschema@.webhook_claim(text, text, text, bytea, text, interval),
+        @extschema@.webhook_claim(text, text, text, text, text, interval),
+        @extschema@.webhook_enqueue(text, text, text, jsonb, text),
+        @extschema@.webhook_enqueue(text, text, text, bytea, text),
+        @extschema@.webhook_enqueue(text, text, text, text, text),
+        @extschema@.webhook_next(integer, text, text, text, interval),
+        @extschema@.webhook_complete(uuid, jsonb),
+        @extschema@.webhook_fail(uuid, text, interval, boolean),
+        @extschema@.webhook_extend(uuid, interval)
+        TO %s', role);
+END
+$$;
+
+------------------------------------------------------------------------------
+
+SELECT webhook._restrict_privileges();
+
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
