@@ -1,7 +1,9 @@
 //! Deliveries signed by the providers' official SDKs (installed from npm
-//! and PyPI at pinned versions by `.ci/sdk-fixtures`) must pass
-//! webhook_verify, and must fail once one byte of the body, one character
-//! of the secret, or the signed timestamp is changed.
+//! and PyPI at pinned versions by `.ci/sdk-fixtures`), or signed as the
+//! provider documents it and accepted by its SDK's verifier, must pass
+//! webhook_verify, and must fail once one byte of the body, of the URL or
+//! of the signed timestamp is changed, or with a key that is not the
+//! signer's.
 #![cfg(feature = "client-tests")]
 
 mod common;
@@ -14,11 +16,12 @@ fn verify(
     headers: &str,
     body: &[u8],
     secret: &str,
+    url: Option<&str>,
 ) -> (bool, String) {
     let row = client
         .query_one(
-            "SELECT valid, reason FROM webhook_verify_detail($1, $2::text::jsonb, $3::bytea, ARRAY[$4::text])",
-            &[&scheme, &headers, &body, &secret],
+            "SELECT valid, reason FROM webhook_verify_detail($1, $2::text::jsonb, $3::bytea, ARRAY[$4::text], url => $5)",
+            &[&scheme, &headers, &body, &secret, &url],
         )
         .unwrap();
     (row.get(0), row.get(1))
@@ -38,44 +41,77 @@ fn deliveries_signed_by_provider_sdks_verify_until_tampered() {
         let headers = f["headers"].to_string();
         let body = f["body"].as_str().unwrap().as_bytes().to_vec();
         let secret = f["secret"].as_str().unwrap();
-        let ok = verify(&mut client, scheme, &headers, &body, secret);
+        let url = f["url"].as_str();
+        let ok = verify(&mut client, scheme, &headers, &body, secret, url);
         assert_eq!(ok, (true, "ok".into()), "{sdk}: {line}");
 
         let mut tampered = body.clone();
         let middle = tampered.len() / 2;
         tampered[middle] ^= 0x01;
         assert_eq!(
-            verify(&mut client, scheme, &headers, &tampered, secret),
+            verify(&mut client, scheme, &headers, &tampered, secret, url),
             (false, "bad_signature".into()),
             "{sdk}: body"
         );
 
-        let mut other: Vec<char> = secret.chars().collect();
-        other[10] = if other[10] == 'A' { 'B' } else { 'A' };
-        let other: String = other.into_iter().collect();
+        // Another key: a shared secret one character off, or a public key
+        // or certificate that did not sign it.
+        let other = match f["wrong_secret"].as_str() {
+            Some(other) => other.to_string(),
+            None => {
+                let mut other: Vec<char> = secret.chars().collect();
+                other[10] = if other[10] == 'A' { 'B' } else { 'A' };
+                other.into_iter().collect()
+            }
+        };
         assert_eq!(
-            verify(&mut client, scheme, &headers, &body, &other),
+            verify(&mut client, scheme, &headers, &body, &other, url),
             (false, "bad_signature".into()),
             "{sdk}: secret"
         );
+
+        if let Some(url) = url {
+            let changed = url.replacen("hooks.", "hookz.", 1);
+            assert_ne!(changed, url);
+            assert_eq!(
+                verify(&mut client, scheme, &headers, &body, secret, Some(&changed)),
+                (false, "bad_signature".into()),
+                "{sdk}: url"
+            );
+        }
+        if let Some(shifted) = f.get("shifted_headers") {
+            assert_eq!(
+                verify(&mut client, scheme, &shifted.to_string(), &body, secret, url),
+                (false, "bad_signature".into()),
+                "{sdk}: timestamp"
+            );
+        }
+        if let Some(unknown) = f.get("unknown_key_headers") {
+            assert_eq!(
+                verify(&mut client, scheme, &unknown.to_string(), &body, secret, url),
+                (false, "unknown_certificate".into()),
+                "{sdk}: certificate"
+            );
+        }
 
         if f["timestamped"].as_bool().unwrap() {
             let signed_at: i64 = client
                 .query_one(
                     "SELECT extract(epoch FROM signed_at)::bigint
-                       FROM webhook_verify_detail($1, $2::text::jsonb, $3::bytea, ARRAY[$4::text])",
-                    &[&scheme, &headers, &body, &secret],
+                       FROM webhook_verify_detail($1, $2::text::jsonb, $3::bytea, ARRAY[$4::text], url => $5)",
+                    &[&scheme, &headers, &body, &secret, &url],
                 )
                 .unwrap()
                 .get(0);
             let shifted = headers.replace(&signed_at.to_string(), &(signed_at + 1).to_string());
             assert_ne!(shifted, headers);
             assert_eq!(
-                verify(&mut client, scheme, &shifted, &body, secret),
+                verify(&mut client, scheme, &shifted, &body, secret, url),
                 (false, "bad_signature".into()),
                 "{sdk}: timestamp"
             );
         }
+        let scheme = scheme.split(';').next().unwrap();
         *seen.entry(format!("{scheme:<9} {sdk}")).or_default() += 1;
     }
 
@@ -86,6 +122,6 @@ fn deliveries_signed_by_provider_sdks_verify_until_tampered() {
         seen.keys().map(|k| k.split(' ').next().unwrap()).collect();
     assert_eq!(
         schemes.into_iter().collect::<Vec<_>>(),
-        ["github", "paddle", "slack", "standard", "stripe"]
+        ["discord", "github", "paddle", "paypal", "sendgrid", "slack", "standard", "stripe", "twilio"]
     );
 }
