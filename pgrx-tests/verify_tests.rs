@@ -214,7 +214,7 @@ mod tests {
     fn bad_arguments_are_errors() {
         let body = "convert_to('{}', 'UTF8')";
         let cases = [
-            (format!("SELECT webhook_verify('paypal', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42704", "known: stripe"),
+            (format!("SELECT webhook_verify('venmo', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42704", "known: stripe"),
             (format!("SELECT webhook_verify(NULL, '{{}}'::jsonb, {body}, ARRAY['s'])"), "22004", "\"scheme\""),
             (format!("SELECT webhook_verify('stripe', NULL, {body}, ARRAY['s'])"), "22004", "\"headers\""),
             ("SELECT webhook_verify('stripe', '{}'::jsonb, NULL::bytea, ARRAY['s'])".to_string(), "22004", "\"body\""),
@@ -225,6 +225,9 @@ mod tests {
             (format!("SELECT webhook_verify('hmac;header=X;encoding=rot13', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42601", "\"scheme\""),
             (format!("SELECT webhook_verify('hmac;header=X;algorithm=md5', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42601", "\"scheme\""),
             (format!("SELECT webhook_verify('hmac;header=X;colour=blue', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42601", "\"scheme\""),
+            (format!("SELECT webhook_verify('paypal', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42601", "\"scheme\""),
+            (format!("SELECT webhook_verify('stripe;t=1', '{{}}'::jsonb, {body}, ARRAY['s'])"), "42601", "\"scheme\""),
+            (format!("SELECT webhook_verify('square', '{{}}'::jsonb, {body}, ARRAY['s'], url => 'ftp://x.test/')"), "22023", "\"url\""),
         ];
         for (sql, sqlstate, needle) in &cases {
             assert_error(sql, sqlstate, needle);

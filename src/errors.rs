@@ -219,7 +219,7 @@ impl WebhookError {
                 Some("Register it first: SELECT * FROM webhook_register_provider('<name>', secret => '...').")
             }
             Self::BadSchemeOption { .. } => Some(
-                "The generic form is hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>].",
+                "Options are for the generic hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>] and for paypal;webhook_id=<id>; other schemes take none.",
             ),
             Self::MalformedSignature { .. } => Some(
                 "Give the digest as hex or base64, optionally prefixed with the algorithm (\"sha256=...\").",

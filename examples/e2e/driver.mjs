@@ -10,6 +10,11 @@
 // backoff), one business row and one email per event, and a worker that
 // stops cleanly on SIGTERM. Prints a table.
 //
+// Beside the HMAC providers, PayPal (RSA, with a certificate the database
+// holds), Twilio (HMAC over the public URL and the form fields, signed by
+// Twilio's own library) and SendGrid (ECDSA P-256 over a batch) go to every
+// receiver, which passes the URL the provider called (PUBLIC_URL + path).
+//
 // Needs a PostgreSQL with the extension installed (PGHOST, PGPORT, PGUSER),
 // the receivers' commands in RECEIVERS and the workers' in WORKERS (JSON:
 // {language: [cmd, ...args]}).
@@ -20,6 +25,12 @@ import pg from 'pg';
 import Stripe from 'stripe';
 import { sign as githubSign } from '@octokit/webhooks-methods';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
+import twilio from 'twilio';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import zlib from 'node:zlib';
 
 const DB = 'pgwi_examples';
 const EVENTS_PER_PROVIDER = 6;
@@ -28,11 +39,31 @@ const workers = JSON.parse(process.env.WORKERS);
 const INBOX_EVENTS = 6;
 const base = { host: process.env.PGHOST ?? '127.0.0.1', port: Number(process.env.PGPORT ?? 5432) };
 
+// The base URL the providers are configured with; the receivers sit
+// behind it as if behind a proxy.
+const PUBLIC_URL = 'https://hooks.example.com';
+
 const secrets = {
   stripe: 'whsec_' + crypto.randomBytes(24).toString('base64url'),
   github: crypto.randomBytes(20).toString('hex'),
   clerk: 'whsec_' + crypto.randomBytes(24).toString('base64'),
+  twilio: crypto.randomBytes(16).toString('hex'),
 };
+
+// PayPal signs with a private key behind a certificate; SendGrid with an
+// ECDSA key. Both are made here; the database holds only the public parts.
+const paypal = (() => {
+  const dir = mkdtempSync(join(tmpdir(), 'paypal-'));
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', join(dir, 'key.pem'),
+    '-out', join(dir, 'cert.pem'), '-subj', '/CN=paypal-example', '-days', '2'], { stdio: 'ignore' });
+  return {
+    key: readFileSync(join(dir, 'key.pem'), 'utf8'),
+    cert: readFileSync(join(dir, 'cert.pem'), 'utf8'),
+    certUrl: 'https://api.paypal.com/v1/notifications/certs/CERT-example-' + crypto.randomBytes(4).toString('hex'),
+    webhookId: 'WH' + crypto.randomBytes(8).toString('hex').toUpperCase(),
+  };
+})();
+const sendgridKeys = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
 
 async function setup() {
   const admin = new pg.Client({ ...base, user: process.env.PGUSER ?? 'postgres', database: 'postgres' });
@@ -58,6 +89,10 @@ async function setup() {
   for (const [provider, secret] of Object.entries(secrets)) {
     await db.query('SELECT webhook_register_provider($1, secret => $2)', [provider, secret]);
   }
+  await db.query("SELECT webhook_register_provider('paypal', scheme => $1, secret => $2)",
+    [`paypal;webhook_id=${paypal.webhookId}`, `${paypal.certUrl}\n${paypal.cert}`]);
+  await db.query("SELECT webhook_register_provider('sendgrid', secret => $1)",
+    [sendgridKeys.publicKey.export({ type: 'spki', format: 'der' }).toString('base64')]);
   return db;
 }
 
@@ -90,6 +125,41 @@ function signed(provider, eventId, { timestamp, tamper, extra } = {}) {
       body: tamper ? body.replace('main', 'evil') : body,
     }));
   }
+  if (provider === 'paypal') {
+    const body = JSON.stringify({ id: eventId, event_type: 'PAYMENT.CAPTURE.COMPLETED', resource: { id: 'CAP-1', amount: { value: '10.00' } } });
+    const transmission = crypto.randomUUID();
+    const time = new Date(now * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+    const message = `${transmission}|${time}|${paypal.webhookId}|${zlib.crc32(body)}`;
+    return {
+      headers: {
+        'PAYPAL-TRANSMISSION-ID': transmission, 'PAYPAL-TRANSMISSION-TIME': time, 'PAYPAL-AUTH-ALGO': 'SHA256withRSA',
+        'PAYPAL-CERT-URL': paypal.certUrl,
+        'PAYPAL-TRANSMISSION-SIG': crypto.sign('sha256', Buffer.from(message), paypal.key).toString('base64'),
+      },
+      body: tamper ? body.replace('10.00', '99.00') : body,
+    };
+  }
+  if (provider === 'twilio') {
+    const params = { MessageSid: 'SM' + eventId, MessageStatus: 'delivered', To: '+15551234567' };
+    const signature = twilio.getExpectedTwilioSignature(secrets.twilio, `${PUBLIC_URL}/webhooks/twilio`, params);
+    return {
+      headers: { 'X-Twilio-Signature': signature, 'I-Twilio-Idempotency-Token': eventId },
+      body: new URLSearchParams(tamper ? { ...params, To: '+15550000000' } : params).toString(),
+      contentType: 'application/x-www-form-urlencoded',
+    };
+  }
+  if (provider === 'sendgrid') {
+    const body = JSON.stringify([{ email: 'a@example.com', event: 'delivered', sg_event_id: eventId },
+                                 { email: 'b@example.com', event: 'open', sg_event_id: eventId + '-2' }]);
+    const ts = String(now);
+    return {
+      headers: {
+        'X-Twilio-Email-Event-Webhook-Signature': crypto.sign('sha256', Buffer.from(ts + body), sendgridKeys.privateKey).toString('base64'),
+        'X-Twilio-Email-Event-Webhook-Timestamp': ts,
+      },
+      body: tamper ? body.replace('open', 'spamreport') : body,
+    };
+  }
   const body = JSON.stringify({ type: 'user.created', data: { id: eventId } });
   const hook = new StandardWebhook(secrets.clerk.slice('whsec_'.length));
   const signature = hook.sign(eventId, new Date(now * 1000), body);
@@ -102,7 +172,7 @@ function signed(provider, eventId, { timestamp, tamper, extra } = {}) {
 async function post(port, path, delivery, extraHeaders = {}) {
   const res = await fetch(`http://127.0.0.1:${port}${path}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', ...delivery.headers, ...extraHeaders },
+    headers: { 'content-type': delivery.contentType ?? 'application/json', ...delivery.headers, ...extraHeaders },
     body: delivery.body,
   });
   await res.arrayBuffer();
@@ -117,6 +187,7 @@ function start(language, command, port = 0) {
       PORT: String(port),
       DATABASE_URL: `postgresql://webhook_example_app@${base.host}:${base.port}/${DB}`,
       EMAIL_URL: 'http://127.0.0.1:8025/send',
+      PUBLIC_URL,
     },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -137,7 +208,7 @@ async function waitHealthy(port) {
 }
 
 async function exercise(language, port, stats) {
-  const providers = ['stripe', 'github', 'clerk'];
+  const providers = ['stripe', 'github', 'clerk', 'paypal', 'twilio', 'sendgrid'];
   const answers = [];
   const expect = (what, status, allowed) => {
     stats.deliveries++;
@@ -176,8 +247,8 @@ async function exercise(language, port, stats) {
       // Forged: one byte of meaning changed under the same signature.
       expect(`${eventId} tampered`, await post(port, '/webhooks/' + provider, await signed(provider, eventId, { tamper: true })), [401]);
       stats.forged++;
-      if (provider !== 'github') {
-        // Stale: genuinely signed an hour ago (GitHub signs no timestamp).
+      if (provider !== 'github' && provider !== 'twilio') {
+        // Stale: genuinely signed an hour ago (GitHub and Twilio sign no timestamp).
         const stale = await signed(provider, eventId, { timestamp: Math.floor(Date.now() / 1000) - 3600 });
         expect(`${eventId} stale`, await post(port, '/webhooks/' + provider, stale), [401]);
         stats.forged++;

@@ -9,6 +9,12 @@
 // (webhook_receive); the handler does its work and answers what the provider
 // should hear: 200 done or duplicate, 409 in progress elsewhere, 401 bad
 // signature, 400 unreadable, 500 failed (recorded: the next delivery retries).
+// An endpoint check (Slack's url_verification, Zoom's, Twitch's, Discord's
+// PING) comes back with the exact body to answer it with.
+//
+// PUBLIC_URL is the base URL the providers are configured with (behind a
+// proxy, not what this process sees): schemes that sign the URL (Twilio,
+// Square, HubSpot) verify against PUBLIC_URL + the request's path and query.
 //
 //   DATABASE_URL=postgresql://app@localhost/shop PORT=8002 node server.js
 import express from 'express';
@@ -23,8 +29,15 @@ const app = express();
 app.use(express.raw({ type: () => true, limit: '25mb' }));
 
 // inbox => false: claimed here, whatever the provider is registered for.
-const RECEIVE = `SELECT id, claimed, status, http_status, reason, event_id, event_type
-                   FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false)`;
+const RECEIVE = `SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type
+                   FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false, url => $4)`;
+
+// The URL the provider called: the configured public base, then the path and query.
+const publicUrl = (req) =>
+  (process.env.PUBLIC_URL ?? `${req.protocol}://${req.get('host')}`).replace(/\/$/, '') + req.originalUrl;
+
+// An endpoint check, answered with exactly what its provider expects.
+const handshake = (res, r) => res.status(200).type(r.response_type).send(r.response);
 
 app.get('/healthz', (_req, res) => res.json({ ok: true }));
 
@@ -33,7 +46,11 @@ app.post('/webhooks/:provider', async (req, res) => {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
-    const { rows: [r] } = await client.query(RECEIVE, [provider, JSON.stringify(req.headers), req.body]);
+    const { rows: [r] } = await client.query(RECEIVE, [provider, JSON.stringify(req.headers), req.body, publicUrl(req)]);
+    if (r.response !== null) {
+      await client.query('COMMIT');
+      return handshake(res, r);
+    }
     if (!r.claimed) {
       await client.query('COMMIT');
       return res.status(r.http_status).json({ status: r.status, reason: r.reason });
@@ -73,9 +90,10 @@ app.post('/webhooks-2p/:provider', async (req, res) => {
   const { provider } = req.params;
   // Autocommit: the claim commits on its own, with its lease.
   const { rows: [r] } = await pool.query(
-    `SELECT id, claimed, status, http_status, reason, event_id, event_type
-       FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false)`,
-    [provider, JSON.stringify(req.headers), req.body]);
+    `SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type
+       FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false, url => $4)`,
+    [provider, JSON.stringify(req.headers), req.body, publicUrl(req)]);
+  if (r.response !== null) return handshake(res, r);
   if (!r.claimed) return res.status(r.http_status).json({ status: r.status, reason: r.reason });
   const stop = heartbeat(r.id);
   try {
@@ -102,8 +120,10 @@ app.post('/webhooks-2p/:provider', async (req, res) => {
 app.post('/inbox/:provider', async (req, res) => {
   try {
     const { rows: [r] } = await pool.query(
-      `SELECT status, http_status, reason FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true)`,
-      [req.params.provider, JSON.stringify(req.headers), req.body]);
+      `SELECT status, http_status, reason, response, response_type
+         FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true, url => $4)`,
+      [req.params.provider, JSON.stringify(req.headers), req.body, publicUrl(req)]);
+    if (r.response !== null) return handshake(res, r);
     return res.status(r.http_status).json({ status: r.status, reason: r.reason });
   } catch (err) {
     return res.status(500).json({ status: 'error', error: String(err.message ?? err) });

@@ -9,7 +9,12 @@ The database verifies the signature, deduplicates and claims the delivery
 (webhook_receive); the handler only does its work and answers what the
 provider should hear: 200 done or duplicate, 409 in progress elsewhere,
 401 bad signature, 400 unreadable, 500 failed (recorded: the next delivery
-retries it).
+retries it). An endpoint check (Slack's url_verification, Zoom's, Twitch's,
+Discord's PING) comes back with the exact body to answer it with.
+
+PUBLIC_URL is the base URL the providers are configured with (behind a
+proxy, not what this process sees): schemes that sign the URL (Twilio,
+Square, HubSpot) verify against PUBLIC_URL + the request's path and query.
 
     DATABASE_URL=postgresql://app@localhost/shop uvicorn app:app --port 8001
 """
@@ -28,12 +33,26 @@ pool = ConnectionPool(os.environ["DATABASE_URL"], min_size=1, max_size=8, open=T
 app = FastAPI()
 
 # inbox => false: claimed here, whatever the provider is registered for.
-RECEIVE = """SELECT id, claimed, status, http_status, reason, event_id, event_type
-               FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => false)"""
+RECEIVE = """SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type
+               FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => false, url => %s)"""
+PUBLIC_URL = os.environ.get("PUBLIC_URL")
+
+
+def public_url(request: Request) -> str:
+    """The URL the provider called: the configured public base, then the path and query."""
+    if not PUBLIC_URL:
+        return str(request.url)
+    query = request.url.query
+    return PUBLIC_URL.rstrip("/") + request.url.path + (f"?{query}" if query else "")
 
 
 def answer(code: int, **body) -> Response:
     return Response(json.dumps(body), status_code=code, media_type="application/json")
+
+
+def handshake(response: str, response_type: str) -> Response:
+    """An endpoint check, answered with exactly what its provider expects."""
+    return Response(response, status_code=200, media_type=response_type)
 
 
 @app.get("/healthz")
@@ -44,14 +63,16 @@ def healthz():
 @app.post("/webhooks/{provider}")
 async def webhook(provider: str, request: Request) -> Response:
     body = await request.body()  # the raw bytes: signatures cover exactly these
-    return await run_in_threadpool(handle, provider, dict(request.headers), body)
+    return await run_in_threadpool(handle, provider, dict(request.headers), body, public_url(request))
 
 
-def handle(provider: str, request_headers: dict, body: bytes) -> Response:
+def handle(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
     headers = json.dumps(request_headers)
     with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-        cur.execute(RECEIVE, (provider, headers, body))
-        delivery, claimed, status, http_status, reason, event_id, event_type = cur.fetchone()
+        cur.execute(RECEIVE, (provider, headers, body, url))
+        delivery, claimed, status, http_status, reason, event_id, event_type, response, response_type = cur.fetchone()
+        if response is not None:
+            return handshake(response, response_type)
         if not claimed:
             return answer(http_status, status=status, reason=reason)
         try:
@@ -94,18 +115,20 @@ class Heartbeat:
 @app.post("/webhooks-2p/{provider}")
 async def webhook_two_phase(provider: str, request: Request) -> Response:
     body = await request.body()
-    return await run_in_threadpool(handle_two_phase, provider, dict(request.headers), body)
+    return await run_in_threadpool(handle_two_phase, provider, dict(request.headers), body, public_url(request))
 
 
-def handle_two_phase(provider: str, request_headers: dict, body: bytes) -> Response:
+def handle_two_phase(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
     headers = json.dumps(request_headers)
     with pool.connection() as conn:
         conn.autocommit = True  # the claim commits on its own, with its lease
-        delivery, claimed, status, http_status, reason, event_id, event_type = conn.execute(
-            "SELECT id, claimed, status, http_status, reason, event_id, event_type "
-            "FROM webhook_receive(%s, %s::jsonb, %s::bytea, lease => '30 seconds', inbox => false)",
-            (provider, headers, body),
+        delivery, claimed, status, http_status, reason, event_id, event_type, response, response_type = conn.execute(
+            "SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type "
+            "FROM webhook_receive(%s, %s::jsonb, %s::bytea, lease => '30 seconds', inbox => false, url => %s)",
+            (provider, headers, body, url),
         ).fetchone()
+        if response is not None:
+            return handshake(response, response_type)
         if not claimed:
             return answer(http_status, status=status, reason=reason)
         try:
@@ -128,16 +151,19 @@ def handle_two_phase(provider: str, request_headers: dict, body: bytes) -> Respo
 @app.post("/inbox/{provider}")
 async def webhook_inbox(provider: str, request: Request) -> Response:
     body = await request.body()
-    return await run_in_threadpool(handle_inbox, provider, dict(request.headers), body)
+    return await run_in_threadpool(handle_inbox, provider, dict(request.headers), body, public_url(request))
 
 
-def handle_inbox(provider: str, request_headers: dict, body: bytes) -> Response:
+def handle_inbox(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
     # Verified, archived and queued in one statement; the answer is sent
     # only after it commits (leaving the block commits), so a 200 always
     # means the delivery is stored.
     with pool.connection() as conn:
-        status, http_status, reason = conn.execute(
-            "SELECT status, http_status, reason FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => true)",
-            (provider, json.dumps(request_headers), body),
+        status, http_status, reason, response, response_type = conn.execute(
+            "SELECT status, http_status, reason, response, response_type "
+            "FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => true, url => %s)",
+            (provider, json.dumps(request_headers), body, url),
         ).fetchone()
+    if response is not None:
+        return handshake(response, response_type)
     return answer(http_status, status=status, reason=reason)

@@ -9,13 +9,19 @@
 //! (`webhook_receive`); the handler does its work and answers what the
 //! provider should hear: 200 done or duplicate, 409 in progress elsewhere,
 //! 401 bad signature, 400 unreadable, 500 failed (recorded: the next
-//! delivery retries it).
+//! delivery retries it). An endpoint check (Slack's url_verification, Zoom's,
+//! Twitch's, Discord's PING) comes back with the exact body to answer it with.
+//!
+//! `PUBLIC_URL` is the base URL the providers are configured with (behind a
+//! proxy, not what this process sees): schemes that sign the URL (Twilio,
+//! Square, HubSpot) verify against `PUBLIC_URL` + the request's path and query.
 //!
 //! `DATABASE_URL=postgresql://app@localhost/shop PORT=8003 cargo run --release`
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use deadpool_postgres::{Manager, Pool};
@@ -29,15 +35,42 @@ struct App {
     pool: Pool,
     email_url: String,
     http: reqwest::Client,
+    public_url: Option<String>,
 }
 
-type Answer = (StatusCode, Json<Value>);
+impl App {
+    /// The URL the provider called: the configured public base, then the
+    /// path and query.
+    fn url_of(&self, uri: &axum::http::Uri, headers: &HeaderMap) -> String {
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        match &self.public_url {
+            Some(base) => format!("{}{path}", base.trim_end_matches('/')),
+            None => {
+                let host = headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or("localhost");
+                format!("http://{host}{path}")
+            }
+        }
+    }
+}
+
+type Answer = Response;
 
 fn answer(status: i32, body: Value) -> Answer {
     (
         StatusCode::from_u16(status as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         Json(body),
     )
+        .into_response()
+}
+
+/// An endpoint check, answered with exactly what its provider expects.
+fn handshake(row: &tokio_postgres::Row, response: usize) -> Option<Answer> {
+    let body: String = row.get::<_, Option<String>>(response)?;
+    let content_type: String = row.get(response + 1);
+    Some((StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response())
 }
 
 /// Request headers as the JSON object webhook_receive reads.
@@ -55,16 +88,19 @@ fn headers_json(headers: &HeaderMap) -> Value {
 }
 
 /// `inbox => false`: claimed here, whatever the provider is registered for.
-const RECEIVE: &str = "SELECT id, claimed, status, http_status, reason, event_id, event_type
-                         FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false)";
+const RECEIVE: &str = "SELECT id, claimed, status, http_status, reason, event_id, event_type,
+                                response, response_type
+                         FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false, url => $4)";
 
 async fn webhook(
     State(app): State<App>,
     Path(provider): Path<String>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
-    match one_transaction(&app, &provider, &headers, &body).await {
+    let url = app.url_of(&uri, &headers);
+    match one_transaction(&app, &provider, &headers, &body, &url).await {
         Ok(answer) => answer,
         Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
     }
@@ -75,12 +111,17 @@ async fn one_transaction(
     provider: &str,
     headers: &HeaderMap,
     body: &[u8],
+    url: &str,
 ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
     let mut client = app.pool.get().await?;
     let mut tx = client.transaction().await?;
     let r = tx
-        .query_one(RECEIVE, &[&provider, &headers_json(headers), &body])
+        .query_one(RECEIVE, &[&provider, &headers_json(headers), &body, &url])
         .await?;
+    if let Some(answer) = handshake(&r, 7) {
+        tx.commit().await?;
+        return Ok(answer);
+    }
     let (id, claimed, status): (uuid::Uuid, bool, String) = (r.get(0), r.get(1), r.get(2));
     if !claimed {
         tx.commit().await?;
@@ -129,10 +170,12 @@ async fn one_transaction(
 async fn webhook_two_phase(
     State(app): State<App>,
     Path(provider): Path<String>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
-    match two_phase(&app, &provider, &headers, &body).await {
+    let url = app.url_of(&uri, &headers);
+    match two_phase(&app, &provider, &headers, &body, &url).await {
         Ok(answer) => answer,
         Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
     }
@@ -143,16 +186,21 @@ async fn two_phase(
     provider: &str,
     headers: &HeaderMap,
     body: &[u8],
+    url: &str,
 ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
     let client = app.pool.get().await?;
     // Autocommit: the claim commits on its own, with its lease.
     let r = client
         .query_one(
-            "SELECT id, claimed, status, http_status, reason, event_id
-               FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false)",
-            &[&provider, &headers_json(headers), &body],
+            "SELECT id, claimed, status, http_status, reason, event_id, response, response_type
+               FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false,
+                                    url => $4)",
+            &[&provider, &headers_json(headers), &body, &url],
         )
         .await?;
+    if let Some(answer) = handshake(&r, 6) {
+        return Ok(answer);
+    }
     let (id, claimed, status): (uuid::Uuid, bool, String) = (r.get(0), r.get(1), r.get(2));
     if !claimed {
         return Ok(answer(
@@ -206,18 +254,23 @@ async fn two_phase(
 async fn webhook_inbox(
     State(app): State<App>,
     Path(provider): Path<String>,
+    OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
+    let url = app.url_of(&uri, &headers);
     let queued = async {
         let client = app.pool.get().await?;
         let r = client
             .query_one(
-                "SELECT status, http_status, reason
-                   FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true)",
-                &[&provider, &headers_json(&headers), &body.as_ref()],
+                "SELECT status, http_status, reason, response, response_type
+                   FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true, url => $4)",
+                &[&provider, &headers_json(&headers), &body.as_ref(), &url],
             )
             .await?;
+        if let Some(answer) = handshake(&r, 3) {
+            return Ok(answer);
+        }
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(answer(
             r.get(1),
             json!({ "status": r.get::<_, String>(0), "reason": r.get::<_, String>(2) }),
@@ -242,6 +295,7 @@ async fn main() {
         email_url: std::env::var("EMAIL_URL")
             .unwrap_or_else(|_| "http://127.0.0.1:8025/send".into()),
         http: reqwest::Client::new(),
+        public_url: std::env::var("PUBLIC_URL").ok().filter(|u| !u.is_empty()),
     };
     let router = Router::new()
         .route("/healthz", get(|| async { Json(json!({ "ok": true })) }))
