@@ -14,8 +14,13 @@
 --     compare it as text (as a fresh install's do).
 --   * webhook_register_provider keeps a scheme's options for every scheme
 --     (PayPal's webhook id) and refuses options a scheme does not take.
+--   * Which secret verified what: webhook.delivery_log.secret_fingerprint
+--     (written by webhook_receive), webhook.provider_secrets.last_used_at
+--     and the view webhook.secret_usage; webhook_retire_secret gains force,
+--     needed to retire a secret used in the last day.
 --   * Functions whose arguments change are created anew; the grants on the
---     old ones are carried over.
+--     old ones are carried over. Roles that may read the registry summary
+--     may read webhook.secret_usage.
 -- The library of 0.5.0 must be installed first (it still answers 0.4.0's
 -- SQL until this script runs); run ALTER EXTENSION pg_webhook_inbox UPDATE
 -- in every database right after.
@@ -24,6 +29,17 @@
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 ALTER TYPE webhook.claim_status ADD VALUE 'handshake';
+
+ALTER TABLE webhook.delivery_log ADD COLUMN secret_fingerprint text;
+COMMENT ON COLUMN webhook.delivery_log.secret_fingerprint IS 'The fingerprint of the secret, public key or certificate that verified the delivery (webhook_receive); NULL when the caller verified it';
+ALTER TABLE webhook.provider_secrets ADD COLUMN last_used_at timestamptz;
+COMMENT ON COLUMN webhook.provider_secrets.last_used_at IS 'When it last verified a delivery (kept to the minute); NULL if never';
+
+CREATE VIEW webhook.secret_usage AS
+SELECT s.provider, s.fingerprint, s.added_at, s.retired_at, s.last_used_at
+  FROM webhook.provider_secrets s;
+COMMENT ON VIEW webhook.secret_usage IS 'Each provider secret by fingerprint: when added, retired and last used to verify a delivery';
+
 COMMENT ON COLUMN webhook.delivery_log.claim_status IS 'What the delivery was answered: claimed, retry, duplicate, in_progress, dead, rejected, queued, stale, or handshake (an endpoint check with no event, answered as its provider expects)';
 
 CREATE OR REPLACE VIEW webhook.deliveries AS
@@ -287,6 +303,54 @@ ALTER FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[], int
     RENAME TO webhook_verify_detail_0_4_0;
 ALTER FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval)
     RENAME TO webhook_verify_detail_0_4_0;
+-- webhook_retire_secret gains force.
+ALTER FUNCTION @extschema@.webhook_retire_secret(text, text)
+    RENAME TO webhook_retire_secret_0_4_0;
+CREATE FUNCTION @extschema@.webhook_retire_secret(
+    provider              text,
+    secret_or_fingerprint text,
+    force                 boolean DEFAULT false
+) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target webhook.provider_secrets;
+BEGIN
+    SELECT * INTO target
+      FROM webhook.provider_secrets s
+     WHERE s.provider = webhook_retire_secret.provider
+       AND s.retired_at IS NULL
+       AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
+                             webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint))
+       FOR UPDATE;
+    IF FOUND AND target.last_used_at > now() - interval '1 day' THEN
+        IF NOT coalesce(webhook_retire_secret.force, false) THEN
+            RAISE EXCEPTION 'webhook_retire_secret: secret % of provider "%" verified a delivery at %, within the last day',
+                target.fingerprint, target.provider, target.last_used_at
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'Deliveries the provider still signs with it would be refused once it is retired.',
+                      HINT = 'Retire it once webhook.secret_usage shows the new secret verifying deliveries and this one idle, or pass force => true.';
+        END IF;
+        RAISE WARNING 'webhook_retire_secret: secret % of provider "%" verified a delivery at %; deliveries still signed with it will be refused',
+            target.fingerprint, target.provider, target.last_used_at;
+    END IF;
+    UPDATE webhook.provider_secrets s
+       SET retired_at = now()
+     WHERE s.provider = target.provider AND s.fingerprint = target.fingerprint;
+    IF NOT FOUND THEN
+        -- The argument may be the secret itself: never echo it into an
+        -- error message, which ends up in the server log.
+        RAISE EXCEPTION 'webhook_retire_secret: provider "%" has no active secret with that value or fingerprint',
+            webhook_retire_secret.provider
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'webhook_providers() lists the fingerprints of active secrets.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_retire_secret(text, text, boolean) IS
+    'Retire a provider''s secret, named by its fingerprint or by itself; one used in the last day needs force => true';
+
 
 CREATE FUNCTION @extschema@."webhook_receive"(
 	"provider" TEXT,
@@ -420,7 +484,7 @@ BEGIN
           JOIN pg_catalog.pg_proc n
             ON n.pronamespace = o.pronamespace
            AND n.proname || '_0_4_0' = o.proname
-           -- The new one takes the old arguments first, then url.
+           -- The new one takes the old arguments first, then one more.
            AND (n.proargtypes::pg_catalog.oid[])[0:o.pronargs - 1] = (o.proargtypes::pg_catalog.oid[])[0:o.pronargs - 1]
            AND n.pronargs = o.pronargs + 1
          WHERE o.proname LIKE 'webhook\_%\_0\_4\_0'
@@ -458,6 +522,7 @@ DROP FUNCTION @extschema@.webhook_verify_0_4_0(text, jsonb, bytea, text[], inter
 DROP FUNCTION @extschema@.webhook_verify_0_4_0(text, jsonb, text, text[], interval);
 DROP FUNCTION @extschema@.webhook_verify_detail_0_4_0(text, jsonb, bytea, text[], interval);
 DROP FUNCTION @extschema@.webhook_verify_detail_0_4_0(text, jsonb, text, text[], interval);
+DROP FUNCTION @extschema@.webhook_retire_secret_0_4_0(text, text);
 
 -- webhook_grant_app names the new webhook_receive.
 CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_app(role regrole)
@@ -480,6 +545,59 @@ BEGIN
         @extschema@.webhook_fail(uuid, text, interval, boolean),
         @extschema@.webhook_extend(uuid, interval)
         TO %s', role);
+END
+$$;
+
+-- webhook_grant_operator grants the new view.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_operator(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
+    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
+        webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
+        webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
+        webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
+        webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
+        webhook.requeues, webhook.watermarks, webhook.blocked_entities,
+        webhook.secret_usage TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_requeue(text, text, text),
+        @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
+        @extschema@.webhook_purge(interval, integer, integer),
+        @extschema@.webhook_reset_watermark(text, text, text),
+        @extschema@.webhook_providers()
+        TO %s', role);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
+    'Grant an operator role the archive, the inbox, the watermarks, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_reset_watermark and webhook_providers; never the secrets';
+
+-- Who may read the registry summary may read the secrets' usage (by
+-- fingerprint, never the secrets). Then initial privileges as a fresh
+-- install records them.
+REVOKE ALL ON webhook.secret_usage FROM PUBLIC;
+DO $$
+DECLARE
+    grant_ record;
+BEGIN
+    PERFORM webhook._restrict_privileges();
+    FOR grant_ IN
+        SELECT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) AS grantee
+          FROM pg_catalog.pg_class c
+         CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+         WHERE c.oid = 'webhook.provider_summary'::pg_catalog.regclass
+           AND a.privilege_type = 'SELECT' AND a.grantee NOT IN (0, c.relowner)
+    LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT ON webhook.secret_usage TO %s', grant_.grantee);
+    END LOOP;
+    UPDATE pg_catalog.pg_init_privs i
+       SET initprivs = pg_catalog.acldefault('r', c.relowner)
+      FROM pg_catalog.pg_class c
+     WHERE c.oid = 'webhook.secret_usage'::pg_catalog.regclass
+       AND i.objoid = c.oid AND i.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass AND i.objsubid = 0;
 END
 $$;
 

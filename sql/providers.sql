@@ -33,6 +33,13 @@ SELECT p.name, p.scheme, p.tolerance, p.event_id_from, p.event_type_from,
  GROUP BY p.name;
 COMMENT ON VIEW webhook.provider_summary IS 'The registry, secrets listed by fingerprint only';
 
+-- Which secret (or public key, or certificate) is in use: what a DBA looks
+-- at before retiring one.
+CREATE VIEW webhook.secret_usage AS
+SELECT s.provider, s.fingerprint, s.added_at, s.retired_at, s.last_used_at
+  FROM webhook.provider_secrets s;
+COMMENT ON VIEW webhook.secret_usage IS 'Each provider secret by fingerprint: when added, retired and last used to verify a delivery';
+
 -- Create or update a provider. Arguments left NULL keep their current value,
 -- or take the scheme's defaults for a new provider. The scheme defaults to
 -- the name when the name is a known scheme or alias ('svix' and 'clerk'
@@ -228,19 +235,41 @@ COMMENT ON FUNCTION @extschema@.webhook_add_secret(text, text) IS
     'Add a signing secret to a provider (several may be active while rotating); returns its fingerprint';
 
 -- Retire a secret, named by its fingerprint (as listed) or by itself.
--- Deliveries signed with it fail from now on.
-CREATE FUNCTION @extschema@.webhook_retire_secret(provider text, secret_or_fingerprint text)
-RETURNS void
+-- Deliveries signed with it fail from now on. One that verified a delivery
+-- in the last day is still in use by the provider: retiring it needs
+-- force => true, and warns even then.
+CREATE FUNCTION @extschema@.webhook_retire_secret(
+    provider              text,
+    secret_or_fingerprint text,
+    force                 boolean DEFAULT false
+) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    target webhook.provider_secrets;
 BEGIN
-    UPDATE webhook.provider_secrets s
-       SET retired_at = now()
+    SELECT * INTO target
+      FROM webhook.provider_secrets s
      WHERE s.provider = webhook_retire_secret.provider
        AND s.retired_at IS NULL
        AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
-                             webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint));
+                             webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint))
+       FOR UPDATE;
+    IF FOUND AND target.last_used_at > now() - interval '1 day' THEN
+        IF NOT coalesce(webhook_retire_secret.force, false) THEN
+            RAISE EXCEPTION 'webhook_retire_secret: secret % of provider "%" verified a delivery at %, within the last day',
+                target.fingerprint, target.provider, target.last_used_at
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'Deliveries the provider still signs with it would be refused once it is retired.',
+                      HINT = 'Retire it once webhook.secret_usage shows the new secret verifying deliveries and this one idle, or pass force => true.';
+        END IF;
+        RAISE WARNING 'webhook_retire_secret: secret % of provider "%" verified a delivery at %; deliveries still signed with it will be refused',
+            target.fingerprint, target.provider, target.last_used_at;
+    END IF;
+    UPDATE webhook.provider_secrets s
+       SET retired_at = now()
+     WHERE s.provider = target.provider AND s.fingerprint = target.fingerprint;
     IF NOT FOUND THEN
         -- The argument may be the secret itself: never echo it into an
         -- error message, which ends up in the server log.
@@ -251,8 +280,8 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.webhook_retire_secret(text, text) IS
-    'Retire a provider''s secret, named by its fingerprint or by itself';
+COMMENT ON FUNCTION @extschema@.webhook_retire_secret(text, text, boolean) IS
+    'Retire a provider''s secret, named by its fingerprint or by itself; one used in the last day needs force => true';
 
 -- The registry, without secrets.
 CREATE FUNCTION @extschema@.webhook_providers()

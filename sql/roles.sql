@@ -52,7 +52,8 @@ BEGIN
         webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
         webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
         webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
-        webhook.requeues, webhook.watermarks, webhook.blocked_entities TO %s', role);
+        webhook.requeues, webhook.watermarks, webhook.blocked_entities,
+        webhook.secret_usage TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -63,7 +64,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the views, webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_reset_watermark and webhook_providers; never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_reset_watermark and webhook_providers; never the secrets';
 
 -- The rule, rather than a list that could miss a new object, applied by
 -- finalize.sql and at the end of every upgrade script (which may add

@@ -132,6 +132,8 @@ CREATE TABLE webhook.delivery_log (
     -- webhook.rejected_body_limit bytes; these describe the whole body.
     body_size         integer,
     body_sha256       bytea,
+    -- Which of its provider's keys verified it (webhook_receive).
+    secret_fingerprint text,
     CONSTRAINT delivery_log_pkey PRIMARY KEY (id)
 )
 -- Compress the payload, raw body and headers inside the row instead of
@@ -184,6 +186,7 @@ COMMENT ON COLUMN webhook.delivery_log.payload_mismatch IS 'This redelivery''s p
 COMMENT ON COLUMN webhook.delivery_log.created_at IS 'When the delivery arrived';
 COMMENT ON COLUMN webhook.delivery_log.body_size IS 'For rejections: the whole body''s size in bytes';
 COMMENT ON COLUMN webhook.delivery_log.body_sha256 IS 'For rejections: the whole body''s SHA-256';
+COMMENT ON COLUMN webhook.delivery_log.secret_fingerprint IS 'The fingerprint of the secret, public key or certificate that verified the delivery (webhook_receive); NULL when the caller verified it'
 
 -- Attempts that failed: webhook_fail's message, or the lease that ran out.
 CREATE TABLE webhook.delivery_failures (
@@ -483,6 +486,9 @@ CREATE TABLE webhook.provider_secrets (
     fingerprint text        NOT NULL,
     added_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
     retired_at  timestamptz,
+    -- When it last verified a delivery, to the minute: written at most
+    -- once a minute, by whichever delivery finds it stale and unlocked.
+    last_used_at timestamptz,
     CONSTRAINT provider_secrets_pkey PRIMARY KEY (provider, fingerprint)
 );
 
@@ -494,6 +500,7 @@ COMMENT ON COLUMN webhook.provider_secrets.secret IS 'The signing secret, as the
 COMMENT ON COLUMN webhook.provider_secrets.fingerprint IS 'First 16 hex digits of the secret''s SHA-256: how it is listed';
 COMMENT ON COLUMN webhook.provider_secrets.added_at IS 'When it was added (the newest is tried first)';
 COMMENT ON COLUMN webhook.provider_secrets.retired_at IS 'When it was retired; NULL while active';
+COMMENT ON COLUMN webhook.provider_secrets.last_used_at IS 'When it last verified a delivery (kept to the minute); NULL if never';
 
 -- Nobody but the extension's functions writes here. (New tables grant
 -- nothing to PUBLIC; these statements make that explicit for DBAs.)

@@ -8,6 +8,9 @@
 //! every release has had, so that a database whose SQL is still a release
 //! behind (between installing a new library and `ALTER EXTENSION … UPDATE`)
 //! keeps claiming; only rejections write the columns that came later.
+//! The one exception is `secret_fingerprint` (which key verified the
+//! delivery): only `webhook_receive` with the current SQL knows it, and it
+//! writes it through the `_VERIFIED` variant of each statement.
 
 use crate::claim::ClaimStatus;
 use crate::compress::ArchivedPayload;
@@ -26,12 +29,17 @@ macro_rules! archive_columns {
     };
 }
 
-/// `INSERT INTO webhook.delivery_log (…columns…) `, for `concat!`.
+/// `INSERT INTO webhook.delivery_log (…columns…) `, for `concat!`;
+/// `$more`: columns after them (`, secret_fingerprint`), or "".
 macro_rules! archive_insert {
     () => {
+        $crate::archive::archive_insert!("")
+    };
+    ($more:literal) => {
         concat!(
             "INSERT INTO webhook.delivery_log (",
             $crate::archive::archive_columns!(),
+            $more,
             ") "
         )
     };
@@ -60,27 +68,31 @@ static RECORD: Statement = Statement {
     arg_types: &ENTRY_TYPES,
 };
 
+/// RECORD, and the fingerprint of the key that verified the delivery.
+static RECORD_VERIFIED: Statement = Statement {
+    sql: concat!(
+        archive_insert!(", secret_fingerprint"),
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10, $11)"
+    ),
+    arg_types: &crate::plans::then_text::<10, 11>(ENTRY_TYPES),
+};
+
 /// A delivery skipped as stale (ordering): the same columns, and why.
 static RECORD_SKIPPED: Statement = Statement {
     sql: concat!(
-        "INSERT INTO webhook.delivery_log (",
-        archive_columns!(),
-        ", reject_reason)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10, $11)"
+        archive_insert!(", reject_reason"),
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10, $11)"
     ),
-    arg_types: &[
-        ENTRY_TYPES[0],
-        ENTRY_TYPES[1],
-        ENTRY_TYPES[2],
-        ENTRY_TYPES[3],
-        ENTRY_TYPES[4],
-        ENTRY_TYPES[5],
-        ENTRY_TYPES[6],
-        ENTRY_TYPES[7],
-        ENTRY_TYPES[8],
-        ENTRY_TYPES[9],
-        pg_sys::TEXTOID,
-    ],
+    arg_types: &crate::plans::then_text::<10, 11>(ENTRY_TYPES),
+};
+
+/// RECORD_SKIPPED, and the fingerprint of the key that verified it.
+static RECORD_SKIPPED_VERIFIED: Statement = Statement {
+    sql: concat!(
+        archive_insert!(", reject_reason, secret_fingerprint"),
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10, $11, $12)"
+    ),
+    arg_types: &crate::plans::then_text::<10, 12>(ENTRY_TYPES),
 };
 
 /// A rejection: the same columns, then why, and the whole body's size and
@@ -115,6 +127,9 @@ pub struct Entry<'a> {
     pub headers: Option<RawJsonb>,
     pub status: ClaimStatus,
     pub payload_mismatch: bool,
+    /// The fingerprint of the key that verified the delivery
+    /// (`webhook_receive` on the current SQL only).
+    pub verified_by: Option<&'a str>,
 }
 
 impl<'a> Entry<'a> {
@@ -135,7 +150,15 @@ impl<'a> Entry<'a> {
 }
 
 pub fn record(client: &mut SpiClient<'_>, entry: Entry<'_>) -> Result<()> {
-    RECORD.run(client, &entry.arguments())?;
+    let mut args = entry.arguments();
+    let statement = match entry.verified_by {
+        Some(fingerprint) => {
+            args.push(fingerprint.into());
+            &RECORD_VERIFIED
+        }
+        None => &RECORD,
+    };
+    statement.run(client, &args)?;
     Ok(())
 }
 
@@ -144,7 +167,14 @@ pub fn record(client: &mut SpiClient<'_>, entry: Entry<'_>) -> Result<()> {
 pub fn record_skipped(client: &mut SpiClient<'_>, entry: Entry<'_>, reason: &str) -> Result<()> {
     let mut args = entry.arguments();
     args.push(reason.into());
-    RECORD_SKIPPED.run(client, &args)?;
+    let statement = match entry.verified_by {
+        Some(fingerprint) => {
+            args.push(fingerprint.into());
+            &RECORD_SKIPPED_VERIFIED
+        }
+        None => &RECORD_SKIPPED,
+    };
+    statement.run(client, &args)?;
     Ok(())
 }
 
@@ -158,12 +188,14 @@ pub struct Handshake<'a> {
     pub raw_body: &'a [u8],
     pub signature: Option<&'a str>,
     pub headers: Option<RawJsonb>,
+    pub verified_by: Option<&'a str>,
 }
 
 static RECORD_HANDSHAKE: Statement = Statement {
     sql: "INSERT INTO webhook.delivery_log
-              (id, provider, event_type, payload, raw_body, signature, headers, claim_status)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, 'handshake')",
+              (id, provider, event_type, payload, raw_body, signature, headers, claim_status,
+               secret_fingerprint)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, 'handshake', $8)",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
@@ -172,6 +204,7 @@ static RECORD_HANDSHAKE: Statement = Statement {
         pg_sys::BYTEAOID,
         pg_sys::TEXTOID,
         pg_sys::JSONBOID,
+        pg_sys::TEXTOID,
     ],
 };
 
@@ -186,6 +219,7 @@ pub fn record_handshake(client: &mut SpiClient<'_>, h: Handshake<'_>) -> Result<
             h.raw_body.into(),
             h.signature.into(),
             h.headers.into(),
+            h.verified_by.into(),
         ],
     )?;
     Ok(())

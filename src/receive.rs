@@ -243,6 +243,8 @@ struct Provider {
     event_id_from: String,
     event_type_from: String,
     secrets: Vec<Option<String>>,
+    /// The secrets' fingerprints, in the same order.
+    fingerprints: Vec<Option<String>>,
     /// Registered in inbox mode.
     inbox: bool,
     /// Registered with ordering: where the entity key and the order value
@@ -261,6 +263,8 @@ macro_rules! load_provider {
                     p.event_id_from,
                     p.event_type_from,
                     pg_catalog.array_agg(s.secret ORDER BY s.added_at DESC)
+                        FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
+            "pg_catalog.array_agg(s.fingerprint ORDER BY s.added_at DESC)
                         FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
             $inbox,
             ", ",
@@ -291,6 +295,20 @@ static LOAD_PROVIDER_0_3: Statement = Statement {
 static LOAD_PROVIDER_0_2: Statement = Statement {
     sql: load_provider!("false", "NULL", "NULL"),
     arg_types: &[pg_sys::TEXTOID],
+};
+
+/// A secret verified a delivery: say so, at most once a minute, and never
+/// wait for it. A transaction that touched it holds its row until it ends,
+/// and every other one skips it meanwhile.
+static TOUCH_SECRET: Statement = Statement {
+    sql: "UPDATE webhook.provider_secrets s
+             SET last_used_at = pg_catalog.now()
+           WHERE s.ctid = (SELECT t.ctid FROM webhook.provider_secrets t
+                            WHERE t.provider = $1 AND t.fingerprint = $2
+                              AND (t.last_used_at IS NULL
+                                   OR t.last_used_at < pg_catalog.now() - interval '1 minute')
+                              FOR UPDATE SKIP LOCKED)",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
 /// Which event id these signed bytes were first seen under, if any.
@@ -339,8 +357,9 @@ fn load_provider(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<Pro
         event_id_from: row.get::<String>(3)?.unwrap_or_default(),
         event_type_from: row.get::<String>(4)?.unwrap_or_default(),
         secrets: row.get::<Vec<Option<String>>>(5)?.unwrap_or_default(),
-        inbox: row.get::<bool>(6)?.unwrap_or(false),
-        ordering: row.get::<String>(7)?.zip(row.get::<String>(8)?),
+        fingerprints: row.get::<Vec<Option<String>>>(6)?.unwrap_or_default(),
+        inbox: row.get::<bool>(7)?.unwrap_or(false),
+        ordering: row.get::<String>(8)?.zip(row.get::<String>(9)?),
     })
 }
 
@@ -425,6 +444,8 @@ struct Request<'a> {
     body: &'a [u8],
     signature: Option<&'a str>,
     headers: Option<RawJsonb>,
+    /// Once verified: the fingerprint of the key that did it.
+    verified_by: Option<&'a str>,
 }
 
 fn reject(
@@ -492,6 +513,7 @@ fn receive(
         body,
         signature: signature.filter(|s| s.len() <= MAX_SIGNATURE_BYTES),
         headers: None,
+        verified_by: None,
     };
 
     let headers_parsed = match parsed_headers {
@@ -515,6 +537,19 @@ fn receive(
         Ok(authentic) => authentic,
         Err(verdict) => return reject(client, &request, 401, verdict.reason.as_str(), None),
     };
+    // Which key verified it: archived with the delivery, and the key's
+    // last use kept, where the release's tables have room for them.
+    let verified_by = match sql {
+        Sql::Current => provider
+            .fingerprints
+            .get(authentic.secret)
+            .and_then(Option::as_deref),
+        _ => None,
+    };
+    if let Some(fingerprint) = verified_by {
+        TOUCH_SECRET.run(client, &[provider_name.into(), fingerprint.into()])?;
+    }
+    request.verified_by = verified_by;
 
     // Parsed once: serde's document for reading the ids, jsonb for storing.
     let Some((body_text, body_json)) = document(&provider.scheme, body) else {
@@ -571,6 +606,7 @@ fn receive(
         headers: request.headers,
         lease,
         order: order.as_ref().and_then(Option::as_ref),
+        verified_by: request.verified_by,
     };
     let answer = |outcome: Outcome| {
         let http_status = match outcome.status {
@@ -668,6 +704,7 @@ fn answer_handshake(
             raw_body: request.body,
             signature: request.signature,
             headers: request.headers,
+            verified_by: request.verified_by,
         },
     )?;
     Ok(Answer {

@@ -176,6 +176,7 @@ pub(crate) fn delivery<'a>(
         // The registry's order is read by webhook_receive only, from a
         // body it verified itself.
         order: None,
+        verified_by: None,
     })
 }
 

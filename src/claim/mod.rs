@@ -22,7 +22,10 @@ pub(crate) mod api;
 mod statements;
 
 pub use answer::{ClaimStatus, EventState, EventStatus, Outcome};
-pub(crate) use statements::{DELIVERY_ARGUMENTS, ORDERED_DELIVERY_ARGUMENTS};
+pub(crate) use statements::{
+    DELIVERY_ARGUMENTS, ORDERED_DELIVERY_ARGUMENTS, ORDERED_VERIFIED_DELIVERY_ARGUMENTS,
+    VERIFIED_DELIVERY_ARGUMENTS,
+};
 
 use crate::archive::{self, Entry};
 use crate::compress::ArchivedPayload;
@@ -34,8 +37,9 @@ use crate::session_claims;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{
-    CLAIM, CLAIM_ORDERED, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD,
-    RECORD_LOST_LEASE, TAKE_OVER, TAKE_OVER_ORDERED,
+    CLAIM, CLAIM_ORDERED, CLAIM_ORDERED_VERIFIED, CLAIM_VERIFIED, INSPECT, INSPECT_LOCKED,
+    MARK_STALE, OBSERVE, OBSERVE_VERIFIED, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
+    TAKE_OVER_ORDERED,
 };
 
 /// One delivery, validated, as the claim writes it.
@@ -52,10 +56,25 @@ pub struct Delivery<'a> {
     /// registered with ordering (`webhook_receive` only: it read them
     /// from the body it verified).
     pub order: Option<&'a Order>,
+    /// The fingerprint of the key that verified it (`webhook_receive` on
+    /// the current SQL, whose archive has a column for it).
+    pub verified_by: Option<&'a str>,
 }
 
 impl<'a> Delivery<'a> {
-    /// The arguments of CLAIM and OBSERVE, in their order.
+    /// The arguments of OBSERVE (or OBSERVE_VERIFIED).
+    fn observing_arguments<'b>(
+        &'b self,
+        id: pgrx::Uuid,
+        payload: ArchivedPayload,
+        digest: &'b [u8],
+    ) -> Vec<DatumWithOid<'b>> {
+        let mut args: Vec<DatumWithOid<'b>> = self.arguments(id, payload, digest).into();
+        args.extend(self.verified_by.map(DatumWithOid::from));
+        args
+    }
+
+    /// The arguments every statement that archives the delivery starts with.
     pub(crate) fn arguments<'b>(
         &'b self,
         id: pgrx::Uuid,
@@ -78,7 +97,8 @@ impl<'a> Delivery<'a> {
 
     /// The arguments of a statement that writes the event (CLAIM,
     /// ENQUEUE): `arguments`, then, for an ordered event, its entity key and
-    /// order value, which the `_ORDERED` variant of the statement takes.
+    /// order value, which the `_ORDERED` variant of the statement takes,
+    /// then the verifying key's fingerprint, which the `_VERIFIED` one does.
     pub(crate) fn writing_arguments<'b>(
         &'b self,
         id: pgrx::Uuid,
@@ -90,6 +110,7 @@ impl<'a> Delivery<'a> {
             args.push(order.entity_key.as_str().into());
             args.push(order.value.as_str().into());
         }
+        args.extend(self.verified_by.map(DatumWithOid::from));
         args
     }
 
@@ -106,6 +127,7 @@ impl<'a> Delivery<'a> {
             headers: self.headers,
             status,
             payload_mismatch: false,
+            verified_by: self.verified_by,
         }
     }
 }
@@ -130,7 +152,12 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     if !lock.try_acquire() {
         // Another transaction is working on this event right now. Its
         // committed state still tells a finished or dead event apart.
-        let rows = OBSERVE.run(client, &d.arguments(id, payload, &digest))?;
+        let observe = if d.verified_by.is_some() {
+            &OBSERVE_VERIFIED
+        } else {
+            &OBSERVE
+        };
+        let rows = observe.run(client, &d.observing_arguments(id, payload, &digest))?;
         return Ok(match EventState::read(rows)? {
             Some(state) => {
                 let answer = state.answer.unwrap_or(ClaimStatus::InProgress);
@@ -168,10 +195,11 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
     }
 
-    let claim = if d.order.is_some() {
-        &CLAIM_ORDERED
-    } else {
-        &CLAIM
+    let claim = match (d.order.is_some(), d.verified_by.is_some()) {
+        (false, false) => &CLAIM,
+        (true, false) => &CLAIM_ORDERED,
+        (false, true) => &CLAIM_VERIFIED,
+        (true, true) => &CLAIM_ORDERED_VERIFIED,
     };
     let rows = claim.run(client, &d.writing_arguments(id, payload, &digest))?;
     // The event exists unless we just inserted it, and since we hold its

@@ -7,7 +7,7 @@
 //! column order as far as they can.
 
 use crate::archive::archive_insert;
-use crate::plans::Statement;
+use crate::plans::{then_text, Statement};
 use pgrx::pg_sys;
 
 /// What a delivery of an event is answered, from the event's committed
@@ -68,17 +68,13 @@ pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &DELIVERY_TYPES;
 
 /// The same, then an ordered event's entity key and order value (as
 /// text), for the statements that write them with the event.
-pub(crate) const ORDERED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &with_order(DELIVERY_TYPES);
+pub(crate) const ORDERED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &then_text::<10, 12>(DELIVERY_TYPES);
 
-const fn with_order(base: [pg_sys::Oid; 10]) -> [pg_sys::Oid; 12] {
-    let mut out = [pg_sys::TEXTOID; 12];
-    let mut i = 0;
-    while i < base.len() {
-        out[i] = base[i];
-        i += 1;
-    }
-    out
-}
+/// The `_VERIFIED` variants': the same, then the fingerprint of the key
+/// that verified the delivery (`$11`, or `$13` after an order).
+pub(crate) const VERIFIED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &then_text::<10, 11>(DELIVERY_TYPES);
+pub(crate) const ORDERED_VERIFIED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] =
+    &then_text::<10, 13>(DELIVERY_TYPES);
 
 /// The whole claim of a new event, or of an existing one it does not take
 /// over, in one statement: insert the event if it is new, and archive the
@@ -90,9 +86,13 @@ const fn with_order(base: [pg_sys::Oid; 10]) -> [pg_sys::Oid; 12] {
 ///
 /// `$columns` and `$values` append to the event's INSERT: nothing, or an
 /// ordered event's entity key and order value (`$11`, `$12`), which only
-/// the tables of this release have.
+/// the tables of 0.4.0 on have. `$archived` and `$fingerprint` append to the
+/// archive's: nothing, or `secret_fingerprint` and its argument.
 macro_rules! claim {
     ($columns:literal, $values:literal) => {
+        claim!($columns, $values, "", "")
+    };
+    ($columns:literal, $values:literal, $archived:literal, $fingerprint:literal) => {
         concat!(
             "WITH new_event AS (
                   INSERT INTO webhook.events AS e
@@ -112,11 +112,15 @@ macro_rules! claim {
                     FROM webhook.events e
                    WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
               ), archived AS (",
-            archive_insert!(),
-            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false
+            archive_insert!($archived),
+            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false",
+            $fingerprint,
+            "
                     FROM new_event
                   UNION ALL
-                  SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10
+                  SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10",
+            $fingerprint,
+            "
                     FROM existing x WHERE x.answer IS NOT NULL
               )
               SELECT 'claimed', 'processing', 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
@@ -139,12 +143,31 @@ pub static CLAIM_ORDERED: Statement = Statement {
     arg_types: ORDERED_DELIVERY_ARGUMENTS,
 };
 
+/// CLAIM of a delivery `webhook_receive` verified, with its key's
+/// fingerprint.
+pub static CLAIM_VERIFIED: Statement = Statement {
+    sql: claim!("", "", ", secret_fingerprint", ", $11"),
+    arg_types: VERIFIED_DELIVERY_ARGUMENTS,
+};
+
+pub static CLAIM_ORDERED_VERIFIED: Statement = Statement {
+    sql: claim!(
+        ", entity_key, order_value",
+        ", $11, $12::numeric",
+        ", secret_fingerprint",
+        ", $13"
+    ),
+    arg_types: ORDERED_VERIFIED_DELIVERY_ARGUMENTS,
+};
+
 /// A delivery arriving while another transaction holds the event: read the
 /// committed state and archive the answer it gives, in one statement. It
 /// returns the event, or nothing before the event's first claim commits
-/// (answered `in_progress` all the same).
-pub static OBSERVE: Statement = Statement {
-    sql: concat!(
+/// (answered `in_progress` all the same). `$archived`, `$fingerprint`: as
+/// for `claim!`.
+macro_rules! observe {
+    ($archived:literal, $fingerprint:literal) => {
+        concat!(
         "WITH existing AS (
               SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash, e.lease_expires_at
                 FROM webhook.events e
@@ -156,15 +179,27 @@ pub static OBSERVE: Statement = Statement {
                 FROM (VALUES (1)) AS one(x_)
                 LEFT JOIN existing x ON true
           ), archived AS (",
-        archive_insert!(),
+        archive_insert!($archived),
         "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, a.answer,
-                     a.payload_hash IS NOT NULL AND a.payload_hash IS DISTINCT FROM $10
+                     a.payload_hash IS NOT NULL AND a.payload_hash IS DISTINCT FROM $10",
+        $fingerprint,
+        "
                 FROM answer a
           )
           SELECT a.answer::text, a.status::text, a.attempts, NULL::uuid, a.result, a.payload_hash
             FROM answer a WHERE a.status IS NOT NULL"
-    ),
+        )
+    };
+}
+
+pub static OBSERVE: Statement = Statement {
+    sql: observe!("", ""),
     arg_types: DELIVERY_ARGUMENTS,
+};
+
+pub static OBSERVE_VERIFIED: Statement = Statement {
+    sql: observe!(", secret_fingerprint", ", $11"),
+    arg_types: VERIFIED_DELIVERY_ARGUMENTS,
 };
 
 /// The committed state of an event, read without writing anything,

@@ -23,6 +23,7 @@ pub mod lease;
 use crate::archive::archive_insert;
 use crate::claim::{
     ClaimStatus, Delivery, Outcome, DELIVERY_ARGUMENTS, ORDERED_DELIVERY_ARGUMENTS,
+    ORDERED_VERIFIED_DELIVERY_ARGUMENTS, VERIFIED_DELIVERY_ARGUMENTS,
 };
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
@@ -36,9 +37,13 @@ use pgrx::spi::SpiClient;
 /// (`Delivery::writing_arguments`); the lease, `$9`, is not used.
 /// `$columns` and `$values` append to both INSERTs: nothing, or an ordered
 /// event's entity key and order value (`$11`, `$12`), which only the
-/// tables of this release have.
+/// tables of 0.4.0 on have. `$archived` and `$fingerprint` append to the
+/// archive's: nothing, or `secret_fingerprint` and its argument.
 macro_rules! enqueue {
     ($columns:literal, $values:literal) => {
+        enqueue!($columns, $values, "", "")
+    };
+    ($columns:literal, $values:literal, $archived:literal, $fingerprint:literal) => {
         concat!(
             "WITH new_event AS (
                   INSERT INTO webhook.events AS e
@@ -66,12 +71,16 @@ macro_rules! enqueue {
                     FROM webhook.events e
                    WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
               ), archived AS (",
-            archive_insert!(),
-            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'queued'::webhook.claim_status, false
+            archive_insert!($archived),
+            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'queued'::webhook.claim_status, false",
+            $fingerprint,
+            "
                     FROM new_event
                   UNION ALL
                   SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'duplicate'::webhook.claim_status,
-                         x.payload_hash IS DISTINCT FROM $10
+                         x.payload_hash IS DISTINCT FROM $10",
+            $fingerprint,
+            "
                     FROM existing x
               )
               SELECT 'queued', 'queued', 0, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
@@ -91,6 +100,23 @@ static ENQUEUE: Statement = Statement {
 static ENQUEUE_ORDERED: Statement = Statement {
     sql: enqueue!(", entity_key, order_value", ", $11, $12::numeric"),
     arg_types: ORDERED_DELIVERY_ARGUMENTS,
+};
+
+/// ENQUEUE of a delivery `webhook_receive` verified, with its key's
+/// fingerprint.
+static ENQUEUE_VERIFIED: Statement = Statement {
+    sql: enqueue!("", "", ", secret_fingerprint", ", $11"),
+    arg_types: VERIFIED_DELIVERY_ARGUMENTS,
+};
+
+static ENQUEUE_ORDERED_VERIFIED: Statement = Statement {
+    sql: enqueue!(
+        ", entity_key, order_value",
+        ", $11, $12::numeric",
+        ", secret_fingerprint",
+        ", $13"
+    ),
+    arg_types: ORDERED_VERIFIED_DELIVERY_ARGUMENTS,
 };
 
 /// Store a validated delivery in the inbox: `queued` when its event is
@@ -117,10 +143,11 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
     EventLock::for_event(d.provider, d.event_id).acquire();
     // Ordered events are judged when a worker would lease them: each
     // consumer has its own watermark.
-    let enqueue = if d.order.is_some() {
-        &ENQUEUE_ORDERED
-    } else {
-        &ENQUEUE
+    let enqueue = match (d.order.is_some(), d.verified_by.is_some()) {
+        (false, false) => &ENQUEUE,
+        (true, false) => &ENQUEUE_ORDERED,
+        (false, true) => &ENQUEUE_VERIFIED,
+        (true, true) => &ENQUEUE_ORDERED_VERIFIED,
     };
     let rows = enqueue.run(client, &d.writing_arguments(id, payload, &digest))?;
     let state = crate::claim::EventState::read(rows)?
