@@ -214,15 +214,27 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    fp text;
+    fp       text;
+    v_scheme text;
+    problem  text;
 BEGIN
     IF webhook_add_secret.secret IS NULL OR webhook_add_secret.secret = '' THEN
         RAISE EXCEPTION 'webhook_add_secret: argument "secret" must not be empty'
             USING ERRCODE = 'zero_length_character_string';
     END IF;
-    IF NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = webhook_add_secret.provider) THEN
+    SELECT p.scheme INTO v_scheme FROM webhook.providers p WHERE p.name = webhook_add_secret.provider;
+    IF NOT FOUND THEN
         RAISE EXCEPTION 'webhook_add_secret: argument "provider": no provider "%" is registered', webhook_add_secret.provider
             USING ERRCODE = 'undefined_object';
+    END IF;
+    -- A public key or certificate in the wrong format would only show up
+    -- later, as every delivery refused: say so now. (The message never
+    -- echoes the secret.)
+    problem := webhook._key_problem(v_scheme, webhook_add_secret.secret);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "secret" is not a key for scheme "%"', v_scheme
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = problem || '.';
     END IF;
     fp := webhook._fingerprint(webhook_add_secret.secret);
     INSERT INTO webhook.provider_secrets AS s (provider, secret, fingerprint)

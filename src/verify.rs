@@ -148,6 +148,16 @@ pub(crate) fn scheme_catalog() -> TableIterator<
     }))
 }
 
+/// Why `secret` cannot be a key under `scheme`, or NULL when it can (or
+/// the scheme does not parse: registering it says so). For
+/// `webhook_add_secret`, which refuses a key no delivery could match.
+#[pg_extern(immutable, parallel_safe, schema = "webhook", name = "_key_problem")]
+fn key_problem(scheme: &str, secret: &str) -> Option<&'static str> {
+    Scheme::parse("webhook_add_secret", "secret", scheme)
+        .ok()?
+        .key_problem(secret)
+}
+
 fn detail_row(verdict: Verdict) -> (bool, String, Option<TimestampWithTimeZone>) {
     (
         verdict.valid(),

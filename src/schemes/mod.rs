@@ -407,6 +407,28 @@ impl Scheme {
         }
     }
 
+    /// Why `secret` cannot be a key for this scheme, or None when it can:
+    /// what `webhook_add_secret` refuses it with.
+    pub fn key_problem(&self, secret: &str) -> Option<&'static str> {
+        if self.key(secret).is_some() {
+            return None;
+        }
+        Some(match self {
+            Scheme::Standard => {
+                "a Standard Webhooks key is whsec_ + base64 of the secret, or whpk_ + base64 of a 32-byte Ed25519 public key"
+            }
+            Scheme::Discord => "a Discord key is the application's public key, 64 hex digits",
+            Scheme::SendGrid => {
+                "a SendGrid key is the verification key it shows (base64 of a DER P-256 public key), or that key in PEM"
+            }
+            Scheme::PayPal { .. } => {
+                "a PayPal key is the certificate's URL (as PAYPAL-CERT-URL names it) on the first line, then the PEM certificate"
+            }
+            Scheme::Preset(_, inner) => return inner.key_problem(secret),
+            _ => "not a key for this scheme",
+        })
+    }
+
     /// The key `secret` is under this scheme, as bytes for an HMAC (Zoom's
     /// handshake answers with an HMAC under the secret that verified it).
     pub fn hmac_key(&self, secret: &str) -> Option<Vec<u8>> {
