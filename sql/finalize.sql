@@ -47,8 +47,8 @@ COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[]
     'webhook_verify, saying why: (valid, reason, signed_at)';
 COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval, text) IS
     'webhook_verify_detail for a body passed as text';
-COMMENT ON FUNCTION webhook._key_problem(text, text) IS
-    'Internal: why a secret cannot be a key under a scheme (NULL when it can), for webhook_add_secret';
+COMMENT ON FUNCTION @extschema@.webhook_check_key(text, text) IS
+    'Why a key (secret, public key or certificate) cannot verify deliveries under a scheme, or NULL when it can';
 COMMENT ON FUNCTION @extschema@.webhook_schemes() IS
     'The signature schemes, their aliases, and the registry defaults each gives a provider, ordering''s presets included';
 

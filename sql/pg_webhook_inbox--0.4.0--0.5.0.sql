@@ -17,7 +17,9 @@
 --   * Which secret verified what: webhook.delivery_log.secret_fingerprint
 --     (written by webhook_receive), webhook.provider_secrets.last_used_at
 --     and the view webhook.secret_usage; webhook_retire_secret gains force,
---     needed to retire a secret used in the last day.
+--     needed to retire a secret used in the last day; webhook_add_secret
+--     refuses a key the provider's scheme cannot use (webhook_check_key,
+--     new, says why).
 --   * Functions whose arguments change are created anew; the grants on the
 --     old ones are carried over. Roles that may read the registry summary
 --     may read webhook.secret_usage.
@@ -545,6 +547,54 @@ BEGIN
         @extschema@.webhook_fail(uuid, text, interval, boolean),
         @extschema@.webhook_extend(uuid, interval)
         TO %s', role);
+END
+$$;
+
+-- A key in the wrong format is refused when it is added, not discovered
+-- as refused deliveries: webhook_check_key says what is wrong with it.
+CREATE FUNCTION @extschema@."webhook_check_key"(
+	"scheme" TEXT,
+	"key" TEXT
+) RETURNS TEXT
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'check_key_wrapper';
+COMMENT ON FUNCTION @extschema@.webhook_check_key(text, text) IS
+    'Why a key (secret, public key or certificate) cannot verify deliveries under a scheme, or NULL when it can';
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    fp       text;
+    v_scheme text;
+    problem  text;
+BEGIN
+    IF webhook_add_secret.secret IS NULL OR webhook_add_secret.secret = '' THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "secret" must not be empty'
+            USING ERRCODE = 'zero_length_character_string';
+    END IF;
+    SELECT p.scheme INTO v_scheme FROM webhook.providers p WHERE p.name = webhook_add_secret.provider;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "provider": no provider "%" is registered', webhook_add_secret.provider
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    -- A public key or certificate in the wrong format would only show up
+    -- later, as every delivery refused: say so now. (The message never
+    -- echoes the secret.)
+    problem := @extschema@.webhook_check_key(v_scheme, webhook_add_secret.secret);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "secret" is not a key for scheme "%"', v_scheme
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = problem || '.';
+    END IF;
+    fp := webhook._fingerprint(webhook_add_secret.secret);
+    INSERT INTO webhook.provider_secrets AS s (provider, secret, fingerprint)
+    VALUES (webhook_add_secret.provider, webhook_add_secret.secret, fp)
+    ON CONFLICT ON CONSTRAINT provider_secrets_pkey DO UPDATE SET retired_at = NULL;
+    RETURN fp;
 END
 $$;
 

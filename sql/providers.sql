@@ -230,7 +230,7 @@ BEGIN
     -- A public key or certificate in the wrong format would only show up
     -- later, as every delivery refused: say so now. (The message never
     -- echoes the secret.)
-    problem := webhook._key_problem(v_scheme, webhook_add_secret.secret);
+    problem := @extschema@.webhook_check_key(v_scheme, webhook_add_secret.secret);
     IF problem IS NOT NULL THEN
         RAISE EXCEPTION 'webhook_add_secret: argument "secret" is not a key for scheme "%"', v_scheme
             USING ERRCODE = 'invalid_parameter_value',

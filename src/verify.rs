@@ -148,14 +148,13 @@ pub(crate) fn scheme_catalog() -> TableIterator<
     }))
 }
 
-/// Why `secret` cannot be a key under `scheme`, or NULL when it can (or
-/// the scheme does not parse: registering it says so). For
-/// `webhook_add_secret`, which refuses a key no delivery could match.
-#[pg_extern(immutable, parallel_safe, schema = "webhook", name = "_key_problem")]
-fn key_problem(scheme: &str, secret: &str) -> Option<&'static str> {
-    Scheme::parse("webhook_add_secret", "secret", scheme)
-        .ok()?
-        .key_problem(secret)
+/// Why `key` cannot verify deliveries under `scheme` (a public key or
+/// certificate in the wrong format, a Standard Webhooks secret that is not
+/// base64), or NULL when it can. `webhook_add_secret` refuses such a key;
+/// a DBA may check one before registering it.
+#[pg_extern(immutable, parallel_safe, name = "webhook_check_key")]
+fn check_key(scheme: &str, key: &str) -> PgResult<Option<&'static str>> {
+    Ok(Scheme::parse("webhook_check_key", "scheme", scheme)?.key_problem(key))
 }
 
 fn detail_row(verdict: Verdict) -> (bool, String, Option<TimestampWithTimeZone>) {
