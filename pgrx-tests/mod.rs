@@ -11,8 +11,8 @@ mod ordering_tests;
 mod receive_tests;
 mod release_tests;
 mod roles_tests;
-mod scheme_tests;
 mod schema_tests;
+mod scheme_tests;
 mod signature_tests;
 mod verify_tests;
 

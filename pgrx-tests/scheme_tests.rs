@@ -66,7 +66,8 @@ mod tests {
 
     #[pg_test]
     fn a_twilio_form_callback_is_verified_against_the_url_and_stored_as_fields() {
-        Spi::run("SELECT webhook_register_provider('twilio', secret => 'twilio-auth-token')").unwrap();
+        Spi::run("SELECT webhook_register_provider('twilio', secret => 'twilio-auth-token')")
+            .unwrap();
         let url = "https://hooks.example.com/twilio/status?tenant=7";
         let body = "MessageSid=SM1&MessageStatus=delivered&To=%2B15551234567";
         let signed = format!("{url}MessageSidSM1MessageStatusdeliveredTo+15551234567");
@@ -76,7 +77,13 @@ mod tests {
         });
         assert_eq!(
             receive_at("twilio", &headers, body, Some(url)),
-            ("claimed".into(), 200, "ok".into(), Some("idem-1".into()), Some("delivered".into()))
+            (
+                "claimed".into(),
+                200,
+                "ok".into(),
+                Some("idem-1".into()),
+                Some("delivered".into())
+            )
         );
         let payload = Spi::get_one::<String>(
             "SELECT payload ->> 'To' FROM webhook.delivery_log WHERE provider = 'twilio' AND event_id = 'idem-1'",
@@ -84,9 +91,16 @@ mod tests {
         .unwrap();
         assert_eq!(payload.as_deref(), Some("+15551234567"));
         // The URL the application saw behind a proxy is not the one signed.
-        let (status, http, reason, ..) =
-            receive_at("twilio", &headers, body, Some("http://10.0.0.7:8080/twilio/status?tenant=7"));
-        assert_eq!((status.as_str(), http, reason.as_str()), ("rejected", 401, "bad_signature"));
+        let (status, http, reason, ..) = receive_at(
+            "twilio",
+            &headers,
+            body,
+            Some("http://10.0.0.7:8080/twilio/status?tenant=7"),
+        );
+        assert_eq!(
+            (status.as_str(), http, reason.as_str()),
+            ("rejected", 401, "bad_signature")
+        );
         let (_, http, reason, ..) = receive_at("twilio", &headers, body, None);
         assert_eq!((http, reason.as_str()), (401, "missing_url"));
         assert_error(
@@ -111,21 +125,35 @@ mod tests {
         // an uncompressed P-256 key, then the point.
         let spki = [
             hex::decode("3059301306072a8648ce3d020106082a8648ce3d030107034200").unwrap(),
-            signer.verifying_key().to_encoded_point(false).as_bytes().to_vec(),
+            signer
+                .verifying_key()
+                .to_encoded_point(false)
+                .as_bytes()
+                .to_vec(),
         ]
         .concat();
         let public = b64(&spki);
-        Spi::run(&format!("SELECT webhook_register_provider('sendgrid', secret => '{public}')")).unwrap();
+        Spi::run(&format!(
+            "SELECT webhook_register_provider('sendgrid', secret => '{public}')"
+        ))
+        .unwrap();
         let body = r#"[{"email":"a@example.com","event":"delivered","sg_event_id":"sg-ev-1"},{"email":"b@example.com","event":"open","sg_event_id":"sg-ev-2"}]"#;
         let ts = now().to_string();
-        let signature: p256::ecdsa::Signature = signer.sign(&[ts.as_bytes(), body.as_bytes()].concat());
+        let signature: p256::ecdsa::Signature =
+            signer.sign(&[ts.as_bytes(), body.as_bytes()].concat());
         let headers = serde_json::json!({
             "X-Twilio-Email-Event-Webhook-Signature": b64(signature.to_der().as_bytes()),
             "X-Twilio-Email-Event-Webhook-Timestamp": ts,
         });
         assert_eq!(
             receive_at("sendgrid", &headers, body, None),
-            ("claimed".into(), 200, "ok".into(), Some("sg-ev-1".into()), Some("delivered".into()))
+            (
+                "claimed".into(),
+                200,
+                "ok".into(),
+                Some("sg-ev-1".into()),
+                Some("delivered".into())
+            )
         );
         let tampered = body.replace("open", "spam");
         let (_, http, reason, ..) = receive_at("sendgrid", &headers, &tampered, None);
@@ -144,7 +172,8 @@ mod tests {
 
     #[pg_test]
     fn a_slack_url_verification_is_answered_and_archived_as_a_handshake() {
-        Spi::run("SELECT webhook_register_provider('slack', secret => 'slack-signing-secret')").unwrap();
+        Spi::run("SELECT webhook_register_provider('slack', secret => 'slack-signing-secret')")
+            .unwrap();
         let body = r#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
         let ts = now();
         let signature = |secret: &[u8]| {
@@ -153,9 +182,7 @@ mod tests {
             mac.update(format!("v0:{ts}:{body}").as_bytes());
             format!("v0={}", hex::encode(mac.finalize().into_bytes()))
         };
-        let headers = |secret: &[u8]| {
-            serde_json::json!({ "X-Slack-Signature": signature(secret), "X-Slack-Request-Timestamp": ts.to_string() })
-        };
+        let headers = |secret: &[u8]| serde_json::json!({ "X-Slack-Signature": signature(secret), "X-Slack-Request-Timestamp": ts.to_string() });
         let row = Spi::get_three::<String, String, String>(&format!(
             "SELECT status, response, response_type
                FROM webhook_receive('slack', '{}'::jsonb, '{body}'::text)",
@@ -166,7 +193,10 @@ mod tests {
             row,
             (
                 Some("handshake".into()),
-                Some(r#"{"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}"#.into()),
+                Some(
+                    r#"{"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}"#
+                        .into()
+                ),
                 Some("application/json".into())
             )
         );
@@ -174,11 +204,20 @@ mod tests {
             "SELECT event_type, processing_status FROM webhook.deliveries WHERE provider = 'slack'",
         )
         .unwrap();
-        assert_eq!(archived, (Some("url_verification".into()), Some("HANDSHAKE".into())));
-        assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM webhook.events").unwrap(), Some(0));
+        assert_eq!(
+            archived,
+            (Some("url_verification".into()), Some("HANDSHAKE".into()))
+        );
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT count(*) FROM webhook.events").unwrap(),
+            Some(0)
+        );
         // A forged one is a forgery, not a handshake.
         let (status, http, reason, ..) = receive_at("slack", &headers(b"guess"), body, None);
-        assert_eq!((status.as_str(), http, reason.as_str()), ("rejected", 401, "bad_signature"));
+        assert_eq!(
+            (status.as_str(), http, reason.as_str()),
+            ("rejected", 401, "bad_signature")
+        );
     }
 
     #[pg_test]
@@ -211,7 +250,10 @@ mod tests {
         use ed25519_dalek::Signer;
         let signer = ed25519_dalek::SigningKey::from_bytes(&[4u8; 32]);
         let public = hex::encode(signer.verifying_key().to_bytes());
-        Spi::run(&format!("SELECT webhook_register_provider('discord', secret => '{public}')")).unwrap();
+        Spi::run(&format!(
+            "SELECT webhook_register_provider('discord', secret => '{public}')"
+        ))
+        .unwrap();
         let sign = |body: &str| {
             let ts = now().to_string();
             let signature = signer.sign(format!("{ts}{body}").as_bytes());
@@ -227,13 +269,23 @@ mod tests {
         let command = r#"{"id":"1150","type":2,"data":{"name":"ping"}}"#;
         assert_eq!(
             receive_at("discord", &sign(command), command, None),
-            ("claimed".into(), 200, "ok".into(), Some("1150".into()), Some("2".into()))
+            (
+                "claimed".into(),
+                200,
+                "ok".into(),
+                Some("1150".into()),
+                Some("2".into())
+            )
         );
     }
 
     #[pg_test]
     fn paypal_needs_its_webhook_id_and_verifies_with_the_registered_certificate() {
-        assert_error("SELECT webhook_register_provider('paypal')", "42601", "argument \"scheme\"");
+        assert_error(
+            "SELECT webhook_register_provider('paypal')",
+            "42601",
+            "argument \"scheme\"",
+        );
         assert_error(
             "SELECT webhook_register_provider('acme', scheme => 'stripe;webhook_id=x')",
             "42601",
@@ -246,8 +298,13 @@ mod tests {
                  tolerance => '100 years', secret => '{url}\n{cert}')"
         ))
         .unwrap();
-        let scheme = Spi::get_one::<String>("SELECT scheme FROM webhook_providers() WHERE name = 'paypal'").unwrap();
-        assert_eq!(scheme.as_deref(), Some("paypal;webhook_id=1JE4291016473214C"));
+        let scheme =
+            Spi::get_one::<String>("SELECT scheme FROM webhook_providers() WHERE name = 'paypal'")
+                .unwrap();
+        assert_eq!(
+            scheme.as_deref(),
+            Some("paypal;webhook_id=1JE4291016473214C")
+        );
         let body = r#"{"id":"WH-2WR32451HC0233532-67976317FL4543714","event_type":"PAYMENT.CAPTURE.COMPLETED","create_time":"2026-11-30T10:00:00Z","resource":{"id":"5O190127TN364715T"}}"#;
         let mut headers = serde_json::json!({
             "PAYPAL-TRANSMISSION-ID": "103e3700-8a1a-11ee-9a6c-6b3b8a0d5e1f",
@@ -313,7 +370,8 @@ mod secret_usage {
         .unwrap();
         assert_eq!(usage, (Some(true), Some(false)));
         // A claim the caller verified itself names no secret.
-        Spi::run("SELECT webhook_claim('stripe', 'evt_own', 'invoice.paid', '{}'::jsonb, NULL)").unwrap();
+        Spi::run("SELECT webhook_claim('stripe', 'evt_own', 'invoice.paid', '{}'::jsonb, NULL)")
+            .unwrap();
         let own = Spi::get_one::<String>(
             "SELECT secret_fingerprint FROM webhook.delivery_log WHERE event_id = 'evt_own'",
         )
@@ -336,7 +394,11 @@ mod secret_usage {
         .unwrap();
         assert_eq!(retired, Some(true));
         assert_eq!(
-            receive("stripe", &stripe_headers(r#"{"id":"evt_after","type":"x"}"#, "whsec_old"), r#"{"id":"evt_after","type":"x"}"#),
+            receive(
+                "stripe",
+                &stripe_headers(r#"{"id":"evt_after","type":"x"}"#, "whsec_old"),
+                r#"{"id":"evt_after","type":"x"}"#
+            ),
             ("rejected".into(), 401, "bad_signature".into())
         );
     }

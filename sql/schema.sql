@@ -186,7 +186,7 @@ COMMENT ON COLUMN webhook.delivery_log.payload_mismatch IS 'This redelivery''s p
 COMMENT ON COLUMN webhook.delivery_log.created_at IS 'When the delivery arrived';
 COMMENT ON COLUMN webhook.delivery_log.body_size IS 'For rejections: the whole body''s size in bytes';
 COMMENT ON COLUMN webhook.delivery_log.body_sha256 IS 'For rejections: the whole body''s SHA-256';
-COMMENT ON COLUMN webhook.delivery_log.secret_fingerprint IS 'The fingerprint of the secret, public key or certificate that verified the delivery (webhook_receive); NULL when the caller verified it'
+COMMENT ON COLUMN webhook.delivery_log.secret_fingerprint IS 'The fingerprint of the secret, public key or certificate that verified the delivery (webhook_receive); NULL when the caller verified it';
 
 -- Attempts that failed: webhook_fail's message, or the lease that ran out.
 CREATE TABLE webhook.delivery_failures (

@@ -76,7 +76,8 @@ pub fn url<'a>(
         return Err(WebhookError::InvalidArgument {
             function,
             arg,
-            rule: "must be the absolute http:// or https:// URL the provider called, as it called it",
+            rule:
+                "must be the absolute http:// or https:// URL the provider called, as it called it",
         });
     }
     Ok(Some(url))

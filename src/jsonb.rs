@@ -195,14 +195,11 @@ impl_sql_translatable!(RawJsonb, "jsonb");
 /// text: a non-empty string as it is, a number in its exact JSON digits;
 /// None for anything else or nothing there.
 pub fn body_value(document: &serde_json::Value, path: &str) -> Option<String> {
-    match path
-        .split('.')
-        .try_fold(document, |node, key| match node {
-            // A batch's events by position: `0.sg_event_id`.
-            serde_json::Value::Array(items) => items.get(key.parse::<usize>().ok()?),
-            _ => node.get(key),
-        })?
-    {
+    match path.split('.').try_fold(document, |node, key| match node {
+        // A batch's events by position: `0.sg_event_id`.
+        serde_json::Value::Array(items) => items.get(key.parse::<usize>().ok()?),
+        _ => node.get(key),
+    })? {
         serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
         serde_json::Value::Number(n) => Some(n.to_string()),
         _ => None,

@@ -129,7 +129,14 @@ fn receive_request_text(
     >,
     pg_sys::panic::ErrorReport,
 > {
-    receive_request(provider, headers, body.map(str::as_bytes), lease, inbox, url)
+    receive_request(
+        provider,
+        headers,
+        body.map(str::as_bytes),
+        lease,
+        inbox,
+        url,
+    )
 }
 
 /// How a delivery is taken.
@@ -561,9 +568,12 @@ fn receive(
             .copied()
             .flatten()
             .and_then(|secret| provider.scheme.hmac_key(secret));
-        if let Some(handshake) =
-            handshake::recognise(&provider.scheme, &headers_parsed, &body_json, key.as_deref())
-        {
+        if let Some(handshake) = handshake::recognise(
+            &provider.scheme,
+            &headers_parsed,
+            &body_json,
+            key.as_deref(),
+        ) {
             let payload = jsonb::from_text(FUNCTION, "body", &body_text)?;
             return answer_handshake(client, &request, payload, handshake);
         }

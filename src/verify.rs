@@ -32,7 +32,16 @@ pub(crate) fn verify_request(
     tolerance: default!(Option<Interval>, "NULL"),
     url: default!(Option<&str>, "NULL"),
 ) -> PgResult<bool> {
-    Ok(run("webhook_verify", scheme, headers, body, secrets, tolerance, url)?.valid())
+    Ok(run(
+        "webhook_verify",
+        scheme,
+        headers,
+        body,
+        secrets,
+        tolerance,
+        url,
+    )?
+    .valid())
 }
 
 #[pg_extern(volatile, parallel_safe, name = "webhook_verify")]
@@ -44,7 +53,14 @@ pub(crate) fn verify_request_text(
     tolerance: default!(Option<Interval>, "NULL"),
     url: default!(Option<&str>, "NULL"),
 ) -> PgResult<bool> {
-    verify_request(scheme, headers, body.map(str::as_bytes), secrets, tolerance, url)
+    verify_request(
+        scheme,
+        headers,
+        body.map(str::as_bytes),
+        secrets,
+        tolerance,
+        url,
+    )
 }
 
 /// The same check, saying why: `reason` is one of ok, missing_header,

@@ -81,14 +81,28 @@ fn deliveries_signed_by_provider_sdks_verify_until_tampered() {
         }
         if let Some(shifted) = f.get("shifted_headers") {
             assert_eq!(
-                verify(&mut client, scheme, &shifted.to_string(), &body, secret, url),
+                verify(
+                    &mut client,
+                    scheme,
+                    &shifted.to_string(),
+                    &body,
+                    secret,
+                    url
+                ),
                 (false, "bad_signature".into()),
                 "{sdk}: timestamp"
             );
         }
         if let Some(unknown) = f.get("unknown_key_headers") {
             assert_eq!(
-                verify(&mut client, scheme, &unknown.to_string(), &body, secret, url),
+                verify(
+                    &mut client,
+                    scheme,
+                    &unknown.to_string(),
+                    &body,
+                    secret,
+                    url
+                ),
                 (false, "unknown_certificate".into()),
                 "{sdk}: certificate"
             );
@@ -122,6 +136,9 @@ fn deliveries_signed_by_provider_sdks_verify_until_tampered() {
         seen.keys().map(|k| k.split(' ').next().unwrap()).collect();
     assert_eq!(
         schemes.into_iter().collect::<Vec<_>>(),
-        ["discord", "github", "paddle", "paypal", "sendgrid", "slack", "standard", "stripe", "twilio"]
+        [
+            "discord", "github", "paddle", "paypal", "sendgrid", "slack", "standard", "stripe",
+            "twilio"
+        ]
     );
 }

@@ -8,8 +8,8 @@ use super::{unix_seconds, Headers, Reason, Signed};
 use crate::signature::decode_hex;
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
-    let signature = decode_hex(headers.get("X-Signature-Ed25519")?, 64)
-        .ok_or(Reason::MalformedHeader)?;
+    let signature =
+        decode_hex(headers.get("X-Signature-Ed25519")?, 64).ok_or(Reason::MalformedHeader)?;
     let sent = headers.get("X-Signature-Timestamp")?;
     let timestamp = unix_seconds(sent)?;
     Ok(Signed::new(vec![Candidate {

@@ -39,8 +39,7 @@ pub fn recognise(
             let encrypted = hex::encode(hmac_sha256(hmac_key?, plain.as_bytes()));
             Some(Handshake {
                 kind: "endpoint.url_validation",
-                response: json!({ "plainToken": plain, "encryptedToken": encrypted })
-                    .to_string(),
+                response: json!({ "plainToken": plain, "encryptedToken": encrypted }).to_string(),
                 content_type: JSON,
             })
         }

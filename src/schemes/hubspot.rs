@@ -12,8 +12,8 @@ use crate::signature::{decode_base64, Algorithm};
 
 pub fn read(request: &Request<'_, '_>) -> Result<Signed, Reason> {
     let headers = request.headers;
-    let digest = decode_base64(headers.get("X-HubSpot-Signature-v3")?, 32)
-        .ok_or(Reason::MalformedHeader)?;
+    let digest =
+        decode_base64(headers.get("X-HubSpot-Signature-v3")?, 32).ok_or(Reason::MalformedHeader)?;
     let sent = headers.get("X-HubSpot-Request-Timestamp")?;
     if sent.is_empty() || sent.len() > 15 || !sent.bytes().all(|b| b.is_ascii_digit()) {
         return Err(Reason::MalformedHeader);

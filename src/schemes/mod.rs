@@ -36,8 +36,8 @@ mod zoom;
 
 pub use generic::GenericHmac;
 pub use headers::Headers;
-pub use twilio::form_fields;
 use keys::{Candidate, Key, Registered};
+pub use twilio::form_fields;
 
 use crate::errors::WebhookError;
 use crate::signature::Algorithm;
@@ -506,7 +506,11 @@ pub fn authenticate(
             return verdict(Reason::UnknownCertificate);
         }
     }
-    let body: &[u8] = if signed.body_signed { request.body } else { &[] };
+    let body: &[u8] = if signed.body_signed {
+        request.body
+    } else {
+        &[]
+    };
     let found = signed.prefixes.iter().find_map(|prefix| {
         let parts: [&[u8]; 3] = [prefix, body, &signed.suffix];
         keys.iter()

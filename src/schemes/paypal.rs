@@ -23,7 +23,11 @@ use crate::signature::decode_base64_any;
 const MAX_SIGNATURE_CHARS: usize = 700;
 
 /// `paypal;webhook_id=<id>`.
-pub fn parse(function: &'static str, arg: &'static str, spec: &str) -> Result<Scheme, WebhookError> {
+pub fn parse(
+    function: &'static str,
+    arg: &'static str,
+    spec: &str,
+) -> Result<Scheme, WebhookError> {
     let bad = |detail: String| WebhookError::BadSchemeOption {
         function,
         arg,
@@ -36,7 +40,9 @@ pub fn parse(function: &'static str, arg: &'static str, spec: &str) -> Result<Sc
             Some((key, value)) if key.trim().eq_ignore_ascii_case("webhook_id") => {
                 let value = value.trim();
                 if value.is_empty() || value.contains('|') {
-                    return Err(bad(format!("webhook_id \"{value}\" is not a PayPal webhook id")));
+                    return Err(bad(format!(
+                        "webhook_id \"{value}\" is not a PayPal webhook id"
+                    )));
                 }
                 webhook_id = Some(value.to_string());
             }

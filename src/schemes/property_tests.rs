@@ -98,7 +98,8 @@ fn header_value() -> impl Strategy<Value = serde_json::Value> {
         "(v1,[A-Za-z0-9+/=]{0,50} ?){0,3}".prop_map(serde_json::Value::from),
         "[A-Za-z0-9+/=_-]{0,90}".prop_map(serde_json::Value::from),
         "[0-9]{0,25}".prop_map(serde_json::Value::from),
-        "20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z".prop_map(serde_json::Value::from),
+        "20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z"
+            .prop_map(serde_json::Value::from),
         Just(serde_json::Value::from("SHA256withRSA")),
         "(v1a?,[A-Za-z0-9+/=]{0,90} ?){0,3}".prop_map(serde_json::Value::from),
         "[0-9a-f]{128}".prop_map(serde_json::Value::from),
@@ -124,7 +125,10 @@ fn secrets() -> impl Strategy<Value = Vec<Option<String>>> {
             "whsec_[A-Za-z0-9+/]{0,44}".prop_map(Some),
             "whpk_[A-Za-z0-9+/]{43}=".prop_map(Some),
             "[0-9a-f]{64}".prop_map(Some),
-            Just(Some(format!("https://api.paypal.com/c\n{}", include_str!("testdata/paypal-cert.pem")))),
+            Just(Some(format!(
+                "https://api.paypal.com/c\n{}",
+                include_str!("testdata/paypal-cert.pem")
+            ))),
             ".{0,40}".prop_map(Some),
         ],
         0..4,

@@ -44,10 +44,8 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
             continue;
         };
         saw_known_version = true;
-        candidates.extend(decode_base64(encoded, len).map(|signature| Candidate {
-            method,
-            signature,
-        }));
+        candidates
+            .extend(decode_base64(encoded, len).map(|signature| Candidate { method, signature }));
     }
     if !saw_known_version || candidates.is_empty() {
         return Err(Reason::MalformedHeader);

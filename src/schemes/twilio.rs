@@ -31,7 +31,11 @@ pub fn read(request: &Request<'_, '_>) -> Result<Signed, Reason> {
         None => {
             let mut fields = form_fields(request.body);
             fields.sort();
-            fields.into_iter().flat_map(|(k, v)| [k, v]).flatten().collect()
+            fields
+                .into_iter()
+                .flat_map(|(k, v)| [k, v])
+                .flatten()
+                .collect()
         }
     };
     let mut signed = Signed::hmac(Algorithm::Sha1, vec![digest]).without_body();
@@ -64,15 +68,13 @@ fn percent_decode(text: &[u8]) -> Vec<u8> {
     while i < text.len() {
         match text[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < text.len() => {
-                match (hex(text[i + 1]), hex(text[i + 2])) {
-                    (Some(hi), Some(lo)) => {
-                        out.push(hi << 4 | lo);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < text.len() => match (hex(text[i + 1]), hex(text[i + 2])) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi << 4 | lo);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             other => out.push(other),
         }
         i += 1;
@@ -135,12 +137,21 @@ mod tests {
     fn both_port_forms_are_tried() {
         assert_eq!(
             url_forms("https://example.com/sms?x=1"),
-            ["https://example.com/sms?x=1", "https://example.com:443/sms?x=1"]
+            [
+                "https://example.com/sms?x=1",
+                "https://example.com:443/sms?x=1"
+            ]
         );
         assert_eq!(
             url_forms("https://u:p@example.com:443/sms"),
-            ["https://u:p@example.com:443/sms", "https://u:p@example.com/sms"]
+            [
+                "https://u:p@example.com:443/sms",
+                "https://u:p@example.com/sms"
+            ]
         );
-        assert_eq!(url_forms("http://example.com:8080/"), ["http://example.com:8080/"]);
+        assert_eq!(
+            url_forms("http://example.com:8080/"),
+            ["http://example.com:8080/"]
+        );
     }
 }

@@ -8,7 +8,8 @@ use serde_json::json;
 
 const PAYPAL_CERT: &str = include_str!("testdata/paypal-cert.pem");
 const PAYPAL_OTHER_CERT: &str = include_str!("testdata/paypal-other-cert.pem");
-const PAYPAL_CERT_URL: &str = "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-test";
+const PAYPAL_CERT_URL: &str =
+    "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-test";
 
 fn check(
     scheme: &str,
@@ -35,14 +36,46 @@ fn twilio_documented_example() {
     let url = "https://mycompany.com/myapp.php?foo=1&bar=2";
     let body = b"CallSid=CA1234567890ABCDE&Caller=%2B12349013030&Digits=1234&From=%2B12349013030&To=%2B18005551212";
     let headers = json!({ "X-Twilio-Signature": "0/KCTR6DLpKmkAf8muzZqo1nDgQ=" });
-    assert_eq!(check("twilio", headers.clone(), body, Some(url), "12345", 0), Reason::Ok);
+    assert_eq!(
+        check("twilio", headers.clone(), body, Some(url), "12345", 0),
+        Reason::Ok
+    );
     // Twilio has signed the URL both with and without the default port.
     let with_port = "https://mycompany.com:443/myapp.php?foo=1&bar=2";
-    assert_eq!(check("twilio", headers.clone(), body, Some(with_port), "12345", 0), Reason::Ok);
-    assert_eq!(check("twilio", headers.clone(), &flipped(body), Some(url), "12345", 0), Reason::BadSignature);
-    assert_eq!(check("twilio", headers.clone(), body, Some(&url.replace("foo", "fop")), "12345", 0), Reason::BadSignature);
-    assert_eq!(check("twilio", headers.clone(), body, Some(url), "12346", 0), Reason::BadSignature);
-    assert_eq!(check("twilio", headers, body, None, "12345", 0), Reason::MissingUrl);
+    assert_eq!(
+        check("twilio", headers.clone(), body, Some(with_port), "12345", 0),
+        Reason::Ok
+    );
+    assert_eq!(
+        check(
+            "twilio",
+            headers.clone(),
+            &flipped(body),
+            Some(url),
+            "12345",
+            0
+        ),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check(
+            "twilio",
+            headers.clone(),
+            body,
+            Some(&url.replace("foo", "fop")),
+            "12345",
+            0
+        ),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check("twilio", headers.clone(), body, Some(url), "12346", 0),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check("twilio", headers, body, None, "12345", 0),
+        Reason::MissingUrl
+    );
 }
 
 #[test]
@@ -50,8 +83,14 @@ fn twilio_json_body_is_covered_by_its_digest_in_the_url() {
     let body = br#"{"a":1}"#;
     let url = "https://example.com/json?bodySHA256=015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862";
     let headers = json!({ "X-Twilio-Signature": "2dbqeLZZP02unwOYn2I9MWztx+s=" });
-    assert_eq!(check("twilio", headers.clone(), body, Some(url), "12345", 0), Reason::Ok);
-    assert_eq!(check("twilio", headers, br#"{"a":2}"#, Some(url), "12345", 0), Reason::BadSignature);
+    assert_eq!(
+        check("twilio", headers.clone(), body, Some(url), "12345", 0),
+        Reason::Ok
+    );
+    assert_eq!(
+        check("twilio", headers, br#"{"a":2}"#, Some(url), "12345", 0),
+        Reason::BadSignature
+    );
 }
 
 #[test]
@@ -67,22 +106,57 @@ fn paypal_certificate_signature() {
     let scheme = "paypal;webhook_id=1JE4291016473214C";
     let secret = format!("{PAYPAL_CERT_URL}\n{PAYPAL_CERT}");
     let now = 1_796_032_805; // 2026-11-30T10:00:05Z
-    assert_eq!(check(scheme, headers.clone(), body, None, &secret, now), Reason::Ok);
-    assert_eq!(check(scheme, headers.clone(), &flipped(body), None, &secret, now), Reason::BadSignature);
-    assert_eq!(check("paypal;webhook_id=1JE4291016473214D", headers.clone(), body, None, &secret, now), Reason::BadSignature);
-    assert_eq!(check(scheme, headers.clone(), body, None, &secret, now + 301), Reason::TimestampTooOld);
-    assert_eq!(check(scheme, headers.clone(), body, None, &secret, now - 301), Reason::TimestampInFuture);
+    assert_eq!(
+        check(scheme, headers.clone(), body, None, &secret, now),
+        Reason::Ok
+    );
+    assert_eq!(
+        check(scheme, headers.clone(), &flipped(body), None, &secret, now),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check(
+            "paypal;webhook_id=1JE4291016473214D",
+            headers.clone(),
+            body,
+            None,
+            &secret,
+            now
+        ),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check(scheme, headers.clone(), body, None, &secret, now + 301),
+        Reason::TimestampTooOld
+    );
+    assert_eq!(
+        check(scheme, headers.clone(), body, None, &secret, now - 301),
+        Reason::TimestampInFuture
+    );
     // Another certificate under the URL the delivery names: not the signer.
     let other = format!("{PAYPAL_CERT_URL}\n{PAYPAL_OTHER_CERT}");
-    assert_eq!(check(scheme, headers.clone(), body, None, &other, now), Reason::BadSignature);
+    assert_eq!(
+        check(scheme, headers.clone(), body, None, &other, now),
+        Reason::BadSignature
+    );
     // The right certificate, registered under another URL.
-    let elsewhere = format!("https://api.paypal.com/v1/notifications/certs/CERT-other\n{PAYPAL_CERT}");
-    assert_eq!(check(scheme, headers.clone(), body, None, &elsewhere, now), Reason::UnknownCertificate);
+    let elsewhere =
+        format!("https://api.paypal.com/v1/notifications/certs/CERT-other\n{PAYPAL_CERT}");
+    assert_eq!(
+        check(scheme, headers.clone(), body, None, &elsewhere, now),
+        Reason::UnknownCertificate
+    );
     // A certificate without its URL cannot be matched to deliveries.
-    assert_eq!(check(scheme, headers.clone(), body, None, PAYPAL_CERT, now), Reason::InvalidSecret);
+    assert_eq!(
+        check(scheme, headers.clone(), body, None, PAYPAL_CERT, now),
+        Reason::InvalidSecret
+    );
     let mut wrong_algo = headers.clone();
     wrong_algo["PAYPAL-AUTH-ALGO"] = json!("SHA1withRSA");
-    assert_eq!(check(scheme, wrong_algo, body, None, &secret, now), Reason::MalformedHeader);
+    assert_eq!(
+        check(scheme, wrong_algo, body, None, &secret, now),
+        Reason::MalformedHeader
+    );
     // The webhook id is part of the scheme: without it, no scheme.
     assert!(Scheme::parse("t", "scheme", "paypal").is_err());
     assert!(Scheme::parse("t", "scheme", "paypal;webhook_id=").is_err());
@@ -107,20 +181,40 @@ fn standard_webhooks_v1a_beside_v1() {
     let (_, other) = ed25519_signer(8);
     let body = br#"{"type":"user.created"}"#;
     let ts = 1_700_000_000;
-    let v1a = b64(&signer.sign(format!("msg_1.{ts}.{}", std::str::from_utf8(body).unwrap()).as_bytes()).to_bytes());
+    let v1a = b64(&signer
+        .sign(format!("msg_1.{ts}.{}", std::str::from_utf8(body).unwrap()).as_bytes())
+        .to_bytes());
     let headers = json!({
         "webhook-id": "msg_1", "webhook-timestamp": ts.to_string(),
         "webhook-signature": format!("v1,{} v1a,{v1a}", b64(&[0u8; 32])),
     });
     let key = format!("whpk_{}", b64(&public));
-    assert_eq!(check("standard", headers.clone(), body, None, &key, ts), Reason::Ok);
-    assert_eq!(check("supabase", headers.clone(), body, None, &key, ts), Reason::Ok);
-    assert_eq!(check("standard", headers.clone(), &flipped(body), None, &key, ts), Reason::BadSignature);
+    assert_eq!(
+        check("standard", headers.clone(), body, None, &key, ts),
+        Reason::Ok
+    );
+    assert_eq!(
+        check("supabase", headers.clone(), body, None, &key, ts),
+        Reason::Ok
+    );
+    assert_eq!(
+        check("standard", headers.clone(), &flipped(body), None, &key, ts),
+        Reason::BadSignature
+    );
     let wrong = format!("whpk_{}", b64(&other));
-    assert_eq!(check("standard", headers.clone(), body, None, &wrong, ts), Reason::BadSignature);
+    assert_eq!(
+        check("standard", headers.clone(), body, None, &wrong, ts),
+        Reason::BadSignature
+    );
     // An HMAC secret does not verify an Ed25519 signature, nor the reverse.
-    assert_eq!(check("standard", headers, body, None, "whsec_c2VjcmV0", ts), Reason::BadSignature);
-    assert_eq!(check("standard", json!({}), body, None, "whpk_not base64", ts), Reason::MissingHeader);
+    assert_eq!(
+        check("standard", headers, body, None, "whsec_c2VjcmV0", ts),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check("standard", json!({}), body, None, "whpk_not base64", ts),
+        Reason::MissingHeader
+    );
 }
 
 #[test]
@@ -130,12 +224,32 @@ fn discord_ed25519() {
     let body = br#"{"id":"1150","type":2,"data":{"name":"ping"}}"#;
     let ts = "1700000000";
     let sig = signer.sign(&[ts.as_bytes(), body].concat());
-    let headers = json!({ "X-Signature-Ed25519": hex::encode(sig.to_bytes()), "X-Signature-Timestamp": ts });
+    let headers =
+        json!({ "X-Signature-Ed25519": hex::encode(sig.to_bytes()), "X-Signature-Timestamp": ts });
     let key = hex::encode(public);
-    assert_eq!(check("discord", headers.clone(), body, None, &key, 1_700_000_000), Reason::Ok);
-    assert_eq!(check("discord", headers.clone(), &flipped(body), None, &key, 1_700_000_000), Reason::BadSignature);
-    assert_eq!(check("discord", headers.clone(), body, None, &key, 1_700_000_301), Reason::TimestampTooOld);
-    assert_eq!(check("discord", headers, body, None, "not hex", 1_700_000_000), Reason::InvalidSecret);
+    assert_eq!(
+        check("discord", headers.clone(), body, None, &key, 1_700_000_000),
+        Reason::Ok
+    );
+    assert_eq!(
+        check(
+            "discord",
+            headers.clone(),
+            &flipped(body),
+            None,
+            &key,
+            1_700_000_000
+        ),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check("discord", headers.clone(), body, None, &key, 1_700_000_301),
+        Reason::TimestampTooOld
+    );
+    assert_eq!(
+        check("discord", headers, body, None, "not hex", 1_700_000_000),
+        Reason::InvalidSecret
+    );
 }
 
 #[test]
@@ -152,31 +266,82 @@ fn sendgrid_ecdsa_p256() {
         "X-Twilio-Email-Event-Webhook-Timestamp": ts,
     });
     let key = b64(public.as_bytes());
-    assert_eq!(check("sendgrid", headers.clone(), body, None, &key, 1_700_000_000), Reason::Ok);
+    assert_eq!(
+        check("sendgrid", headers.clone(), body, None, &key, 1_700_000_000),
+        Reason::Ok
+    );
     let pem = public.to_pem("PUBLIC KEY", Default::default()).unwrap();
-    assert_eq!(check("sendgrid", headers.clone(), body, None, &pem, 1_700_000_000), Reason::Ok);
-    assert_eq!(check("sendgrid", headers.clone(), &flipped(body), None, &key, 1_700_000_000), Reason::BadSignature);
+    assert_eq!(
+        check("sendgrid", headers.clone(), body, None, &pem, 1_700_000_000),
+        Reason::Ok
+    );
+    assert_eq!(
+        check(
+            "sendgrid",
+            headers.clone(),
+            &flipped(body),
+            None,
+            &key,
+            1_700_000_000
+        ),
+        Reason::BadSignature
+    );
     let shifted = json!({
         "X-Twilio-Email-Event-Webhook-Signature": headers["X-Twilio-Email-Event-Webhook-Signature"],
         "X-Twilio-Email-Event-Webhook-Timestamp": "1700000001",
     });
-    assert_eq!(check("sendgrid", shifted, body, None, &key, 1_700_000_000), Reason::BadSignature);
+    assert_eq!(
+        check("sendgrid", shifted, body, None, &key, 1_700_000_000),
+        Reason::BadSignature
+    );
 }
 
 #[test]
 fn hmac_presets_as_documented() {
     // Mailgun: timestamp then token, in the body.
     let body = br#"{"signature":{"timestamp":"1700000000","token":"tok123","signature":"5516afc23d600f85e1b684bf89318b302f7ac528e1abfa320a743b72c495ce39"},"event-data":{"id":"ev1","event":"delivered"}}"#;
-    assert_eq!(check("mailgun", json!({}), body, None, "key-mailgun-test", 1_700_000_000), Reason::Ok);
-    assert_eq!(check("mailgun", json!({}), body, None, "key-mailgun-tesu", 1_700_000_000), Reason::BadSignature);
-    assert_eq!(check("mailgun", json!({}), br#"{"event-data":{}}"#, None, "k", 0), Reason::MissingHeader);
+    assert_eq!(
+        check(
+            "mailgun",
+            json!({}),
+            body,
+            None,
+            "key-mailgun-test",
+            1_700_000_000
+        ),
+        Reason::Ok
+    );
+    assert_eq!(
+        check(
+            "mailgun",
+            json!({}),
+            body,
+            None,
+            "key-mailgun-tesu",
+            1_700_000_000
+        ),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check("mailgun", json!({}), br#"{"event-data":{}}"#, None, "k", 0),
+        Reason::MissingHeader
+    );
 
     // Linear: the body, its timestamp in milliseconds inside, one minute.
     let body = br#"{"action":"create","type":"Issue","data":{"id":"iss_1"},"webhookTimestamp":1700000000123}"#;
     let headers = json!({ "Linear-Signature": "59ad93a9f7775d1520b66481c6b66133989ada0bd012a48ecbd944410db0666e" });
     let linear = |now| {
         let scheme = Scheme::parse("t", "scheme", "linear").unwrap();
-        verify(&scheme, &headers, body, None, &[Some("lin_secret")], scheme.default_tolerance(), now).reason
+        verify(
+            &scheme,
+            &headers,
+            body,
+            None,
+            &[Some("lin_secret")],
+            scheme.default_tolerance(),
+            now,
+        )
+        .reason
     };
     assert_eq!(linear(1_700_000_030), Reason::Ok);
     assert_eq!(linear(1_700_000_061), Reason::TimestampTooOld);
@@ -188,17 +353,81 @@ fn hmac_presets_as_documented() {
         "X-HubSpot-Request-Timestamp": "1700000000000",
     });
     let url = "https://x.test/hooks/hubspot?a=b";
-    assert_eq!(check("hubspot", headers.clone(), body, Some(url), "hs_secret", 1_700_000_000), Reason::Ok);
-    assert_eq!(check("hubspot", headers.clone(), body, Some("https://x.test/hooks/hubspot%3Fa=b"), "hs_secret", 1_700_000_000), Reason::Ok);
-    assert_eq!(check("hubspot", headers.clone(), body, Some("https://x.test/hooks/hubspot?a=c"), "hs_secret", 1_700_000_000), Reason::BadSignature);
-    assert_eq!(check("hubspot", headers, body, None, "hs_secret", 1_700_000_000), Reason::MissingUrl);
+    assert_eq!(
+        check(
+            "hubspot",
+            headers.clone(),
+            body,
+            Some(url),
+            "hs_secret",
+            1_700_000_000
+        ),
+        Reason::Ok
+    );
+    assert_eq!(
+        check(
+            "hubspot",
+            headers.clone(),
+            body,
+            Some("https://x.test/hooks/hubspot%3Fa=b"),
+            "hs_secret",
+            1_700_000_000
+        ),
+        Reason::Ok
+    );
+    assert_eq!(
+        check(
+            "hubspot",
+            headers.clone(),
+            body,
+            Some("https://x.test/hooks/hubspot?a=c"),
+            "hs_secret",
+            1_700_000_000
+        ),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check("hubspot", headers, body, None, "hs_secret", 1_700_000_000),
+        Reason::MissingUrl
+    );
 
     // Square: URL then body.
     let body = br#"{"event_id":"e1","type":"payment.updated"}"#;
-    let headers = json!({ "x-square-hmacsha256-signature": "xOdSWy1u920KbfBB3q5WU9hW3M5ULQg4EORuifcgP4Y=" });
-    assert_eq!(check("square", headers.clone(), body, Some("https://x.test/sq"), "sq_key", 0), Reason::Ok);
-    assert_eq!(check("square", headers.clone(), body, Some("https://x.test/sr"), "sq_key", 0), Reason::BadSignature);
-    assert_eq!(check("square", headers, &flipped(body), Some("https://x.test/sq"), "sq_key", 0), Reason::BadSignature);
+    let headers =
+        json!({ "x-square-hmacsha256-signature": "xOdSWy1u920KbfBB3q5WU9hW3M5ULQg4EORuifcgP4Y=" });
+    assert_eq!(
+        check(
+            "square",
+            headers.clone(),
+            body,
+            Some("https://x.test/sq"),
+            "sq_key",
+            0
+        ),
+        Reason::Ok
+    );
+    assert_eq!(
+        check(
+            "square",
+            headers.clone(),
+            body,
+            Some("https://x.test/sr"),
+            "sq_key",
+            0
+        ),
+        Reason::BadSignature
+    );
+    assert_eq!(
+        check(
+            "square",
+            headers,
+            &flipped(body),
+            Some("https://x.test/sq"),
+            "sq_key",
+            0
+        ),
+        Reason::BadSignature
+    );
 }
 
 #[test]
@@ -214,15 +443,41 @@ fn handshakes_are_recognised_for_their_scheme_only() {
                 "encryptedToken": "46a324cfb7c2ec760e4cd561586a53aadb6fc7561eb8d626d6ee1b71d808b3c0" })
     );
     let twitch = Scheme::parse("t", "scheme", "twitch").unwrap();
-    let answer = handshake::recognise(&twitch, &headers, &json!({ "challenge": "pogchamp-kappa-360noscope-vohiyo" }), None).unwrap();
-    assert_eq!((answer.response.as_str(), answer.content_type), ("pogchamp-kappa-360noscope-vohiyo", "text/plain"));
+    let answer = handshake::recognise(
+        &twitch,
+        &headers,
+        &json!({ "challenge": "pogchamp-kappa-360noscope-vohiyo" }),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (answer.response.as_str(), answer.content_type),
+        ("pogchamp-kappa-360noscope-vohiyo", "text/plain")
+    );
     let slack = Scheme::parse("t", "scheme", "slack").unwrap();
-    let answer = handshake::recognise(&slack, &headers, &json!({ "type": "url_verification", "challenge": "3eZbrw1aB" }), None).unwrap();
+    let answer = handshake::recognise(
+        &slack,
+        &headers,
+        &json!({ "type": "url_verification", "challenge": "3eZbrw1aB" }),
+        None,
+    )
+    .unwrap();
     assert_eq!(answer.response, r#"{"challenge":"3eZbrw1aB"}"#);
     let discord = Scheme::parse("t", "scheme", "discord").unwrap();
-    assert_eq!(handshake::recognise(&discord, &headers, &json!({ "type": 1 }), None).unwrap().response, r#"{"type":1}"#);
+    assert_eq!(
+        handshake::recognise(&discord, &headers, &json!({ "type": 1 }), None)
+            .unwrap()
+            .response,
+        r#"{"type":1}"#
+    );
     // Not for another provider's scheme, and not an event.
     assert!(handshake::recognise(&slack, &headers, &body, None).is_none());
     assert!(handshake::recognise(&discord, &headers, &json!({ "type": 2 }), None).is_none());
-    assert!(handshake::recognise(&Scheme::Stripe, &headers, &json!({ "type": "url_verification", "challenge": "x" }), None).is_none());
+    assert!(handshake::recognise(
+        &Scheme::Stripe,
+        &headers,
+        &json!({ "type": "url_verification", "challenge": "x" }),
+        None
+    )
+    .is_none());
 }
