@@ -74,8 +74,9 @@ mod tests {
             1
         );
         assert_eq!(
-            one_text("SELECT string_agg(processing_status, ',' ORDER BY created_at) FROM webhook.deliveries WHERE event_id = 'evt_1'"),
-            "QUEUED,SKIPPED"
+            // (Both arrived in one transaction, at the same now().)
+            one_text("SELECT string_agg(claim_status || '=' || processing_status, ',' ORDER BY claim_status::text DESC) FROM webhook.deliveries WHERE event_id = 'evt_1'"),
+            "queued=QUEUED,duplicate=SKIPPED"
         );
         // A claim of a queued event is a duplicate: the inbox owns it.
         let status = one_text(

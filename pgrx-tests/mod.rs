@@ -13,6 +13,7 @@ mod release_tests;
 mod roles_tests;
 mod schema_tests;
 mod scheme_tests;
+mod secret_tests;
 mod signature_tests;
 mod verify_tests;
 

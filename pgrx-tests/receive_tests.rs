@@ -230,14 +230,15 @@ mod tests {
             "old secret still active"
         );
         assert_eq!(receive("github", &new, BODY_2).1, 200, "new secret active");
-        Spi::run("SELECT webhook_retire_secret('github', 'gh-secret')").unwrap();
+        // Both verified a delivery just now: retiring either needs force.
+        Spi::run("SELECT webhook_retire_secret('github', 'gh-secret', force => true)").unwrap();
         let old_again = github_headers("d-rot-3", "push", BODY, "gh-secret");
         assert_eq!(
             receive("github", &old_again, BODY),
             ("rejected".into(), 401, "bad_signature".into())
         );
         // Retiring by fingerprint works too.
-        Spi::run("SELECT webhook_retire_secret('github', left(encode(sha256('gh-secret-2'), 'hex'), 16))").unwrap();
+        Spi::run("SELECT webhook_retire_secret('github', left(encode(sha256('gh-secret-2'), 'hex'), 16), force => true)").unwrap();
         let none = github_headers("d-rot-4", "push", BODY, "gh-secret-2");
         assert_eq!(
             receive("github", &none, BODY),
