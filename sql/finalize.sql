@@ -51,6 +51,24 @@ COMMENT ON FUNCTION @extschema@.webhook_check_key(text, text) IS
     'Why a key (secret, public key or certificate) cannot verify deliveries under a scheme, or NULL when it can';
 COMMENT ON FUNCTION @extschema@.webhook_schemes() IS
     'The signature schemes, their aliases, and the registry defaults each gives a provider, ordering''s presets included';
+COMMENT ON FUNCTION @extschema@.webhook_outbound_key(uuid, text) IS
+    'A stable idempotency key for an external call (operation) made while processing the event of a claim, delivery or lease id: the same on every attempt';
+COMMENT ON FUNCTION @extschema@.webhook_outbound_key(text, text, text) IS
+    'webhook_outbound_key for an event named by provider and event id';
+COMMENT ON FUNCTION @extschema@.idempotency_begin(text, text, text, interval) IS
+    'Begin a request carrying an idempotency key: new (owned under a lease; resume from recovery_point), in_progress (409), replay (the stored response) or mismatch (422)';
+COMMENT ON FUNCTION @extschema@.idempotency_checkpoint(uuid, text, jsonb) IS
+    'Record that a keyed request passed a step, with its output, in the step''s own transaction; renews the lease';
+COMMENT ON FUNCTION @extschema@.idempotency_finish(uuid, integer, text, jsonb) IS
+    'Finish a keyed request with the response every later request with the key gets back';
+COMMENT ON FUNCTION @extschema@.idempotency_fail(uuid, text, boolean, integer, text, jsonb) IS
+    'Record a keyed request''s failure: retryable frees the key (the next request resumes); final stores the response later requests get back';
+COMMENT ON FUNCTION @extschema@.idempotency_fingerprint(text, text, bytea) IS
+    'A request fingerprint for idempotency_begin: SHA-256 of the method, path and body';
+COMMENT ON FUNCTION @extschema@.idempotency_fingerprint(text, text, text) IS
+    'idempotency_fingerprint for a body passed as text';
+COMMENT ON FUNCTION @extschema@.idempotency_purge(interval) IS
+    'Remove idempotency keys first used longer ago than older_than (default webhook.idempotency_retention), never one still in progress; returns how many';
 
 -- The privilege rule (roles.sql).
 SELECT webhook._restrict_privileges();
@@ -70,5 +88,6 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.inbox', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.inbox_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.requeues', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.watermarks', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.idempotency_keys', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

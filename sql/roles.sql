@@ -31,12 +31,20 @@ BEGIN
         @extschema@.webhook_next(integer, text, text, text, interval),
         @extschema@.webhook_complete(uuid, jsonb),
         @extschema@.webhook_fail(uuid, text, interval, boolean),
-        @extschema@.webhook_extend(uuid, interval)
+        @extschema@.webhook_extend(uuid, interval),
+        @extschema@.webhook_outbound_key(uuid, text),
+        @extschema@.webhook_outbound_key(text, text, text),
+        @extschema@.idempotency_begin(text, text, text, interval),
+        @extschema@.idempotency_checkpoint(uuid, text, jsonb),
+        @extschema@.idempotency_finish(uuid, integer, text, jsonb),
+        @extschema@.idempotency_fail(uuid, text, boolean, integer, text, jsonb),
+        @extschema@.idempotency_fingerprint(text, text, bytea),
+        @extschema@.idempotency_fingerprint(text, text, text)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_next, webhook_complete, webhook_fail, webhook_extend; no table privilege';
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_next, webhook_complete, webhook_fail, webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
 
 -- Grant an operator role the archive, the views and the maintenance
 -- functions; never the secrets.
@@ -53,18 +61,19 @@ BEGIN
         webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
         webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
         webhook.requeues, webhook.watermarks, webhook.blocked_entities,
-        webhook.secret_usage TO %s', role);
+        webhook.secret_usage, webhook.idempotency_keys TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
         @extschema@.webhook_purge(interval, integer, integer),
         @extschema@.webhook_reset_watermark(text, text, text),
-        @extschema@.webhook_providers()
+        @extschema@.webhook_providers(),
+        @extschema@.idempotency_purge(interval)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_reset_watermark and webhook_providers; never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
 
 -- The rule, rather than a list that could miss a new object, applied by
 -- finalize.sql and at the end of every upgrade script (which may add

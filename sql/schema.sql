@@ -15,6 +15,8 @@
 --                              next run; the payload stays in the archive.
 --   webhook.inbox_failures     the inbox's failed attempts.
 --   webhook.requeues           who put which dead event back, and when.
+--   webhook.idempotency_keys   keys of the application's own API: who owns
+--                              each, recovery points, stored responses.
 --   webhook.watermarks         per entity and consumer, the order value of
 --                              the newest event processed (ordering).
 --   webhook.providers and      the provider registry.
@@ -346,6 +348,69 @@ COMMENT ON COLUMN webhook.watermarks.entity_key IS 'The entity (from the provide
 COMMENT ON COLUMN webhook.watermarks.order_value IS 'The newest order value processed (a number, or a timestamp as seconds since the Unix epoch)';
 COMMENT ON COLUMN webhook.watermarks.event_id IS 'The event whose completion set it';
 COMMENT ON COLUMN webhook.watermarks.updated_at IS 'When it last moved';
+
+-- Idempotency keys of the application's own API (idempotency_begin and the
+-- functions after it): one row per scope and key, with the state of the
+-- request that owns it, its recovery points and its stored response.
+-- Expired after webhook.idempotency_retention by idempotency_purge.
+CREATE TYPE webhook.key_status AS ENUM ('in_progress', 'retryable', 'finished');
+COMMENT ON TYPE webhook.key_status IS
+    'Where a keyed request is: in_progress (owned under a lease), retryable (failed; the next request with the key resumes it), finished (its response is replayed)';
+
+CREATE TABLE webhook.idempotency_keys (
+    -- What separates one client's keys from another's: a tenant, a user, an
+    -- endpoint, or all of them joined.
+    scope           text        NOT NULL,
+    key             text        NOT NULL,
+    -- What the first request was (method, path, body hashed by
+    -- idempotency_fingerprint, or the caller's own): another request with
+    -- the key is a mismatch.
+    fingerprint     text        NOT NULL,
+    status          webhook.key_status NOT NULL,
+    -- The attempt that owns the key now (or last did): what
+    -- idempotency_begin returned, and what the functions after it take.
+    request_id      uuid        NOT NULL,
+    attempts        integer     NOT NULL DEFAULT 1,
+    lease           interval    NOT NULL,
+    -- While in_progress: when another request may take the key over.
+    locked_until    timestamptz,
+    -- The last step passed, and every step's output by step name.
+    recovery_point  text,
+    recovery        jsonb       NOT NULL DEFAULT '{}',
+    response_status integer,
+    response_headers jsonb,
+    response_body   text,
+    last_error      text,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    finished_at     timestamptz,
+    CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, key),
+    CONSTRAINT idempotency_keys_request_id_key UNIQUE (request_id)
+)
+-- Every step of a request updates its row.
+WITH (fillfactor = 80);
+-- What idempotency_purge looks for.
+CREATE INDEX idempotency_keys_created_at_idx ON webhook.idempotency_keys (created_at);
+
+COMMENT ON TABLE webhook.idempotency_keys IS
+    'Idempotency keys of the application''s API: the request that owns each key, its recovery points and its stored response';
+COMMENT ON COLUMN webhook.idempotency_keys.scope IS 'What separates clients'' keys: a tenant, a user, an endpoint';
+COMMENT ON COLUMN webhook.idempotency_keys.key IS 'The client''s Idempotency-Key';
+COMMENT ON COLUMN webhook.idempotency_keys.fingerprint IS 'The first request''s fingerprint; another request with the key is a mismatch';
+COMMENT ON COLUMN webhook.idempotency_keys.status IS 'in_progress (owned, under a lease), retryable (failed; the next request resumes it), finished (its response is replayed)';
+COMMENT ON COLUMN webhook.idempotency_keys.request_id IS 'The attempt that owns the key now, as idempotency_begin returned it';
+COMMENT ON COLUMN webhook.idempotency_keys.attempts IS 'Requests that owned the key: the first, plus every takeover';
+COMMENT ON COLUMN webhook.idempotency_keys.lease IS 'The owner''s lease, renewed by each recovery point';
+COMMENT ON COLUMN webhook.idempotency_keys.locked_until IS 'While in_progress: when another request may take the key over';
+COMMENT ON COLUMN webhook.idempotency_keys.recovery_point IS 'The last step the request recorded as passed; NULL: none yet';
+COMMENT ON COLUMN webhook.idempotency_keys.recovery IS 'Each recorded step''s output, by step name';
+COMMENT ON COLUMN webhook.idempotency_keys.response_status IS 'The stored response''s HTTP status';
+COMMENT ON COLUMN webhook.idempotency_keys.response_headers IS 'The stored response''s headers, if given';
+COMMENT ON COLUMN webhook.idempotency_keys.response_body IS 'The stored response''s body';
+COMMENT ON COLUMN webhook.idempotency_keys.last_error IS 'The latest idempotency_fail message (at most 2 kB)';
+COMMENT ON COLUMN webhook.idempotency_keys.created_at IS 'When the key was first used; it expires webhook.idempotency_retention later';
+COMMENT ON COLUMN webhook.idempotency_keys.updated_at IS 'When the row last changed';
+COMMENT ON COLUMN webhook.idempotency_keys.finished_at IS 'When the request finished (or failed for good)';
 
 -- The archive as one row per delivery, with its outcome.
 CREATE VIEW webhook.deliveries AS

@@ -142,6 +142,16 @@ pub enum WebhookError {
         arg: &'static str,
         detail: String,
     },
+    /// An idempotency request id that does not own its key: another request
+    /// took the key over after this one's lease ran out (or the id never
+    /// began a request).
+    RequestNotOwner { function: &'static str, id: String },
+    /// An idempotency request that already finished or failed.
+    RequestFinished {
+        function: &'static str,
+        id: String,
+        status: &'static str,
+    },
     /// An SPI failure: a bug or a broken installation, never the caller's input.
     Internal(String),
 }
@@ -172,6 +182,8 @@ impl WebhookError {
             Self::NotRequeueable { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,        // 42601
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
+            Self::RequestNotOwner { .. } => ERRCODE_OBJECT_IN_USE,       // 55006
+            Self::RequestFinished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                 // XX000
         }
     }
@@ -210,6 +222,10 @@ impl WebhookError {
                 "Roll back this transaction, as after any serialization failure: a newer event of the \
                  same entity was processed first. The event's next delivery is answered \"stale\", and \
                  an inbox lease of it is parked as stale.",
+            ),
+            Self::RequestNotOwner { .. } => Some(
+                "Roll back this transaction: another request with the same key took it over after \
+                 this one's lease ran out. Use a longer lease, or record recovery points more often.",
             ),
             Self::UnknownAlgorithm { .. } => Some("Use one of: sha256, sha1, sha512."),
             Self::NotRequeueable { .. } => {
@@ -306,6 +322,14 @@ impl fmt::Display for WebhookError {
             Self::MalformedSignature { function, arg, .. } => {
                 write!(f, "{function}: argument \"{arg}\" is not a well-formed signature")
             }
+            Self::RequestNotOwner { function, id } => write!(
+                f,
+                "{function}: argument \"request_id\": request {id} does not own its idempotency key"
+            ),
+            Self::RequestFinished { function, id, status } => write!(
+                f,
+                "{function}: argument \"request_id\": request {id} is already {status}"
+            ),
             Self::Internal(msg) => write!(f, "pg_webhook_inbox internal error: {msg}"),
         }
     }

@@ -42,6 +42,13 @@ impl EventLock {
         Self::keyed(&[b"signed", provider.as_bytes(), digest])
     }
 
+    /// The lock on one idempotency key of the application's own API (see
+    /// `idempotency`): the same rule as for events, so that a second
+    /// request with the key is answered at once instead of waiting.
+    pub fn for_idempotency_key(scope: &str, key: &str) -> Self {
+        Self::keyed(&[b"idempotency", scope.as_bytes(), key.as_bytes()])
+    }
+
     /// The lock a transaction holds while it is the one that notifies
     /// waiting inbox workers (see `inbox::wake`).
     pub fn for_wake_up() -> Self {
@@ -52,8 +59,9 @@ impl EventLock {
         // A cryptographic digest keeps the 64-bit key stable across builds,
         // platforms and Rust versions (std's hashers promise none of that),
         // so backends running different builds during an upgrade agree.
-        // Parts are NUL-separated; event keys have two parts and signed
-        // bytes' keys three, so the two kinds cannot collide by accident.
+        // Parts are NUL-separated; event keys have two parts, and the
+        // three-part keys start with different tags, so the kinds cannot
+        // collide by accident.
         let mut hasher = Sha256::new();
         for (i, part) in parts.iter().enumerate() {
             if i > 0 {

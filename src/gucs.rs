@@ -49,6 +49,14 @@ pub static BACKOFF_MAX: GucSetting<i32> = GucSetting::<i32>::new(3_600_000);
 /// Whether queueing an event wakes listening workers (`NOTIFY webhook_inbox`).
 pub static INBOX_NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// How long an idempotency key of the application's API is kept, in
+/// seconds, from its first request: Stripe keeps its keys for 24 hours.
+/// Past it, a finished key starts anew and `idempotency_purge` removes it.
+pub static IDEMPOTENCY_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+
+/// Largest response body `idempotency_finish` stores for replays, in kB.
+pub static IDEMPOTENCY_MAX_RESPONSE: GucSetting<i32> = GucSetting::<i32>::new(1024);
+
 pub fn init() {
     GucRegistry::define_int_guc(
         c"webhook.lease_timeout",
@@ -145,6 +153,27 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::UNIT_BYTE,
     );
+    GucRegistry::define_int_guc(
+        c"webhook.idempotency_retention",
+        c"How long an idempotency key is kept from its first request.",
+        c"Past it, a request with the key starts anew (unless one is still in progress), \
+          and idempotency_purge removes the key.",
+        &IDEMPOTENCY_RETENTION,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"webhook.idempotency_max_response",
+        c"Largest response body idempotency_finish stores for replays.",
+        c"A larger body is refused with SQLSTATE 22001.",
+        &IDEMPOTENCY_MAX_RESPONSE,
+        0,
+        1024 * 1024,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
     GucRegistry::define_string_guc(
         c"webhook.redact_headers",
         c"Request headers whose values webhook_receive never archives.",
@@ -186,4 +215,12 @@ pub fn redacted_headers() -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+pub fn idempotency_retention() -> Interval {
+    Interval::from_micros(i64::from(IDEMPOTENCY_RETENTION.get()) * 1_000_000)
+}
+
+pub fn idempotency_max_response_bytes() -> usize {
+    usize::try_from(IDEMPOTENCY_MAX_RESPONSE.get()).unwrap_or(0) * 1024
 }

@@ -11,6 +11,9 @@
 //! * `ordering` — per-entity watermarks: stale events never overwrite
 //!   newer state;
 //! * `requeue` — `webhook_requeue` and `webhook_requeue_dead`, for operators;
+//! * `idempotency` — idempotency keys both ways: `webhook_outbound_key` for
+//!   the calls a handler makes, and `idempotency_begin` … `_finish` for
+//!   the application's own API;
 //! * `verify` — `webhook_verify`, `webhook_verify_detail`, `webhook_schemes`;
 //! * `schemes` — the catalog of signature schemes and one module per
 //!   provider's scheme, in plain Rust;
@@ -41,6 +44,7 @@ mod compress;
 mod errors;
 mod event_lock;
 mod gucs;
+mod idempotency;
 mod inbox;
 mod input;
 mod jsonb;
