@@ -43,6 +43,21 @@ mod tests {
             Ok(Some(401)),
             "webhook_receive is callable, and rejects the unsigned"
         );
+        // Outbound keys and the keys of its own API.
+        let key = Spi::get_one_with_args::<String>(
+            "SELECT webhook_outbound_key($1, 'charge')",
+            &[id.into()],
+        );
+        assert!(key.unwrap().unwrap().starts_with("whk_"));
+        Spi::run(
+            "SELECT idempotency_finish(request_id, 201, 'created')
+               FROM idempotency_begin('tenant', 'key-1', idempotency_fingerprint('POST', '/orders', 'x'::text))",
+        )
+        .unwrap();
+        let replayed = Spi::get_one::<i32>(
+            "SELECT http_status FROM idempotency_begin('tenant', 'key-1', idempotency_fingerprint('POST', '/orders', 'x'::text))",
+        );
+        assert_eq!(replayed, Ok(Some(201)));
     }
 
     #[pg_test]
@@ -64,6 +79,9 @@ mod tests {
             "SELECT webhook_requeue('stripe', 'evt_guarded')",
             "SELECT webhook_purge('1 day')",
             "SELECT * FROM webhook.dead_letters",
+            "SELECT * FROM webhook.idempotency_keys",
+            "UPDATE webhook.idempotency_keys SET status = 'finished'",
+            "SELECT idempotency_purge()",
         ];
         for sql in denied {
             assert_error(sql, "42501", "permission denied");
@@ -99,6 +117,8 @@ mod tests {
             "SELECT count(*) FROM webhook_providers()",
             "SELECT webhook_requeue('stripe', 'evt_ops')",
             "SELECT webhook_purge('90 days')",
+            "SELECT count(*) FROM webhook.idempotency_keys",
+            "SELECT idempotency_purge()",
         ] {
             assert_eq!(
                 Spi::get_one::<String>(&format!("SELECT error_of($${sql}$$)")),
