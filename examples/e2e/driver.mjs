@@ -10,6 +10,10 @@
 // backoff), one business row and one email per event, and a worker that
 // stops cleanly on SIGTERM. Prints a table.
 //
+// The Python receiver's own API, POST /orders, is driven with
+// Idempotency-Keys: bursts, replays, a reused key, and requests that die
+// between their two steps, against a stand-in payment API.
+//
 // Beside the HMAC providers, PayPal (RSA, with a certificate the database
 // holds), Twilio (HMAC over the public URL and the form fields, signed by
 // Twilio's own library) and SendGrid (ECDSA P-256 over a batch) go to every
@@ -84,6 +88,10 @@ async function setup() {
     END $$;
     SELECT webhook_grant_app('webhook_example_app');
     GRANT INSERT ON orders TO webhook_example_app;
+    -- The Python example's own API (POST /orders).
+    CREATE TABLE api_orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, idempotency_key text,
+                             sku text, amount integer, language text);
+    GRANT INSERT, SELECT ON api_orders TO webhook_example_app;
     -- Retries after a failed attempt within a second, not ten.
     ALTER ROLE webhook_example_app SET webhook.backoff_base = '300ms';`);
   for (const [provider, secret] of Object.entries(secrets)) {
@@ -106,6 +114,94 @@ function emailStub() {
     res.writeHead(200, { 'content-type': 'application/json' }).end('{"sent":true}');
   });
   return new Promise((resolve) => server.listen(8025, '127.0.0.1', () => resolve({ server, sends })));
+}
+
+// A stand-in for a payment API that honours Idempotency-Key as Stripe does:
+// the first request with a key makes the charge, every later one gets the
+// same charge back. It counts the charges made per order.
+function paymentsStub() {
+  const byKey = new Map();
+  const chargesPerOrder = new Map();
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => { body += d; });
+    req.on('end', () => {
+      const key = req.headers['idempotency-key'];
+      let charge = key && byKey.get(key);
+      if (!charge) {
+        const { order, amount } = JSON.parse(body);
+        charge = { id: 'ch_' + crypto.randomBytes(8).toString('hex'), order, amount };
+        if (key) byKey.set(key, charge);
+        chargesPerOrder.set(order, (chargesPerOrder.get(order) ?? 0) + 1);
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(charge));
+    });
+  });
+  return new Promise((resolve) => server.listen(8026, '127.0.0.1', () => resolve({ server, chargesPerOrder })));
+}
+
+// POST /orders with an Idempotency-Key: { status, body }.
+async function postOrder(port, key, order, extra = {}) {
+  const res = await fetch(`http://127.0.0.1:${port}/orders`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}), ...extra },
+    body: JSON.stringify(order),
+  });
+  return { status: res.status, body: await res.text() };
+}
+
+// The Python example's POST /orders: ten identical requests at once make one
+// order and one charge; a retry replays; another body under the key is 422;
+// a request that dies after either step is resumed by its retry, which
+// charges once. Returns the problems found.
+async function exerciseOrders(port, db, payments, stats) {
+  const problems = [];
+  const order = { sku: 'sku-1', amount: 1200 };
+  const burstKey = crypto.randomUUID();
+  const burst = await Promise.all(Array.from({ length: 10 }, () => postOrder(port, burstKey, order)));
+  const created = burst.filter((a) => a.status === 201);
+  const busy = burst.filter((a) => a.status === 409);
+  stats.deliveries += 10;
+  if (created.length < 1 || created.length + busy.length !== 10 || created.some((a) => a.body !== created[0].body)) {
+    problems.push(`burst answered ${burst.map((a) => a.status).join(',')}`);
+  }
+  const replay = await postOrder(port, burstKey, order);
+  if (replay.status !== 201 || replay.body !== created[0]?.body) problems.push(`retry answered ${replay.status}`);
+  const other = await postOrder(port, burstKey, { ...order, amount: 1 });
+  if (other.status !== 422) problems.push(`another body answered ${other.status}, expected 422`);
+  const keyless = await postOrder(port, null, order);
+  if (keyless.status !== 400) problems.push(`no key answered ${keyless.status}, expected 400`);
+  stats.deliveries += 3;
+  const keys = [burstKey];
+  for (const step of ['order', 'charge']) {
+    const key = crypto.randomUUID();
+    keys.push(key);
+    const died = await postOrder(port, key, order, { 'x-test-crash-after': step });
+    const early = await postOrder(port, key, order);
+    await new Promise((r) => setTimeout(r, 1200)); // the dead request's lease runs out
+    const resumed = await postOrder(port, key, order);
+    stats.deliveries += 3;
+    if (died.status !== 503 || early.status !== 409 || resumed.status !== 201) {
+      problems.push(`crash after ${step}: answered ${died.status}, ${early.status}, ${resumed.status}`);
+    }
+  }
+  const { rows } = await db.query(
+    'SELECT idempotency_key, count(*)::int AS n, min(id)::int AS id FROM api_orders WHERE idempotency_key = ANY($1) GROUP BY 1',
+    [keys]);
+  if (rows.length !== keys.length || rows.some((r) => r.n !== 1)) {
+    problems.push(`orders per key: ${rows.map((r) => r.n).join(',')} for ${keys.length} keys`);
+  }
+  const charges = rows.map((r) => payments.chargesPerOrder.get(r.id) ?? 0);
+  if (!charges.every((n) => n === 1)) problems.push(`charges per order: ${charges.join(',')}`);
+  stats.events += keys.length;
+  stats.orders = rows.length;
+  return problems;
+}
+
+// The key webhook_outbound_key gives an event's external call.
+async function outboundKey(db, provider, eventId, operation) {
+  const { rows: [{ key }] } = await db.query('SELECT webhook_outbound_key($1, $2, $3) AS key', [provider, eventId, operation]);
+  return key;
 }
 
 const stripe = new Stripe('sk_test_not_used_offline');
@@ -187,6 +283,9 @@ function start(language, command, port = 0) {
       PORT: String(port),
       DATABASE_URL: `postgresql://webhook_example_app@${base.host}:${base.port}/${DB}`,
       EMAIL_URL: 'http://127.0.0.1:8025/send',
+      PAYMENTS_URL: 'http://127.0.0.1:8026/charges',
+      // A crashed order request's key is taken over a second later.
+      IDEMPOTENCY_LEASE: '1 second',
       PUBLIC_URL,
     },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -259,7 +358,7 @@ async function exercise(language, port, stats) {
   for (let n = 0; n < 3; n++) {
     const eventId = `${language}_2p_${n}_${crypto.randomBytes(4).toString('hex')}`;
     const delivery = await signed('stripe', eventId);
-    stats.twoPhase.push(`stripe:${eventId}`);
+    stats.twoPhase.push({ provider: 'stripe', eventId });
     expect(`${eventId} two-phase`, await post(port, '/webhooks-2p/stripe', delivery), [200]);
     expect(`${eventId} two-phase retry`, await post(port, '/webhooks-2p/stripe', delivery), [200]);
     expect(`${eventId} two-phase retry`, await post(port, '/webhooks-2p/stripe', delivery), [200]);
@@ -296,6 +395,7 @@ async function exerciseInbox(language, port, stats) {
 async function main() {
   const db = await setup();
   const { server, sends } = await emailStub();
+  const payments = await paymentsStub();
   const rows = [];
   let failed = 0;
   let port = 8101;
@@ -303,9 +403,12 @@ async function main() {
     const child = start(language, command, port);
     const stats = { deliveries: 0, events: 0, forged: 0, wrong: 0, twoPhase: [] };
     const { rows: [{ now: started }] } = await db.query('SELECT clock_timestamp() AS now');
+    const orderStats = { deliveries: 0, events: 0, orders: 0 };
+    let orderProblems = null;
     try {
       await waitHealthy(port);
       await exercise(language, port, stats);
+      if (language === 'python') orderProblems = await exerciseOrders(port, db, payments, orderStats);
     } finally {
       child.kill('SIGTERM');
     }
@@ -314,7 +417,9 @@ async function main() {
               (count(*) - count(DISTINCT (provider, event_id)))::int AS duplicated,
               (SELECT count(*)::int FROM webhook.rejected_deliveries r WHERE r.created_at >= $2) AS rejected
          FROM orders WHERE language = $1`, [language, started]);
-    const emails = stats.twoPhase.map((key) => sends.get(key) ?? 0);
+    // Each email was sent with the event's outbound key, the same on every attempt.
+    const emails = [];
+    for (const e of stats.twoPhase) emails.push(sends.get(await outboundKey(db, e.provider, e.eventId, 'email')) ?? 0);
     const problems = [];
     if (counts.side_effects !== stats.events) problems.push(`${counts.side_effects} side effects for ${stats.events} events`);
     if (counts.duplicated !== 0) problems.push(`${counts.duplicated} duplicated`);
@@ -326,6 +431,14 @@ async function main() {
       console.error(`${language}: ${problems.join('; ')}`);
     }
     rows.push([language, stats.deliveries, stats.events, counts.side_effects, counts.rejected, stats.wrong]);
+    if (orderProblems !== null) {
+      if (orderProblems.length) {
+        failed++;
+        console.error(`${language} POST /orders: ${orderProblems.join('; ')}`);
+      }
+      rows.push([`${language} POST /orders`, orderStats.deliveries, orderStats.events, orderStats.orders, '—',
+        orderProblems.length]);
+    }
 
     // The inbox, with the language's worker running.
     const worker = start(`${language} worker`, workers[language]);
@@ -356,7 +469,8 @@ async function main() {
               (SELECT max(attempts)::int FROM webhook.inbox WHERE event_id = ANY($2)) AS max_attempts
          FROM orders WHERE language = $1 AND event_id = ANY($2)`,
       [`${language}-worker`, sent.map((e) => e.eventId)]);
-    const inboxEmails = sent.map((e) => sends.get(`${e.provider}:${e.eventId}:default`) ?? 0);
+    const inboxEmails = [];
+    for (const e of sent) inboxEmails.push(sends.get(await outboundKey(db, e.provider, e.eventId, 'email/default')) ?? 0);
     const inboxProblems = [];
     if (work.side_effects !== inbox.events || work.distinct_events !== inbox.events) {
       inboxProblems.push(`${work.side_effects} side effects (${work.distinct_events} distinct) for ${inbox.events} events`);
@@ -373,6 +487,7 @@ async function main() {
     port++;
   }
   server.close();
+  payments.server.close();
   await db.end();
 
   console.log('| language | deliveries | events | side effects | rejected | wrong answers |');

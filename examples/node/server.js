@@ -99,9 +99,10 @@ app.post('/webhooks-2p/:provider', async (req, res) => {
   try {
     // The side effect outside the database, keyed by the event so that a
     // retry after a crash cannot send it twice.
+    const { rows: [{ key }] } = await pool.query("SELECT webhook_outbound_key($1, 'email') AS key", [r.id]);
     const sent = await fetch(EMAIL_URL, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': `${provider}:${r.event_id}` },
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
       body: JSON.stringify({ to: 'customer@example.com', event: r.event_id }),
     });
     if (!sent.ok) throw new Error(`email API answered ${sent.status}`);

@@ -2,8 +2,8 @@
 // completes or fails each one.
 //
 // Per event: one external side effect (an email through an HTTP API, with an
-// idempotency key derived from the event, so a retry after a crash cannot
-// send it twice) and one database write, committed together with
+// idempotency key derived from the event by webhook_outbound_key, so a retry
+// after a crash cannot send it twice) and one database write, committed together with
 // webhook_complete (so it happens exactly once). A failure is recorded with
 // webhook_fail and retried after the backoff. It polls, and LISTENs on a
 // connection of its own to wake up as soon as something is queued (LISTEN
@@ -26,11 +26,13 @@ let stopping = false;
 process.on('SIGTERM', () => { stopping = true; });
 process.on('SIGINT', () => { stopping = true; });
 
-async function process1(client, { provider, event_id: eventId, event_type: eventType, payload, attempts }) {
+async function process1(client, { id, provider, event_id: eventId, event_type: eventType, payload, attempts }) {
   if (payload?.fail_first_attempt && attempts === 1) throw new Error('injected failure on the first attempt');
+  // The same key on every attempt of this event, whichever lease runs it.
+  const { rows: [{ key }] } = await client.query('SELECT webhook_outbound_key($1, $2) AS key', [id, `email/${CONSUMER}`]);
   const sent = await fetch(EMAIL_URL, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', 'idempotency-key': `${provider}:${eventId}:${CONSUMER}` },
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
     body: JSON.stringify({ to: 'customer@example.com', event: eventId }),
   });
   if (!sent.ok) throw new Error(`email API answered ${sent.status}`);

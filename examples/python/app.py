@@ -4,6 +4,10 @@
     POST /webhooks-2p/{provider}   two phases: claim, send an email, complete
     POST /inbox/{provider}         inbox: store and answer 200 at once; worker.py
                                    processes it later
+    POST /orders                   the application's own API: honours the
+                                   Idempotency-Key header (idempotency_begin),
+                                   creates an order and charges a card at a
+                                   payment API with an outbound key
 
 The database verifies the signature, deduplicates and claims the delivery
 (webhook_receive); the handler only does its work and answers what the
@@ -29,6 +33,10 @@ from starlette.concurrency import run_in_threadpool
 
 LANGUAGE = "python"
 EMAIL_URL = os.environ.get("EMAIL_URL", "http://127.0.0.1:8025/send")
+PAYMENTS_URL = os.environ.get("PAYMENTS_URL", "http://127.0.0.1:8026/charges")
+# How long a request with an Idempotency-Key owns its key without recording
+# a step; a retry after a crash waits this long, then resumes.
+ORDER_LEASE = os.environ.get("IDEMPOTENCY_LEASE", "30 seconds")
 pool = ConnectionPool(os.environ["DATABASE_URL"], min_size=1, max_size=8, open=True)
 app = FastAPI()
 
@@ -135,10 +143,11 @@ def handle_two_phase(provider: str, request_headers: dict, body: bytes, url: str
             with Heartbeat(delivery):
                 # The side effect outside the database, keyed by the event so
                 # that a retry after a crash cannot send it twice.
+                (key,) = conn.execute("SELECT webhook_outbound_key(%s, 'email')", (delivery,)).fetchone()
                 req = urllib.request.Request(
                     EMAIL_URL,
                     data=json.dumps({"to": "customer@example.com", "event": event_id}).encode(),
-                    headers={"Idempotency-Key": f"{provider}:{event_id}", "Content-Type": "application/json"},
+                    headers={"Idempotency-Key": key, "Content-Type": "application/json"},
                 )
                 urllib.request.urlopen(req, timeout=10).read()
             conn.execute("SELECT webhook_complete(%s)", (delivery,))
@@ -167,3 +176,90 @@ def handle_inbox(provider: str, request_headers: dict, body: bytes, url: str) ->
     if response is not None:
         return handshake(response, response_type)
     return answer(http_status, status=status, reason=reason)
+
+
+# The application's own API. A client that sends the same POST again with
+# the same Idempotency-Key (after a timeout, a dropped connection, a crash
+# of this process) gets the first answer back, and the order is made and
+# the card charged once. Two steps, each recorded as it commits: a retry
+# after a crash resumes after the last one.
+BEGIN = """SELECT outcome, request_id, http_status, recovery_point, recovery, response_body
+             FROM idempotency_begin(%s, %s, idempotency_fingerprint('POST', '/orders', %s::bytea),
+                                    lease => %s::interval)"""
+
+
+@app.post("/orders")
+async def create_order(request: Request) -> Response:
+    body = await request.body()
+    return await run_in_threadpool(
+        handle_order,
+        request.headers.get("idempotency-key"),
+        request.headers.get("x-customer", "anonymous"),
+        body,
+        request.headers.get("x-test-crash-after"),
+    )
+
+
+def handle_order(key, customer: str, body: bytes, crash_after) -> Response:
+    if not key:
+        return answer(400, error="the Idempotency-Key header is required")
+    try:
+        order = json.loads(body)
+        sku, amount = str(order["sku"]), int(order["amount"])
+    except (ValueError, KeyError, TypeError):
+        return answer(400, error="the body must be {\"sku\": ..., \"amount\": ...}")
+    with pool.connection() as conn:
+        conn.autocommit = True  # each step commits on its own, with its recovery point
+        # The scope keeps one customer's keys apart from another's.
+        outcome, request_id, http_status, point, recovery, stored = conn.execute(
+            BEGIN, (f"orders:{customer}", key, body, ORDER_LEASE)
+        ).fetchone()
+        if outcome == "in_progress":
+            return answer(409, error="a request with this Idempotency-Key is in progress; retry later")
+        if outcome == "mismatch":
+            return answer(422, error="this Idempotency-Key was used with a different request")
+        if outcome == "replay":
+            return Response(stored, status_code=http_status, media_type="application/json",
+                            headers={"Idempotent-Replayed": "true"})
+        recovery = recovery or {}
+        try:
+            if point is None:
+                with conn.transaction():
+                    (order_id,) = conn.execute(
+                        "INSERT INTO api_orders (idempotency_key, sku, amount, language) "
+                        "VALUES (%s, %s, %s, %s) RETURNING id",
+                        (key, sku, amount, LANGUAGE),
+                    ).fetchone()
+                    conn.execute(
+                        "SELECT idempotency_checkpoint(%s, 'created_order', jsonb_build_object('order_id', %s::bigint))",
+                        (request_id, order_id),
+                    )
+                recovery["created_order"] = {"order_id": order_id}
+            if crash_after == "order":
+                return answer(503, error="stopped after the order, as if the process had died")
+            order_id = recovery["created_order"]["order_id"]
+            # Charge with a key made from the order: a retry that resumes
+            # here (the charge went through but was not recorded) gets the
+            # same charge back from the payment API instead of a second one.
+            (charge_key,) = conn.execute(
+                "SELECT webhook_outbound_key('orders-api', %s, 'charge')", (str(order_id),)
+            ).fetchone()
+            req = urllib.request.Request(
+                PAYMENTS_URL,
+                data=json.dumps({"amount": amount, "order": order_id}).encode(),
+                headers={"Idempotency-Key": charge_key, "Content-Type": "application/json"},
+            )
+            charge = json.loads(urllib.request.urlopen(req, timeout=10).read())["id"]
+            if crash_after == "charge":
+                return answer(503, error="stopped after the charge, as if the process had died")
+            response = json.dumps({"order": order_id, "charge": charge})
+            with conn.transaction():
+                conn.execute(
+                    "SELECT idempotency_checkpoint(%s, 'charged_card', jsonb_build_object('charge', %s::text))",
+                    (request_id, charge),
+                )
+                conn.execute("SELECT idempotency_finish(%s, 201, %s)", (request_id, response))
+            return Response(response, status_code=201, media_type="application/json")
+        except Exception as exc:  # noqa: BLE001 - the key is freed; the client's retry resumes
+            conn.execute("SELECT idempotency_fail(%s, %s)", (request_id, str(exc)))
+            return answer(500, error="failed; retry with the same Idempotency-Key")

@@ -2,8 +2,8 @@
 work, completes or fails each one.
 
 Per event: one external side effect (an email through an HTTP API, with an
-idempotency key derived from the event, so a retry after a crash cannot
-send it twice) and one database write, committed together with
+idempotency key derived from the event by webhook_outbound_key, so a retry
+after a crash cannot send it twice) and one database write, committed together with
 webhook_complete (so it happens exactly once). A failure is recorded with
 webhook_fail and retried after the backoff.
 
@@ -37,8 +37,7 @@ def stop(_signum, _frame):
     stopping = True
 
 
-def send_email(provider, event_id):
-    key = f"{provider}:{event_id}:{CONSUMER}"
+def send_email(key, event_id):
     req = urllib.request.Request(
         EMAIL_URL,
         data=json.dumps({"to": "customer@example.com", "event": event_id}).encode(),
@@ -47,10 +46,12 @@ def send_email(provider, event_id):
     urllib.request.urlopen(req, timeout=10).read()
 
 
-def process(cur, provider, event_id, event_type, payload, attempts):
+def process(cur, lease, provider, event_id, event_type, payload, attempts):
     if payload.get("fail_first_attempt") and attempts == 1:
         raise RuntimeError("injected failure on the first attempt")
-    send_email(provider, event_id)
+    # The same key on every attempt of this event, whichever lease runs it.
+    cur.execute("SELECT webhook_outbound_key(%s, %s)", (lease, f"email/{CONSUMER}"))
+    send_email(cur.fetchone()[0], event_id)
     cur.execute(
         "INSERT INTO orders (provider, event_id, event_type, language) VALUES (%s, %s, %s, %s)",
         (provider, event_id, event_type, LANGUAGE),
@@ -71,7 +72,7 @@ def work_once(conn) -> int:
                 continue
             try:
                 with conn.transaction():  # a savepoint: a failure undoes this event's work only
-                    process(cur, provider, event_id, event_type, payload, attempts)
+                    process(cur, lease, provider, event_id, event_type, payload, attempts)
                     cur.execute("SELECT webhook_complete(%s)", (lease,))
             except Exception as exc:  # noqa: BLE001 - recorded, then retried after the backoff
                 cur.execute("SELECT webhook_fail(%s, %s)", (lease, str(exc)))

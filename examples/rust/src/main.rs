@@ -224,10 +224,14 @@ async fn two_phase(
     });
     // The side effect outside the database, keyed by the event so that a
     // retry after a crash cannot send it twice.
+    let key: String = client
+        .query_one("SELECT webhook_outbound_key($1, 'email')", &[&id])
+        .await?
+        .get(0);
     let sent = app
         .http
         .post(&app.email_url)
-        .header("idempotency-key", format!("{provider}:{event_id}"))
+        .header("idempotency-key", key)
         .json(&json!({ "to": "customer@example.com", "event": event_id }))
         .send()
         .await

@@ -2,8 +2,8 @@
 //! does the work, completes or fails each one.
 //!
 //! Per event: one external side effect (an email through an HTTP API, with
-//! an idempotency key derived from the event, so a retry after a crash
-//! cannot send it twice) and one database write, committed together with
+//! an idempotency key derived from the event by `webhook_outbound_key`, so
+//! a retry after a crash cannot send it twice) and one database write, committed together with
 //! `webhook_complete` (so it happens exactly once). A failure is recorded
 //! with `webhook_fail` and retried after the backoff. It polls for work
 //! (`LISTEN webhook_inbox` would wake it sooner; see the Python and Node
@@ -47,12 +47,18 @@ impl Worker {
         if fail_first && attempts == 1 {
             return Err("injected failure on the first attempt".into());
         }
+        // The same key on every attempt of this event, whichever lease runs it.
+        let lease: uuid::Uuid = row.get(0);
+        let key: String = tx
+            .query_one(
+                "SELECT webhook_outbound_key($1, $2)",
+                &[&lease, &format!("email/{}", self.consumer)],
+            )
+            .await?
+            .get(0);
         self.http
             .post(&self.email_url)
-            .header(
-                "idempotency-key",
-                format!("{provider}:{event_id}:{}", self.consumer),
-            )
+            .header("idempotency-key", key)
             .json(&json!({ "to": "customer@example.com", "event": event_id }))
             .send()
             .await?
