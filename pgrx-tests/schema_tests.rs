@@ -150,9 +150,9 @@ mod tests {
             "SELECT cardinality(extconfig) FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
         );
         assert_eq!(
-            dumped, 10,
+            dumped, 11,
             "events, signature_bindings, delivery_log, delivery_failures, providers, provider_secrets, \
-             inbox, inbox_failures, requeues, watermarks"
+             inbox, inbox_failures, requeues, watermarks, idempotency_keys"
         );
     }
 
@@ -168,6 +168,10 @@ mod tests {
         assert_eq!(value, "1h");
         let value: String = one("SELECT current_setting('webhook.rejected_body_limit')");
         assert_eq!(value, "4kB");
+        let value: String = one("SELECT current_setting('webhook.idempotency_retention')");
+        assert_eq!(value, "1d");
+        let value: String = one("SELECT current_setting('webhook.idempotency_max_response')");
+        assert_eq!(value, "1MB");
         let value: String = one("SELECT current_setting('webhook.redact_headers')");
         assert!(
             value.starts_with("authorization, proxy-authorization, cookie"),

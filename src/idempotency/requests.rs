@@ -419,17 +419,7 @@ fn finish_request(
     let response = Response::checked(F, response_status, response_body, response_headers)?;
     Ok(Spi::connect_mut(|client| {
         owned(client, F, request_id)?;
-        FINISH.run(
-            client,
-            &[
-                request_id.into(),
-                response.status.into(),
-                response.headers.into(),
-                response.body.into(),
-                Option::<&str>::None.into(),
-            ],
-        )?;
-        Ok::<_, WebhookError>(())
+        response.store(client, request_id, None)
     })?)
 }
 
@@ -493,21 +483,10 @@ fn fail_request(
         match response {
             None => {
                 RELEASE.run(client, &[request_id.into(), error.as_ref().into()])?;
+                Ok(())
             }
-            Some(response) => {
-                FINISH.run(
-                    client,
-                    &[
-                        request_id.into(),
-                        response.status.into(),
-                        response.headers.into(),
-                        response.body.into(),
-                        error.as_ref().into(),
-                    ],
-                )?;
-            }
+            Some(response) => response.store(client, request_id, Some(&error)),
         }
-        Ok::<_, WebhookError>(())
     })?)
 }
 
@@ -566,6 +545,27 @@ impl<'a> Response<'a> {
             body,
             headers,
         })
+    }
+
+    /// Finish the request with this response (and, for a final failure,
+    /// its error).
+    fn store(
+        self,
+        client: &mut SpiClient<'_>,
+        request_id: pgrx::Uuid,
+        error: Option<&str>,
+    ) -> Result<()> {
+        FINISH.run(
+            client,
+            &[
+                request_id.into(),
+                self.status.into(),
+                self.headers.into(),
+                self.body.into(),
+                error.into(),
+            ],
+        )?;
+        Ok(())
     }
 }
 
