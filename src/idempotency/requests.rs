@@ -21,8 +21,10 @@
 //! under the key's lock (`EventLock::for_idempotency_key`), which
 //! `idempotency_begin` only tries: when another transaction is live on the
 //! key, the answer is `in_progress` at once. The functions that finish a
-//! request take the lock, waiting at most for a competing begin's single
-//! statement.
+//! request take the lock and may wait, as the ones that finish a claim do:
+//! the holder is then a competing begin (for one statement) or a request
+//! that took the key over after this one's lease ran out, whose outcome
+//! decides the answer (55006 once the takeover commits).
 //!
 //! Every call works in the caller's transaction. In one-transaction use
 //! (begin, the request's writes, finish, commit) an abort takes the key
