@@ -54,6 +54,46 @@ mod tests {
         assert_eq!(toast_bytes(), toast_before);
     }
 
+    #[pg_test]
+    fn archived_raw_bodies_and_headers_are_compressed_and_read_back_exactly() {
+        let toast_before = toast_bytes();
+        Spi::run("SELECT webhook_register_provider('stripe', secret => 'whsec_compact')").unwrap();
+        // A kilobyte and a half of JSON, signed, with the dozen headers a
+        // provider sends.
+        let body: String = one(
+            "SELECT jsonb_build_object('id', 'evt_raw', 'type', 'invoice.paid', 'lines',
+                 (SELECT jsonb_agg(jsonb_build_object('id', 'il_' || i, 'amount', i * 100,
+                                                      'description', 'Pro plan, monthly'))
+                    FROM generate_series(1, 20) i))::text",
+        );
+        let headers = format!(
+            "(SELECT jsonb_build_object('Stripe-Signature', 't=' || ts || ',v1=' ||
+                     encode(hmac(ts || '.' || '{body}', 'whsec_compact', 'sha256'), 'hex'))
+                 || (SELECT jsonb_object_agg('X-Forwarded-Header-' || i, 'proxy.example.com, 10.0.0.' || i)
+                       FROM generate_series(1, 12) i)
+                FROM (SELECT extract(epoch FROM clock_timestamp())::bigint::text AS ts) t)"
+        );
+        let (status, http, _) = crate::in_db_tests::receive("stripe", &headers, &body);
+        assert_eq!((status.as_str(), http), ("claimed", 200));
+        let row = Spi::get_one_with_args::<String>(
+            "SELECT pg_column_compression(raw_body) || ' ' || pg_column_compression(headers)
+                    || ' ' || (pg_column_size(raw_body) * 2 < octet_length(raw_body))::text
+                    || ' ' || (pg_column_size(headers) * 2 < octet_length(headers::text))::text
+                    || ' ' || (convert_from(raw_body, 'UTF8') = $1)::text
+               FROM webhook.delivery_log WHERE event_id = 'evt_raw'",
+            &[body.as_str().into()],
+        )
+        .unwrap()
+        .unwrap();
+        let parts: Vec<&str> = row.split(' ').collect();
+        assert!(
+            matches!(parts[0], "lz4" | "pglz") && matches!(parts[1], "lz4" | "pglz"),
+            "{row}"
+        );
+        assert_eq!(&parts[2..], ["true", "true", "true"], "{row}");
+        assert_eq!(toast_bytes(), toast_before);
+    }
+
     fn toast_bytes() -> i64 {
         one("SELECT pg_relation_size(reltoastrelid) FROM pg_class
               WHERE oid = 'webhook.delivery_log'::regclass")

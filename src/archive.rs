@@ -13,7 +13,7 @@
 //! writes it through the `_VERIFIED` variant of each statement.
 
 use crate::claim::ClaimStatus;
-use crate::compress::ArchivedPayload;
+use crate::compress::Archived;
 use crate::errors::Result;
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
@@ -121,10 +121,9 @@ pub struct Entry<'a> {
     pub provider: &'a str,
     pub event_id: &'a str,
     pub event_type: &'a str,
-    pub payload: ArchivedPayload,
-    pub raw_body: Option<&'a [u8]>,
+    /// Payload, raw body and headers, compressed for the archive.
+    pub archived: Archived,
     pub signature: Option<&'a str>,
-    pub headers: Option<RawJsonb>,
     pub status: ClaimStatus,
     pub payload_mismatch: bool,
     /// The fingerprint of the key that verified the delivery
@@ -139,10 +138,10 @@ impl<'a> Entry<'a> {
             self.provider.into(),
             self.event_id.into(),
             self.event_type.into(),
-            self.payload.into(),
-            self.raw_body.into(),
+            self.archived.payload.into(),
+            self.archived.raw_body.into(),
             self.signature.into(),
-            self.headers.into(),
+            self.archived.headers.into(),
             self.status.as_str().into(),
             self.payload_mismatch.into(),
         ]
@@ -209,16 +208,18 @@ static RECORD_HANDSHAKE: Statement = Statement {
 };
 
 pub fn record_handshake(client: &mut SpiClient<'_>, h: Handshake<'_>) -> Result<()> {
+    let archived =
+        crate::compress::for_archive(client, &h.payload, Some(h.raw_body), h.headers.as_ref())?;
     RECORD_HANDSHAKE.run(
         client,
         &[
             h.id.into(),
             h.provider.into(),
             h.kind.into(),
-            h.payload.into(),
-            h.raw_body.into(),
+            archived.payload.into(),
+            archived.raw_body.into(),
             h.signature.into(),
-            h.headers.into(),
+            archived.headers.into(),
             h.verified_by.into(),
         ],
     )?;
@@ -242,15 +243,17 @@ pub fn record_rejection(client: &mut SpiClient<'_>, r: Rejection<'_>) -> Result<
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(r.body);
     let size = i32::try_from(r.body.len()).unwrap_or(i32::MAX);
+    let kept = crate::compress::raw_body_for_archive(client, &r.body[..r.kept.min(r.body.len())])?;
+    let headers = crate::compress::headers_for_archive(client, r.headers.as_ref())?;
     RECORD_REJECTION.run(
         client,
         &[
             r.id.into(),
             r.provider.into(),
             r.event_id.into(),
-            r.body[..r.kept.min(r.body.len())].into(),
+            kept.into(),
             r.signature.into(),
-            r.headers.into(),
+            headers.into(),
             r.reason.into(),
             size.into(),
             digest.as_slice().into(),

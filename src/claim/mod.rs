@@ -28,7 +28,7 @@ pub(crate) use statements::{
 };
 
 use crate::archive::{self, Entry};
-use crate::compress::ArchivedPayload;
+use crate::compress::Archived;
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::jsonb::RawJsonb;
@@ -66,10 +66,10 @@ impl<'a> Delivery<'a> {
     fn observing_arguments<'b>(
         &'b self,
         id: pgrx::Uuid,
-        payload: ArchivedPayload,
+        archived: Archived,
         digest: &'b [u8],
     ) -> Vec<DatumWithOid<'b>> {
-        let mut args: Vec<DatumWithOid<'b>> = self.arguments(id, payload, digest).into();
+        let mut args: Vec<DatumWithOid<'b>> = self.arguments(id, archived, digest).into();
         args.extend(self.verified_by.map(DatumWithOid::from));
         args
     }
@@ -78,7 +78,7 @@ impl<'a> Delivery<'a> {
     pub(crate) fn arguments<'b>(
         &'b self,
         id: pgrx::Uuid,
-        payload: ArchivedPayload,
+        archived: Archived,
         digest: &'b [u8],
     ) -> [DatumWithOid<'b>; 10] {
         [
@@ -86,10 +86,10 @@ impl<'a> Delivery<'a> {
             self.event_id.into(),
             self.event_type.into(),
             id.into(),
-            payload.into(),
-            self.raw_body.into(),
+            archived.payload.into(),
+            archived.raw_body.into(),
             self.signature.into(),
-            self.headers.into(),
+            archived.headers.into(),
             self.lease.into(),
             digest.into(),
         ]
@@ -102,10 +102,10 @@ impl<'a> Delivery<'a> {
     pub(crate) fn writing_arguments<'b>(
         &'b self,
         id: pgrx::Uuid,
-        payload: ArchivedPayload,
+        archived: Archived,
         digest: &'b [u8],
     ) -> Vec<DatumWithOid<'b>> {
-        let mut args: Vec<DatumWithOid<'b>> = self.arguments(id, payload, digest).into();
+        let mut args: Vec<DatumWithOid<'b>> = self.arguments(id, archived, digest).into();
         if let Some(order) = self.order {
             args.push(order.entity_key.as_str().into());
             args.push(order.value.as_str().into());
@@ -115,16 +115,14 @@ impl<'a> Delivery<'a> {
     }
 
     /// The delivery's archive row, answered `status`.
-    fn entry(&self, id: pgrx::Uuid, payload: ArchivedPayload, status: ClaimStatus) -> Entry<'a> {
+    fn entry(&self, id: pgrx::Uuid, archived: Archived, status: ClaimStatus) -> Entry<'a> {
         Entry {
             id,
             provider: self.provider,
             event_id: self.event_id,
             event_type: self.event_type,
-            payload,
-            raw_body: self.raw_body,
+            archived,
             signature: self.signature,
-            headers: self.headers,
             status,
             payload_mismatch: false,
             verified_by: self.verified_by,
@@ -146,7 +144,8 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
     }
     let digest = d.payload.digest();
-    let payload = crate::compress::for_archive(client, &d.payload)?;
+    let archived =
+        crate::compress::for_archive(client, &d.payload, d.raw_body, d.headers.as_ref())?;
     let lock = EventLock::for_event(d.provider, d.event_id);
 
     if !lock.try_acquire() {
@@ -157,7 +156,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         } else {
             &OBSERVE
         };
-        let rows = observe.run(client, &d.observing_arguments(id, payload, &digest))?;
+        let rows = observe.run(client, &d.observing_arguments(id, archived, &digest))?;
         return Ok(match EventState::read(rows)? {
             Some(state) => {
                 let answer = state.answer.unwrap_or(ClaimStatus::InProgress);
@@ -187,7 +186,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             Verdict::Tie => tie = true,
             Verdict::Stale { tie, reason } => {
                 if let Some(outcome) =
-                    skip_stale(client, d, id, payload, &digest, tie, &reason, lock)?
+                    skip_stale(client, d, id, archived, &digest, tie, &reason, lock)?
                 {
                     return Ok(outcome);
                 }
@@ -201,7 +200,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         (false, true) => &CLAIM_VERIFIED,
         (true, true) => &CLAIM_ORDERED_VERIFIED,
     };
-    let rows = claim.run(client, &d.writing_arguments(id, payload, &digest))?;
+    let rows = claim.run(client, &d.writing_arguments(id, archived, &digest))?;
     // The event exists unless we just inserted it, and since we hold its
     // lock, no open transaction is changing it: its committed state decides.
     let state = EventState::read(rows)?
@@ -223,7 +222,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             Ok(state.outcome(id, answer))
         }
         None => {
-            let outcome = take_over(client, d, id, payload, &digest, state, lock)?;
+            let outcome = take_over(client, d, id, archived, &digest, state, lock)?;
             Ok(Outcome { tie, ..outcome })
         }
     }
@@ -238,7 +237,7 @@ fn skip_stale(
     client: &mut SpiClient<'_>,
     d: &Delivery<'_>,
     id: pgrx::Uuid,
-    payload: ArchivedPayload,
+    archived: Archived,
     digest: &[u8],
     tie: bool,
     reason: &str,
@@ -279,7 +278,7 @@ fn skip_stale(
         client,
         Entry {
             payload_mismatch: state.is_some_and(|s| s.payload_differs(digest)),
-            ..d.entry(id, payload, ClaimStatus::Stale)
+            ..d.entry(id, archived, ClaimStatus::Stale)
         },
         reason,
     )?;
@@ -309,7 +308,7 @@ fn take_over(
     client: &mut SpiClient<'_>,
     d: &Delivery<'_>,
     id: pgrx::Uuid,
-    payload: ArchivedPayload,
+    archived: Archived,
     digest: &[u8],
     state: EventState,
     lock: EventLock,
@@ -334,7 +333,7 @@ fn take_over(
             client,
             Entry {
                 payload_mismatch: mismatch,
-                ..d.entry(id, payload, ClaimStatus::Dead)
+                ..d.entry(id, archived, ClaimStatus::Dead)
             },
         )?;
         return Ok(state.outcome(id, ClaimStatus::Dead));
@@ -363,7 +362,7 @@ fn take_over(
         client,
         Entry {
             payload_mismatch: mismatch,
-            ..d.entry(id, payload, ClaimStatus::Retry)
+            ..d.entry(id, archived, ClaimStatus::Retry)
         },
     )?;
     session_claims::remember(id, d.provider, d.event_id);
@@ -380,8 +379,9 @@ fn take_over(
 /// transaction is receiving the same signed bytes right now.
 pub fn observe_in_progress(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     let id = crate::uuid::new_v7();
-    let payload = crate::compress::for_archive(client, &d.payload)?;
-    archive::record(client, d.entry(id, payload, ClaimStatus::InProgress))?;
+    let archived =
+        crate::compress::for_archive(client, &d.payload, d.raw_body, d.headers.as_ref())?;
+    archive::record(client, d.entry(id, archived, ClaimStatus::InProgress))?;
     Ok(Outcome {
         id,
         status: ClaimStatus::InProgress,

@@ -137,7 +137,8 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
         }
     }
     let digest = d.payload.digest();
-    let payload = crate::compress::for_archive(client, &d.payload)?;
+    let archived =
+        crate::compress::for_archive(client, &d.payload, d.raw_body, d.headers.as_ref())?;
     // Every write to an event row happens under its lock (see event_lock):
     // a claim that holds it then never meets this insert uncommitted.
     EventLock::for_event(d.provider, d.event_id).acquire();
@@ -149,7 +150,7 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
         (false, true) => &ENQUEUE_VERIFIED,
         (true, true) => &ENQUEUE_ORDERED_VERIFIED,
     };
-    let rows = enqueue.run(client, &d.writing_arguments(id, payload, &digest))?;
+    let rows = enqueue.run(client, &d.writing_arguments(id, archived, &digest))?;
     let state = crate::claim::EventState::read(rows)?
         .ok_or_else(|| WebhookError::Internal("enqueue returned no event".into()))?;
     match state.answer {
