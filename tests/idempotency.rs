@@ -350,3 +350,43 @@ fn a_handler_retried_three_times_charges_once() {
     assert_eq!((charges, calls), (1, 3));
     assert_eq!(event_state(&mut app, "stripe", "evt_charge").0, "processed");
 }
+
+/// In one-transaction use a failure rolls the key back with the work: the
+/// client's retry starts from nothing and makes the order once.
+#[test]
+fn a_rolled_back_request_leaves_its_key_free() {
+    let mut app = connect(db());
+    let sql = "SELECT outcome, request_id::text, recovery_point
+                 FROM idempotency_begin('customer-1', 'rolled-back', 'fp')";
+    {
+        let mut tx = app.transaction().unwrap();
+        let row = tx.query_one(sql, &[]).unwrap();
+        assert_eq!(row.get::<_, String>(0), "new");
+        tx.execute(
+            "INSERT INTO orders (key, sku) VALUES ('rolled-back', 'sku-1')",
+            &[],
+        )
+        .unwrap();
+        // The handler fails before finishing: its transaction rolls back.
+        tx.rollback().unwrap();
+    }
+    let mut tx = app.transaction().unwrap();
+    let row = tx.query_one(sql, &[]).unwrap();
+    assert_eq!(row.get::<_, String>(0), "new");
+    assert_eq!(row.get::<_, Option<String>>(2), None);
+    let request: String = row.get(1);
+    tx.execute(
+        "INSERT INTO orders (key, sku) VALUES ('rolled-back', 'sku-1')",
+        &[],
+    )
+    .unwrap();
+    tx.execute(
+        "SELECT idempotency_finish($1::text::uuid, 201, 'made')",
+        &[&request],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    assert_eq!(orders(&mut app, "rolled-back"), 1);
+    let replay = app.query_one(sql, &[]).unwrap();
+    assert_eq!(replay.get::<_, String>(0), "replay");
+}

@@ -39,7 +39,7 @@ use crate::event_lock::EventLock;
 use crate::input;
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
-use pgrx::datum::Interval;
+use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -50,6 +50,8 @@ const MAX_SCOPE_BYTES: usize = 255;
 const MAX_KEY_BYTES: usize = 255;
 const MAX_FINGERPRINT_BYTES: usize = 255;
 const MAX_STEP_BYTES: usize = 255;
+/// An HTTP method is a short token (`POST`, `PATCH`).
+const MAX_METHOD_BYTES: usize = 32;
 /// A recovery point's output is a step's result (an order id, a charge
 /// id), not a document.
 const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -231,9 +233,9 @@ fn begin(
         )
     };
     match decision {
-        Decision::Answer(Outcome::InProgress) => Ok(answer(Outcome::InProgress, Some(409))),
-        Decision::Answer(Outcome::Mismatch) => Ok(answer(Outcome::Mismatch, Some(422))),
-        Decision::Answer(_) => {
+        Decision::InProgress => Ok(answer(Outcome::InProgress, Some(409))),
+        Decision::Mismatch => Ok(answer(Outcome::Mismatch, Some(422))),
+        Decision::Replay => {
             let existing =
                 existing.ok_or_else(|| WebhookError::Internal("replay of no key".into()))?;
             Ok((
@@ -315,7 +317,9 @@ struct Existing {
 enum Decision {
     /// Take the key: insert it, take it over, or start an expired one anew.
     Own,
-    Answer(Outcome),
+    InProgress,
+    Mismatch,
+    Replay,
 }
 
 /// The state machine of `idempotency_begin`, apart from the database.
@@ -328,7 +332,7 @@ fn decide(locked: bool, existing: Option<&Existing>, fingerprint: &str) -> Decis
         return if locked {
             Decision::Own
         } else {
-            Decision::Answer(Outcome::InProgress)
+            Decision::InProgress
         };
     };
     let running = row.status == "in_progress" && row.live;
@@ -338,17 +342,17 @@ fn decide(locked: bool, existing: Option<&Existing>, fingerprint: &str) -> Decis
         return if locked {
             Decision::Own
         } else {
-            Decision::Answer(Outcome::InProgress)
+            Decision::InProgress
         };
     }
     if row.fingerprint != fingerprint {
-        return Decision::Answer(Outcome::Mismatch);
+        return Decision::Mismatch;
     }
     if !locked || running {
-        return Decision::Answer(Outcome::InProgress);
+        return Decision::InProgress;
     }
     match row.status.as_str() {
-        "finished" => Decision::Answer(Outcome::Replay),
+        "finished" => Decision::Replay,
         // Failed retryably, or its lease ran out: resume it.
         _ => Decision::Own,
     }
@@ -385,9 +389,13 @@ fn checkpoint_request(
         }
     }
     Ok(Spi::connect_mut(|client| {
-        owned(client, F, request_id)?;
-        CHECKPOINT.run(client, &[request_id.into(), step.into(), output.into()])?;
-        Ok::<_, WebhookError>(())
+        update_owned(
+            client,
+            F,
+            request_id,
+            &CHECKPOINT,
+            &[request_id.into(), step.into(), output.into()],
+        )
     })?)
 }
 
@@ -397,7 +405,8 @@ static CHECKPOINT: Statement = Statement {
                  recovery = recovery || pg_catalog.jsonb_build_object($2, $3),
                  locked_until = pg_catalog.clock_timestamp() + lease,
                  updated_at = pg_catalog.now()
-           WHERE request_id = $1",
+           WHERE request_id = $1 AND status = 'in_progress'
+       RETURNING 1",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::JSONBOID],
 };
 
@@ -420,8 +429,7 @@ fn finish_request(
     let request_id = input::required(F, "request_id", request_id)?;
     let response = Response::checked(F, response_status, response_body, response_headers)?;
     Ok(Spi::connect_mut(|client| {
-        owned(client, F, request_id)?;
-        response.store(client, request_id, None)
+        response.store(client, F, request_id, None)
     })?)
 }
 
@@ -433,7 +441,8 @@ static FINISH: Statement = Statement {
                  response_body = $4, last_error = coalesce($5, last_error),
                  locked_until = NULL, finished_at = pg_catalog.now(),
                  updated_at = pg_catalog.now()
-           WHERE request_id = $1",
+           WHERE request_id = $1 AND status = 'in_progress'
+       RETURNING 1",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::INT4OID,
@@ -480,15 +489,15 @@ fn fail_request(
             response_headers,
         )?)
     };
-    Ok(Spi::connect_mut(|client| {
-        owned(client, F, request_id)?;
-        match response {
-            None => {
-                RELEASE.run(client, &[request_id.into(), error.as_ref().into()])?;
-                Ok(())
-            }
-            Some(response) => response.store(client, request_id, Some(&error)),
-        }
+    Ok(Spi::connect_mut(|client| match response {
+        None => update_owned(
+            client,
+            F,
+            request_id,
+            &RELEASE,
+            &[request_id.into(), error.as_ref().into()],
+        ),
+        Some(response) => response.store(client, F, request_id, Some(&error)),
     })?)
 }
 
@@ -496,7 +505,8 @@ static RELEASE: Statement = Statement {
     sql: "UPDATE webhook.idempotency_keys
              SET status = 'retryable', last_error = $2, locked_until = NULL,
                  updated_at = pg_catalog.now()
-           WHERE request_id = $1",
+           WHERE request_id = $1 AND status = 'in_progress'
+       RETURNING 1",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID],
 };
 
@@ -554,11 +564,15 @@ impl<'a> Response<'a> {
     fn store(
         self,
         client: &mut SpiClient<'_>,
+        function: &'static str,
         request_id: pgrx::Uuid,
         error: Option<&str>,
     ) -> Result<()> {
-        FINISH.run(
+        update_owned(
             client,
+            function,
+            request_id,
+            &FINISH,
             &[
                 request_id.into(),
                 self.status.into(),
@@ -566,8 +580,7 @@ impl<'a> Response<'a> {
                 self.body.into(),
                 error.into(),
             ],
-        )?;
-        Ok(())
+        )
     }
 }
 
@@ -576,10 +589,19 @@ static OWNER: Statement = Statement {
     arg_types: &[pg_sys::UUIDOID],
 };
 
-/// Check that `request_id` still owns its key and is in progress, under
-/// the key's lock (held until the transaction ends, so nobody takes the
-/// key over before this transaction's writes are committed or gone).
-fn owned(client: &mut SpiClient<'_>, function: &'static str, request_id: pgrx::Uuid) -> Result<()> {
+/// Run `statement`, an UPDATE of the request's row that only its owner
+/// may make while it is in progress (`WHERE request_id = $1 AND status =
+/// 'in_progress' RETURNING 1`), under the key's lock: held until the
+/// transaction ends, so nobody takes the key over before this
+/// transaction's writes are committed or gone. When it changed nothing,
+/// say why.
+fn update_owned(
+    client: &mut SpiClient<'_>,
+    function: &'static str,
+    request_id: pgrx::Uuid,
+    statement: &'static Statement,
+    args: &[DatumWithOid<'_>],
+) -> Result<()> {
     let not_owner = || WebhookError::RequestNotOwner {
         function,
         id: request_id.to_string(),
@@ -595,26 +617,27 @@ fn owned(client: &mut SpiClient<'_>, function: &'static str, request_id: pgrx::U
         )
     };
     EventLock::for_idempotency_key(&scope, &key).acquire();
-    // Read again under the lock: a takeover may have committed meanwhile.
+    // The statement's own condition decides, under the lock: a takeover
+    // or a finish may have committed since the lookup.
+    if !statement.run(client, args)?.is_empty() {
+        return Ok(());
+    }
     let status = OWNER
         .run(client, &[request_id.into()])?
         .next()
         .ok_or_else(not_owner)?
         .get::<String>(3)?
         .unwrap_or_default();
-    match status.as_str() {
-        "in_progress" => Ok(()),
-        "finished" => Err(WebhookError::RequestFinished {
-            function,
-            id: request_id.to_string(),
-            status: "finished",
-        }),
-        _ => Err(WebhookError::RequestFinished {
-            function,
-            id: request_id.to_string(),
-            status: "failed",
-        }),
-    }
+    let status = match status.as_str() {
+        "finished" => "finished",
+        "retryable" => "failed",
+        _ => return Err(not_owner()),
+    };
+    Err(WebhookError::RequestFinished {
+        function,
+        id: request_id.to_string(),
+        status,
+    })
 }
 
 /// A hash of what makes two requests "the same request" for a key: the
@@ -646,7 +669,7 @@ fn fingerprint_text(
 
 fn fingerprint(method: Option<&str>, path: Option<&str>, body: &[u8]) -> Result<String> {
     const F: &str = "idempotency_fingerprint";
-    let method = input::required_text(F, "method", method, 32)?.to_ascii_uppercase();
+    let method = input::required_text(F, "method", method, MAX_METHOD_BYTES)?.to_ascii_uppercase();
     let path = input::required_text(F, "path", path, input::MAX_URL_BYTES)?;
     let digest = super::digest_of(&[
         b"pg_webhook_inbox request fingerprint v1",
@@ -721,42 +744,24 @@ mod tests {
     #[test]
     fn a_free_key_is_owned_unless_someone_is_inserting_it() {
         assert_eq!(decide(true, None, "f"), Decision::Own);
-        assert_eq!(
-            decide(false, None, "f"),
-            Decision::Answer(Outcome::InProgress)
-        );
+        assert_eq!(decide(false, None, "f"), Decision::InProgress);
     }
 
     #[test]
     fn a_finished_key_replays_the_same_request_only() {
         let r = row("finished", false, false, "f");
-        assert_eq!(
-            decide(true, Some(&r), "f"),
-            Decision::Answer(Outcome::Replay)
-        );
-        assert_eq!(
-            decide(true, Some(&r), "g"),
-            Decision::Answer(Outcome::Mismatch)
-        );
-        assert_eq!(
-            decide(false, Some(&r), "g"),
-            Decision::Answer(Outcome::Mismatch)
-        );
+        assert_eq!(decide(true, Some(&r), "f"), Decision::Replay);
+        assert_eq!(decide(true, Some(&r), "g"), Decision::Mismatch);
+        assert_eq!(decide(false, Some(&r), "g"), Decision::Mismatch);
     }
 
     #[test]
     fn a_running_key_is_in_progress_and_a_crashed_one_resumes() {
         let running = row("in_progress", true, false, "f");
-        assert_eq!(
-            decide(true, Some(&running), "f"),
-            Decision::Answer(Outcome::InProgress)
-        );
+        assert_eq!(decide(true, Some(&running), "f"), Decision::InProgress);
         let crashed = row("in_progress", false, false, "f");
         assert_eq!(decide(true, Some(&crashed), "f"), Decision::Own);
-        assert_eq!(
-            decide(false, Some(&crashed), "f"),
-            Decision::Answer(Outcome::InProgress)
-        );
+        assert_eq!(decide(false, Some(&crashed), "f"), Decision::InProgress);
         let failed = row("retryable", false, false, "f");
         assert_eq!(decide(true, Some(&failed), "f"), Decision::Own);
     }
@@ -766,10 +771,7 @@ mod tests {
         let old = row("finished", false, true, "f");
         assert_eq!(decide(true, Some(&old), "other"), Decision::Own);
         let running = row("in_progress", true, true, "f");
-        assert_eq!(
-            decide(true, Some(&running), "f"),
-            Decision::Answer(Outcome::InProgress)
-        );
+        assert_eq!(decide(true, Some(&running), "f"), Decision::InProgress);
     }
 
     #[test]
