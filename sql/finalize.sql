@@ -7,22 +7,22 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 -- What \df+ shows for the functions written in Rust (pgrx creates them; the
 -- ones written in SQL carry their comments beside their definitions).
-COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text) IS
-    'Verify a delivery with its provider''s registered scheme and secrets (and the URL it was sent to, for schemes that sign it), read its event id and type, claim it or queue it (inbox), and say what to answer (http_status; response for an endpoint handshake)';
-COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text) IS
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean) IS
+    'Verify a delivery with its provider''s registered scheme and secrets (and the URL it was sent to, for schemes that sign it), read its event id and type, claim it or queue it (inbox), and say what to answer (http_status; response for an endpoint handshake); complete_on_commit: the commit of this transaction completes a claimed event';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean) IS
     'webhook_receive for a body passed as text';
-COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, jsonb, text, interval) IS
-    'Claim a delivery (payload as jsonb): claimed/retry (do the work, then webhook_complete), duplicate, in_progress or dead';
-COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, bytea, text, interval) IS
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean) IS
+    'Claim a delivery (payload as jsonb): claimed/retry (do the work, then webhook_complete, or with complete_on_commit just commit), duplicate, in_progress, dead or stale';
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, bytea, text, interval, boolean) IS
     'webhook_claim with the raw body, archived byte for byte';
-COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, text, text, interval) IS
+COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, text, text, interval, boolean) IS
     'webhook_claim with the raw body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_complete(uuid, jsonb) IS
     'Mark a claimed delivery''s event (or a lease''s inbox row) processed, in the transaction of its work; result is returned to later duplicates; an ordered event moves its entity''s watermark';
 COMMENT ON FUNCTION @extschema@.webhook_fail(uuid, text, interval, boolean) IS
     'Record a failed attempt: a claimed event''s next delivery is a retry, a leased one is ready again after retry_in or the backoff; dead after webhook.max_attempts, or at once if permanent';
 COMMENT ON FUNCTION @extschema@.webhook_extend(uuid, interval) IS
-    'Renew a live claim''s lease, from now (at most webhook.max_lease); returns the new expiry';
+    'Renew a live claim''s lease, from now (at most webhook.max_lease); returns the new expiry. A claim that completes on commit has no lease';
 COMMENT ON FUNCTION @extschema@.webhook_requeue(text, text, text) IS
     'For operators: put a dead or failed event (a queued event''s dead consumers) back with a fresh attempt budget, recorded in webhook.requeues';
 COMMENT ON FUNCTION @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text) IS

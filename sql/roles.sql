@@ -20,11 +20,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text),
-        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text),
-        @extschema@.webhook_claim(text, text, text, jsonb, text, interval),
-        @extschema@.webhook_claim(text, text, text, bytea, text, interval),
-        @extschema@.webhook_claim(text, text, text, text, text, interval),
+        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean),
+        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean),
+        @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean),
+        @extschema@.webhook_claim(text, text, text, bytea, text, interval, boolean),
+        @extschema@.webhook_claim(text, text, text, text, text, interval, boolean),
         @extschema@.webhook_enqueue(text, text, text, jsonb, text),
         @extschema@.webhook_enqueue(text, text, text, bytea, text),
         @extschema@.webhook_enqueue(text, text, text, text, text),

@@ -45,8 +45,34 @@ COMMENT ON SCHEMA webhook IS
 -- label it adds in the same transaction.
 CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead', 'queued', 'stale');
 CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued', 'stale', 'handshake');
+
+-- What webhook_claim and webhook_receive answer: one row each, so each is
+-- a function returning a composite, called once per delivery.
+CREATE TYPE webhook.claim_result AS (
+    id         uuid,     -- the delivery: what webhook_complete and webhook_fail take
+    claimed    boolean,  -- true: this caller processes the event
+    status     text,     -- a webhook.claim_status label
+    attempts   integer,
+    result     jsonb     -- for a duplicate: what the first delivery stored
+);
+CREATE TYPE webhook.receive_result AS (
+    id                uuid,
+    claimed           boolean,
+    status            text,
+    attempts          integer,
+    result            jsonb,
+    http_status       integer,  -- what to answer the provider
+    reason            text,
+    event_id          text,
+    event_type        text,
+    event_type_signed boolean,
+    response          text,     -- a handshake's body, sent instead of an empty 2xx
+    response_type     text
+);
 COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox), stale (skipped: older than its entity''s watermark)';
 COMMENT ON TYPE webhook.claim_status IS 'What a delivery was answered';
+COMMENT ON TYPE webhook.claim_result IS 'The answer of webhook_claim: one row';
+COMMENT ON TYPE webhook.receive_result IS 'The answer of webhook_receive: one row, with what to send the provider';
 
 CREATE TABLE webhook.events (
     provider         text        NOT NULL,

@@ -85,6 +85,9 @@ pub enum WebhookError {
         id: String,
         processing_status: String,
     },
+    /// webhook_extend on a claim that completes on commit: it holds no
+    /// lease, its transaction holds the event.
+    NoLease { function: &'static str, id: String },
     /// Another claim took the event over after this one's lease ran out.
     LeaseLost {
         function: &'static str,
@@ -173,6 +176,7 @@ impl WebhookError {
             Self::UnknownDelivery { .. } => ERRCODE_NO_DATA_FOUND,       // P0002
             Self::NotOwner { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,     // 42501
             Self::AlreadyFinished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
+            Self::NoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::LeaseLost { .. } => ERRCODE_OBJECT_IN_USE,             // 55006
             Self::Stale { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,     // 40001
             Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,   // 42704
@@ -209,6 +213,10 @@ impl WebhookError {
             Self::PayloadTooLarge { .. } => Some("The limit is the setting webhook.max_payload_size."),
             Self::LeaseTooLong { .. } => Some(
                 "Long work renews a short lease with webhook_extend(); a superuser may raise webhook.max_lease.",
+            ),
+            Self::NoLease { .. } => Some(
+                "Its transaction holds the event until it ends, however long that takes: there is \
+                 nothing to extend.",
             ),
             Self::NotOwner { .. } => Some(
                 "Only a delivery answered \"claimed\" or \"retry\", or a lease from webhook_next, \
@@ -289,6 +297,10 @@ impl fmt::Display for WebhookError {
             Self::AlreadyFinished { function, id, processing_status } => write!(
                 f,
                 "{function}: argument \"id\": delivery {id} is already {processing_status}"
+            ),
+            Self::NoLease { function, id } => write!(
+                f,
+                "{function}: argument \"id\": delivery {id} completes on commit and holds no lease"
             ),
             Self::LeaseLost { function, id, .. } => write!(
                 f,

@@ -8,9 +8,10 @@
 //! release's tables have. The current SQL never creates them (`sql =
 //! false`); they go once nothing can still be on a release before this one.
 
+use crate::claim::api::{checked_payload, claim, claim_raw, Claims};
 use crate::errors::PgResult;
 use crate::jsonb::RawJsonb;
-use crate::receive::{receive_answer, Mode};
+use crate::receive::{receive_answer, Mode, ReceiveRow};
 use crate::requeue::Log;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -56,8 +57,9 @@ fn receive_released(
     mode: Mode,
     sql: Sql,
 ) -> std::result::Result<TableIterator<'static, ReceiveRow0_4>, pg_sys::panic::ErrorReport> {
+    let claims = Claims::leased("webhook_receive", lease)?;
     let (id, claimed, status, attempts, result, http, reason, event_id, event_type, signed, _, _) =
-        receive_answer(provider, headers, body, lease, None, mode, sql)?.row();
+        receive_answer(provider, headers, body, claims, None, mode, sql)?.row();
     Ok(TableIterator::once((
         id, claimed, status, attempts, result, http, reason, event_id, event_type, signed,
     )))
@@ -412,4 +414,178 @@ fn webhook_schemes() -> TableIterator<
             )
         },
     ))
+}
+
+/// 0.6.0's `webhook_claim(text, text, text, jsonb, text, interval)`: a set
+/// of one row, and no `complete_on_commit`.
+#[pg_extern(sql = false)]
+fn webhook_claim(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    payload: Option<RawJsonb>,
+    signature: Option<&str>,
+    lease: Option<Interval>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let payload = checked_payload("webhook_claim", payload)?;
+    let claims = Claims::leased("webhook_claim", lease)?;
+    let outcome = claim(
+        provider, event_id, event_type, payload, None, signature, claims,
+    )?;
+    Ok(TableIterator::once(outcome.row()))
+}
+
+/// 0.6.0's `webhook_claim(text, text, text, bytea, text, interval)`.
+#[pg_extern(sql = false)]
+fn webhook_claim_raw(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&[u8]>,
+    signature: Option<&str>,
+    lease: Option<Interval>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let claims = Claims::leased("webhook_claim", lease)?;
+    let outcome = claim_raw(provider, event_id, event_type, body, signature, claims)?;
+    Ok(TableIterator::once(outcome.row()))
+}
+
+/// 0.6.0's `webhook_claim(text, text, text, text, text, interval)`.
+#[pg_extern(sql = false)]
+fn webhook_claim_text(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&str>,
+    signature: Option<&str>,
+    lease: Option<Interval>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    webhook_claim_raw(
+        provider,
+        event_id,
+        event_type,
+        body.map(str::as_bytes),
+        signature,
+        lease,
+    )
+}
+
+/// 0.5.0's and 0.6.0's `webhook_receive(text, jsonb, bytea, interval,
+/// boolean, text)`: a set of one row, and no `complete_on_commit`.
+#[pg_extern(sql = false)]
+fn receive_request(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&[u8]>,
+    lease: Option<Interval>,
+    inbox: Option<bool>,
+    url: Option<&str>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+            name!(http_status, i32),
+            name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
+            name!(response, Option<String>),
+            name!(response_type, Option<String>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let claims = Claims::leased("webhook_receive", lease)?;
+    let answer: ReceiveRow = receive_answer(
+        provider,
+        headers,
+        body,
+        claims,
+        url,
+        Mode::from(inbox),
+        Sql::Current,
+    )?
+    .row();
+    Ok(TableIterator::once(answer))
+}
+
+/// 0.5.0's and 0.6.0's `webhook_receive(text, jsonb, text, interval,
+/// boolean, text)`.
+#[pg_extern(sql = false)]
+fn receive_request_text(
+    provider: Option<&str>,
+    headers: Option<RawJsonb>,
+    body: Option<&str>,
+    lease: Option<Interval>,
+    inbox: Option<bool>,
+    url: Option<&str>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(claimed, bool),
+            name!(status, String),
+            name!(attempts, i32),
+            name!(result, Option<RawJsonb>),
+            name!(http_status, i32),
+            name!(reason, String),
+            name!(event_id, Option<String>),
+            name!(event_type, Option<String>),
+            name!(event_type_signed, Option<bool>),
+            name!(response, Option<String>),
+            name!(response_type, Option<String>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    receive_request(
+        provider,
+        headers,
+        body.map(str::as_bytes),
+        lease,
+        inbox,
+        url,
+    )
 }

@@ -22,6 +22,8 @@
 //! * `session_claims` — the claims this session owns, for finishing them;
 //! * `event_lock` — the per-event (and per-signed-body) lock that keeps
 //!   claims from waiting;
+//! * `composite` — one row as the result of a function that always
+//!   returns one;
 //! * `plans` — the kept SPI plans of the hot path;
 //! * `compress` — payloads compressed before they are archived;
 //! * `legacy` — the previous release's entry points, for the time between
@@ -40,6 +42,7 @@ use pgrx::prelude::*;
 
 mod archive;
 mod claim;
+mod composite;
 mod compress;
 mod errors;
 mod event_lock;

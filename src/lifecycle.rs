@@ -62,6 +62,17 @@ pub(crate) fn complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>, sql: Sq
         Sql::Release0_3 | Sql::Release0_2 => &COMPLETE_UNORDERED,
     };
     Spi::connect_mut(|client| match take_ownership(client, F, id)? {
+        // A claim that completes on commit completed its event already,
+        // and moved its watermark: this stores the result.
+        Some(owned) if owned.completed_here => finish(
+            client,
+            F,
+            id,
+            &owned,
+            statement,
+            vec![result.into()],
+            |_| Ok(()),
+        ),
         Some(owned) => {
             let order = finish(
                 client,
@@ -170,6 +181,10 @@ fn webhook_extend(
     let lease = input::lease(F, "lease", Some(input::required(F, "lease", lease)?))?;
     Ok(Spi::connect_mut(|client| {
         match take_ownership(client, F, id)? {
+            Some(owned) if owned.completed_here => Err(WebhookError::NoLease {
+                function: F,
+                id: id.to_string(),
+            }),
             Some(owned) => finish(client, F, id, &owned, &EXTEND, vec![lease.into()], |row| {
                 row.get::<TimestampWithTimeZone>(1)?
                     .ok_or_else(|| WebhookError::Internal(format!("{F}: empty result")))
@@ -197,6 +212,7 @@ fn finish<T>(
         id.into(),
         owned.provider.as_str().into(),
         owned.event_id.as_str().into(),
+        owned.completed_here.into(),
     ];
     args.extend(extra);
     let changed = statement.run(client, &args)?;
@@ -213,7 +229,17 @@ static LOOKUP: Statement = Statement {
 
 // The event row alone says whether a delivery may still finish: it is the
 // event's current claim (claim_id) and the event is still processing. A
-// failed, superseded or completed delivery fails one of the two.
+// failed, superseded or completed delivery fails one of the two. The one
+// exception is a claim that completes on commit, in its own transaction:
+// its event is processed already, and is still its to finish (`$4`, true).
+
+/// The status an owned event is in: `processed` when `$4` (the claim
+/// completes on commit, and this is its transaction), else `processing`.
+macro_rules! owned_status {
+    () => {
+        "(CASE WHEN $4 THEN 'processed' ELSE 'processing' END)::webhook.event_status"
+    };
+}
 
 /// Mark the event processed, returning its entity and order value
 /// (`$ordering`: SQL for both, NULL when the tables have none).
@@ -224,9 +250,11 @@ macro_rules! complete {
                 SET status = 'processed',
                     processed_at = pg_catalog.now(),
                     lease_expires_at = NULL,
-                    result = $4
+                    result = $5
               WHERE provider = $2 AND event_id = $3
-                AND claim_id = $1 AND status = 'processing'
+                AND claim_id = $1 AND status = ",
+            owned_status!(),
+            "
           RETURNING true, ",
             $ordering
         )
@@ -239,6 +267,7 @@ static COMPLETE: Statement = Statement {
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
+        pg_sys::BOOLOID,
         pg_sys::JSONBOID,
     ],
 };
@@ -250,39 +279,48 @@ static COMPLETE_UNORDERED: Statement = Statement {
 };
 
 static FAIL: Statement = Statement {
-    sql: "WITH event AS (
+    sql: concat!(
+        "WITH event AS (
               UPDATE webhook.events
                  -- Permanent, or out of attempts: parked as dead, not retried again.
-                 SET status = CASE WHEN $6 OR ($5 > 0 AND attempts >= $5) THEN 'dead' ELSE 'failed' END::webhook.event_status,
-                     last_error = $4,
-                     lease_expires_at = NULL
+                 SET status = CASE WHEN $7 OR ($6 > 0 AND attempts >= $6) THEN 'dead' ELSE 'failed' END::webhook.event_status,
+                     last_error = $5,
+                     lease_expires_at = NULL,
+                     processed_at = NULL
                WHERE provider = $2 AND event_id = $3
-                 AND claim_id = $1 AND status = 'processing'
+                 AND claim_id = $1 AND status = ",
+        owned_status!(),
+        "
               RETURNING 1
           )
           INSERT INTO webhook.delivery_failures (delivery_id, error_message)
-          SELECT $1, $4 FROM event
-       RETURNING true",
+          SELECT $1, $5 FROM event
+       RETURNING true"
+    ),
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
+        pg_sys::BOOLOID,
         pg_sys::TEXTOID,
         pg_sys::INT4OID,
         pg_sys::BOOLOID,
     ],
 };
 
+/// Never for a claim that completes on commit (`$4` is false): it holds
+/// no lease.
 static EXTEND: Statement = Statement {
     sql: "UPDATE webhook.events
-             SET lease_expires_at = pg_catalog.clock_timestamp() + $4
+             SET lease_expires_at = pg_catalog.clock_timestamp() + $5
            WHERE provider = $2 AND event_id = $3
-             AND claim_id = $1 AND status = 'processing'
+             AND claim_id = $1 AND status = 'processing' AND NOT $4
        RETURNING lease_expires_at",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
+        pg_sys::BOOLOID,
         pg_sys::INTERVALOID,
     ],
 };
@@ -300,6 +338,9 @@ static DIAGNOSE: Statement = Statement {
 struct Owned {
     provider: String,
     event_id: String,
+    /// The delivery's claim completes on commit and wrote its event as
+    /// processed in this very transaction.
+    completed_here: bool,
 }
 
 /// Check the delivery may finish its event, then take the event lock
@@ -310,9 +351,13 @@ fn take_ownership(
     function: &'static str,
     id: pgrx::Uuid,
 ) -> Result<Option<Owned>> {
-    if let Some((provider, event_id)) = crate::session_claims::get(id) {
-        EventLock::for_event(&provider, &event_id).acquire();
-        return Ok(Some(Owned { provider, event_id }));
+    if let Some(claimed) = crate::session_claims::get(id) {
+        EventLock::for_event(&claimed.provider, &claimed.event_id).acquire();
+        return Ok(Some(Owned {
+            completed_here: claimed.completes_in_this_transaction(),
+            provider: claimed.provider,
+            event_id: claimed.event_id,
+        }));
     }
     let rows = LOOKUP.run(client, &[id.into()])?;
     let Some(row) = rows.into_iter().next() else {
@@ -329,7 +374,14 @@ fn take_ownership(
         });
     }
     EventLock::for_event(&provider, &event_id).acquire();
-    Ok(Some(Owned { provider, event_id }))
+    // A claim that completes on commit is finished in its own transaction
+    // only, by this session, which remembers it (`session_claims`): found
+    // here, it is finished already.
+    Ok(Some(Owned {
+        provider,
+        event_id,
+        completed_here: false,
+    }))
 }
 
 /// Build the error for a finishing call that changed nothing.

@@ -17,7 +17,8 @@
 //! a replay with a forged header, and are refused as `replayed`.
 
 use crate::archive::{self, Rejection};
-use crate::claim::{self, ClaimStatus, Delivery, Outcome};
+use crate::claim::{self, api::Claims, ClaimStatus, Delivery, Outcome};
+use crate::composite;
 use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::input::{
@@ -58,84 +59,64 @@ pub(crate) type ReceiveRow = (
 /// provider is registered (NULL). `url`: the public URL the provider
 /// called, for the schemes that sign it (Twilio, Square, HubSpot); behind
 /// a proxy, the URL as the provider saw it, not as the application did.
+/// `complete_on_commit`: a claimed event is complete when this
+/// transaction commits, with no `webhook_complete` (one-transaction
+/// handlers); it changes nothing for a queued delivery.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
 #[search_path(pg_catalog, pg_temp)]
-fn receive_request(
+#[allow(clippy::too_many_arguments)]
+fn receive_bytes(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
     lease: default!(Option<Interval>, "NULL"),
     inbox: default!(Option<bool>, "NULL"),
     url: default!(Option<&str>, "NULL"),
+    complete_on_commit: default!(Option<bool>, false),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(claimed, bool),
-            name!(status, String),
-            name!(attempts, i32),
-            name!(result, Option<RawJsonb>),
-            name!(http_status, i32),
-            name!(reason, String),
-            name!(event_id, Option<String>),
-            name!(event_type, Option<String>),
-            name!(event_type_signed, Option<bool>),
-            name!(response, Option<String>),
-            name!(response_type, Option<String>),
-        ),
-    >,
+    pgrx::composite_type!('static, "webhook.receive_result"),
     pg_sys::panic::ErrorReport,
 > {
+    let claims = Claims::of(FUNCTION, lease, complete_on_commit)?;
     let answer = receive_answer(
         provider,
         headers,
         body,
-        lease,
+        claims,
         url,
         Mode::from(inbox),
         Sql::Current,
     )?;
-    Ok(TableIterator::once(answer.row()))
+    Ok(answer.into_row(fcinfo)?)
 }
 
 /// Text form, for a body passed as a string.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_receive")]
 #[search_path(pg_catalog, pg_temp)]
-fn receive_request_text(
+#[allow(clippy::too_many_arguments)]
+fn receive_string(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
     inbox: default!(Option<bool>, "NULL"),
     url: default!(Option<&str>, "NULL"),
+    complete_on_commit: default!(Option<bool>, false),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(claimed, bool),
-            name!(status, String),
-            name!(attempts, i32),
-            name!(result, Option<RawJsonb>),
-            name!(http_status, i32),
-            name!(reason, String),
-            name!(event_id, Option<String>),
-            name!(event_type, Option<String>),
-            name!(event_type_signed, Option<bool>),
-            name!(response, Option<String>),
-            name!(response_type, Option<String>),
-        ),
-    >,
+    pgrx::composite_type!('static, "webhook.receive_result"),
     pg_sys::panic::ErrorReport,
 > {
-    receive_request(
+    receive_bytes(
         provider,
         headers,
         body.map(str::as_bytes),
         lease,
         inbox,
         url,
+        complete_on_commit,
+        fcinfo,
     )
 }
 
@@ -165,7 +146,7 @@ pub(crate) fn receive_answer(
     provider: Option<&str>,
     headers: Option<RawJsonb>,
     body: Option<&[u8]>,
-    lease: Option<Interval>,
+    claims: Claims,
     url: Option<&str>,
     mode: Mode,
     sql: Sql,
@@ -174,7 +155,6 @@ pub(crate) fn receive_answer(
     let headers = input::required(FUNCTION, "headers", headers)?;
     let body = input::required(FUNCTION, "body", body)?;
     input::payload_size(FUNCTION, "body", body.len())?;
-    let lease = input::lease(FUNCTION, "lease", lease)?;
     let url = input::url(FUNCTION, "url", url)?;
     let request = Incoming {
         provider,
@@ -182,7 +162,7 @@ pub(crate) fn receive_answer(
         body,
         url,
     };
-    Spi::connect_mut(|client| receive(client, request, lease, mode, sql))
+    Spi::connect_mut(|client| receive(client, request, claims, mode, sql))
 }
 
 pub(crate) struct Answer {
@@ -201,6 +181,26 @@ pub(crate) struct Answer {
 }
 
 impl Answer {
+    /// webhook_receive's answer, a `webhook.receive_result`.
+    fn into_row(self, fcinfo: pg_sys::FunctionCallInfo) -> Result<composite::Row> {
+        let (response, response_type) = match self.response {
+            Some((body, content_type)) => (Some(body), Some(content_type)),
+            None => (None, None),
+        };
+        let mut values = self.outcome.values();
+        values.extend([
+            composite::value(self.http_status),
+            composite::value(self.reason),
+            composite::value(self.event_id),
+            composite::value(self.event_type),
+            composite::value(self.event_type_signed),
+            composite::value(response),
+            composite::value(response_type),
+        ]);
+        composite::of_call(fcinfo, values)
+    }
+
+    /// webhook_receive's row up to 0.6.0, a set of one row.
     pub(crate) fn row(self) -> ReceiveRow {
         let (id, claimed, status, attempts, result) = self.outcome.row();
         let (response, response_type) = match self.response {
@@ -490,7 +490,7 @@ struct Incoming<'a> {
 fn receive(
     client: &mut SpiClient<'_>,
     incoming: Incoming<'_>,
-    lease: Interval,
+    claims: Claims,
     mode: Mode,
     sql: Sql,
 ) -> Result<Answer> {
@@ -607,6 +607,7 @@ fn receive(
             ordering::read(entity_key_from, order_from, &body_json)
         });
     let delivery = Delivery {
+        function: FUNCTION,
         provider: provider_name,
         event_id: &event_id.value,
         event_type: &event_type.value,
@@ -614,7 +615,7 @@ fn receive(
         raw_body: Some(body),
         signature: request.signature,
         headers: request.headers,
-        lease,
+        lease: claims.lease(),
         order: order.as_ref().and_then(Option::as_ref),
         verified_by: request.verified_by,
     };

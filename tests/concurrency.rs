@@ -189,14 +189,3 @@ fn a_held_event_is_answered_from_its_committed_state() {
         ["claimed:PROCESSED", "duplicate:SKIPPED"]
     );
 }
-
-/// Small deterministic shuffle (xorshift), so runs are reproducible.
-fn shuffle(v: &mut [usize], seed: u64) {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for i in (1..v.len()).rev() {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        v.swap(i, (state % (i as u64 + 1)) as usize);
-    }
-}

@@ -16,17 +16,6 @@ use std::time::Duration;
 const DB: &str = "pgwi_ordering";
 const SECRET: &str = "whsec_ordering";
 
-/// A deterministic shuffle (no RNG crate needed): Fisher–Yates driven by
-/// a linear congruential generator.
-fn shuffle<T>(items: &mut [T], mut seed: u64) {
-    for i in (1..items.len()).rev() {
-        seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        items.swap(i, (seed >> 33) as usize % (i + 1));
-    }
-}
-
 #[derive(Clone)]
 struct Event {
     id: String,

@@ -6,6 +6,7 @@
 //! `answer!` expression of `statements.rs`, which every claim statement
 //! carries; Rust only reads the answer back.
 
+use crate::composite;
 use crate::errors::{Result, WebhookError};
 use crate::jsonb::RawJsonb;
 use crate::plans::Rows;
@@ -129,7 +130,26 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// The `(id, claimed, status, attempts, result)` row of webhook_claim.
+    /// webhook_claim's answer, a `webhook.claim_result`: `(id, claimed,
+    /// status, attempts, result)`.
+    pub fn into_row(self, fcinfo: pgrx::pg_sys::FunctionCallInfo) -> Result<composite::Row> {
+        composite::of_call(fcinfo, self.values())
+    }
+
+    /// The values of the columns `(id, claimed, status, attempts, result)`.
+    pub fn values(self) -> Vec<Option<pgrx::pg_sys::Datum>> {
+        let claimed = self.status.owns_event();
+        vec![
+            composite::value(self.id),
+            composite::value(claimed),
+            composite::value(self.status.as_str()),
+            composite::value(self.attempts),
+            composite::value(self.result),
+        ]
+    }
+
+    /// The `(id, claimed, status, attempts, result)` row of webhook_claim
+    /// up to 0.6.0, a set of one row.
     pub fn row(self) -> (pgrx::Uuid, bool, String, i32, Option<RawJsonb>) {
         (
             self.id,

@@ -4,7 +4,7 @@
 //! written; the claim itself is `super::claim`.
 
 use super::Delivery;
-use crate::errors::{PgResult, Result, WebhookError};
+use crate::errors::{Result, WebhookError};
 use crate::input::{
     self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES,
 };
@@ -15,114 +15,140 @@ use pgrx::prelude::*;
 
 const FUNCTION: &str = "webhook_claim";
 
-type ClaimRow = TableIterator<
-    'static,
-    (
-        name!(id, pgrx::Uuid),
-        name!(claimed, bool),
-        name!(status, String),
-        name!(attempts, i32),
-        name!(result, Option<RawJsonb>),
-    ),
->;
-
-/// Claim a delivery whose payload is already `jsonb`.
-#[pg_extern(volatile, security_definer, parallel_unsafe)]
+/// Claim a delivery whose payload is already `jsonb`. With
+/// `complete_on_commit`, the claim itself completes the event when the
+/// caller's transaction commits (one-transaction handlers); without it, the
+/// event stays claimed until `webhook_complete` (two-phase handlers).
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_claim")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_claim(
+#[allow(clippy::too_many_arguments)]
+fn claim_payload(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     payload: Option<RawJsonb>,
     signature: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
+    complete_on_commit: default!(Option<bool>, false),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(claimed, bool),
-            name!(status, String),
-            name!(attempts, i32),
-            name!(result, Option<RawJsonb>),
-        ),
-    >,
+    pgrx::composite_type!('static, "webhook.claim_result"),
     pg_sys::panic::ErrorReport,
 > {
     let payload = checked_payload(FUNCTION, payload)?;
-    claim_row(
-        provider, event_id, event_type, payload, None, signature, lease,
-    )
+    let claims = Claims::new(lease, complete_on_commit)?;
+    let outcome = claim(
+        provider, event_id, event_type, payload, None, signature, claims,
+    )?;
+    Ok(outcome.into_row(fcinfo)?)
 }
 
 /// Claim a delivery given its raw body, kept byte for byte in the archive so
 /// its signature can be verified again later.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_claim")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_claim_raw(
+#[allow(clippy::too_many_arguments)]
+fn claim_body(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     body: Option<&[u8]>,
     signature: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
+    complete_on_commit: default!(Option<bool>, false),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(claimed, bool),
-            name!(status, String),
-            name!(attempts, i32),
-            name!(result, Option<RawJsonb>),
-        ),
-    >,
+    pgrx::composite_type!('static, "webhook.claim_result"),
     pg_sys::panic::ErrorReport,
 > {
-    let body = input::required(FUNCTION, "body", body)?;
-    let payload = payload_of_body(FUNCTION, body)?;
-    claim_row(
-        provider,
-        event_id,
-        event_type,
-        payload,
-        Some(body),
-        signature,
-        lease,
-    )
+    let claims = Claims::new(lease, complete_on_commit)?;
+    let outcome = claim_raw(provider, event_id, event_type, body, signature, claims)?;
+    Ok(outcome.into_row(fcinfo)?)
 }
 
 /// Text form of the raw-body claim: an untyped literal or a client's string
 /// parameter lands here, and its bytes are archived as given.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_claim")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_claim_text(
+#[allow(clippy::too_many_arguments)]
+fn claim_body_text(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     body: Option<&str>,
     signature: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
+    complete_on_commit: default!(Option<bool>, false),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(claimed, bool),
-            name!(status, String),
-            name!(attempts, i32),
-            name!(result, Option<RawJsonb>),
-        ),
-    >,
+    pgrx::composite_type!('static, "webhook.claim_result"),
     pg_sys::panic::ErrorReport,
 > {
-    webhook_claim_raw(
+    let claims = Claims::new(lease, complete_on_commit)?;
+    let body = body.map(str::as_bytes);
+    let outcome = claim_raw(provider, event_id, event_type, body, signature, claims)?;
+    Ok(outcome.into_row(fcinfo)?)
+}
+
+/// How a claim owns its event: for a lease, until `webhook_complete`
+/// (`Some`), or until its transaction ends, whose commit completes the
+/// event (`None`).
+pub(crate) struct Claims(Option<Interval>);
+
+impl Claims {
+    /// From the `lease` and `complete_on_commit` arguments: a claim that
+    /// completes on commit has no lease to give.
+    pub(crate) fn new(lease: Option<Interval>, complete_on_commit: Option<bool>) -> Result<Self> {
+        Self::of(FUNCTION, lease, complete_on_commit)
+    }
+
+    pub(crate) fn of(
+        function: &'static str,
+        lease: Option<Interval>,
+        complete_on_commit: Option<bool>,
+    ) -> Result<Self> {
+        match input::required(function, "complete_on_commit", complete_on_commit)? {
+            false => Ok(Claims(Some(input::lease(function, "lease", lease)?))),
+            true if lease.is_some() => Err(WebhookError::InvalidArgument {
+                function,
+                arg: "lease",
+                rule:
+                    "must be NULL when complete_on_commit is true: the claim owns its event until \
+                       its transaction ends, and the commit completes it",
+            }),
+            true => Ok(Claims(None)),
+        }
+    }
+
+    /// For a claim with a lease (the previous releases' entry points).
+    pub(crate) fn leased(function: &'static str, lease: Option<Interval>) -> Result<Self> {
+        Self::of(function, lease, Some(false))
+    }
+
+    pub(crate) fn lease(&self) -> Option<Interval> {
+        self.0
+    }
+}
+
+/// Claim a delivery given as its raw body.
+pub(crate) fn claim_raw(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&[u8]>,
+    signature: Option<&str>,
+    claims: Claims,
+) -> Result<super::Outcome> {
+    let body = input::required(FUNCTION, "body", body)?;
+    let payload = payload_of_body(FUNCTION, body)?;
+    claim(
         provider,
         event_id,
         event_type,
-        body.map(str::as_bytes),
+        payload,
+        Some(body),
         signature,
-        lease,
+        claims,
     )
 }
 
@@ -162,9 +188,10 @@ pub(crate) fn delivery<'a>(
     payload: RawJsonb,
     raw_body: Option<&'a [u8]>,
     signature: Option<&'a str>,
-    lease: Option<Interval>,
+    claims: Claims,
 ) -> Result<Delivery<'a>> {
     Ok(Delivery {
+        function,
         provider: input::required_text(function, "provider", provider, MAX_PROVIDER_BYTES)?,
         event_id: input::required_text(function, "event_id", event_id, MAX_EVENT_ID_BYTES)?,
         event_type: input::required_text(function, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?,
@@ -172,7 +199,7 @@ pub(crate) fn delivery<'a>(
         raw_body,
         signature: input::optional_text(function, "signature", signature, MAX_SIGNATURE_BYTES)?,
         headers: None,
-        lease: input::lease(function, "lease", lease)?,
+        lease: claims.lease(),
         // The registry's order is read by webhook_receive only, from a
         // body it verified itself.
         order: None,
@@ -180,18 +207,18 @@ pub(crate) fn delivery<'a>(
     })
 }
 
-fn claim_row(
+/// Claim a delivery given as arguments.
+pub(crate) fn claim(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     payload: RawJsonb,
     raw_body: Option<&[u8]>,
     signature: Option<&str>,
-    lease: Option<Interval>,
-) -> PgResult<ClaimRow> {
+    claims: Claims,
+) -> Result<super::Outcome> {
     let delivery = delivery(
-        FUNCTION, provider, event_id, event_type, payload, raw_body, signature, lease,
+        FUNCTION, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;
-    let outcome = Spi::connect_mut(|client| super::claim(client, &delivery))?;
-    Ok(TableIterator::once(outcome.row()))
+    Spi::connect_mut(|client| super::claim(client, &delivery))
 }

@@ -44,6 +44,8 @@ use statements::{
 
 /// One delivery, validated, as the claim writes it.
 pub struct Delivery<'a> {
+    /// The SQL function that was called, for errors.
+    pub function: &'static str,
     pub provider: &'a str,
     pub event_id: &'a str,
     pub event_type: &'a str,
@@ -51,7 +53,11 @@ pub struct Delivery<'a> {
     pub raw_body: Option<&'a [u8]>,
     pub signature: Option<&'a str>,
     pub headers: Option<RawJsonb>,
-    pub lease: Interval,
+    /// How long the claim owns the event before another delivery may take
+    /// it over; None for a claim that completes on commit, which needs no
+    /// lease: its transaction holds the event until it ends, and its commit
+    /// is the event's completion.
+    pub lease: Option<Interval>,
     /// Where the event sits in its entity's order, for a provider
     /// registered with ordering (`webhook_receive` only: it read them
     /// from the body it verified).
@@ -62,6 +68,12 @@ pub struct Delivery<'a> {
 }
 
 impl<'a> Delivery<'a> {
+    /// The claim writes the event as processed, so that committing the
+    /// claim's transaction completes it.
+    pub fn completes_on_commit(&self) -> bool {
+        self.lease.is_none()
+    }
+
     /// The arguments of OBSERVE (or OBSERVE_VERIFIED).
     fn observing_arguments<'b>(
         &'b self,
@@ -207,7 +219,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
     match state.answer {
         Some(ClaimStatus::Claimed) => {
-            session_claims::remember(id, d.provider, d.event_id);
+            owned(client, d, id)?;
             Ok(Outcome {
                 id,
                 status: ClaimStatus::Claimed,
@@ -226,6 +238,29 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             Ok(Outcome { tie, ..outcome })
         }
     }
+}
+
+/// The delivery `id` now owns its event, under the event's lock, which it
+/// keeps until its transaction ends. A claim that completes on commit
+/// wrote the event as processed: an ordered event moves its entity's
+/// watermark now, as `webhook_complete` would (refused with SQLSTATE 40001
+/// if a newer event of the entity completed first).
+fn owned(client: &mut SpiClient<'_>, d: &Delivery<'_>, id: pgrx::Uuid) -> Result<()> {
+    if d.completes_on_commit() {
+        if let Some(order) = d.order {
+            ordering::advance(
+                client,
+                d.function,
+                id,
+                d.provider,
+                ordering::CLAIM_CONSUMER,
+                d.event_id,
+                order,
+            )?;
+        }
+    }
+    session_claims::remember(id, d.provider, d.event_id, d.completes_on_commit());
+    Ok(())
 }
 
 /// A stale delivery, under its event's lock: an event never seen, or one
@@ -365,7 +400,7 @@ fn take_over(
             ..d.entry(id, archived, ClaimStatus::Retry)
         },
     )?;
-    session_claims::remember(id, d.provider, d.event_id);
+    owned(client, d, id)?;
     Ok(Outcome {
         id,
         status: ClaimStatus::Retry,

@@ -49,6 +49,21 @@ macro_rules! answer {
     };
 }
 
+/// The status of an event a claim now owns, from the claim's lease (an
+/// SQL expression): `processing` until `webhook_complete`, or, for a claim
+/// that completes on commit (no lease), `processed` already, so that its
+/// transaction's commit is the event's completion and its rollback undoes
+/// both.
+macro_rules! owned_status {
+    ($lease:literal) => {
+        concat!(
+            "(CASE WHEN ",
+            $lease,
+            " IS NULL THEN 'processed' ELSE 'processing' END)::webhook.event_status"
+        )
+    };
+}
+
 /// The arguments of CLAIM, OBSERVE and the inbox's ENQUEUE
 /// (`Delivery::arguments`): provider, event_id, event_type, the delivery's
 /// id, payload, raw_body, signature, headers, lease, payload digest.
@@ -97,10 +112,13 @@ macro_rules! claim {
             "WITH new_event AS (
                   INSERT INTO webhook.events AS e
                       (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at,
-                       payload_hash",
+                       processed_at, payload_hash",
             $columns,
             ")
-                  VALUES ($1, $2, $3, 'processing', 1, $4, pg_catalog.clock_timestamp() + $9, $10",
+                  VALUES ($1, $2, $3, ",
+            owned_status!("$9"),
+            ", 1, $4, pg_catalog.clock_timestamp() + $9,
+                          CASE WHEN $9 IS NULL THEN pg_catalog.now() END, $10",
             $values,
             ")
                   ON CONFLICT (provider, event_id) DO NOTHING
@@ -236,10 +254,13 @@ macro_rules! take_over {
     ($order:literal) => {
         concat!(
             "UPDATE webhook.events
-                SET status = 'processing',
+                SET status = ",
+            owned_status!("$4"),
+            ",
                     attempts = attempts + 1,
                     claim_id = $3,
-                    lease_expires_at = pg_catalog.clock_timestamp() + $4",
+                    lease_expires_at = pg_catalog.clock_timestamp() + $4,
+                    processed_at = CASE WHEN $4 IS NULL THEN pg_catalog.now() END",
             $order,
             "
               WHERE provider = $1 AND event_id = $2

@@ -3,7 +3,7 @@
 //! with. (`webhook_receive` queues in inbox mode too; see `receive`.)
 
 use super::lease;
-use crate::claim::api::{checked_payload, delivery, payload_of_body};
+use crate::claim::api::{checked_payload, delivery, payload_of_body, Claims};
 use crate::claim::Outcome;
 use crate::errors::{PgResult, Result, WebhookError};
 use crate::input::{self, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES};
@@ -125,8 +125,10 @@ fn enqueue_row(
     raw_body: Option<&[u8]>,
     signature: Option<&str>,
 ) -> PgResult<EnqueueRow> {
+    // A queued event is leased by workers, not by this call: the default.
+    let claims = Claims::leased(ENQUEUE, None)?;
     let d = delivery(
-        ENQUEUE, provider, event_id, event_type, payload, raw_body, signature, None,
+        ENQUEUE, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;
     let Outcome { id, status, .. } = Spi::connect_mut(|client| super::enqueue(client, &d))?;
     Ok(TableIterator::once((

@@ -721,3 +721,14 @@ pub fn unfinished(client: &mut Client, provider: &str) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// A deterministic shuffle (no RNG crate needed, and runs are
+/// reproducible): Fisher–Yates driven by a linear congruential generator.
+pub fn shuffle<T>(items: &mut [T], mut seed: u64) {
+    for i in (1..items.len()).rev() {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        items.swap(i, (seed >> 33) as usize % (i + 1));
+    }
+}

@@ -1,0 +1,2 @@
+\set id random(1, 9000000000000000)
+SELECT webhook_complete(c.id) FROM webhook_claim('bench', 'new_' || :id, 'invoice.paid', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig') c;
