@@ -2,6 +2,8 @@
 -- table, and the handlers the storm scenario runs for each implementation.
 CREATE EXTENSION IF NOT EXISTS pg_webhook_inbox;
 CREATE EXTENSION IF NOT EXISTS pgcrypto;
+-- WAL per run split into records, full-page images and bytes.
+CREATE EXTENSION IF NOT EXISTS pg_walinspect;
 CREATE SCHEMA bench;
 
 -- Read from a table by every script, so no implementation gets its input
@@ -30,16 +32,20 @@ CREATE TABLE bench.limit_events (
 );
 
 CREATE TABLE bench.side_effects (impl text NOT NULL, event_id bigint NOT NULL);
+CREATE INDEX ON bench.side_effects (impl, event_id);
+-- The handler scenario's business write: one row per event.
+CREATE TABLE bench.handler_effects (event_id text NOT NULL, amount integer NOT NULL);
 CREATE SEQUENCE bench.storm_seq;
 
--- Storm handlers: claim, do the side effect if ours, complete.
+-- Storm handlers: claim, and do the side effect if the claim says so (ours
+-- in one call, its claim completing on commit; PL/pgSQL completes too).
 CREATE FUNCTION bench.storm_ours(sid bigint) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE c record;
 BEGIN
-    SELECT * INTO c FROM webhook_claim('storm', sid::text, 't', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig');
+    SELECT * INTO c FROM webhook_claim('storm', sid::text, 't', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig',
+                                       complete_on_commit => true);
     IF c.claimed THEN
         INSERT INTO bench.side_effects VALUES ('ours', sid);
-        PERFORM webhook_complete(c.id);
     END IF;
     RETURN c.status;
 END $$;
@@ -50,6 +56,41 @@ BEGIN
     SELECT * INTO c FROM handmade.claim('storm', sid::text, 't', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig');
     IF c.claimed THEN
         INSERT INTO bench.side_effects VALUES ('plpgsql', sid);
+        PERFORM handmade.complete(c.id);
+    END IF;
+    RETURN c.status;
+END $$;
+
+-- What webhook_receive does for a GitHub delivery, by hand: check the
+-- signature with pgcrypto, bind the signed bytes to the unsigned delivery
+-- id (so the same bytes under another id are refused), then claim and
+-- complete with the hand-written PL/pgSQL.
+CREATE TABLE handmade.bindings (
+    provider text NOT NULL,
+    digest   bytea NOT NULL,
+    event_id text NOT NULL,
+    PRIMARY KEY (provider, digest)
+);
+CREATE FUNCTION bench.receive_plpgsql(p_headers jsonb, p_body bytea) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_event_id text := p_headers->>'X-GitHub-Delivery';
+    v_signature text := p_headers->>'X-Hub-Signature-256';
+    v_bound text;
+    c record;
+BEGIN
+    IF v_signature IS DISTINCT FROM 'sha256=' || encode(hmac(p_body, 'bench-secret', 'sha256'), 'hex') THEN
+        RETURN 'rejected';
+    END IF;
+    INSERT INTO handmade.bindings VALUES ('receive', sha256(p_body), v_event_id)
+    ON CONFLICT DO NOTHING
+    RETURNING event_id INTO v_bound;
+    IF v_bound IS NULL AND (SELECT b.event_id FROM handmade.bindings b
+                             WHERE b.provider = 'receive' AND b.digest = sha256(p_body)) <> v_event_id THEN
+        RETURN 'replayed';
+    END IF;
+    SELECT * INTO c FROM handmade.claim('receive', v_event_id, p_headers->>'X-GitHub-Event',
+                                        convert_from(p_body, 'UTF8')::jsonb, v_signature);
+    IF c.claimed THEN
         PERFORM handmade.complete(c.id);
     END IF;
     RETURN c.status;

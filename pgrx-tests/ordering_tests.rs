@@ -546,4 +546,29 @@ mod tests {
             "argument \"entity_key\"",
         );
     }
+
+    #[pg_test]
+    fn a_claim_that_completes_on_commit_moves_the_watermark_itself() {
+        ordered_stripe("");
+        let deliver_on_commit = |id: &str, created: i64| {
+            let body = event(id, "sub_cc", created);
+            Spi::get_one::<String>(&format!(
+                "SELECT r.status || '/' || r.reason
+                   FROM webhook_receive('stripe', {}, convert_to('{body}', 'UTF8'),
+                                        complete_on_commit => true) r",
+                stripe_headers(&body)
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        assert_eq!(deliver_on_commit("evt_cc_2", 200), "claimed/ok");
+        assert_eq!(watermark("sub_cc"), Some("200/evt_cc_2".into()));
+        // An older event is stale at once: nothing completed it by hand.
+        assert_eq!(deliver_on_commit("evt_cc_1", 100), "stale/older");
+        assert_eq!(watermark("sub_cc"), Some("200/evt_cc_2".into()));
+        // Its result, stored in the same transaction, moves nothing again.
+        complete("evt_cc_2");
+        assert_eq!(deliver_on_commit("evt_cc_3", 300), "claimed/ok");
+        assert_eq!(watermark("sub_cc"), Some("300/evt_cc_3".into()));
+    }
 }

@@ -1,2 +1,2 @@
 SELECT bench.receive_plpgsql(s.headers, s.body)
-  FROM bench.signed s WHERE s.n = (SELECT nextval('bench.signed_seq'));
+  FROM bench.signed s WHERE s.n = (SELECT nextval('bench.signed_seq_plpgsql'));

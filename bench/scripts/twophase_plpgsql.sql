@@ -1,3 +1,3 @@
 \set id random(1, 9000000000000000)
 SELECT id AS claim_id FROM handmade.claim('bench', 't_' || :id, 'invoice.paid', (SELECT payload FROM bench.payloads WHERE name = '1k'), 'sig') \gset
-SELECT handmade.complete(:'claim_id');
+SELECT handmade.complete(:claim_id);
