@@ -31,7 +31,8 @@ DECLARE
     r     record;
     event jsonb;
 BEGIN
-    SELECT * INTO r FROM webhook_receive('demo-shop', headers, convert_to(body, 'UTF8'));
+    SELECT * INTO r FROM webhook_receive('demo-shop', headers, convert_to(body, 'UTF8'),
+                                         complete_on_commit => true);  -- the commit completes it
     IF NOT r.claimed THEN
         -- 200 duplicate, 409 in progress elsewhere, 401 bad signature, 400 unreadable
         RETURN r.http_status;

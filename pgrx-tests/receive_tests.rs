@@ -276,4 +276,45 @@ mod tests {
         );
         assert_eq!(generic, Ok(Some("hmac;header=X-Sig".into())));
     }
+
+    #[pg_test]
+    fn a_registry_change_holds_for_the_next_delivery_of_the_same_session() {
+        register_test_providers();
+        let body = r#"{"n":1}"#;
+        let first = receive(
+            "github",
+            &github_headers("gh-cache-1", "push", body, "gh-secret"),
+            body,
+        );
+        assert_eq!(first, ("claimed".into(), 200, "ok".into()));
+        // The secret rotates in this same transaction: the cached copy of
+        // the registry is dropped at once.
+        Spi::run(
+            "SELECT webhook_add_secret('github', 'gh-secret-2');
+             SELECT webhook_retire_secret('github', 'gh-secret', force => true);",
+        )
+        .unwrap();
+        let body = r#"{"n":2}"#;
+        let old = receive(
+            "github",
+            &github_headers("gh-cache-2", "push", body, "gh-secret"),
+            body,
+        );
+        assert_eq!(old, ("rejected".into(), 401, "bad_signature".into()));
+        let new = receive(
+            "github",
+            &github_headers("gh-cache-3", "push", body, "gh-secret-2"),
+            body,
+        );
+        assert_eq!(new, ("claimed".into(), 200, "ok".into()));
+        // So does a change of mode.
+        Spi::run("SELECT webhook_register_provider('github', inbox => true)").unwrap();
+        let body = r#"{"n":3}"#;
+        let queued = receive(
+            "github",
+            &github_headers("gh-cache-4", "push", body, "gh-secret-2"),
+            body,
+        );
+        assert_eq!(queued, ("queued".into(), 200, "ok".into()));
+    }
 }

@@ -70,6 +70,19 @@ COMMENT ON FUNCTION @extschema@.idempotency_fingerprint(text, text, text) IS
 COMMENT ON FUNCTION @extschema@.idempotency_purge(interval) IS
     'Remove idempotency keys first used longer ago than older_than (default webhook.idempotency_retention), never one still in progress; returns how many';
 
+-- webhook_receive caches the registry in each backend (src/registry.rs);
+-- a change to it, committed, drops every backend's copy. Touching a
+-- secret's last_used_at changes nothing webhook_receive reads.
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.providers
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OF provider, secret, fingerprint, added_at, retired_at OR DELETE OR TRUNCATE
+    ON webhook.provider_secrets
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
+    'Trigger on the provider registry: drops every backend''s cached copy of it once the change commits';
+
 -- The privilege rule (roles.sql).
 SELECT webhook._restrict_privileges();
 -- Tables and views grant PUBLIC nothing anyway; saying so records their

@@ -10,6 +10,9 @@
 --     columns, one call instead of two per delivery.
 --   * webhook_grant_app names the new functions. Roles that could call the
 --     old ones may call the new ones.
+--   * webhook_receive caches the provider registry per backend: statement
+--     triggers on webhook.providers and webhook.provider_secrets
+--     (webhook_registry_changed) tell every backend when it changes.
 -- 0.6.0's SQL keeps working with the 0.7.0 library until this script runs.
 
 -- Everything bound in this script is bound to pg_catalog (see schema.sql).
@@ -216,3 +219,27 @@ BEGIN
         TO %s', role);
 END
 $$;
+
+------------------------------------------------------------------------------
+-- webhook_receive caches the registry in each backend; a change to it,
+-- committed, drops every backend's copy. Touching a secret's last_used_at
+-- changes nothing webhook_receive reads.
+CREATE FUNCTION @extschema@."webhook_registry_changed"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'webhook_registry_changed_wrapper';
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.providers
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OF provider, secret, fingerprint, added_at, retired_at OR DELETE OR TRUNCATE
+    ON webhook.provider_secrets
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
+    'Trigger on the provider registry: drops every backend''s cached copy of it once the change commits';
+
+-- The privilege rule, for the new trigger function.
+SELECT webhook._restrict_privileges();
+
+COMMENT ON FUNCTION @extschema@.webhook_extend(uuid, interval) IS
+    'Renew a live claim''s lease, from now (at most webhook.max_lease); returns the new expiry. A claim that completes on commit has no lease';

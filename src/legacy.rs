@@ -18,7 +18,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 /// Which release's SQL an entry point serves: what its tables have.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Sql {
     /// 0.2.0: no inbox.
     Release0_2,

@@ -8,6 +8,8 @@
 //! * `lifecycle` — `webhook_complete`, `webhook_fail`, `webhook_extend`;
 //! * `inbox` — the durable inbox: `webhook_enqueue`, `webhook_next`,
 //!   leases, backoff, waking workers;
+//! * `registry` — the provider registry as webhook_receive reads it,
+//!   cached per backend until it changes;
 //! * `ordering` — per-entity watermarks: stale events never overwrite
 //!   newer state;
 //! * `requeue` — `webhook_requeue` and `webhook_requeue_dead`, for operators;
@@ -56,6 +58,7 @@ mod lifecycle;
 mod ordering;
 mod plans;
 mod receive;
+mod registry;
 mod requeue;
 mod schemes;
 mod session_claims;

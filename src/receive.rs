@@ -19,7 +19,7 @@
 use crate::archive::{self, Rejection};
 use crate::claim::{self, api::Claims, ClaimStatus, Delivery, Outcome};
 use crate::composite;
-use crate::errors::{Result, WebhookError};
+use crate::errors::Result;
 use crate::event_lock::EventLock;
 use crate::input::{
     self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES,
@@ -28,6 +28,7 @@ use crate::jsonb::{self, RawJsonb};
 use crate::legacy::Sql;
 use crate::ordering;
 use crate::plans::Statement;
+use crate::registry;
 use crate::schemes::{self, handshake, Headers, Scheme};
 use pgrx::datum::Interval;
 use pgrx::pg_sys;
@@ -244,66 +245,6 @@ impl Answer {
     }
 }
 
-struct Provider {
-    scheme: Scheme,
-    tolerance: i64,
-    event_id_from: String,
-    event_type_from: String,
-    secrets: Vec<Option<String>>,
-    /// The secrets' fingerprints, in the same order.
-    fingerprints: Vec<Option<String>>,
-    /// Registered in inbox mode.
-    inbox: bool,
-    /// Registered with ordering: where the entity key and the order value
-    /// are in the body.
-    ordering: Option<(String, String)>,
-}
-
-/// The provider's registry entry and active secrets, newest first: its
-/// mode, entity key and order value sources are SQL expressions, so that
-/// an earlier release's entry point reads only the columns its tables have.
-macro_rules! load_provider {
-    ($inbox:literal, $entity_key_from:literal, $order_from:literal) => {
-        concat!(
-            "SELECT p.scheme,
-                    pg_catalog.date_part('epoch', p.tolerance)::int8,
-                    p.event_id_from,
-                    p.event_type_from,
-                    pg_catalog.array_agg(s.secret ORDER BY s.added_at DESC)
-                        FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
-            "pg_catalog.array_agg(s.fingerprint ORDER BY s.added_at DESC)
-                        FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
-            $inbox,
-            ", ",
-            $entity_key_from,
-            "::text, ",
-            $order_from,
-            "::text
-               FROM webhook.providers p
-               LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
-              WHERE p.name = $1
-              GROUP BY p.name"
-        )
-    };
-}
-
-static LOAD_PROVIDER: Statement = Statement {
-    sql: load_provider!("p.inbox", "p.entity_key_from", "p.order_from"),
-    arg_types: &[pg_sys::TEXTOID],
-};
-
-/// For 0.3.0's SQL: no ordering.
-static LOAD_PROVIDER_0_3: Statement = Statement {
-    sql: load_provider!("p.inbox", "NULL", "NULL"),
-    arg_types: &[pg_sys::TEXTOID],
-};
-
-/// For 0.2.0's SQL, which always claims: no inbox mode either.
-static LOAD_PROVIDER_0_2: Statement = Statement {
-    sql: load_provider!("false", "NULL", "NULL"),
-    arg_types: &[pg_sys::TEXTOID],
-};
-
 /// A secret verified a delivery: say so, at most once a minute, and never
 /// wait for it. A transaction that touched it holds its row until it ends,
 /// and every other one skips it meanwhile.
@@ -332,43 +273,6 @@ static BIND: Statement = Statement {
           ON CONFLICT (provider, digest) DO NOTHING",
     arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID, pg_sys::TEXTOID],
 };
-
-fn load_provider(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<Provider> {
-    let statement = match sql {
-        Sql::Current | Sql::Release0_4 => &LOAD_PROVIDER,
-        Sql::Release0_3 => &LOAD_PROVIDER_0_3,
-        Sql::Release0_2 => &LOAD_PROVIDER_0_2,
-    };
-    let rows = statement.run(client, &[name.into()])?;
-    let row = rows
-        .into_iter()
-        .next()
-        .ok_or_else(|| WebhookError::UnknownProvider {
-            function: FUNCTION,
-            arg: "provider",
-            given: name.to_string(),
-        })?;
-    // The registry only holds schemes that parsed when registered.
-    let scheme = Scheme::parse(
-        FUNCTION,
-        "provider",
-        &row.get::<String>(1)?.unwrap_or_default(),
-    )?;
-    // NULL: the scheme signs no timestamp, or the DBA left it to the scheme.
-    let tolerance = row
-        .get::<i64>(2)?
-        .unwrap_or_else(|| scheme.default_tolerance());
-    Ok(Provider {
-        scheme,
-        tolerance,
-        event_id_from: row.get::<String>(3)?.unwrap_or_default(),
-        event_type_from: row.get::<String>(4)?.unwrap_or_default(),
-        secrets: row.get::<Vec<Option<String>>>(5)?.unwrap_or_default(),
-        fingerprints: row.get::<Vec<Option<String>>>(6)?.unwrap_or_default(),
-        inbox: row.get::<bool>(7)?.unwrap_or(false),
-        ordering: row.get::<String>(8)?.zip(row.get::<String>(9)?),
-    })
-}
 
 /// A value read off a delivery, and whether its signature covers it.
 struct Sourced {
@@ -500,7 +404,7 @@ fn receive(
         body,
         url,
     } = incoming;
-    let provider = load_provider(client, provider_name, sql)?;
+    let provider = registry::provider(client, provider_name, sql)?;
     let inbox = match mode {
         Mode::AsRegistered => provider.inbox,
         Mode::Claim => false,

@@ -28,9 +28,11 @@ const app = express();
 // The raw bytes: signatures cover exactly these, so never parse before verifying.
 app.use(express.raw({ type: () => true, limit: '25mb' }));
 
-// inbox => false: claimed here, whatever the provider is registered for.
+// inbox => false: claimed here, whatever the provider is registered for;
+// complete_on_commit: the commit of the handler's transaction completes it.
 const RECEIVE = `SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type
-                   FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false, url => $4)`;
+                   FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false, url => $4,
+                                        complete_on_commit => true)`;
 
 // The URL the provider called: the configured public base, then the path and query.
 const publicUrl = (req) =>

@@ -40,9 +40,11 @@ ORDER_LEASE = os.environ.get("IDEMPOTENCY_LEASE", "30 seconds")
 pool = ConnectionPool(os.environ["DATABASE_URL"], min_size=1, max_size=8, open=True)
 app = FastAPI()
 
-# inbox => false: claimed here, whatever the provider is registered for.
+# inbox => false: claimed here, whatever the provider is registered for;
+# complete_on_commit: the commit of the handler's transaction completes it.
 RECEIVE = """SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type
-               FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => false, url => %s)"""
+               FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => false, url => %s,
+                                    complete_on_commit => true)"""
 PUBLIC_URL = os.environ.get("PUBLIC_URL")
 
 

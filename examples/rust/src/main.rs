@@ -87,10 +87,12 @@ fn headers_json(headers: &HeaderMap) -> Value {
     Value::Object(map)
 }
 
-/// `inbox => false`: claimed here, whatever the provider is registered for.
+/// `inbox => false`: claimed here, whatever the provider is registered for;
+/// `complete_on_commit`: the commit of the handler's transaction completes it.
 const RECEIVE: &str = "SELECT id, claimed, status, http_status, reason, event_id, event_type,
                                 response, response_type
-                         FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false, url => $4)";
+                         FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => false, url => $4,
+                                              complete_on_commit => true)";
 
 async fn webhook(
     State(app): State<App>,

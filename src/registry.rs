@@ -1,0 +1,239 @@
+//! The provider registry as `webhook_receive` reads it, cached per backend.
+//!
+//! Reading a provider (its entry, and its active secrets aggregated newest
+//! first) costs a join and a GROUP BY; the registry changes a few times a
+//! year. Each backend keeps what it read, until the registry changes:
+//!
+//! * a statement trigger on `webhook.providers` and
+//!   `webhook.provider_secrets` (`webhook_registry_changed`) sends a
+//!   relcache invalidation for the table it fired on, which PostgreSQL
+//!   delivers to every backend when the change commits (and to the
+//!   changing backend at once, and again if it rolls back);
+//! * each backend's relcache callback (`invalidated`) drops the cache
+//!   when that invalidation names one of the two tables, or is a reset of
+//!   every relation (after a backend fell too far behind).
+//!
+//! A backend keeps only what it read with a snapshot taken after every
+//! invalidation it had processed (one per SPI statement, under READ
+//! COMMITTED), and only if no invalidation arrived while it read: a change
+//! committed after that snapshot sends its invalidation later, and drops
+//! the entry then. Under REPEATABLE READ or SERIALIZABLE the transaction's
+//! snapshot may be older than that, so nothing read there is kept.
+//!
+//! Secrets kept here live in the backend's private memory, as they do
+//! while a delivery is verified; the registry's tables stay readable by
+//! the extension owner only.
+
+use crate::errors::{Result, WebhookError};
+use crate::legacy::Sql;
+use crate::plans::Statement;
+use crate::schemes::Scheme;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+const FUNCTION: &str = "webhook_receive";
+
+/// A provider as webhook_receive uses it: its registry entry and its
+/// active secrets, newest first.
+pub struct Provider {
+    pub scheme: Scheme,
+    pub tolerance: i64,
+    pub event_id_from: String,
+    pub event_type_from: String,
+    pub secrets: Vec<Option<String>>,
+    /// The secrets' fingerprints, in the same order.
+    pub fingerprints: Vec<Option<String>>,
+    /// Registered in inbox mode.
+    pub inbox: bool,
+    /// Registered with ordering: where the entity key and the order value
+    /// are in the body.
+    pub ordering: Option<(String, String)>,
+}
+
+/// The provider's registry entry and active secrets, newest first: its
+/// mode, entity key and order value sources are SQL expressions, so that
+/// an earlier release's entry point reads only the columns its tables have.
+macro_rules! load_provider {
+    ($inbox:literal, $entity_key_from:literal, $order_from:literal) => {
+        concat!(
+            "SELECT p.scheme,
+                    pg_catalog.date_part('epoch', p.tolerance)::int8,
+                    p.event_id_from,
+                    p.event_type_from,
+                    pg_catalog.array_agg(s.secret ORDER BY s.added_at DESC)
+                        FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
+            "pg_catalog.array_agg(s.fingerprint ORDER BY s.added_at DESC)
+                        FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
+            $inbox,
+            ", ",
+            $entity_key_from,
+            "::text, ",
+            $order_from,
+            "::text,
+                    'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
+                    'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid
+               FROM webhook.providers p
+               LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
+              WHERE p.name = $1
+              GROUP BY p.name"
+        )
+    };
+}
+
+static LOAD_PROVIDER: Statement = Statement {
+    sql: load_provider!("p.inbox", "p.entity_key_from", "p.order_from"),
+    arg_types: &[pg_sys::TEXTOID],
+};
+
+/// For 0.3.0's SQL: no ordering.
+static LOAD_PROVIDER_0_3: Statement = Statement {
+    sql: load_provider!("p.inbox", "NULL", "NULL"),
+    arg_types: &[pg_sys::TEXTOID],
+};
+
+/// For 0.2.0's SQL, which always claims: no inbox mode either.
+static LOAD_PROVIDER_0_2: Statement = Statement {
+    sql: load_provider!("false", "NULL", "NULL"),
+    arg_types: &[pg_sys::TEXTOID],
+};
+
+/// Read a provider from the registry, with the tables it was read from.
+fn load(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<(Provider, [pg_sys::Oid; 2])> {
+    let statement = match sql {
+        Sql::Current | Sql::Release0_4 => &LOAD_PROVIDER,
+        Sql::Release0_3 => &LOAD_PROVIDER_0_3,
+        Sql::Release0_2 => &LOAD_PROVIDER_0_2,
+    };
+    let rows = statement.run(client, &[name.into()])?;
+    let row = rows
+        .into_iter()
+        .next()
+        .ok_or_else(|| WebhookError::UnknownProvider {
+            function: FUNCTION,
+            arg: "provider",
+            given: name.to_string(),
+        })?;
+    // The registry only holds schemes that parsed when registered.
+    let scheme = Scheme::parse(
+        FUNCTION,
+        "provider",
+        &row.get::<String>(1)?.unwrap_or_default(),
+    )?;
+    // NULL: the scheme signs no timestamp, or the DBA left it to the scheme.
+    let tolerance = row
+        .get::<i64>(2)?
+        .unwrap_or_else(|| scheme.default_tolerance());
+    let tables = [
+        row.get::<pg_sys::Oid>(10)?.unwrap_or(pg_sys::InvalidOid),
+        row.get::<pg_sys::Oid>(11)?.unwrap_or(pg_sys::InvalidOid),
+    ];
+    let provider = Provider {
+        scheme,
+        tolerance,
+        event_id_from: row.get::<String>(3)?.unwrap_or_default(),
+        event_type_from: row.get::<String>(4)?.unwrap_or_default(),
+        secrets: row.get::<Vec<Option<String>>>(5)?.unwrap_or_default(),
+        fingerprints: row.get::<Vec<Option<String>>>(6)?.unwrap_or_default(),
+        inbox: row.get::<bool>(7)?.unwrap_or(false),
+        ordering: row.get::<String>(8)?.zip(row.get::<String>(9)?),
+    };
+    Ok((provider, tables))
+}
+
+/// What a backend keeps: the providers it read, under the invalidation
+/// generation they were read in.
+struct Cache {
+    generation: u64,
+    providers: HashMap<(String, Sql), Rc<Provider>>,
+}
+
+thread_local! {
+    /// Bumped by every invalidation of the registry's tables. The callback
+    /// only bumps it: it runs inside PostgreSQL's invalidation processing,
+    /// where nothing may fail or be borrowed twice.
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
+    /// The registry's two tables, once known; until then every relcache
+    /// invalidation counts.
+    static WATCHED: Cell<[pg_sys::Oid; 2]> = const { Cell::new([pg_sys::InvalidOid; 2]) };
+    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
+    static CACHE: RefCell<Cache> = RefCell::new(Cache {
+        generation: 0,
+        providers: HashMap::new(),
+    });
+}
+
+/// The relcache callback: a change to a registry table (or a reset of all
+/// relations) invalidates what this backend read.
+#[pg_guard]
+unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    let watched = WATCHED.get();
+    let unknown = watched == [pg_sys::InvalidOid; 2];
+    if unknown || relid == pg_sys::InvalidOid || watched.contains(&relid) {
+        GENERATION.set(GENERATION.get().wrapping_add(1));
+    }
+}
+
+/// The provider `name` as the tables of `sql`'s release hold it, from the
+/// cache when nothing changed since it was read.
+pub fn provider(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<Rc<Provider>> {
+    if !CALLBACK_REGISTERED.get() {
+        // SAFETY: registered once per backend, with a callback that lives
+        // as long as the library; PostgreSQL has room for many.
+        unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0)) };
+        CALLBACK_REGISTERED.set(true);
+    }
+    let key = (name.to_string(), sql);
+    let cached = CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.generation != GENERATION.get() {
+            cache.providers.clear();
+            cache.generation = GENERATION.get();
+        }
+        cache.providers.get(&key).cloned()
+    });
+    if let Some(provider) = cached {
+        return Ok(provider);
+    }
+    let before = GENERATION.get();
+    let (provider, tables) = load(client, name, sql)?;
+    let provider = Rc::new(provider);
+    WATCHED.set(tables);
+    // SAFETY: reads the session's isolation level.
+    let fresh_snapshots = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    if fresh_snapshots && GENERATION.get() == before {
+        CACHE.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if cache.generation == before {
+                cache.providers.insert(key, Rc::clone(&provider));
+            }
+        });
+    }
+    Ok(provider)
+}
+
+/// The trigger lives apart from this module's `Result`, which its macro
+/// would take for the standard one.
+mod trigger {
+    use pgrx::pg_sys;
+    use pgrx::prelude::*;
+
+    /// The registry changed (a statement trigger on `webhook.providers` and
+    /// `webhook.provider_secrets`): every backend's cache of it is dropped
+    /// once the change commits, and this backend's at once.
+    #[pg_trigger]
+    fn webhook_registry_changed<'a>(
+        trigger: &'a pgrx::PgTrigger<'a>,
+    ) -> std::result::Result<
+        Option<pgrx::heap_tuple::PgHeapTuple<'a, pgrx::AllocatedByPostgres>>,
+        pgrx::PgTriggerError,
+    > {
+        let relation = trigger.relation()?;
+        // SAFETY: a relation the trigger fired on, open for this statement.
+        unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relation.oid()) };
+        Ok(None)
+    }
+}
