@@ -252,7 +252,7 @@ fn eight_one_call_handlers_process_each_event_exactly_once() {
                     let event_id = format!("evt_many_{event}");
                     for _ in 0..500 {
                         attempts += 1;
-                        let fail = attempts % 3 == 0;
+                        let fail = attempts.is_multiple_of(3);
                         let answer = handle(
                             &mut client,
                             "storm",
