@@ -52,6 +52,9 @@ fn handle(app: &mut Client, provider: &str, headers: &serde_json::Value, body: &
 }
 
 fn app_connection(db: &str) -> Client {
+    // Two tests granting the same role at once would update the same
+    // catalog rows at once.
+    let _setup = one_at_a_time();
     let mut admin = connect(db);
     admin
         .batch_execute(
@@ -242,16 +245,25 @@ fn a_registry_change_reaches_every_open_connection_once_committed() {
     let (headers, body) = delivery(1, old);
     assert_eq!(handle(&mut app, "rotate", &headers, &body).reason, "ok");
 
-    // A rotation that rolls back changes nothing for the open connection.
-    let mut tx = admin.transaction().unwrap();
-    tx.execute("SELECT webhook_add_secret('rotate', $1)", &[&new])
+    // The new secret in and the old one out, committed or rolled back.
+    let rotate = |admin: &mut Client, commit: bool| {
+        let mut tx = admin.transaction().unwrap();
+        tx.execute("SELECT webhook_add_secret('rotate', $1)", &[&new])
+            .unwrap();
+        tx.execute(
+            "SELECT webhook_retire_secret('rotate', $1, force => true)",
+            &[&old],
+        )
         .unwrap();
-    tx.execute(
-        "SELECT webhook_retire_secret('rotate', $1, force => true)",
-        &[&old],
-    )
-    .unwrap();
-    tx.rollback().unwrap();
+        if commit {
+            tx.commit().unwrap();
+        } else {
+            tx.rollback().unwrap();
+        }
+    };
+
+    // A rotation that rolls back changes nothing for the open connection.
+    rotate(&mut admin, false);
     let (headers, body) = delivery(2, old);
     assert_eq!(handle(&mut app, "rotate", &headers, &body).reason, "ok");
     let (headers, body) = delivery(3, new);
@@ -261,15 +273,7 @@ fn a_registry_change_reaches_every_open_connection_once_committed() {
     );
 
     // Committed, it holds on the very next delivery.
-    let mut tx = admin.transaction().unwrap();
-    tx.execute("SELECT webhook_add_secret('rotate', $1)", &[&new])
-        .unwrap();
-    tx.execute(
-        "SELECT webhook_retire_secret('rotate', $1, force => true)",
-        &[&old],
-    )
-    .unwrap();
-    tx.commit().unwrap();
+    rotate(&mut admin, true);
     let (headers, body) = delivery(4, old);
     assert_eq!(
         handle(&mut app, "rotate", &headers, &body).reason,
