@@ -304,4 +304,39 @@ mod tests {
         );
         assert!(missing.is_empty(), "no comment on: {missing:#?}");
     }
+
+    #[pg_test]
+    fn a_deliverys_signature_and_ids_stay_in_the_archive_row() {
+        let toast: String = one(
+            "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'webhook.delivery_log'::regclass",
+        );
+        let toast_rows = || one::<i64>(&format!("SELECT count(*) FROM {toast}"));
+        let before = toast_rows();
+        // A Stripe-shaped signature (about a hundred bytes), a long id, and
+        // a payload that keeps the row past 2 kB compressed, where the
+        // toaster starts moving columns out of the row.
+        Spi::run(
+            "SELECT * FROM webhook_claim('stripe', 'evt_' || repeat(md5('id'), 3), 'invoice.paid',
+                                         (SELECT jsonb_build_object('lines', jsonb_agg(md5(i::text) || md5((i * 7)::text)))
+                                            FROM generate_series(1, 100) i),
+                                         't=1700000000,v1=' || md5('a') || md5('b') || ',v0=' || md5('c'))",
+        )
+        .unwrap();
+        assert_eq!(
+            toast_rows(),
+            before,
+            "nothing of the delivery went to TOAST"
+        );
+        assert_eq!(
+            Spi::get_one::<String>(
+                "SELECT string_agg(attname || '=' || attstorage::text, ',' ORDER BY attname)
+                   FROM pg_attribute
+                  WHERE attrelid = 'webhook.delivery_log'::regclass
+                    AND attname IN ('provider', 'event_id', 'event_type', 'signature')"
+            ),
+            Ok(Some(
+                "event_id=m,event_type=m,provider=p,signature=m".into()
+            ))
+        );
+    }
 }

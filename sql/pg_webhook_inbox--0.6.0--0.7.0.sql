@@ -10,6 +10,9 @@
 --     columns, one call instead of two per delivery.
 --   * webhook_grant_app names the new functions. Roles that could call the
 --     old ones may call the new ones.
+--   * The archive keeps its short text columns in the row, uncompressed,
+--     and its signature in the row unless it cannot fit (no TOAST insert
+--     per delivery); rows already written stay as they are.
 --   * webhook_receive caches the provider registry per backend: statement
 --     triggers on webhook.providers and webhook.provider_secrets
 --     (webhook_registry_changed) tell every backend when it changes.
@@ -243,3 +246,13 @@ SELECT webhook._restrict_privileges();
 
 COMMENT ON FUNCTION @extschema@.webhook_extend(uuid, interval) IS
     'Renew a live claim''s lease, from now (at most webhook.max_lease); returns the new expiry. A claim that completes on commit has no lease';
+
+------------------------------------------------------------------------------
+-- The archive's text columns: in the row (see schema.sql).
+ALTER TABLE webhook.delivery_log
+    ALTER COLUMN provider SET STORAGE PLAIN,
+    ALTER COLUMN event_id SET STORAGE MAIN,
+    ALTER COLUMN event_type SET STORAGE MAIN,
+    ALTER COLUMN secret_fingerprint SET STORAGE PLAIN,
+    ALTER COLUMN signature SET STORAGE MAIN,
+    ALTER COLUMN reject_reason SET STORAGE MAIN;

@@ -174,7 +174,19 @@ WITH (toast_tuple_target = 128);
 ALTER TABLE webhook.delivery_log
     ALTER COLUMN payload SET STORAGE MAIN,
     ALTER COLUMN raw_body SET STORAGE MAIN,
-    ALTER COLUMN headers SET STORAGE MAIN;
+    ALTER COLUMN headers SET STORAGE MAIN,
+    -- With so low a target every row is past it, and the toaster would
+    -- move each text column of more than a few bytes to TOAST: a
+    -- signature (a hundred bytes from most providers) or an event id
+    -- would cost a TOAST insert per delivery. The provider's name and the
+    -- key's fingerprint are short and bounded, and stay as they are; the
+    -- others stay in the row unless it cannot fit even compressed.
+    ALTER COLUMN provider SET STORAGE PLAIN,
+    ALTER COLUMN event_id SET STORAGE MAIN,
+    ALTER COLUMN event_type SET STORAGE MAIN,
+    ALTER COLUMN secret_fingerprint SET STORAGE PLAIN,
+    ALTER COLUMN signature SET STORAGE MAIN,
+    ALTER COLUMN reject_reason SET STORAGE MAIN;
 -- LZ4 compresses several times faster than the default pglz; use it where
 -- the server was built with it.
 DO $$
