@@ -400,4 +400,24 @@ mod tests {
         );
         assert_eq!(status, Ok(Some("claimed".into())));
     }
+
+    #[pg_test]
+    fn delivery_ids_are_distinct_time_ordered_version_7() {
+        // More ids than one draw from the random source serves.
+        assert_eq!(
+            Spi::get_one::<String>(
+                "WITH ids AS (
+                     SELECT i, c.id
+                       FROM generate_series(1, 1500) i,
+                            LATERAL webhook_claim('stripe', 'evt_id_' || i, 't', '{}'::jsonb, NULL,
+                                                  complete_on_commit => true) c)
+                 SELECT count(DISTINCT id) || ' ' || bool_and(substr(id::text, 15, 1) = '7')
+                        || ' ' || bool_and(substr(id::text, 20, 1) IN ('8', '9', 'a', 'b'))
+                        || ' ' || (SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY i) AS prev FROM ids) o
+                                    WHERE substr(o.id::text, 1, 13) < substr(o.prev::text, 1, 13))
+                   FROM ids"
+            ),
+            Ok(Some("1500 true true 0".into()))
+        );
+    }
 }
