@@ -26,11 +26,19 @@ pub(crate) enum Sql {
     Release0_3,
     /// 0.4.0: no handshakes (its claim_status has no label for them).
     Release0_4,
+    /// 0.5.0 and 0.6.0: everything but the registry's triggers, so
+    /// nothing read from the registry may be kept (see `registry`).
+    Release0_6,
     Current,
 }
 
 impl Sql {
     pub fn has_handshakes(self) -> bool {
+        matches!(self, Sql::Release0_6 | Sql::Current)
+    }
+
+    /// The registry's tables tell every backend when they change.
+    pub fn announces_registry_changes(self) -> bool {
         self == Sql::Current
     }
 }
@@ -544,7 +552,7 @@ fn receive_request(
         claims,
         url,
         Mode::from(inbox),
-        Sql::Current,
+        Sql::Release0_6,
     )?
     .row();
     Ok(TableIterator::once(answer))

@@ -58,7 +58,7 @@ pub(crate) fn complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>, sql: Sq
         }
     }
     let statement = match sql {
-        Sql::Current | Sql::Release0_4 => &COMPLETE,
+        Sql::Current | Sql::Release0_6 | Sql::Release0_4 => &COMPLETE,
         Sql::Release0_3 | Sql::Release0_2 => &COMPLETE_UNORDERED,
     };
     Spi::connect_mut(|client| match take_ownership(client, F, id)? {

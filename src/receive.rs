@@ -451,7 +451,7 @@ fn receive(
     // Which key verified it: archived with the delivery, and the key's
     // last use kept, where the release's tables have room for them.
     let verified_by = match sql {
-        Sql::Current => provider
+        Sql::Current | Sql::Release0_6 => provider
             .fingerprints
             .get(authentic.secret)
             .and_then(Option::as_deref),

@@ -18,7 +18,9 @@
 //! COMMITTED), and only if no invalidation arrived while it read: a change
 //! committed after that snapshot sends its invalidation later, and drops
 //! the entry then. Under REPEATABLE READ or SERIALIZABLE the transaction's
-//! snapshot may be older than that, so nothing read there is kept.
+//! snapshot may be older than that, so nothing read there is kept. Nor
+//! is anything read through an earlier release's SQL (before `ALTER
+//! EXTENSION … UPDATE`), whose tables have no triggers.
 //!
 //! Secrets kept here live in the backend's private memory, as they do
 //! while a delivery is verified; the registry's tables stay readable by
@@ -104,7 +106,7 @@ static LOAD_PROVIDER_0_2: Statement = Statement {
 /// Read a provider from the registry, with the tables it was read from.
 fn load(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<(Provider, [pg_sys::Oid; 2])> {
     let statement = match sql {
-        Sql::Current | Sql::Release0_4 => &LOAD_PROVIDER,
+        Sql::Current | Sql::Release0_6 | Sql::Release0_4 => &LOAD_PROVIDER,
         Sql::Release0_3 => &LOAD_PROVIDER_0_3,
         Sql::Release0_2 => &LOAD_PROVIDER_0_2,
     };
@@ -185,6 +187,12 @@ pub fn provider(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<Rc<P
         // as long as the library; PostgreSQL has room for many.
         unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0)) };
         CALLBACK_REGISTERED.set(true);
+    }
+    if !sql.announces_registry_changes() {
+        // An earlier release's tables, between installing this library
+        // and `ALTER EXTENSION … UPDATE`: no trigger would tell this
+        // backend of a change, so every call reads the registry.
+        return Ok(Rc::new(load(client, name, sql)?.0));
     }
     let key = (name.to_string(), sql);
     let cached = CACHE.with(|cache| {

@@ -392,3 +392,42 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
         assert_eq!(watermarks, 1);
     }
 }
+
+/// Between installing this library and `ALTER EXTENSION … UPDATE`, a
+/// database on 0.6.0's SQL has no trigger telling backends of a registry
+/// change: a secret retired in one session must still be refused at once
+/// in another that received with it before.
+#[test]
+fn before_the_update_a_retired_secret_is_refused_at_once_everywhere() {
+    let db = "pgwi_upgrade_window";
+    let mut admin = empty_database(db);
+    admin
+        .batch_execute(
+            "CREATE EXTENSION pg_webhook_inbox VERSION '0.6.0';
+             SELECT webhook_register_provider('stripe', secret => 'whsec_window_old');",
+        )
+        .unwrap();
+    let mut handler = connect(db);
+    let receive = |client: &mut Client, n: u32, secret: &str| -> String {
+        let body = format!(r#"{{"id":"evt_window_{n}","type":"invoice.paid"}}"#);
+        client
+            .query_one(
+                "SELECT reason FROM webhook_receive('stripe', $1::text::jsonb, $2::bytea)",
+                &[&stripe(&body, now(), secret).to_string(), &body.as_bytes()],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(receive(&mut handler, 1, "whsec_window_old"), "ok");
+    admin
+        .batch_execute(
+            "SELECT webhook_add_secret('stripe', 'whsec_window_new');
+             SELECT webhook_retire_secret('stripe', 'whsec_window_old', force => true);",
+        )
+        .unwrap();
+    assert_eq!(
+        receive(&mut handler, 2, "whsec_window_old"),
+        "bad_signature"
+    );
+    assert_eq!(receive(&mut handler, 3, "whsec_window_new"), "ok");
+}

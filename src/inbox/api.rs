@@ -225,7 +225,7 @@ pub(crate) fn next(
     let lease = input::lease(NEXT, "lease", lease)?;
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
     let statement = match sql {
-        Sql::Current | Sql::Release0_4 => &LEASE,
+        Sql::Current | Sql::Release0_6 | Sql::Release0_4 => &LEASE,
         Sql::Release0_3 | Sql::Release0_2 => &LEASE_UNORDERED,
     };
     let rows = Spi::connect_mut(|client| -> Result<Vec<_>> {

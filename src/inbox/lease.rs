@@ -108,7 +108,7 @@ pub fn complete(
     sql: Sql,
 ) -> Result<()> {
     let statement = match sql {
-        Sql::Current | Sql::Release0_4 => &COMPLETE,
+        Sql::Current | Sql::Release0_6 | Sql::Release0_4 => &COMPLETE,
         Sql::Release0_3 | Sql::Release0_2 => &COMPLETE_UNORDERED,
     };
     let Some(row) = statement.run(client, &[id.into(), result.into()])?.next() else {
