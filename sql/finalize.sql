@@ -93,7 +93,9 @@ REVOKE ALL ON ALL TABLES IN SCHEMA webhook FROM PUBLIC;
 -- lose the dedup of every event ever processed.
 SELECT pg_catalog.pg_extension_config_dump('webhook.events', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.signature_bindings', '');
-SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_log', '');
+-- The archive's default partition: the days' partitions are the
+-- database's own tables, which pg_dump keeps like any other.
+SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_log_default', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.providers', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.provider_secrets', '');

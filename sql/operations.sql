@@ -92,16 +92,107 @@ SELECT provider,
  GROUP BY provider;
 COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (stale: skipped by ordering), retries spent, last event';
 
--- Delete archive rows older than `older_than` whose event is processed or
--- skipped as stale (and rejected deliveries, which have none),
--- `batch_size` rows per statement.
+-- The archive's partitions, oldest first: each day's, the default one
+-- (no bounds), and after an upgrade from a release before partitioning,
+-- the one holding everything archived before it (no lower bound).
+CREATE VIEW webhook.archive_partitions AS
+SELECT c.oid::pg_catalog.regclass AS partition,
+       b.lower_id IS NULL AND b.upper_id IS NULL AS is_default,
+       b.lower_id, b.upper_id,
+       -- The milliseconds in an id's first 48 bits.
+       pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(b.lower_id::text, '-', ''), 1, 12))::bit(48)::bigint
+                               / 1000.0) AS from_time,
+       pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(b.upper_id::text, '-', ''), 1, 12))::bit(48)::bigint
+                               / 1000.0) AS to_time,
+       GREATEST(c.reltuples, 0)::bigint AS rows_estimate,
+       pg_catalog.pg_total_relation_size(c.oid) AS total_bytes
+  FROM pg_catalog.pg_inherits i
+  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+ CROSS JOIN LATERAL (
+       SELECT m[1]::uuid AS lower_id, m[2]::uuid AS upper_id
+         FROM pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
+                                      'FROM \((?:''([0-9a-f-]+)''|MINVALUE)\) TO \((?:''([0-9a-f-]+)''|MAXVALUE)\)') AS m
+       ) AS b
+ WHERE i.inhparent = 'webhook.delivery_log'::pg_catalog.regclass
+ ORDER BY b.upper_id NULLS LAST;
+COMMENT ON VIEW webhook.archive_partitions IS
+    'The partitions of webhook.delivery_log: the ids and times each covers (none: the default partition), rows (estimated) and size';
+
+-- Create the archive's partitions for today (UTC) and the next days_ahead
+-- days, those that do not exist yet. Schedule it daily at least (with
+-- pg_cron: SELECT cron.schedule('webhook-partitions', '15 * * * *',
+-- 'SELECT webhook_create_partitions()')); without it, deliveries land in
+-- webhook.delivery_log_default, which works but is purged row by row.
+-- A day some of whose deliveries are already in the default partition
+-- gets no partition: they stay where they are. The new partition is made
+-- apart and then attached, which lets claims go on meanwhile. Returns how
+-- many partitions it created.
+CREATE FUNCTION @extschema@.webhook_create_partitions(days_ahead integer DEFAULT 7)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    today   date := (pg_catalog.now() AT TIME ZONE 'UTC')::date;
+    day     date;
+    lo      uuid;
+    hi      uuid;
+    name    text;
+    created integer := 0;
+BEGIN
+    IF days_ahead IS NULL OR days_ahead < 0 OR days_ahead > 366 THEN
+        RAISE EXCEPTION 'webhook_create_partitions: argument "days_ahead" must be between 0 and 366'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One maintenance at a time (webhook_purge takes the same lock).
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    FOR i IN 0 .. days_ahead LOOP
+        day := today + i;
+        lo := webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC');
+        hi := webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC');
+        CONTINUE WHEN EXISTS (SELECT FROM webhook.archive_partitions p
+                               WHERE NOT p.is_default
+                                 AND (p.lower_id IS NULL OR p.lower_id < hi)
+                                 AND p.upper_id > lo);
+        CONTINUE WHEN EXISTS (SELECT FROM webhook.delivery_log_default d WHERE d.id >= lo AND d.id < hi);
+        name := 'delivery_log_' || pg_catalog.to_char(day, 'YYYYMMDD');
+        BEGIN
+            EXECUTE pg_catalog.format(
+                'CREATE TABLE webhook.%I (LIKE webhook.delivery_log INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION)',
+                name);
+            PERFORM webhook._prepare_archive_partition(pg_catalog.format('webhook.%I', name)::pg_catalog.regclass);
+            EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log ATTACH PARTITION webhook.%I FOR VALUES FROM (%L) TO (%L)',
+                                      name, lo, hi);
+            created := created + 1;
+        EXCEPTION WHEN check_violation THEN
+            -- A delivery of that day reached the default partition after
+            -- the check above: the day stays there.
+            NULL;
+        END;
+    END LOOP;
+    RETURN created;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_create_partitions(integer) IS
+    'Create the archive''s daily partitions (UTC) for today and the next days_ahead days; returns how many it created. Schedule it daily';
+
+-- Remove archive rows older than `older_than` whose event is processed or
+-- skipped as stale (and rejections and handshakes, which have none).
 -- A queued event counts as processed once every consumer has processed
 -- it: until then its payload stays, since the workers read it from here.
 -- Inbox rows processed before the cutoff go too, with their failures.
 -- webhook.events is never touched: a replay after the purge is still a
--- duplicate. Returns the number of archive rows deleted. For a large
--- backlog, pass max_batches and call it repeatedly, each call its own
--- transaction.
+-- duplicate. Returns the number of archive rows removed.
+--
+-- A day's partition wholly older than the cutoff is dropped whole, in
+-- constant time and with almost no WAL: the deliveries it must keep (an
+-- event not finished) are first moved to the default partition, and
+-- their failures stay. Its rows are read once, through the event index,
+-- to find those. The default partition (and the partition holding what
+-- was archived before an upgrade to partitioning) is purged row by row,
+-- `batch_size` rows per statement; pass max_batches for a large backlog
+-- and call it repeatedly. Dropping a partition locks the archive until
+-- the transaction ends: call it on its own, not inside other work.
 CREATE FUNCTION @extschema@.webhook_purge(
     older_than  interval DEFAULT '90 days',
     batch_size  integer  DEFAULT 10000,
@@ -111,10 +202,27 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    cutoff  timestamptz;
-    deleted bigint := 0;
-    batch   bigint;
-    batches integer := 0;
+    -- Whether the archive row `l` may go: the one rule, for both ways.
+    purgeable CONSTANT text := $rule$
+        (l.claim_status IN ('rejected', 'handshake')
+         OR EXISTS (SELECT FROM webhook.events e
+                     WHERE e.provider = l.provider AND e.event_id = l.event_id
+                       AND (e.status IN ('processed', 'stale')
+                            OR (e.status = 'queued'
+                                AND NOT EXISTS (SELECT FROM webhook.inbox i
+                                                 WHERE i.provider = e.provider
+                                                   AND i.event_id = e.event_id
+                                                   AND i.status NOT IN ('processed', 'stale'))))))$rule$;
+    columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
+                             'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
+                             'body_sha256, secret_fingerprint';
+    cutoff    timestamptz;
+    deleted   bigint := 0;
+    batch     bigint;
+    batches   integer;
+    part      record;
+    total     bigint;
+    kept      uuid[];
 BEGIN
     IF older_than IS NULL OR older_than <= interval '0' THEN
         RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
@@ -124,40 +232,75 @@ BEGIN
         RAISE EXCEPTION 'webhook_purge: argument "batch_size" must be at least 1'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    cutoff := now() - older_than;
+    IF max_batches IS NOT NULL AND max_batches < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "max_batches" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    cutoff := pg_catalog.now() - older_than;
+
+    -- Row by row where a partition spans more than a day, before any lock
+    -- on the archive as a whole is taken.
+    FOR part IN
+        SELECT p.partition FROM webhook.archive_partitions p
+         WHERE p.is_default OR (p.lower_id IS NULL AND p.upper_id > webhook._archive_bound(cutoff))
     LOOP
-        -- Failure records go with their deliveries (ON DELETE CASCADE).
-        DELETE FROM webhook.delivery_log
-         WHERE ctid = ANY (ARRAY(
-               SELECT l.ctid
-                 FROM webhook.delivery_log l
-                WHERE l.created_at < cutoff
-                  AND (l.claim_status IN ('rejected', 'handshake')
-                       OR EXISTS (SELECT FROM webhook.events e
-                                   WHERE e.provider = l.provider AND e.event_id = l.event_id
-                                     AND (e.status IN ('processed', 'stale')
-                                          OR (e.status = 'queued'
-                                              AND NOT EXISTS (SELECT FROM webhook.inbox i
-                                                               WHERE i.provider = e.provider
-                                                                 AND i.event_id = e.event_id
-                                                                 AND i.status NOT IN ('processed', 'stale'))))))
-                LIMIT batch_size));
-        GET DIAGNOSTICS batch = ROW_COUNT;
-        deleted := deleted + batch;
-        batches := batches + 1;
-        EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format($sql$
+                WITH gone AS (
+                    DELETE FROM %1$s
+                     WHERE ctid = ANY (ARRAY(SELECT l.ctid FROM %1$s l
+                                              WHERE l.created_at < $1 AND %2$s
+                                              LIMIT $2))
+                    RETURNING id
+                ), failures AS (
+                    DELETE FROM webhook.delivery_failures f USING gone WHERE f.delivery_id = gone.id
+                )
+                SELECT count(*) FROM gone$sql$, part.partition, purgeable)
+            INTO batch USING cutoff, batch_size;
+            deleted := deleted + batch;
+            batches := batches + 1;
+            EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
+        END LOOP;
     END LOOP;
+
     DELETE FROM webhook.inbox_failures f
      WHERE f.failed_at < cutoff
        AND EXISTS (SELECT FROM webhook.inbox i
                     WHERE (i.provider, i.event_id, i.consumer) = (f.provider, f.event_id, f.consumer)
                       AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
     DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
+
+    -- Whole partitions, oldest first.
+    FOR part IN
+        SELECT p.partition, p.lower_id, p.upper_id FROM webhook.archive_partitions p
+         WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
+         ORDER BY p.upper_id
+    LOOP
+        EXECUTE pg_catalog.format(
+            'SELECT count(*), coalesce(array_agg(l.id) FILTER (WHERE NOT %2$s), ''{}'') FROM %1$s l',
+            part.partition, purgeable)
+        INTO total, kept;
+        EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', part.partition);
+        IF pg_catalog.cardinality(kept) > 0 THEN
+            -- No partition covers their ids any more: they go to the
+            -- default partition, under the same ids.
+            EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
+                                      columns, part.partition)
+            USING kept;
+        END IF;
+        DELETE FROM webhook.delivery_failures f
+         WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
+           AND f.delivery_id <> ALL (kept);
+        EXECUTE pg_catalog.format('DROP TABLE %s', part.partition);
+        deleted := deleted + total - pg_catalog.cardinality(kept);
+    END LOOP;
     RETURN deleted;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_purge(interval, integer, integer) IS
-    'Delete archive rows older than older_than whose event is processed by everyone (and rejections), and old processed inbox rows; never touches webhook.events. Returns the archive rows deleted';
+    'Remove archive rows older than older_than whose event is processed by everyone (and rejections): whole days by dropping their partition, the rest row by row; and old processed inbox rows. Never touches webhook.events. Returns the archive rows removed';
 
 -- Ordering in the inbox: entities whose line of events is held up, and
 -- why. The head (the earliest unfinished event) is leased, its lease ran

@@ -61,11 +61,12 @@ BEGIN
         webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
         webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
         webhook.requeues, webhook.watermarks, webhook.blocked_entities,
-        webhook.secret_usage, webhook.idempotency_keys TO %s', role);
+        webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
         @extschema@.webhook_purge(interval, integer, integer),
+        @extschema@.webhook_create_partitions(integer),
         @extschema@.webhook_reset_watermark(text, text, text),
         @extschema@.webhook_providers(),
         @extschema@.idempotency_purge(interval)
@@ -73,7 +74,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
 
 -- The rule, rather than a list that could miss a new object, applied by
 -- finalize.sql and at the end of every upgrade script (which may add

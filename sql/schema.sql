@@ -132,12 +132,20 @@ COMMENT ON COLUMN webhook.events.order_value IS 'Ordering: the event''s order va
 -- outcome follows from its event (the current owner of a processed event
 -- is PROCESSED) or from webhook.delivery_failures. Rewriting a row with a
 -- kilobyte of payload to flip a status would double the archive's WAL.
+--
+-- It is partitioned by range of id, one partition per day (UTC): ids are
+-- UUIDv7, whose leading 48 bits are the milliseconds they were made at, so
+-- the primary key is also the time. A lookup by id reads one partition,
+-- and the purge drops a whole day at once instead of deleting its rows
+-- one by one. webhook_create_partitions makes the days ahead; a delivery
+-- no partition covers lands in webhook.delivery_log_default, and so does
+-- a delivery the purge had to keep while dropping its day.
 CREATE TABLE webhook.delivery_log (
-    -- Time-ordered (UUID version 7): new ids land on the index's right edge.
+    -- Time-ordered (UUID version 7): the partition key.
     id                uuid        NOT NULL,
     provider          text        NOT NULL,
     -- event_id, event_type and payload are unknown only for a delivery
-    -- rejected before they could be read (bad signature, body not JSON).
+    -- rejected before it could be read (bad signature, body not JSON).
     event_id          text,
     event_type        text,
     payload           jsonb,
@@ -161,16 +169,17 @@ CREATE TABLE webhook.delivery_log (
     body_size         integer,
     body_sha256       bytea,
     -- Which of its provider's keys verified it (webhook_receive).
-    secret_fingerprint text,
-    CONSTRAINT delivery_log_pkey PRIMARY KEY (id)
+    secret_fingerprint text
 )
+PARTITION BY RANGE (id);
 -- Compress the payload, raw body and headers inside the row instead of
 -- only past 2 kB: a kilobyte of webhook JSON shrinks by half or more, and
 -- every byte saved is a byte less of WAL and of archive, for one cheap
 -- compression per delivery. Storage MAIN keeps them in the row (moved to
 -- TOAST only when they do not fit in a page even compressed), so a small
--- delivery costs no TOAST insert.
-WITH (toast_tuple_target = 128);
+-- delivery costs no TOAST insert. Partitions take these settings from
+-- here; the low toast_tuple_target that makes them apply is set on each
+-- partition (webhook._prepare_archive_partition).
 ALTER TABLE webhook.delivery_log
     ALTER COLUMN payload SET STORAGE MAIN,
     ALTER COLUMN raw_body SET STORAGE MAIN,
@@ -201,16 +210,69 @@ BEGIN
 END
 $$;
 
-CREATE INDEX delivery_log_event_idx ON webhook.delivery_log (provider, event_id);
--- Rows arrive in time order: a BRIN index finds a time range for the purge
--- at a tiny fraction of a btree's size and write cost.
-CREATE INDEX delivery_log_created_at_idx ON webhook.delivery_log USING brin (created_at);
--- What the operations views look for, kept small by the predicate.
-CREATE INDEX delivery_log_attention_idx ON webhook.delivery_log (created_at)
-    WHERE claim_status = 'rejected' OR payload_mismatch;
+-- What each partition of the archive gets besides its columns: the
+-- row-storage target, its indexes, and no privileges. The indexes are each
+-- partition's own rather than declared on webhook.delivery_log: a
+-- partition made by webhook_create_partitions is the database's, not the
+-- extension's, and pg_dump restores it with its own indexes, which would
+-- clash with ones the parent hands down. Each partition's primary key is
+-- still unique across the archive: an id belongs to one partition only.
+-- Privileges: the partition is read through webhook.delivery_log, and
+-- whatever ALTER DEFAULT PRIVILEGES would hand out on a new table is
+-- taken back, so no role reads payloads past the parent's grants.
+CREATE FUNCTION webhook._prepare_archive_partition(part pg_catalog.regclass) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    name    text := (SELECT c.relname FROM pg_catalog.pg_class c WHERE c.oid = part);
+    grantee text;
+BEGIN
+    EXECUTE pg_catalog.format('ALTER TABLE %s SET (toast_tuple_target = 128)', part);
+    EXECUTE pg_catalog.format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY (id)', part, name || '_pkey');
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (provider, event_id)', name || '_event_idx', part);
+    -- Rows arrive in time order: a BRIN index finds a time range at a
+    -- tiny fraction of a btree's size and write cost.
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s USING brin (created_at)', name || '_created_at_idx', part);
+    -- What the operations views look for, kept small by the predicate.
+    EXECUTE pg_catalog.format('CREATE INDEX %I ON %s (created_at) WHERE claim_status = %L OR payload_mismatch',
+                              name || '_attention_idx', part, 'rejected');
+    FOR grantee IN
+        SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                             ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
+          FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+         WHERE c.oid = part AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s FROM %s', part, grantee);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION webhook._prepare_archive_partition(pg_catalog.regclass) IS
+    'Internal: the storage target, indexes and privileges of a new partition of webhook.delivery_log';
+
+-- The smallest id made at `at`: a partition bound. Ids of one millisecond
+-- share their first 48 bits; the version nibble (7) puts every real id of
+-- that millisecond after this one.
+CREATE FUNCTION webhook._archive_bound(at timestamptz) RETURNS uuid
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT (pg_catalog.substr(h, 1, 8) || '-' || pg_catalog.substr(h, 9, 4) || '-0000-0000-000000000000')::uuid
+  FROM (SELECT pg_catalog.lpad(pg_catalog.to_hex(pg_catalog.floor(pg_catalog.date_part('epoch', at) * 1000)::bigint),
+                               12, '0') AS h) AS ms
+$$;
+COMMENT ON FUNCTION webhook._archive_bound(timestamptz) IS
+    'Internal: the smallest delivery id made at the given time, a bound of the archive''s partitions';
+
+-- Where a delivery no day's partition covers goes. Extension-owned and
+-- dumped with the extension's tables.
+CREATE TABLE webhook.delivery_log_default PARTITION OF webhook.delivery_log DEFAULT;
+SELECT webhook._prepare_archive_partition('webhook.delivery_log_default');
+COMMENT ON TABLE webhook.delivery_log_default IS
+    'The archive''s deliveries no day''s partition covers: made before webhook_create_partitions first ran, or kept by webhook_purge because their event is unfinished';
 
 COMMENT ON TABLE webhook.delivery_log IS
-    'One row per webhook_claim / webhook_receive call, written once: payload, raw body, signature, headers, answer';
+    'One row per webhook_claim / webhook_receive call, written once: payload, raw body, signature, headers, answer; partitioned by day of id (webhook.archive_partitions)';
 
 COMMENT ON COLUMN webhook.delivery_log.id IS 'The delivery''s id (UUIDv7, time-ordered): what webhook_claim and webhook_receive return';
 COMMENT ON COLUMN webhook.delivery_log.provider IS 'Provider name';
@@ -230,9 +292,10 @@ COMMENT ON COLUMN webhook.delivery_log.secret_fingerprint IS 'The fingerprint of
 
 -- Attempts that failed: webhook_fail's message, or the lease that ran out.
 CREATE TABLE webhook.delivery_failures (
-    delivery_id   uuid        NOT NULL
-                  CONSTRAINT delivery_failures_delivery_id_fkey
-                  REFERENCES webhook.delivery_log (id) ON DELETE CASCADE,
+    -- The delivery (webhook.delivery_log); the purge removes the two
+    -- together. No foreign key: the purge drops a whole day of the
+    -- archive at once, which a key would make row-by-row.
+    delivery_id   uuid        NOT NULL,
     error_message text        NOT NULL,
     failed_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT delivery_failures_pkey PRIMARY KEY (delivery_id)

@@ -359,7 +359,7 @@ fn take_ownership(
             event_id: claimed.event_id,
         }));
     }
-    let rows = LOOKUP.run(client, &[id.into()])?;
+    let rows = LOOKUP.run_pruned(client, &[id.into()])?;
     let Some(row) = rows.into_iter().next() else {
         return Ok(None);
     };

@@ -11,6 +11,13 @@
 //! what a short-lived connection ever runs, and a folded constant is
 //! decompressed, which would undo the archive's compressed payloads.
 //!
+//! The exception is a statement that looks up the archive by a delivery's
+//! id (`run_pruned`): the archive is partitioned by id, and a generic plan
+//! locks every partition on each execution before it finds the one that
+//! holds the id (PostgreSQL prunes after locking). Planned with the id in
+//! hand, it names that one partition alone; an id is no payload, so
+//! nothing is decompressed.
+//!
 //! Statements run with `read_only = false`, so in READ COMMITTED each one
 //! takes a fresh snapshot and sees what committed before it started: the
 //! claim relies on that after taking the event lock. A transaction id is
@@ -45,8 +52,16 @@ pub const fn then_text<const N: usize, const M: usize>(base: [pg_sys::Oid; N]) -
     out
 }
 
+/// How the plan cache plans a kept statement.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+enum Planning {
+    Generic = pg_sys::CURSOR_OPT_GENERIC_PLAN as i32,
+    Custom = pg_sys::CURSOR_OPT_CUSTOM_PLAN as i32,
+}
+
 thread_local! {
-    static KEPT: RefCell<HashMap<usize, NonNull<pg_sys::_SPI_plan>>> = RefCell::new(HashMap::new());
+    static KEPT: RefCell<HashMap<(usize, Planning), NonNull<pg_sys::_SPI_plan>>> = RefCell::new(HashMap::new());
 }
 
 impl Statement {
@@ -54,8 +69,27 @@ impl Statement {
     /// is connected; the rows live until it disconnects.
     pub fn run<'conn>(
         &'static self,
+        client: &mut SpiClient<'conn>,
+        args: &[DatumWithOid<'_>],
+    ) -> Result<Rows<'conn>> {
+        self.execute(client, args, Planning::Generic)
+    }
+
+    /// Execute a statement whose arguments pick the archive partitions it
+    /// reads (a delivery id): planned anew each time, with them in hand.
+    pub fn run_pruned<'conn>(
+        &'static self,
+        client: &mut SpiClient<'conn>,
+        args: &[DatumWithOid<'_>],
+    ) -> Result<Rows<'conn>> {
+        self.execute(client, args, Planning::Custom)
+    }
+
+    fn execute<'conn>(
+        &'static self,
         _client: &mut SpiClient<'conn>,
         args: &[DatumWithOid<'_>],
+        planning: Planning,
     ) -> Result<Rows<'conn>> {
         if args.len() != self.arg_types.len() {
             return Err(WebhookError::Internal(format!(
@@ -64,7 +98,7 @@ impl Statement {
                 args.len()
             )));
         }
-        let plan = self.plan()?;
+        let plan = self.plan(planning)?;
         let (mut values, mut nulls): (Vec<pg_sys::Datum>, Vec<std::ffi::c_char>) = args
             .iter()
             .map(|arg| match arg.datum() {
@@ -105,8 +139,8 @@ impl Statement {
         })
     }
 
-    fn plan(&'static self) -> Result<NonNull<pg_sys::_SPI_plan>> {
-        let key = self as *const Statement as usize;
+    fn plan(&'static self, planning: Planning) -> Result<NonNull<pg_sys::_SPI_plan>> {
+        let key = (self as *const Statement as usize, planning);
         if let Some(plan) = KEPT.with(|kept| kept.borrow().get(&key).copied()) {
             return Ok(plan);
         }
@@ -120,7 +154,7 @@ impl Statement {
                 sql.as_ptr(),
                 types.len() as i32,
                 types.as_mut_ptr(),
-                pg_sys::CURSOR_OPT_GENERIC_PLAN as i32,
+                planning as i32,
             )
         };
         let plan = NonNull::new(plan).ok_or_else(|| {

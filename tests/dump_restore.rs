@@ -74,7 +74,9 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
                      CREATE ROLE dump_app LOGIN;
                  END IF;
              END $$;
-             SELECT webhook_grant_app('dump_app');",
+             SELECT webhook_grant_app('dump_app');
+             -- The archive's days: the database's tables, dumped as such.
+             SELECT webhook_create_partitions(1);",
         )
         .unwrap();
     source
@@ -140,6 +142,21 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
         (0..8).map(|i| row.get(i)).collect()
     };
     let before = counts(&mut source);
+    let partitions = |client: &mut Client| -> Vec<String> {
+        client
+            .query(
+                "SELECT p.partition::text || ' ' || coalesce(p.lower_id::text, '') || ' ' || coalesce(p.upper_id::text, '')
+                        || ' ' || (SELECT count(*) FROM webhook.delivery_log l WHERE l.tableoid = p.partition)
+                   FROM webhook.archive_partitions p",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let layout = partitions(&mut source);
+    assert_eq!(layout.len(), 3, "today, tomorrow and the default partition");
 
     let dump = std::env::temp_dir().join(format!("pgwi-dump-{}.dump", std::process::id()));
     let mut pg_dump = tool("pg_dump");
@@ -159,6 +176,11 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
 
     let mut restored = connect(restored_db);
     assert_eq!(counts(&mut restored), before, "every row is back");
+    assert_eq!(
+        partitions(&mut restored),
+        layout,
+        "every partition is back, attached, with its rows"
+    );
     let tolerance: String = restored
         .query_one(
             "SELECT tolerance::text FROM webhook.providers WHERE name = 'stripe'",
@@ -182,6 +204,19 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
             failed_event: "evt_failed",
         },
     );
+    // The restored days take the new deliveries, with their indexes.
+    let (in_default, indexes): (i64, i64) = {
+        let row = restored
+            .query_one(
+                "SELECT (SELECT count(*) FROM webhook.delivery_log_default),
+                        (SELECT count(*) FROM pg_index i JOIN webhook.archive_partitions p ON p.partition = i.indrelid)",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(in_default, 0);
+    assert_eq!(indexes, 3 * 4, "each partition's four indexes");
     // The inbox is back: the dead letter can be requeued, and workers get
     // both events with their payloads.
     restored

@@ -293,7 +293,7 @@ fn skip_stale(
         .and_then(|state| state.claim_id)
     {
         let note = format!("lease expired; event skipped as stale by delivery {id}");
-        RECORD_LOST_LEASE.run(client, &[previous.into(), note.as_str().into()])?;
+        RECORD_LOST_LEASE.run_pruned(client, &[previous.into(), note.as_str().into()])?;
     }
     MARK_STALE.run(
         client,
@@ -352,7 +352,7 @@ fn take_over(
     if state.status == EventStatus::Processing {
         if let Some(previous) = state.claim_id {
             let note = format!("lease expired; event taken over by delivery {id}");
-            RECORD_LOST_LEASE.run(client, &[previous.into(), note.as_str().into()])?;
+            RECORD_LOST_LEASE.run_pruned(client, &[previous.into(), note.as_str().into()])?;
         }
     }
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();

@@ -84,7 +84,7 @@ fn event_of(client: &mut pgrx::spi::SpiClient<'_>, id: pgrx::Uuid) -> Result<(St
         id: id.to_string(),
     };
     let row = EVENT_OF
-        .run(client, &[id.into()])?
+        .run_pruned(client, &[id.into()])?
         .next()
         .ok_or_else(unknown)?;
     Ok((

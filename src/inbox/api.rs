@@ -245,7 +245,7 @@ pub(crate) fn next(
                 ],
             )?;
             let picked = rows.len();
-            let leased = rows
+            let mut leased = rows
                 .filter_map(|row| match row.get::<bool>(11) {
                     Ok(Some(true)) => Some(leased_row(&row)),
                     Ok(_) => None,
@@ -253,12 +253,39 @@ pub(crate) fn next(
                 })
                 .collect::<Result<Vec<_>>>()?;
             if !leased.is_empty() || picked == 0 {
+                read_payloads(client, &mut leased)?;
                 return Ok(leased);
             }
         }
         Ok(Vec::new())
     })?;
     Ok(rows)
+}
+
+/// The leased events' payloads, from the archive rows that brought them.
+/// A statement of its own rather than a join in LEASE: planned with the
+/// ids in hand, it reads only the archive partitions holding them (see
+/// `plans`), where the join would open every partition on each call.
+static PAYLOADS: Statement = Statement {
+    sql: "SELECT id, payload FROM webhook.delivery_log WHERE id = ANY ($1)",
+    arg_types: &[pg_sys::UUIDARRAYOID],
+};
+
+fn read_payloads(client: &mut pgrx::spi::SpiClient<'_>, leased: &mut [LeasedRow]) -> Result<()> {
+    if leased.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<pgrx::Uuid> = leased.iter().map(|row| row.7).collect();
+    let mut payloads = std::collections::HashMap::with_capacity(ids.len());
+    for row in PAYLOADS.run_pruned(client, &[ids.into()])? {
+        if let Some(id) = row.get::<pgrx::Uuid>(1)? {
+            payloads.insert(*id.as_bytes(), row.get::<RawJsonb>(2)?);
+        }
+    }
+    for row in leased.iter_mut() {
+        row.4 = payloads.remove(row.7.as_bytes()).flatten();
+    }
+    Ok(())
 }
 
 /// How many times `webhook_next` tries again after a round that leased
@@ -343,10 +370,9 @@ macro_rules! lease {
                RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer,
                          i.delivery_id, i.queued_at, i.run_at, i.status
               )
-              SELECT l.claim_id, l.provider, l.event_id, l.event_type, d.payload, l.attempts, l.consumer,
+              SELECT l.claim_id, l.provider, l.event_id, l.event_type, NULL::jsonb, l.attempts, l.consumer,
                      l.delivery_id, l.queued_at, l.run_at, l.status = 'leased'
                 FROM leased l
-                LEFT JOIN webhook.delivery_log d ON d.id = l.delivery_id AND l.status = 'leased'
                ORDER BY l.queued_at"
         )
     };
