@@ -1,0 +1,406 @@
+//! The archive's partitions over real connections, each statement its own
+//! transaction as in production: making the days ahead, dropping whole
+//! days in the purge, what the purge must keep, and both running while
+//! handlers claim. Each test has a database of its own: the partitions'
+//! DDL locks the archive, which tests sharing one would feel.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::*;
+use postgres::Client;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn installed(db: &str) -> Client {
+    let mut client = empty_database(db);
+    client
+        .batch_execute("CREATE EXTENSION pg_webhook_inbox")
+        .unwrap();
+    client
+}
+
+fn count(client: &mut Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).unwrap().get(0)
+}
+
+fn partitions(client: &mut Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT partition::text FROM webhook.archive_partitions",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Claim an event (two-phase); (id, status).
+fn claim(client: &mut Client, event_id: &str) -> (String, String) {
+    let row = client
+        .query_one(
+            "SELECT id::text, status FROM webhook_claim('stripe', $1, 'invoice.paid', '{\"k\": 1}'::jsonb, NULL)",
+            &[&event_id],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+fn finish(client: &mut Client, sql: &str, id: &str) {
+    client.execute(sql, &[&id]).unwrap();
+}
+
+/// Attach a partition for a day 100 days back, made as
+/// webhook_create_partitions makes today's, and move every delivery
+/// archived so far into it, as if it had arrived that day (ids, arrival,
+/// and what refers to them). Returns the partition's name.
+fn age_the_archive_into_a_day_long_past(client: &mut Client) -> String {
+    client
+        .batch_execute(
+            "BEGIN;
+             CREATE TEMP TABLE past AS SELECT (now() AT TIME ZONE 'UTC')::date - 100 AS day;
+             DO $$
+             DECLARE
+                 day  date := (SELECT day FROM past);
+                 name text := 'delivery_log_' || to_char(day, 'YYYYMMDD');
+             BEGIN
+                 EXECUTE format('CREATE TABLE webhook.%I (LIKE webhook.delivery_log INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION)', name);
+                 PERFORM webhook._prepare_archive_partition(format('webhook.%I', name)::regclass);
+                 EXECUTE format('ALTER TABLE webhook.delivery_log ATTACH PARTITION webhook.%I FOR VALUES FROM (%L) TO (%L)', name,
+                                webhook._archive_bound(day::timestamp AT TIME ZONE 'UTC'),
+                                webhook._archive_bound((day + 1)::timestamp AT TIME ZONE 'UTC'));
+             END
+             $$;
+             CREATE TEMP TABLE moved AS
+             SELECT id AS old,
+                    webhook._archive_bound((SELECT day FROM past)::timestamp AT TIME ZONE 'UTC'
+                                           + interval '1 hour' + row_number() OVER (ORDER BY id) * interval '1 ms') AS new
+               FROM webhook.delivery_log;
+             UPDATE webhook.delivery_log l
+                SET id = m.new, created_at = l.created_at - interval '100 days'
+               FROM moved m WHERE l.id = m.old;
+             UPDATE webhook.events e SET claim_id = m.new FROM moved m WHERE e.claim_id = m.old;
+             UPDATE webhook.inbox i SET delivery_id = m.new FROM moved m WHERE i.delivery_id = m.old;
+             UPDATE webhook.delivery_failures f SET delivery_id = m.new FROM moved m WHERE f.delivery_id = m.old;
+             COMMIT;",
+        )
+        .unwrap();
+    client
+        .query_one(
+            "SELECT 'webhook.delivery_log_' || to_char((now() AT TIME ZONE 'UTC')::date - 100, 'YYYYMMDD')",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn days_are_made_ahead_once_each_and_deliveries_land_in_their_day() {
+    let mut client = installed("pgwi_partitions_ahead");
+    assert_eq!(partitions(&mut client), ["webhook.delivery_log_default"]);
+    assert_eq!(
+        count(&mut client, "SELECT webhook_create_partitions(2)::bigint"),
+        3,
+        "today and two more"
+    );
+    assert_eq!(
+        count(&mut client, "SELECT webhook_create_partitions(2)::bigint"),
+        0,
+        "once"
+    );
+    assert_eq!(
+        count(&mut client, "SELECT webhook_create_partitions()::bigint"),
+        5
+    );
+    let today: String = client
+        .query_one(
+            "SELECT 'webhook.delivery_log_' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(partitions(&mut client)[0], today);
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.archive_partitions
+              WHERE NOT is_default AND to_time - from_time = interval '1 day'
+                AND from_time = date_trunc('day', from_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+        ),
+        8,
+        "whole UTC days"
+    );
+
+    let (id, _) = claim(&mut client, "evt_today");
+    let home: String = client
+        .query_one(
+            "SELECT tableoid::regclass::text FROM webhook.delivery_log WHERE id = $1::text::uuid",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(home, today);
+    // Found by id, in another transaction, through the parent.
+    finish(&mut client, "SELECT webhook_complete($1::text::uuid)", &id);
+    assert_eq!(claim(&mut client, "evt_today").1, "duplicate");
+
+    for bad in [
+        "SELECT webhook_create_partitions(-1)",
+        "SELECT webhook_create_partitions(NULL)",
+    ] {
+        let err = client.batch_execute(bad).unwrap_err();
+        assert_eq!(sql_state(&err), Some("22023"), "{bad}");
+        assert!(message(&err).contains("\"days_ahead\""), "{bad}");
+    }
+}
+
+#[test]
+fn a_day_already_in_the_default_partition_stays_there() {
+    let mut client = installed("pgwi_partitions_late");
+    let (id, _) = claim(&mut client, "evt_early");
+    assert_eq!(
+        count(&mut client, "SELECT webhook_create_partitions(1)::bigint"),
+        1,
+        "tomorrow only: today has a delivery in the default partition"
+    );
+    claim(&mut client, "evt_later");
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_log_default"
+        ),
+        2,
+        "the rest of the day follows it there"
+    );
+    finish(&mut client, "SELECT webhook_complete($1::text::uuid)", &id);
+}
+
+#[test]
+fn a_new_partition_grants_nothing_whatever_default_privileges_say() {
+    let mut client = installed("pgwi_partitions_privileges");
+    client
+        .batch_execute(
+            "DROP ROLE IF EXISTS partition_reader;
+             CREATE ROLE partition_reader;
+             ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO partition_reader;
+             ALTER DEFAULT PRIVILEGES IN SCHEMA webhook GRANT ALL ON TABLES TO PUBLIC;
+             SELECT webhook_create_partitions(0);",
+        )
+        .unwrap();
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.archive_partitions p
+               JOIN pg_class c ON c.oid = p.partition
+              CROSS JOIN LATERAL aclexplode(c.relacl) a
+              WHERE NOT p.is_default AND a.grantee <> c.relowner"
+        ),
+        0
+    );
+    client
+        .batch_execute(
+            "ALTER DEFAULT PRIVILEGES REVOKE SELECT ON TABLES FROM partition_reader;
+             ALTER DEFAULT PRIVILEGES IN SCHEMA webhook REVOKE ALL ON TABLES FROM PUBLIC;",
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_day_older_than_the_cutoff_is_dropped_whole_keeping_what_is_unfinished() {
+    let mut client = installed("pgwi_partitions_purge");
+    // Finished: processed (with a duplicate), processed after a failed
+    // attempt, rejected. Unfinished: failed, queued for a worker.
+    let (done, _) = claim(&mut client, "evt_done");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &done,
+    );
+    claim(&mut client, "evt_done");
+    let (first, _) = claim(&mut client, "evt_retried");
+    finish(
+        &mut client,
+        "SELECT webhook_fail($1::text::uuid, 'first attempt')",
+        &first,
+    );
+    let (second, _) = claim(&mut client, "evt_retried");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &second,
+    );
+    let (failed, _) = claim(&mut client, "evt_failed");
+    finish(
+        &mut client,
+        "SELECT webhook_fail($1::text::uuid, 'still failing')",
+        &failed,
+    );
+    client
+        .batch_execute(
+            "SELECT webhook_enqueue('stripe', 'evt_queued', 'invoice.paid', '{\"queued\": true}'::jsonb);
+             SELECT webhook_register_provider('stripe', secret => 'whsec_partitions');
+             SELECT webhook_receive('stripe', '{\"Stripe-Signature\": \"t=1,v1=00\"}'::jsonb, '{}'::bytea);",
+        )
+        .unwrap();
+    let day = age_the_archive_into_a_day_long_past(&mut client);
+    assert_eq!(
+        count(&mut client, &format!("SELECT count(*) FROM {day}")),
+        7
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_failures"
+        ),
+        2
+    );
+    assert_eq!(
+        count(&mut client, "SELECT webhook_purge('90 days')"),
+        5,
+        "all but the failed and the queued event's deliveries"
+    );
+
+    assert!(
+        !partitions(&mut client).contains(&day),
+        "the day is dropped"
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            &format!("SELECT count(*) FROM pg_class WHERE oid = to_regclass('{day}')")
+        ),
+        0
+    );
+    // What was kept is in the default partition, under the same ids.
+    let kept: String = client
+        .query_one(
+            "SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook.delivery_log_default",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, "evt_failed,evt_queued");
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_failures f
+               JOIN webhook.delivery_log l ON l.id = f.delivery_id AND l.event_id = 'evt_failed'"
+        ),
+        1,
+        "the unfinished event's failure stays"
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_failures"
+        ),
+        1,
+        "the retried event's went with its day"
+    );
+    // The worker still gets the queued event's payload.
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook_next() WHERE payload = '{\"queued\": true}'"
+        ),
+        1
+    );
+    // The failed event is retried by its next delivery; dedup of the
+    // dropped ones is untouched.
+    assert_eq!(claim(&mut client, "evt_failed").1, "retry");
+    assert_eq!(claim(&mut client, "evt_done").1, "duplicate");
+    assert_eq!(claim(&mut client, "evt_retried").1, "duplicate");
+    // Nothing more to do, and nothing twice.
+    assert_eq!(count(&mut client, "SELECT webhook_purge('90 days')"), 0);
+    let err = client
+        .batch_execute("SELECT webhook_purge('1 day', max_batches => 0)")
+        .unwrap_err();
+    assert_eq!(sql_state(&err), Some("22023"));
+    assert!(message(&err).contains("\"max_batches\""));
+}
+
+#[test]
+fn a_day_not_wholly_past_the_cutoff_is_kept_whole() {
+    let mut client = installed("pgwi_partitions_cutoff");
+    let (done, _) = claim(&mut client, "evt_done");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &done,
+    );
+    let day = age_the_archive_into_a_day_long_past(&mut client);
+    assert_eq!(count(&mut client, "SELECT webhook_purge('100 days')"), 0);
+    assert!(partitions(&mut client).contains(&day));
+    assert_eq!(count(&mut client, "SELECT webhook_purge('99 days')"), 1);
+    assert!(!partitions(&mut client).contains(&day));
+}
+
+/// Handlers claim and complete on 4 connections while the maintenance
+/// makes days and drops one: no claim fails or waits past its
+/// lock_timeout, and every delivery is archived once.
+#[test]
+fn maintenance_runs_beside_handlers() {
+    let db = "pgwi_partitions_busy";
+    let mut client = installed(db);
+    let (done, _) = claim(&mut client, "evt_old");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &done,
+    );
+    let day = age_the_archive_into_a_day_long_past(&mut client);
+    client
+        .batch_execute("SELECT webhook_create_partitions(0)")
+        .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let handlers: Vec<_> = (0..4)
+        .map(|n| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = connect(db);
+                let mut handled = 0;
+                while !stop.load(Ordering::Relaxed) || handled == 0 {
+                    let mut tx = c.transaction().unwrap();
+                    let row = tx
+                        .query_one(
+                            "SELECT status FROM webhook_claim('stripe', $1, 't', '{}'::jsonb, NULL, complete_on_commit => true)",
+                            &[&format!("evt_busy_{n}_{handled}")],
+                        )
+                        .unwrap();
+                    assert_eq!(row.get::<_, String>(0), "claimed");
+                    tx.commit().unwrap();
+                    handled += 1;
+                }
+                handled
+            })
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut rounds = 0;
+    while Instant::now() < until {
+        client
+            .batch_execute("SELECT webhook_create_partitions(3); SELECT webhook_purge('90 days');")
+            .unwrap();
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let handled: i64 = handlers.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(rounds > 1);
+    assert!(!partitions(&mut client).contains(&day));
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_log WHERE event_id LIKE 'evt_busy_%'"
+        ),
+        handled
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.events WHERE event_id LIKE 'evt_busy_%' AND status = 'processed'"
+        ),
+        handled
+    );
+}
