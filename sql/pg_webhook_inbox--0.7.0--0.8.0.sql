@@ -298,27 +298,54 @@ SELECT c.oid::pg_catalog.regclass AS partition,
 COMMENT ON VIEW webhook.archive_partitions IS
     'The partitions of webhook.delivery_log: the ids and times each covers (none: the default partition), rows (estimated) and size';
 
+-- Create the archive's partition for one day (UTC), unless a partition
+-- covers part of it already, or some of its deliveries are in the default
+-- partition (no partition was there when they came): they stay there.
+-- The partition is made apart and then attached, which lets claims go on
+-- meanwhile. Returns whether it created it.
+CREATE FUNCTION webhook._create_archive_partition(day date) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    lo   uuid := webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC');
+    hi   uuid := webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC');
+    name text := 'delivery_log_' || pg_catalog.to_char(day, 'YYYYMMDD');
+BEGIN
+    IF EXISTS (SELECT FROM webhook.archive_partitions p
+                WHERE NOT p.is_default AND (p.lower_id IS NULL OR p.lower_id < hi) AND p.upper_id > lo)
+       OR EXISTS (SELECT FROM webhook.delivery_log_default d WHERE d.id >= lo AND d.id < hi) THEN
+        RETURN false;
+    END IF;
+    EXECUTE pg_catalog.format(
+        'CREATE TABLE webhook.%I (LIKE webhook.delivery_log INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION)',
+        name);
+    PERFORM webhook._prepare_archive_partition(pg_catalog.format('webhook.%I', name)::pg_catalog.regclass);
+    EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log ATTACH PARTITION webhook.%I FOR VALUES FROM (%L) TO (%L)',
+                              name, lo, hi);
+    RETURN true;
+EXCEPTION WHEN check_violation THEN
+    -- A delivery of that day reached the default partition after the
+    -- check above: the day stays there.
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION webhook._create_archive_partition(date) IS
+    'Internal: create and attach the archive''s partition for one day (UTC), if nothing of that day is elsewhere';
+
 -- Create the archive's partitions for today (UTC) and the next days_ahead
 -- days, those that do not exist yet. Schedule it daily at least (with
 -- pg_cron: SELECT cron.schedule('webhook-partitions', '15 * * * *',
 -- 'SELECT webhook_create_partitions()')); without it, deliveries land in
 -- webhook.delivery_log_default, which works but is purged row by row.
--- A day some of whose deliveries are already in the default partition
--- gets no partition: they stay where they are. The new partition is made
--- apart and then attached, which lets claims go on meanwhile. Returns how
--- many partitions it created.
+-- Returns how many partitions it created.
 CREATE FUNCTION @extschema@.webhook_create_partitions(days_ahead integer DEFAULT 7)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    today   date := (pg_catalog.now() AT TIME ZONE 'UTC')::date;
-    day     date;
-    lo      uuid;
-    hi      uuid;
-    name    text;
-    created integer := 0;
+    today date := (pg_catalog.now() AT TIME ZONE 'UTC')::date;
 BEGIN
     IF days_ahead IS NULL OR days_ahead < 0 OR days_ahead > 366 THEN
         RAISE EXCEPTION 'webhook_create_partitions: argument "days_ahead" must be between 0 and 366'
@@ -326,31 +353,8 @@ BEGIN
     END IF;
     -- One maintenance at a time (webhook_purge takes the same lock).
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
-    FOR i IN 0 .. days_ahead LOOP
-        day := today + i;
-        lo := webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC');
-        hi := webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC');
-        CONTINUE WHEN EXISTS (SELECT FROM webhook.archive_partitions p
-                               WHERE NOT p.is_default
-                                 AND (p.lower_id IS NULL OR p.lower_id < hi)
-                                 AND p.upper_id > lo);
-        CONTINUE WHEN EXISTS (SELECT FROM webhook.delivery_log_default d WHERE d.id >= lo AND d.id < hi);
-        name := 'delivery_log_' || pg_catalog.to_char(day, 'YYYYMMDD');
-        BEGIN
-            EXECUTE pg_catalog.format(
-                'CREATE TABLE webhook.%I (LIKE webhook.delivery_log INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION)',
-                name);
-            PERFORM webhook._prepare_archive_partition(pg_catalog.format('webhook.%I', name)::pg_catalog.regclass);
-            EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log ATTACH PARTITION webhook.%I FOR VALUES FROM (%L) TO (%L)',
-                                      name, lo, hi);
-            created := created + 1;
-        EXCEPTION WHEN check_violation THEN
-            -- A delivery of that day reached the default partition after
-            -- the check above: the day stays there.
-            NULL;
-        END;
-    END LOOP;
-    RETURN created;
+    RETURN (SELECT pg_catalog.count(*) FILTER (WHERE webhook._create_archive_partition(today + i))
+              FROM pg_catalog.generate_series(0, days_ahead) AS i);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_create_partitions(integer) IS

@@ -52,7 +52,7 @@ fn finish(client: &mut Client, sql: &str, id: &str) {
 }
 
 /// Attach a partition for a day 100 days back, made as
-/// webhook_create_partitions makes today's, and move every delivery
+/// webhook_create_partitions makes each day's, and move every delivery
 /// archived so far into it, as if it had arrived that day (ids, arrival,
 /// and what refers to them). Returns the partition's name.
 fn age_the_archive_into_a_day_long_past(client: &mut Client) -> String {
@@ -60,18 +60,7 @@ fn age_the_archive_into_a_day_long_past(client: &mut Client) -> String {
         .batch_execute(
             "BEGIN;
              CREATE TEMP TABLE past AS SELECT (now() AT TIME ZONE 'UTC')::date - 100 AS day;
-             DO $$
-             DECLARE
-                 day  date := (SELECT day FROM past);
-                 name text := 'delivery_log_' || to_char(day, 'YYYYMMDD');
-             BEGIN
-                 EXECUTE format('CREATE TABLE webhook.%I (LIKE webhook.delivery_log INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION)', name);
-                 PERFORM webhook._prepare_archive_partition(format('webhook.%I', name)::regclass);
-                 EXECUTE format('ALTER TABLE webhook.delivery_log ATTACH PARTITION webhook.%I FOR VALUES FROM (%L) TO (%L)', name,
-                                webhook._archive_bound(day::timestamp AT TIME ZONE 'UTC'),
-                                webhook._archive_bound((day + 1)::timestamp AT TIME ZONE 'UTC'));
-             END
-             $$;
+             SELECT webhook._create_archive_partition(day) FROM past;
              CREATE TEMP TABLE moved AS
              SELECT id AS old,
                     webhook._archive_bound((SELECT day FROM past)::timestamp AT TIME ZONE 'UTC'
