@@ -206,8 +206,16 @@ scale = rows("scale.tsv")
 scale_lines = ["| what grows | size | one-call claim, average latency (ms) | archive size |", "|---|---:|---:|---:|"]
 for r in scale:
     kind, size, ms, archive = (r + [""] * 4)[:4]
-    scale_lines.append(f"| {kind} | {size if kind == 'payload' else f'{int(size):,} events'} | {ms} | {archive} |")
+    shown = {"payload": size, "partitions": f"{size} partitions"}.get(kind, f"{int(size):,} events" if size.isdigit() else size)
+    scale_lines.append(f"| {kind} | {shown} | {ms} | {archive} |")
 scale_table = "\n".join(scale_lines)
+
+purge = rows("purge.tsv")
+purge_lines = ["| how | rows | seconds | WAL | WAL per row (bytes) |", "|---|---:|---:|---:|---:|"]
+for how, n, secs, wal, per_row in purge:
+    what = "partition dropped" if how == "drop" else "rows deleted (default partition)"
+    purge_lines.append(f"| {what} | {int(n):,} | {secs} | {int(float(wal)):,} B | {per_row} |")
+purge_table = "\n".join(purge_lines)
 
 pg_version = subprocess.run(["psql", "-X", "-At", "-c", "SHOW server_version"], capture_output=True, text=True).stdout.strip()
 settings = subprocess.run(
@@ -227,6 +235,8 @@ print()
 print(storm_table)
 print()
 print(scale_table)
+print()
+print(purge_table)
 
 if os.path.exists(doc):
     with open(doc) as f:
@@ -238,7 +248,8 @@ if os.path.exists(doc):
         f"{table}\n\n**Targets**, each over every cell it applies to (medians):\n\n{target_table}\n\n"
         f"**The inbox** (synchronous_commit on; the drain leases, writes a side effect for and completes ten events per transaction):\n\n{inbox_table}\n\n"
         f"**Storm**, 16 near-simultaneous deliveries of each event, synchronous_commit off, lock_timeout 5 ms:\n\n{storm_table}\n\n"
-        f"**How it scales** (1 client, synchronous_commit on):\n\n{scale_table}\n"
+        f"**How it scales** (1 client, synchronous_commit on):\n\n{scale_table}\n\n"
+        f"**Purging a day of the archive** (`webhook_purge`, every event processed, after a checkpoint):\n\n{purge_table}\n"
         "<!-- figures:end -->"
     )
     start, end = text.find("<!-- figures:start -->"), text.find("<!-- figures:end -->")

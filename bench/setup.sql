@@ -1,6 +1,8 @@
 -- Benchmark fixtures: payloads, bodies with their signatures, the "limit"
 -- table, and the handlers the storm scenario runs for each implementation.
 CREATE EXTENSION IF NOT EXISTS pg_webhook_inbox;
+-- The archive's days, as every install should schedule.
+SELECT webhook_create_partitions();
 CREATE EXTENSION IF NOT EXISTS pgcrypto;
 -- WAL per run split into records, full-page images and bytes.
 CREATE EXTENSION IF NOT EXISTS pg_walinspect;

@@ -360,20 +360,20 @@ $$;
 COMMENT ON FUNCTION @extschema@.webhook_create_partitions(integer) IS
     'Create the archive''s daily partitions (UTC) for today and the next days_ahead days; returns how many it created. Schedule it daily';
 
--- Remove archive rows older than `older_than` whose event is processed or
--- skipped as stale (and rejections and handshakes, which have none).
--- A queued event counts as processed once every consumer has processed
--- it: until then its payload stays, since the workers read it from here.
--- Inbox rows processed before the cutoff go too, with their failures.
--- webhook.events is never touched: a replay after the purge is still a
--- duplicate. Returns the number of archive rows removed.
+-- Remove archive rows older than `older_than`, except the deliveries of
+-- events not finished: processing, failed, dead, or queued and not yet
+-- processed by every consumer (the workers read the payload from here).
+-- Deliveries of no event (rejections, handshakes) go too. Inbox rows
+-- processed before the cutoff go, with their failures. webhook.events is
+-- never touched: a replay after the purge is still a duplicate. Returns
+-- the number of archive rows removed.
 --
--- A day's partition wholly older than the cutoff is dropped whole, in
--- constant time and with almost no WAL: the deliveries it must keep (an
--- event not finished) are first moved to the default partition, and
--- their failures stay. Its rows are read once, through the event index,
--- to find those. The default partition (and the partition holding what
--- was archived before an upgrade to partitioning) is purged row by row,
+-- A day's partition wholly older than the cutoff is dropped whole, with
+-- almost no WAL: the deliveries it must keep are first moved to the
+-- default partition, and their failures stay. Finding them reads the
+-- day's event index and looks each event up once; nothing is written for
+-- the rest. The default partition (and the partition holding what was
+-- archived before an upgrade to partitioning) is purged row by row,
 -- `batch_size` rows per statement; pass max_batches for a large backlog
 -- and call it repeatedly. Dropping a partition locks the archive until
 -- the transaction ends: call it on its own, not inside other work.
@@ -386,17 +386,15 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    -- Whether the archive row `l` may go: the one rule, for both ways.
-    purgeable CONSTANT text := $rule$
-        (l.claim_status IN ('rejected', 'handshake')
-         OR EXISTS (SELECT FROM webhook.events e
-                     WHERE e.provider = l.provider AND e.event_id = l.event_id
-                       AND (e.status IN ('processed', 'stale')
-                            OR (e.status = 'queued'
-                                AND NOT EXISTS (SELECT FROM webhook.inbox i
-                                                 WHERE i.provider = e.provider
-                                                   AND i.event_id = e.event_id
-                                                   AND i.status NOT IN ('processed', 'stale'))))))$rule$;
+    -- An event whose deliveries must stay (as `e`): not finished, or
+    -- queued and not finished by every consumer. The one rule, for both
+    -- ways of purging; a delivery of no such event may go.
+    unfinished CONSTANT text := $rule$
+        NOT (e.status IN ('processed', 'stale')
+             OR (e.status = 'queued'
+                 AND NOT EXISTS (SELECT FROM webhook.inbox i
+                                  WHERE i.provider = e.provider AND i.event_id = e.event_id
+                                    AND i.status NOT IN ('processed', 'stale'))))$rule$;
     columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
                              'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
                              'body_sha256, secret_fingerprint';
@@ -435,13 +433,16 @@ BEGIN
                 WITH gone AS (
                     DELETE FROM %1$s
                      WHERE ctid = ANY (ARRAY(SELECT l.ctid FROM %1$s l
-                                              WHERE l.created_at < $1 AND %2$s
+                                              WHERE l.created_at < $1
+                                                AND NOT EXISTS (SELECT FROM webhook.events e
+                                                                 WHERE e.provider = l.provider
+                                                                   AND e.event_id = l.event_id AND %2$s)
                                               LIMIT $2))
                     RETURNING id
                 ), failures AS (
                     DELETE FROM webhook.delivery_failures f USING gone WHERE f.delivery_id = gone.id
                 )
-                SELECT count(*) FROM gone$sql$, part.partition, purgeable)
+                SELECT count(*) FROM gone$sql$, part.partition, unfinished)
             INTO batch USING cutoff, batch_size;
             deleted := deleted + batch;
             batches := batches + 1;
@@ -462,10 +463,16 @@ BEGIN
          WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
          ORDER BY p.upper_id
     LOOP
-        EXECUTE pg_catalog.format(
-            'SELECT count(*), coalesce(array_agg(l.id) FILTER (WHERE NOT %2$s), ''{}'') FROM %1$s l',
-            part.partition, purgeable)
-        INTO total, kept;
+        -- The day's events, each looked up once (its event index holds
+        -- them all): the deliveries of those unfinished stay.
+        EXECUTE pg_catalog.format($sql$
+            SELECT coalesce(array_agg(l.id), '{}')
+              FROM (SELECT DISTINCT d.provider, d.event_id FROM %1$s d WHERE d.event_id IS NOT NULL) AS k
+              JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
+              JOIN %1$s l ON l.provider = k.provider AND l.event_id = k.event_id
+             WHERE %2$s$sql$, part.partition, unfinished)
+        INTO kept;
+        EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
         EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', part.partition);
         IF pg_catalog.cardinality(kept) > 0 THEN
             -- No partition covers their ids any more: they go to the
