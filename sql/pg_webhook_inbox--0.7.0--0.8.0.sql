@@ -405,6 +405,9 @@ DECLARE
     part      record;
     total     bigint;
     kept      uuid[];
+    kept_all  uuid[] := '{}';
+    days      pg_catalog.regclass[] := '{}';
+    day       pg_catalog.regclass;
 BEGIN
     IF older_than IS NULL OR older_than <= interval '0' THEN
         RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
@@ -457,9 +460,11 @@ BEGIN
                       AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
     DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
 
-    -- Whole partitions, oldest first.
+    -- Whole days, oldest first. Each is read before any is detached: the
+    -- first detach locks the archive until the transaction ends, and
+    -- claims wait for only what follows it.
     FOR part IN
-        SELECT p.partition, p.lower_id, p.upper_id FROM webhook.archive_partitions p
+        SELECT p.partition FROM webhook.archive_partitions p
          WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
          ORDER BY p.upper_id
     LOOP
@@ -472,20 +477,23 @@ BEGIN
               JOIN %1$s l ON l.provider = k.provider AND l.event_id = k.event_id
              WHERE %2$s$sql$, part.partition, unfinished)
         INTO kept;
+        kept_all := kept_all || kept;
         EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
-        EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', part.partition);
-        IF pg_catalog.cardinality(kept) > 0 THEN
-            -- No partition covers their ids any more: they go to the
-            -- default partition, under the same ids.
-            EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
-                                      columns, part.partition)
-            USING kept;
-        END IF;
+        deleted := deleted + total - pg_catalog.cardinality(kept);
+        days := days || part.partition;
+    END LOOP;
+    FOREACH day IN ARRAY days LOOP
+        SELECT p.lower_id, p.upper_id INTO part FROM webhook.archive_partitions p WHERE p.partition = day;
+        EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', day);
+        -- No partition covers their ids any more: they go to the default
+        -- partition, under the same ids.
+        EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
+                                  columns, day)
+        USING kept_all;
         DELETE FROM webhook.delivery_failures f
          WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
-           AND f.delivery_id <> ALL (kept);
-        EXECUTE pg_catalog.format('DROP TABLE %s', part.partition);
-        deleted := deleted + total - pg_catalog.cardinality(kept);
+           AND f.delivery_id <> ALL (kept_all);
+        EXECUTE pg_catalog.format('DROP TABLE %s', day);
     END LOOP;
     RETURN deleted;
 END

@@ -51,34 +51,34 @@ fn finish(client: &mut Client, sql: &str, id: &str) {
     client.execute(sql, &[&id]).unwrap();
 }
 
-/// Attach a partition for a day 100 days back, made as
-/// webhook_create_partitions makes each day's, and move every delivery
-/// archived so far into it, as if it had arrived that day (ids, arrival,
+/// Attach a partition for a day `days_ago` back, made as
+/// webhook_create_partitions makes each day's, and move the deliveries
+/// archived today into it, as if they had arrived that day (ids, arrival,
 /// and what refers to them). Returns the partition's name.
-fn age_the_archive_into_a_day_long_past(client: &mut Client) -> String {
+fn age_into(client: &mut Client, days_ago: i32) -> String {
     client
-        .batch_execute(
+        .batch_execute(&format!(
             "BEGIN;
-             CREATE TEMP TABLE past AS SELECT (now() AT TIME ZONE 'UTC')::date - 100 AS day;
+             CREATE TEMP TABLE past ON COMMIT DROP AS SELECT (now() AT TIME ZONE 'UTC')::date - {days_ago} AS day;
              SELECT webhook._create_archive_partition(day) FROM past;
-             CREATE TEMP TABLE moved AS
+             CREATE TEMP TABLE moved ON COMMIT DROP AS
              SELECT id AS old,
                     webhook._archive_bound((SELECT day FROM past)::timestamp AT TIME ZONE 'UTC'
                                            + interval '1 hour' + row_number() OVER (ORDER BY id) * interval '1 ms') AS new
-               FROM webhook.delivery_log;
+               FROM webhook.delivery_log WHERE created_at > now() - interval '1 day';
              UPDATE webhook.delivery_log l
-                SET id = m.new, created_at = l.created_at - interval '100 days'
+                SET id = m.new, created_at = l.created_at - interval '{days_ago} days'
                FROM moved m WHERE l.id = m.old;
              UPDATE webhook.events e SET claim_id = m.new FROM moved m WHERE e.claim_id = m.old;
              UPDATE webhook.inbox i SET delivery_id = m.new FROM moved m WHERE i.delivery_id = m.old;
              UPDATE webhook.delivery_failures f SET delivery_id = m.new FROM moved m WHERE f.delivery_id = m.old;
-             COMMIT;",
-        )
+             COMMIT;"
+        ))
         .unwrap();
     client
         .query_one(
-            "SELECT 'webhook.delivery_log_' || to_char((now() AT TIME ZONE 'UTC')::date - 100, 'YYYYMMDD')",
-            &[],
+            "SELECT 'webhook.delivery_log_' || to_char((now() AT TIME ZONE 'UTC')::date - $1::int, 'YYYYMMDD')",
+            &[&days_ago],
         )
         .unwrap()
         .get(0)
@@ -232,7 +232,7 @@ fn a_day_older_than_the_cutoff_is_dropped_whole_keeping_what_is_unfinished() {
              SELECT webhook_receive('stripe', '{\"Stripe-Signature\": \"t=1,v1=00\"}'::jsonb, '{}'::bytea);",
         )
         .unwrap();
-    let day = age_the_archive_into_a_day_long_past(&mut client);
+    let day = age_into(&mut client, 100);
     assert_eq!(
         count(&mut client, &format!("SELECT count(*) FROM {day}")),
         7
@@ -318,11 +318,66 @@ fn a_day_not_wholly_past_the_cutoff_is_kept_whole() {
         "SELECT webhook_complete($1::text::uuid)",
         &done,
     );
-    let day = age_the_archive_into_a_day_long_past(&mut client);
+    let day = age_into(&mut client, 100);
     assert_eq!(count(&mut client, "SELECT webhook_purge('100 days')"), 0);
     assert!(partitions(&mut client).contains(&day));
     assert_eq!(count(&mut client, "SELECT webhook_purge('99 days')"), 1);
     assert!(!partitions(&mut client).contains(&day));
+}
+
+#[test]
+fn several_days_go_in_one_purge_each_keeping_its_unfinished_deliveries() {
+    let mut client = installed("pgwi_partitions_days");
+    let (older, _) = claim(&mut client, "evt_older_failed");
+    finish(
+        &mut client,
+        "SELECT webhook_fail($1::text::uuid, 'boom')",
+        &older,
+    );
+    claim(&mut client, "evt_older_done");
+    let older_day = age_into(&mut client, 120);
+    let (done, _) = claim(&mut client, "evt_old_done");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &done,
+    );
+    claim(&mut client, "evt_old_processing");
+    let old_day = age_into(&mut client, 110);
+    // The worker's claim, as aged.
+    let leased: String = client
+        .query_one(
+            "SELECT claim_id::text FROM webhook.events WHERE event_id = 'evt_old_processing'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    // evt_older_done was claimed and never finished: it stays too.
+    assert_eq!(count(&mut client, "SELECT webhook_purge('100 days')"), 1);
+    let left = partitions(&mut client);
+    assert!(!left.contains(&older_day) && !left.contains(&old_day));
+    let kept: String = client
+        .query_one(
+            "SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook.delivery_log_default",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, "evt_old_processing,evt_older_done,evt_older_failed");
+    // A claim whose day was dropped still finishes, found by its id.
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &leased,
+    );
+    assert_eq!(claim(&mut client, "evt_old_processing").1, "duplicate");
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_failures"
+        ),
+        1
+    );
 }
 
 /// Handlers claim and complete on 4 connections while the maintenance
@@ -338,7 +393,7 @@ fn maintenance_runs_beside_handlers() {
         "SELECT webhook_complete($1::text::uuid)",
         &done,
     );
-    let day = age_the_archive_into_a_day_long_past(&mut client);
+    let day = age_into(&mut client, 100);
     client
         .batch_execute("SELECT webhook_create_partitions(0)")
         .unwrap();
