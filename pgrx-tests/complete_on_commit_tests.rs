@@ -218,6 +218,7 @@ mod tests {
         for (function, ty) in [
             ("webhook_claim", "webhook.claim_result"),
             ("webhook_receive", "webhook.receive_result"),
+            ("webhook_enqueue", "webhook.enqueue_result"),
         ] {
             let shapes = Spi::get_one_with_args::<String>(
                 "SELECT string_agg(DISTINCT prorettype::regtype::text || '/' || proretset, ',')
@@ -226,5 +227,14 @@ mod tests {
             );
             assert_eq!(shapes, Ok(Some(format!("{ty}/false"))), "{function}");
         }
+        let queued = Spi::get_two::<bool, String>(
+            "SELECT queued, status FROM webhook_enqueue('stripe', 'evt_composite', 't', '{}'::jsonb)",
+        );
+        assert_eq!(queued, Ok((Some(true), Some("queued".into()))));
+        let again = Spi::get_two::<bool, String>(
+            "SELECT (r).queued, (r).status
+               FROM (SELECT webhook_enqueue('stripe', 'evt_composite', 't', '{}'::bytea) AS r) AS x",
+        );
+        assert_eq!(again, Ok((Some(false), Some("duplicate".into()))));
     }
 }

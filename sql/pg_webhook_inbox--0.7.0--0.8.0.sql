@@ -10,6 +10,8 @@
 --     partition; the rest is purged row by row as before.
 --   * webhook.delivery_failures no longer has a foreign key to the
 --     archive: the purge removes the two together.
+--   * webhook_enqueue returns one row of webhook.enqueue_result instead of
+--     a set of one row: the same columns, one call instead of two.
 --   * webhook_grant_operator also grants webhook.archive_partitions and
 --     webhook_create_partitions; roles granted before get them here.
 --
@@ -531,6 +533,105 @@ END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
     'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
+
+------------------------------------------------------------------------------
+-- webhook_enqueue returns one row of a composite type instead of a set of
+-- one row: each old function is renamed, the new one created, the old
+-- one's grants carried over, and the old one dropped.
+
+CREATE TYPE webhook.enqueue_result AS (
+    id      uuid,     -- the delivery
+    queued  boolean,  -- true: the event is new, and queued for the workers
+    status  text      -- queued, or duplicate
+);
+COMMENT ON TYPE webhook.enqueue_result IS 'The answer of webhook_enqueue: one row';
+
+ALTER FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text) RENAME TO webhook_enqueue_0_7_0;
+ALTER FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text) RENAME TO webhook_enqueue_0_7_0;
+ALTER FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text) RENAME TO webhook_enqueue_0_7_0;
+
+CREATE FUNCTION @extschema@."webhook_enqueue"(
+	"provider" TEXT,
+	"event_id" TEXT,
+	"event_type" TEXT,
+	"payload" jsonb,
+	"signature" TEXT DEFAULT NULL
+) RETURNS webhook.enqueue_result
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_payload_wrapper';
+CREATE FUNCTION @extschema@."webhook_enqueue"(
+	"provider" TEXT,
+	"event_id" TEXT,
+	"event_type" TEXT,
+	"body" bytea,
+	"signature" TEXT DEFAULT NULL
+) RETURNS webhook.enqueue_result
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_body_wrapper';
+CREATE FUNCTION @extschema@."webhook_enqueue"(
+	"provider" TEXT,
+	"event_id" TEXT,
+	"event_type" TEXT,
+	"body" TEXT,
+	"signature" TEXT DEFAULT NULL
+) RETURNS webhook.enqueue_result
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_body_text_wrapper';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text) IS
+    'Queue a delivery the caller verified (payload as jsonb) for inbox workers: queued (new) or duplicate; answer 2xx either way';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text) IS
+    'webhook_enqueue with the raw body, archived byte for byte';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text) IS
+    'webhook_enqueue with the raw body passed as text';
+
+DO $$
+DECLARE
+    pair   record;
+    grant_ record;
+BEGIN
+    FOR pair IN
+        SELECT o.oid AS old, n.oid AS new, o.proacl IS NULL AS default_acl
+          FROM pg_catalog.pg_proc o
+          JOIN pg_catalog.pg_proc n
+            ON n.pronamespace = o.pronamespace
+           AND n.proname || '_0_7_0' = o.proname
+           AND n.proargtypes = o.proargtypes
+         WHERE o.proname = 'webhook_enqueue_0_7_0'
+    LOOP
+        CONTINUE WHEN pair.default_acl;
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', pair.new::pg_catalog.regprocedure);
+        FOR grant_ IN
+            SELECT a.privilege_type,
+                   CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                        ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee
+              FROM pg_catalog.pg_proc p
+             CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+             WHERE p.oid = pair.old AND a.grantee <> p.proowner
+        LOOP
+            EXECUTE pg_catalog.format('GRANT %s ON FUNCTION %s TO %s',
+                                      grant_.privilege_type, pair.new::pg_catalog.regprocedure, grant_.grantee);
+        END LOOP;
+        -- Initial privileges as a fresh install records them (the owner
+        -- alone): a GRANT in an extension script would record the DBA's
+        -- grants as the extension's own, and pg_dump would leave them out.
+        UPDATE pg_catalog.pg_init_privs i
+           SET initprivs = ARRAY[pg_catalog.makeaclitem(p.proowner, p.proowner, 'EXECUTE', false)]
+          FROM pg_catalog.pg_proc p
+         WHERE p.oid = pair.new AND i.objoid = p.oid
+           AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objsubid = 0;
+    END LOOP;
+END
+$$;
+
+DROP FUNCTION @extschema@.webhook_enqueue_0_7_0(text, text, text, jsonb, text);
+DROP FUNCTION @extschema@.webhook_enqueue_0_7_0(text, text, text, bytea, text);
+DROP FUNCTION @extschema@.webhook_enqueue_0_7_0(text, text, text, text, text);
 
 ------------------------------------------------------------------------------
 -- Privileges: the rule for the new functions, then what roles held on

@@ -10,6 +10,7 @@
 
 use crate::claim::api::{checked_payload, claim, claim_raw, Claims};
 use crate::errors::PgResult;
+use crate::inbox;
 use crate::jsonb::RawJsonb;
 use crate::receive::{receive_answer, Mode, ReceiveRow};
 use crate::requeue::Log;
@@ -422,6 +423,82 @@ fn webhook_schemes() -> TableIterator<
             )
         },
     ))
+}
+
+/// 0.3.0's to 0.7.0's `webhook_enqueue(text, text, text, jsonb, text)`: a
+/// set of one row.
+#[pg_extern(sql = false)]
+fn webhook_enqueue(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    payload: Option<RawJsonb>,
+    signature: Option<&str>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(queued, bool),
+            name!(status, String),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let payload = checked_payload(inbox::api::ENQUEUE, payload)?;
+    let queued = inbox::api::enqueue(provider, event_id, event_type, payload, None, signature)?;
+    Ok(TableIterator::once(queued.row()))
+}
+
+/// 0.3.0's to 0.7.0's `webhook_enqueue(text, text, text, bytea, text)`.
+#[pg_extern(sql = false)]
+fn webhook_enqueue_raw(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&[u8]>,
+    signature: Option<&str>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(queued, bool),
+            name!(status, String),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let queued = inbox::api::enqueue_raw(provider, event_id, event_type, body, signature)?;
+    Ok(TableIterator::once(queued.row()))
+}
+
+/// 0.3.0's to 0.7.0's `webhook_enqueue(text, text, text, text, text)`.
+#[pg_extern(sql = false)]
+fn webhook_enqueue_text(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&str>,
+    signature: Option<&str>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(id, pgrx::Uuid),
+            name!(queued, bool),
+            name!(status, String),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    webhook_enqueue_raw(
+        provider,
+        event_id,
+        event_type,
+        body.map(str::as_bytes),
+        signature,
+    )
 }
 
 /// 0.6.0's `webhook_claim(text, text, text, jsonb, text, interval)`: a set

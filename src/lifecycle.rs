@@ -10,6 +10,7 @@
 //! SQLSTATE 55006, so the caller's transaction rolls back its business
 //! writes instead of committing them a second time.
 
+use crate::claim::owned_status;
 use crate::errors::{PgResult, Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::inbox;
@@ -233,14 +234,6 @@ static LOOKUP: Statement = Statement {
 // exception is a claim that completes on commit, in its own transaction:
 // its event is processed already, and is still its to finish (`$4`, true).
 
-/// The status an owned event is in: `processed` when `$4` (the claim
-/// completes on commit, and this is its transaction), else `processing`.
-macro_rules! owned_status {
-    () => {
-        "(CASE WHEN $4 THEN 'processed' ELSE 'processing' END)::webhook.event_status"
-    };
-}
-
 /// Mark the event processed, returning its entity and order value
 /// (`$ordering`: SQL for both, NULL when the tables have none).
 macro_rules! complete {
@@ -253,7 +246,7 @@ macro_rules! complete {
                     result = $5
               WHERE provider = $2 AND event_id = $3
                 AND claim_id = $1 AND status = ",
-            owned_status!(),
+            owned_status!("$4"),
             "
           RETURNING true, ",
             $ordering
@@ -289,7 +282,7 @@ static FAIL: Statement = Statement {
                      processed_at = NULL
                WHERE provider = $2 AND event_id = $3
                  AND claim_id = $1 AND status = ",
-        owned_status!(),
+        owned_status!("$4"),
         "
               RETURNING 1
           )

@@ -20,6 +20,7 @@
 mod answer;
 pub(crate) mod api;
 mod statements;
+pub(crate) use statements::owned_status;
 
 pub use answer::{ClaimStatus, EventState, EventStatus, Outcome};
 pub(crate) use statements::{

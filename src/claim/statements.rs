@@ -49,20 +49,22 @@ macro_rules! answer {
     };
 }
 
-/// The status of an event a claim now owns, from the claim's lease (an
-/// SQL expression): `processing` until `webhook_complete`, or, for a claim
-/// that completes on commit (no lease), `processed` already, so that its
-/// transaction's commit is the event's completion and its rollback undoes
-/// both.
+/// The status of an event a claim owns, given an SQL condition that holds
+/// when the claim completes on commit: `processed` already then, so that
+/// its transaction's commit is the event's completion and its rollback
+/// undoes both; `processing` otherwise, until `webhook_complete`. The claim
+/// statements test the lease (a claim that completes on commit has none),
+/// `lifecycle` a flag the session keeps.
 macro_rules! owned_status {
-    ($lease:literal) => {
+    ($completes_on_commit:literal) => {
         concat!(
             "(CASE WHEN ",
-            $lease,
-            " IS NULL THEN 'processed' ELSE 'processing' END)::webhook.event_status"
+            $completes_on_commit,
+            " THEN 'processed' ELSE 'processing' END)::webhook.event_status"
         )
     };
 }
+pub(crate) use owned_status;
 
 /// The arguments of CLAIM, OBSERVE and the inbox's ENQUEUE
 /// (`Delivery::arguments`): provider, event_id, event_type, the delivery's
@@ -116,7 +118,7 @@ macro_rules! claim {
             $columns,
             ")
                   VALUES ($1, $2, $3, ",
-            owned_status!("$9"),
+            owned_status!("$9 IS NULL"),
             ", 1, $4, pg_catalog.clock_timestamp() + $9,
                           CASE WHEN $9 IS NULL THEN pg_catalog.now() END, $10",
             $values,
@@ -255,7 +257,7 @@ macro_rules! take_over {
         concat!(
             "UPDATE webhook.events
                 SET status = ",
-            owned_status!("$4"),
+            owned_status!("$4 IS NULL"),
             ",
                     attempts = attempts + 1,
                     claim_id = $3,

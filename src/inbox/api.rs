@@ -5,6 +5,7 @@
 use super::lease;
 use crate::claim::api::{checked_payload, delivery, payload_of_body, Claims};
 use crate::claim::Outcome;
+use crate::composite;
 use crate::errors::{PgResult, Result, WebhookError};
 use crate::input::{self, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES};
 use crate::jsonb::RawJsonb;
@@ -15,70 +16,109 @@ use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-const ENQUEUE: &str = "webhook_enqueue";
+pub(crate) const ENQUEUE: &str = "webhook_enqueue";
 const NEXT: &str = "webhook_next";
 
 /// Most events one `webhook_next` call leases.
 const MAX_BATCH: i32 = 1000;
 
-type EnqueueRow = TableIterator<
-    'static,
-    (
-        name!(id, pgrx::Uuid),
-        name!(queued, bool),
-        name!(status, String),
-    ),
->;
-
 /// Queue a delivery the caller has verified (payload as `jsonb`): `queued`
 /// when its event is new, `duplicate` when it was seen before. Either way
 /// it is stored once the transaction commits: answer 2xx.
-#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_enqueue(
+fn enqueue_payload(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     payload: Option<RawJsonb>,
     signature: default!(Option<&str>, "NULL"),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(queued, bool),
-            name!(status, String),
-        ),
-    >,
+    pgrx::composite_type!('static, "webhook.enqueue_result"),
     pg_sys::panic::ErrorReport,
 > {
     let payload = checked_payload(ENQUEUE, payload)?;
-    enqueue_row(provider, event_id, event_type, payload, None, signature)
+    let queued = enqueue(provider, event_id, event_type, payload, None, signature)?;
+    Ok(composite::of_call(fcinfo, queued.values())?)
 }
 
 /// `webhook_enqueue` with the raw body, archived byte for byte.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
 #[search_path(pg_catalog, pg_temp)]
-fn webhook_enqueue_raw(
+fn enqueue_body(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     body: Option<&[u8]>,
     signature: default!(Option<&str>, "NULL"),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(queued, bool),
-            name!(status, String),
-        ),
-    >,
+    pgrx::composite_type!('static, "webhook.enqueue_result"),
     pg_sys::panic::ErrorReport,
 > {
+    let queued = enqueue_raw(provider, event_id, event_type, body, signature)?;
+    Ok(composite::of_call(fcinfo, queued.values())?)
+}
+
+/// `webhook_enqueue` with the raw body passed as text.
+#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
+#[search_path(pg_catalog, pg_temp)]
+fn enqueue_body_text(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&str>,
+    signature: default!(Option<&str>, "NULL"),
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> std::result::Result<
+    pgrx::composite_type!('static, "webhook.enqueue_result"),
+    pg_sys::panic::ErrorReport,
+> {
+    let body = body.map(str::as_bytes);
+    let queued = enqueue_raw(provider, event_id, event_type, body, signature)?;
+    Ok(composite::of_call(fcinfo, queued.values())?)
+}
+
+/// What `webhook_enqueue` answers: the delivery, and whether its event was
+/// queued (new) or a duplicate.
+pub(crate) struct Queued {
+    id: pgrx::Uuid,
+    status: crate::claim::ClaimStatus,
+}
+
+impl Queued {
+    /// The values of the columns `(id, queued, status)`.
+    fn values(self) -> Vec<Option<pg_sys::Datum>> {
+        vec![
+            composite::value(self.id),
+            composite::value(self.status == crate::claim::ClaimStatus::Queued),
+            composite::value(self.status.as_str()),
+        ]
+    }
+
+    /// The `(id, queued, status)` row of webhook_enqueue up to 0.7.0, a
+    /// set of one row.
+    pub(crate) fn row(self) -> (pgrx::Uuid, bool, String) {
+        (
+            self.id,
+            self.status == crate::claim::ClaimStatus::Queued,
+            self.status.as_str().to_string(),
+        )
+    }
+}
+
+/// Queue a delivery given its raw body.
+pub(crate) fn enqueue_raw(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&[u8]>,
+    signature: Option<&str>,
+) -> PgResult<Queued> {
     let body = input::required(ENQUEUE, "body", body)?;
     let payload = payload_of_body(ENQUEUE, body)?;
-    enqueue_row(
+    enqueue(
         provider,
         event_id,
         event_type,
@@ -88,54 +128,22 @@ fn webhook_enqueue_raw(
     )
 }
 
-/// `webhook_enqueue` with the raw body passed as text.
-#[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
-#[search_path(pg_catalog, pg_temp)]
-fn webhook_enqueue_text(
-    provider: Option<&str>,
-    event_id: Option<&str>,
-    event_type: Option<&str>,
-    body: Option<&str>,
-    signature: default!(Option<&str>, "NULL"),
-) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(id, pgrx::Uuid),
-            name!(queued, bool),
-            name!(status, String),
-        ),
-    >,
-    pg_sys::panic::ErrorReport,
-> {
-    webhook_enqueue_raw(
-        provider,
-        event_id,
-        event_type,
-        body.map(str::as_bytes),
-        signature,
-    )
-}
-
-fn enqueue_row(
+/// Queue a delivery whose payload is checked.
+pub(crate) fn enqueue(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     payload: RawJsonb,
     raw_body: Option<&[u8]>,
     signature: Option<&str>,
-) -> PgResult<EnqueueRow> {
+) -> PgResult<Queued> {
     // A queued event is leased by workers, not by this call: the default.
     let claims = Claims::leased(ENQUEUE, None)?;
     let d = delivery(
         ENQUEUE, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;
     let Outcome { id, status, .. } = Spi::connect_mut(|client| super::enqueue(client, &d))?;
-    Ok(TableIterator::once((
-        id,
-        status == crate::claim::ClaimStatus::Queued,
-        status.as_str().to_string(),
-    )))
+    Ok(Queued { id, status })
 }
 
 /// Lease up to `batch` ready events of `consumer` for `lease` (default
