@@ -219,6 +219,7 @@ mod tests {
             ("webhook_claim", "webhook.claim_result"),
             ("webhook_receive", "webhook.receive_result"),
             ("webhook_enqueue", "webhook.enqueue_result"),
+            ("idempotency_begin", "webhook.idempotency_begin_result"),
         ] {
             let shapes = Spi::get_one_with_args::<String>(
                 "SELECT string_agg(DISTINCT prorettype::regtype::text || '/' || proretset, ',')

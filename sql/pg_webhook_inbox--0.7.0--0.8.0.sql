@@ -10,8 +10,9 @@
 --     partition; the rest is purged row by row as before.
 --   * webhook.delivery_failures no longer has a foreign key to the
 --     archive: the purge removes the two together.
---   * webhook_enqueue returns one row of webhook.enqueue_result instead of
---     a set of one row: the same columns, one call instead of two.
+--   * webhook_enqueue and idempotency_begin return one row of
+--     webhook.enqueue_result and webhook.idempotency_begin_result instead
+--     of a set of one row: the same columns, one call instead of two.
 --   * webhook_grant_operator also grants webhook.archive_partitions and
 --     webhook_create_partitions; roles granted before get them here.
 --
@@ -535,9 +536,9 @@ COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
     'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
 
 ------------------------------------------------------------------------------
--- webhook_enqueue returns one row of a composite type instead of a set of
--- one row: each old function is renamed, the new one created, the old
--- one's grants carried over, and the old one dropped.
+-- webhook_enqueue and idempotency_begin return one row of a composite type
+-- instead of a set of one row: each old function is renamed, the new one
+-- created, the old one's grants carried over, and the old one dropped.
 
 CREATE TYPE webhook.enqueue_result AS (
     id      uuid,     -- the delivery
@@ -545,10 +546,21 @@ CREATE TYPE webhook.enqueue_result AS (
     status  text      -- queued, or duplicate
 );
 COMMENT ON TYPE webhook.enqueue_result IS 'The answer of webhook_enqueue: one row';
+CREATE TYPE webhook.idempotency_begin_result AS (
+    outcome          text,   -- new, in_progress, replay or mismatch
+    request_id       uuid,   -- new: what the request's later calls take
+    http_status      integer,
+    recovery_point   text,   -- new: the last step an earlier attempt passed
+    recovery         jsonb,  -- new: each passed step's output
+    response_headers jsonb,  -- replay: the stored response
+    response_body    text
+);
+COMMENT ON TYPE webhook.idempotency_begin_result IS 'The answer of idempotency_begin: one row';
 
 ALTER FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text) RENAME TO webhook_enqueue_0_7_0;
 ALTER FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text) RENAME TO webhook_enqueue_0_7_0;
 ALTER FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text) RENAME TO webhook_enqueue_0_7_0;
+ALTER FUNCTION @extschema@.idempotency_begin(text, text, text, interval) RENAME TO idempotency_begin_0_7_0;
 
 CREATE FUNCTION @extschema@."webhook_enqueue"(
 	"provider" TEXT,
@@ -583,6 +595,18 @@ VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'enqueue_body_text_wrapper';
+CREATE FUNCTION @extschema@."idempotency_begin"(
+	"scope" TEXT,
+	"key" TEXT,
+	"fingerprint" TEXT,
+	"lease" interval DEFAULT '1 minute'
+) RETURNS webhook.idempotency_begin_result
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'begin_keyed_request_wrapper';
+COMMENT ON FUNCTION @extschema@.idempotency_begin(text, text, text, interval) IS
+    'Begin a request carrying an idempotency key: new (owned under a lease; resume from recovery_point), in_progress (409), replay (the stored response) or mismatch (422)';
 COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text) IS
     'Queue a delivery the caller verified (payload as jsonb) for inbox workers: queued (new) or duplicate; answer 2xx either way';
 COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text) IS
@@ -602,7 +626,7 @@ BEGIN
             ON n.pronamespace = o.pronamespace
            AND n.proname || '_0_7_0' = o.proname
            AND n.proargtypes = o.proargtypes
-         WHERE o.proname = 'webhook_enqueue_0_7_0'
+         WHERE o.proname IN ('webhook_enqueue_0_7_0', 'idempotency_begin_0_7_0')
     LOOP
         CONTINUE WHEN pair.default_acl;
         EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', pair.new::pg_catalog.regprocedure);
@@ -632,6 +656,7 @@ $$;
 DROP FUNCTION @extschema@.webhook_enqueue_0_7_0(text, text, text, jsonb, text);
 DROP FUNCTION @extschema@.webhook_enqueue_0_7_0(text, text, text, bytea, text);
 DROP FUNCTION @extschema@.webhook_enqueue_0_7_0(text, text, text, text, text);
+DROP FUNCTION @extschema@.idempotency_begin_0_7_0(text, text, text, interval);
 
 ------------------------------------------------------------------------------
 -- Privileges: the rule for the new functions, then what roles held on

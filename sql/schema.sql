@@ -46,9 +46,9 @@ COMMENT ON SCHEMA webhook IS
 CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead', 'queued', 'stale');
 CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued', 'stale', 'handshake');
 
--- What webhook_claim, webhook_receive and webhook_enqueue answer: one row
--- each, so each is a function returning a composite, called once per
--- delivery.
+-- What webhook_claim, webhook_receive, webhook_enqueue and
+-- idempotency_begin answer: one row each, so each is a function returning
+-- a composite, called once per call.
 CREATE TYPE webhook.claim_result AS (
     id         uuid,     -- the delivery: what webhook_complete and webhook_fail take
     claimed    boolean,  -- true: this caller processes the event
@@ -75,11 +75,21 @@ CREATE TYPE webhook.enqueue_result AS (
     queued  boolean,  -- true: the event is new, and queued for the workers
     status  text      -- queued, or duplicate
 );
+CREATE TYPE webhook.idempotency_begin_result AS (
+    outcome          text,   -- new, in_progress, replay or mismatch
+    request_id       uuid,   -- new: what the request's later calls take
+    http_status      integer,
+    recovery_point   text,   -- new: the last step an earlier attempt passed
+    recovery         jsonb,  -- new: each passed step's output
+    response_headers jsonb,  -- replay: the stored response
+    response_body    text
+);
 COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox), stale (skipped: older than its entity''s watermark)';
 COMMENT ON TYPE webhook.claim_status IS 'What a delivery was answered';
 COMMENT ON TYPE webhook.claim_result IS 'The answer of webhook_claim: one row';
 COMMENT ON TYPE webhook.receive_result IS 'The answer of webhook_receive: one row, with what to send the provider';
 COMMENT ON TYPE webhook.enqueue_result IS 'The answer of webhook_enqueue: one row';
+COMMENT ON TYPE webhook.idempotency_begin_result IS 'The answer of idempotency_begin: one row';
 
 CREATE TABLE webhook.events (
     provider         text        NOT NULL,

@@ -425,6 +425,33 @@ fn webhook_schemes() -> TableIterator<
     ))
 }
 
+/// 0.6.0's and 0.7.0's `idempotency_begin(text, text, text, interval)`: a
+/// set of one row.
+#[pg_extern(sql = false)]
+fn begin_request(
+    scope: Option<&str>,
+    key: Option<&str>,
+    fingerprint: Option<&str>,
+    lease: Option<Interval>,
+) -> std::result::Result<
+    TableIterator<
+        'static,
+        (
+            name!(outcome, String),
+            name!(request_id, Option<pgrx::Uuid>),
+            name!(http_status, Option<i32>),
+            name!(recovery_point, Option<String>),
+            name!(recovery, Option<RawJsonb>),
+            name!(response_headers, Option<RawJsonb>),
+            name!(response_body, Option<String>),
+        ),
+    >,
+    pg_sys::panic::ErrorReport,
+> {
+    let row = crate::idempotency::requests::begin_checked(scope, key, fingerprint, lease)?;
+    Ok(TableIterator::once(row))
+}
+
 /// 0.3.0's to 0.7.0's `webhook_enqueue(text, text, text, jsonb, text)`: a
 /// set of one row.
 #[pg_extern(sql = false)]

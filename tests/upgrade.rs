@@ -249,6 +249,24 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             .unwrap()
             .get(0)
         });
+        // A release with idempotency keys: a request begun through its own
+        // SQL before the upgrade, and finished after it.
+        let has_keys: bool = old
+            .query_one(
+                "SELECT to_regprocedure('idempotency_begin(text, text, text, interval)') IS NOT NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        let keyed: Option<String> = has_keys.then(|| {
+            old.query_one(
+                "SELECT request_id::text FROM idempotency_begin('upgrade', 'key-before', 'fp')",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+        });
+        assert_eq!(has_keys, version.as_str() >= "0.6.0", "{version}");
         let before: Vec<String> = old
             .query(
                 "SELECT provider || '/' || event_id || '/' || status || '/' || attempts FROM webhook.events ORDER BY 1",
@@ -385,6 +403,24 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
                 status, "processed",
                 "a lease taken before {version} was upgraded"
             );
+        }
+
+        if let Some(request) = &keyed {
+            app.execute(
+                "SELECT idempotency_finish($1::text::uuid, 201, 'made')",
+                &[request],
+            )
+            .unwrap();
+            let replay: (String, i32) = {
+                let row = app
+                    .query_one(
+                        "SELECT outcome, http_status FROM idempotency_begin('upgrade', 'key-before', 'fp')",
+                        &[],
+                    )
+                    .unwrap();
+                (row.get(0), row.get(1))
+            };
+            assert_eq!(replay, ("replay".to_string(), 201));
         }
 
         // (d) Ordering works in the upgraded database: the DBA turns it on,

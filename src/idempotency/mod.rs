@@ -19,7 +19,7 @@
 //! `idempotency_purge` (sql/operations.sql) expires them.
 
 pub mod outbound;
-mod requests;
+pub(crate) mod requests;
 
 use sha2::{Digest, Sha256};
 

@@ -34,6 +34,7 @@
 //! The request id `new` returns fences each attempt: once another attempt
 //! took the key over, the old one's calls are refused with SQLSTATE 55006.
 
+use crate::composite;
 use crate::errors::{PgResult, Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::input;
@@ -79,7 +80,7 @@ impl Outcome {
 }
 
 /// One row of `idempotency_begin`.
-type Begun = (
+pub(crate) type Begun = (
     String,
     Option<pgrx::Uuid>,
     Option<i32>,
@@ -100,26 +101,39 @@ type Begun = (
     name = "idempotency_begin"
 )]
 #[search_path(pg_catalog, pg_temp)]
-fn begin_request(
+fn begin_keyed_request(
     scope: Option<&str>,
     key: Option<&str>,
     fingerprint: Option<&str>,
     lease: default!(Option<Interval>, "'1 minute'"),
+    fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
-    TableIterator<
-        'static,
-        (
-            name!(outcome, String),
-            name!(request_id, Option<pgrx::Uuid>),
-            name!(http_status, Option<i32>),
-            name!(recovery_point, Option<String>),
-            name!(recovery, Option<RawJsonb>),
-            name!(response_headers, Option<RawJsonb>),
-            name!(response_body, Option<String>),
-        ),
-    >,
+    pgrx::composite_type!('static, "webhook.idempotency_begin_result"),
     pg_sys::panic::ErrorReport,
 > {
+    let (outcome, request_id, http_status, recovery_point, recovery, headers, body) =
+        begin_checked(scope, key, fingerprint, lease)?;
+    Ok(composite::of_call(
+        fcinfo,
+        vec![
+            composite::value(outcome),
+            composite::value(request_id),
+            composite::value(http_status),
+            composite::value(recovery_point),
+            composite::value(recovery),
+            composite::value(headers),
+            composite::value(body),
+        ],
+    )?)
+}
+
+/// `idempotency_begin`'s arguments checked, and the request begun.
+pub(crate) fn begin_checked(
+    scope: Option<&str>,
+    key: Option<&str>,
+    fingerprint: Option<&str>,
+    lease: Option<Interval>,
+) -> PgResult<Begun> {
     const F: &str = "idempotency_begin";
     let scope = input::required_text(F, "scope", scope, MAX_SCOPE_BYTES)?;
     let key = input::required_text(F, "key", key, MAX_KEY_BYTES)?;
@@ -134,8 +148,9 @@ fn begin_request(
         }
         given => input::lease(F, "lease", given)?,
     };
-    let row = Spi::connect_mut(|client| begin(client, scope, key, fingerprint, lease))?;
-    Ok(TableIterator::once(row))
+    Ok(Spi::connect_mut(|client| {
+        begin(client, scope, key, fingerprint, lease)
+    })?)
 }
 
 /// The key's row as `begin` reads it.
