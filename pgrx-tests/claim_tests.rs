@@ -419,5 +419,12 @@ mod tests {
             ),
             Ok(Some("1500 true true 0".into()))
         );
+        // What tells a delivery's id from an inbox lease's.
+        let (delivery, ..) = crate::in_db_tests::claim("stripe", "evt_id_kind", None);
+        assert!(crate::uuid::may_be_delivery(&delivery));
+        let lease = Spi::get_one::<pgrx::Uuid>("SELECT gen_random_uuid()")
+            .unwrap()
+            .unwrap();
+        assert!(!crate::uuid::may_be_delivery(&lease));
     }
 }

@@ -352,6 +352,9 @@ fn take_ownership(
             event_id: claimed.event_id,
         }));
     }
+    if !crate::uuid::may_be_delivery(&id) {
+        return Ok(None);
+    }
     let rows = LOOKUP.run_pruned(client, &[id.into()])?;
     let Some(row) = rows.into_iter().next() else {
         return Ok(None);
