@@ -40,6 +40,22 @@ ALTER INDEX webhook.delivery_log_pkey RENAME TO delivery_log_history_pkey;
 ALTER INDEX webhook.delivery_log_event_idx RENAME TO delivery_log_history_event_idx;
 ALTER INDEX webhook.delivery_log_created_at_idx RENAME TO delivery_log_history_created_at_idx;
 ALTER INDEX webhook.delivery_log_attention_idx RENAME TO delivery_log_history_attention_idx;
+-- PostgreSQL 18 names NOT NULL constraints too: free the names the new
+-- table's will take.
+DO $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN
+        SELECT conname FROM pg_catalog.pg_constraint
+         WHERE conrelid = 'webhook.delivery_log_history'::pg_catalog.regclass
+           AND conname LIKE 'delivery\_log\_%\_not\_null'
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log_history RENAME CONSTRAINT %I TO %I',
+                                  c.conname, pg_catalog.replace(c.conname, 'delivery_log_', 'delivery_log_history_'));
+    END LOOP;
+END
+$$;
 
 ------------------------------------------------------------------------------
 -- The partitioned archive (as in schema.sql).

@@ -63,8 +63,10 @@ fn age_into(client: &mut Client, days_ago: i32) -> String {
              SELECT webhook._create_archive_partition(day) FROM past;
              CREATE TEMP TABLE moved ON COMMIT DROP AS
              SELECT id AS old,
-                    webhook._archive_bound((SELECT day FROM past)::timestamp AT TIME ZONE 'UTC'
-                                           + interval '1 hour' + row_number() OVER (ORDER BY id) * interval '1 ms') AS new
+                    -- a version 7 id of that day, as the claim makes them
+                    overlay(overlay(webhook._archive_bound((SELECT day FROM past)::timestamp AT TIME ZONE 'UTC'
+                                                           + interval '1 hour' + row_number() OVER (ORDER BY id) * interval '1 ms')::text
+                                    PLACING '7' FROM 15) PLACING '8' FROM 20)::uuid AS new
                FROM webhook.delivery_log WHERE created_at > now() - interval '1 day';
              UPDATE webhook.delivery_log l
                 SET id = m.new, created_at = l.created_at - interval '{days_ago} days'
