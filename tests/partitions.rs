@@ -382,6 +382,115 @@ fn several_days_go_in_one_purge_each_keeping_its_unfinished_deliveries() {
     );
 }
 
+/// A purge is one transaction: when it fails after dropping a day (here
+/// the second day's detach hits its lock_timeout, as it would behind a
+/// long report reading that day), the first day comes back with its rows,
+/// nothing kept was moved, no failure record is lost, and the next run
+/// does the whole job.
+#[test]
+fn a_purge_that_fails_halfway_leaves_every_day_as_it_was() {
+    let db = "pgwi_partitions_halfway";
+    let mut client = installed(db);
+    let (failed, _) = claim(&mut client, "evt_older_failed");
+    finish(
+        &mut client,
+        "SELECT webhook_fail($1::text::uuid, 'boom')",
+        &failed,
+    );
+    let (done, _) = claim(&mut client, "evt_older_done");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &done,
+    );
+    let older_day = age_into(&mut client, 120);
+    let (done, _) = claim(&mut client, "evt_old_done");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &done,
+    );
+    let old_day = age_into(&mut client, 110);
+    let snapshot = |client: &mut Client| -> Vec<String> {
+        client
+            .query(
+                "SELECT tableoid::regclass::text || ' ' || id || ' ' || event_id
+                   FROM webhook.delivery_log
+                 UNION ALL
+                 SELECT 'failure ' || delivery_id || ' ' || error_message FROM webhook.delivery_failures
+                 UNION ALL
+                 SELECT 'event ' || event_id || ' ' || status || ' ' || claim_id FROM webhook.events
+                 ORDER BY 1",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let before = snapshot(&mut client);
+    assert_eq!(before.len(), 3 + 1 + 3, "{before:?}");
+
+    // A reader of the newer day holds it while the purge runs.
+    let mut reader = connect(db);
+    reader
+        .batch_execute(&format!("BEGIN; SELECT count(*) FROM {old_day}"))
+        .unwrap();
+    client.batch_execute("SET lock_timeout = '200ms'").unwrap();
+    let err = client
+        .batch_execute("SELECT webhook_purge('100 days')")
+        .unwrap_err();
+    assert_eq!(sql_state(&err), Some("55P03"), "{}", message(&err));
+    // It failed on the newer day, after the older one was dropped.
+    let context = err
+        .as_db_error()
+        .and_then(|e| e.where_())
+        .unwrap_or_default();
+    assert!(
+        context.contains(&format!("DETACH PARTITION {old_day}")),
+        "{context}"
+    );
+    client.batch_execute("RESET lock_timeout").unwrap();
+
+    assert_eq!(snapshot(&mut client), before, "nothing of the purge stays");
+    let left = partitions(&mut client);
+    assert!(
+        left.contains(&older_day) && left.contains(&old_day),
+        "{left:?}"
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_log_default"
+        ),
+        0
+    );
+
+    reader.batch_execute("COMMIT").unwrap();
+    assert_eq!(count(&mut client, "SELECT webhook_purge('100 days')"), 2);
+    let left = partitions(&mut client);
+    assert!(
+        !left.contains(&older_day) && !left.contains(&old_day),
+        "{left:?}"
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_log_default WHERE event_id = 'evt_older_failed'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook.delivery_failures"
+        ),
+        1
+    );
+    assert_eq!(claim(&mut client, "evt_older_failed").1, "retry");
+    assert_eq!(claim(&mut client, "evt_old_done").1, "duplicate");
+}
+
 /// Handlers claim and complete on 4 connections while the maintenance
 /// makes days and drops one: no claim fails or waits past its
 /// lock_timeout, and every delivery is archived once.
