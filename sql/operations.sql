@@ -226,6 +226,8 @@ DECLARE
     total     bigint;
     kept      uuid[];
     kept_all  uuid[] := '{}';
+    providers text[];
+    event_ids text[];
     days      pg_catalog.regclass[] := '{}';
     day       pg_catalog.regclass;
 BEGIN
@@ -288,15 +290,30 @@ BEGIN
          WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
          ORDER BY p.upper_id
     LOOP
-        -- The day's events, each looked up once (its event index holds
-        -- them all): the deliveries of those unfinished stay.
+        -- The deliveries that stay are those of unfinished events: few,
+        -- found once for every day (one read of webhook.events; the
+        -- inbox's unfinished rows come from its partial indexes), then
+        -- looked up in each day's event index, so a day costs the same
+        -- whatever its size. The candidates must cover every event the
+        -- rule calls unfinished; the rule decides.
+        IF event_ids IS NULL THEN
+            EXECUTE pg_catalog.format($sql$
+                SELECT coalesce(array_agg(e.provider), '{}'), coalesce(array_agg(e.event_id), '{}')
+                  FROM (SELECT c.provider, c.event_id FROM webhook.events c
+                         WHERE c.status IN ('processing', 'failed', 'dead')
+                        UNION
+                        SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status IN ('ready', 'leased')
+                        UNION
+                        SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status = 'dead') AS k
+                  JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
+                 WHERE %s$sql$, unfinished)
+            INTO providers, event_ids;
+        END IF;
         EXECUTE pg_catalog.format($sql$
             SELECT coalesce(array_agg(l.id), '{}')
-              FROM (SELECT DISTINCT d.provider, d.event_id FROM %1$s d WHERE d.event_id IS NOT NULL) AS k
-              JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
-              JOIN %1$s l ON l.provider = k.provider AND l.event_id = k.event_id
-             WHERE %2$s$sql$, part.partition, unfinished)
-        INTO kept;
+              FROM unnest($1, $2) AS k (provider, event_id)
+              JOIN %s l ON l.provider = k.provider AND l.event_id = k.event_id$sql$, part.partition)
+        INTO kept USING providers, event_ids;
         kept_all := kept_all || kept;
         EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
         deleted := deleted + total - pg_catalog.cardinality(kept);

@@ -36,6 +36,17 @@ fn partitions(client: &mut Client) -> Vec<String> {
         .collect()
 }
 
+/// The events whose deliveries are in the default partition, in order.
+fn kept_in_default(client: &mut Client) -> String {
+    client
+        .query_one(
+            "SELECT coalesce(string_agg(event_id, ',' ORDER BY event_id), '') FROM webhook.delivery_log_default",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
 /// Claim an event (two-phase); (id, status).
 fn claim(client: &mut Client, event_id: &str) -> (String, String) {
     let row = client
@@ -264,13 +275,7 @@ fn a_day_older_than_the_cutoff_is_dropped_whole_keeping_what_is_unfinished() {
         0
     );
     // What was kept is in the default partition, under the same ids.
-    let kept: String = client
-        .query_one(
-            "SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook.delivery_log_default",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let kept = kept_in_default(&mut client);
     assert_eq!(kept, "evt_failed,evt_queued");
     assert_eq!(
         count(
@@ -309,6 +314,71 @@ fn a_day_older_than_the_cutoff_is_dropped_whole_keeping_what_is_unfinished() {
         .unwrap_err();
     assert_eq!(sql_state(&err), Some("22023"));
     assert!(message(&err).contains("\"max_batches\""));
+}
+
+/// Every unfinished state keeps its deliveries when their day is dropped:
+/// an event parked dead, an inbox event leased to a worker, one dead in
+/// the inbox; a queued event every consumer finished goes with its day.
+#[test]
+fn every_unfinished_state_keeps_its_deliveries_in_a_dropped_day() {
+    let mut client = installed("pgwi_partitions_states");
+    let (dead, _) = claim(&mut client, "evt_dead");
+    finish(
+        &mut client,
+        "SELECT webhook_fail($1::text::uuid, 'gave up', permanent => true)",
+        &dead,
+    );
+    let (done, _) = claim(&mut client, "evt_done");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &done,
+    );
+    let lease = |client: &mut Client, event_id: &str| -> String {
+        client
+            .execute(
+                "SELECT webhook_enqueue('stripe', $1, 'invoice.paid', '{\"q\": 1}'::jsonb)",
+                &[&event_id],
+            )
+            .unwrap();
+        client
+            .query_one("SELECT id::text FROM webhook_next(1)", &[])
+            .unwrap()
+            .get(0)
+    };
+    lease(&mut client, "evt_inbox_leased");
+    let inbox_dead = lease(&mut client, "evt_inbox_dead");
+    finish(
+        &mut client,
+        "SELECT webhook_fail($1::text::uuid, 'gave up', permanent => true)",
+        &inbox_dead,
+    );
+    let inbox_done = lease(&mut client, "evt_inbox_done");
+    finish(
+        &mut client,
+        "SELECT webhook_complete($1::text::uuid)",
+        &inbox_done,
+    );
+    let day = age_into(&mut client, 100);
+    assert_eq!(
+        count(&mut client, "SELECT webhook_purge('90 days')"),
+        2,
+        "the processed event's and the finished inbox event's deliveries"
+    );
+    assert!(!partitions(&mut client).contains(&day));
+    let kept = kept_in_default(&mut client);
+    assert_eq!(kept, "evt_dead,evt_inbox_dead,evt_inbox_leased");
+    // The dead inbox event, requeued, still has its payload.
+    client
+        .batch_execute("SELECT webhook_requeue('stripe', 'evt_inbox_dead')")
+        .unwrap();
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM webhook_next(5) WHERE payload = '{\"q\": 1}' AND event_id = 'evt_inbox_dead'"
+        ),
+        1
+    );
 }
 
 #[test]
@@ -358,13 +428,7 @@ fn several_days_go_in_one_purge_each_keeping_its_unfinished_deliveries() {
     assert_eq!(count(&mut client, "SELECT webhook_purge('100 days')"), 1);
     let left = partitions(&mut client);
     assert!(!left.contains(&older_day) && !left.contains(&old_day));
-    let kept: String = client
-        .query_one(
-            "SELECT string_agg(event_id, ',' ORDER BY event_id) FROM webhook.delivery_log_default",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let kept = kept_in_default(&mut client);
     assert_eq!(kept, "evt_old_processing,evt_older_done,evt_older_failed");
     // A claim whose day was dropped still finishes, found by its id.
     finish(

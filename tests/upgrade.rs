@@ -300,28 +300,30 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             "{version} → {current} differs from a fresh install\n  only in fresh:    {missing:#?}\n  only in upgraded: {extra:#?}"
         );
 
-        // The archive as it was is the partition of everything before
-        // the next midnight, the database's own table now; the days'
-        // partitions come after it.
-        let history: (String, i64) = {
-            let row = old
-                .query_one(
-                    "SELECT p.partition::text || ' ' || coalesce(p.lower_id::text, 'MINVALUE') || ' '
-                            || (p.to_time = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '1 day'),
-                            (SELECT count(*) FROM webhook.delivery_log_history)
-                       FROM webhook.archive_partitions p WHERE NOT p.is_default",
-                    &[],
-                )
-                .unwrap();
-            (row.get(0), row.get(1))
-        };
-        assert_eq!(history.0, "webhook.delivery_log_history MINVALUE true");
-        assert!(history.1 > 0, "the rows archived before the upgrade");
-        let created: i32 = old
-            .query_one("SELECT webhook_create_partitions(1)", &[])
-            .unwrap()
-            .get(0);
-        assert_eq!(created, 1, "tomorrow: today belongs to the old archive");
+        // From a release before partitioning, the archive as it was is
+        // the partition of everything before the next midnight, the
+        // database's own table now; the days' partitions come after it.
+        if version.as_str() < "0.8.0" {
+            let history: (String, i64) = {
+                let row = old
+                    .query_one(
+                        "SELECT p.partition::text || ' ' || coalesce(p.lower_id::text, 'MINVALUE') || ' '
+                                || (p.to_time = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '1 day'),
+                                (SELECT count(*) FROM webhook.delivery_log_history)
+                           FROM webhook.archive_partitions p WHERE NOT p.is_default",
+                        &[],
+                    )
+                    .unwrap();
+                (row.get(0), row.get(1))
+            };
+            assert_eq!(history.0, "webhook.delivery_log_history MINVALUE true");
+            assert!(history.1 > 0, "the rows archived before the upgrade");
+            let created: i32 = old
+                .query_one("SELECT webhook_create_partitions(1)", &[])
+                .unwrap()
+                .get(0);
+            assert_eq!(created, 1, "tomorrow: today belongs to the old archive");
+        }
 
         // (b) Every row survived and answers as before, to the application
         // role over its own connection.
