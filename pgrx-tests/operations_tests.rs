@@ -161,11 +161,14 @@ mod tests {
         claim("stripe", "evt_old_done", None); // a duplicate
         let (failed, ..) = claim("stripe", "evt_old_failed", None);
         run("SELECT webhook_fail($1, 'x')", failed);
+        let (dead, ..) = claim("stripe", "evt_old_dead", None);
+        run("SELECT webhook_fail($1, 'x', permanent => true)", dead);
+        claim("stripe", "evt_old_processing", None);
         let (recent, ..) = claim("stripe", "evt_recent", None);
         run("SELECT webhook_complete($1)", recent);
         Spi::run(
             "UPDATE webhook.delivery_log SET created_at = now() - interval '100 days'
-              WHERE event_id IN ('evt_old_done', 'evt_old_failed')",
+              WHERE event_id <> 'evt_recent'",
         )
         .unwrap();
 
@@ -179,11 +182,16 @@ mod tests {
         let left = Spi::get_one::<String>(
             "SELECT string_agg(DISTINCT event_id, ',' ORDER BY event_id) FROM webhook.deliveries",
         );
-        assert_eq!(left, Ok(Some("evt_old_failed,evt_recent".into())));
+        assert_eq!(
+            left,
+            Ok(Some(
+                "evt_old_dead,evt_old_failed,evt_old_processing,evt_recent".into()
+            ))
+        );
         // Dedup untouched: the old event is still a duplicate.
         let (_, _, status, _) = claim("stripe", "evt_old_done", None);
         assert_eq!(status, "duplicate");
-        assert_eq!(count("SELECT count(*) FROM webhook.events"), 3);
+        assert_eq!(count("SELECT count(*) FROM webhook.events"), 5);
         assert_error("SELECT webhook_purge('0 days')", "22023", "\"older_than\"");
         assert_error(
             "SELECT webhook_purge('1 day', 0)",

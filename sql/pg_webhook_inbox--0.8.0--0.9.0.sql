@@ -1,15 +1,34 @@
 -- pg_webhook_inbox 0.8.0 → 0.9.0
 --
 -- What changes (CHANGELOG.md says why):
---   * webhook_purge finds the deliveries it must keep in a day it drops
---     from the unfinished events, read once per purge, instead of from
---     the day's deliveries: dropping a day no longer reads the day.
+--   * webhook_purge finds the unfinished events once per purge, and keeps
+--     their deliveries from that list: dropping a day no longer reads the
+--     day, and a batch of row-by-row deletes no longer reads
+--     webhook.events.
 --
 -- Nothing else changes: no table, index, type or grant.
 
 -- Everything bound in this script is bound to pg_catalog (see schema.sql).
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
+-- Remove archive rows older than `older_than`, except the deliveries of
+-- events not finished: processing, failed, dead, or queued and not yet
+-- processed by every consumer (the workers read the payload from here).
+-- Deliveries of no event (rejections, handshakes) go too. Inbox rows
+-- processed before the cutoff go, with their failures. webhook.events is
+-- never touched: a replay after the purge is still a duplicate. Returns
+-- the number of archive rows removed.
+--
+-- A day's partition wholly older than the cutoff is dropped whole, with
+-- almost no WAL: the deliveries it must keep are first moved to the
+-- default partition, and their failures stay. Finding them starts from
+-- the unfinished events, found once per purge, each looked up in the
+-- day's event index; the day itself is not read, and nothing is written
+-- for the rest. The default partition (and the partition holding what was
+-- archived before an upgrade to partitioning) is purged row by row,
+-- `batch_size` rows per statement; pass max_batches for a large backlog
+-- and call it repeatedly. Dropping a partition locks the archive until
+-- the transaction ends: call it on its own, not inside other work.
 CREATE OR REPLACE FUNCTION @extschema@.webhook_purge(
     older_than  interval DEFAULT '90 days',
     batch_size  integer  DEFAULT 10000,
@@ -21,7 +40,8 @@ AS $$
 DECLARE
     -- An event whose deliveries must stay (as `e`): not finished, or
     -- queued and not finished by every consumer. The one rule, for both
-    -- ways of purging; a delivery of no such event may go.
+    -- ways of purging (applied once, below); a delivery of no such event
+    -- may go.
     unfinished CONSTANT text := $rule$
         NOT (e.status IN ('processed', 'stale')
              OR (e.status = 'queued'
@@ -59,6 +79,25 @@ BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
     cutoff := pg_catalog.now() - older_than;
 
+    -- The events whose deliveries stay, found once for the whole purge:
+    -- few, and reached without reading the archive (one pass over
+    -- webhook.events for those processing, failed or dead; the inbox's
+    -- unfinished rows from its partial indexes). The candidates must
+    -- cover every event the rule calls unfinished; the rule decides. No
+    -- event goes from finished back to unfinished (a requeue takes only
+    -- failed or dead ones), so the list stays right while the purge runs.
+    EXECUTE pg_catalog.format($sql$
+        SELECT coalesce(array_agg(e.provider), '{}'), coalesce(array_agg(e.event_id), '{}')
+          FROM (SELECT c.provider, c.event_id FROM webhook.events c
+                 WHERE c.status IN ('processing', 'failed', 'dead')
+                UNION
+                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status IN ('ready', 'leased')
+                UNION
+                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status = 'dead') AS k
+          JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
+         WHERE %s$sql$, unfinished)
+    INTO providers, event_ids;
+
     -- Row by row where a partition spans more than a day, before any lock
     -- on the archive as a whole is taken.
     FOR part IN
@@ -72,16 +111,16 @@ BEGIN
                     DELETE FROM %1$s
                      WHERE ctid = ANY (ARRAY(SELECT l.ctid FROM %1$s l
                                               WHERE l.created_at < $1
-                                                AND NOT EXISTS (SELECT FROM webhook.events e
-                                                                 WHERE e.provider = l.provider
-                                                                   AND e.event_id = l.event_id AND %2$s)
+                                                AND NOT EXISTS (SELECT FROM unnest($3, $4) AS k (provider, event_id)
+                                                                 WHERE k.provider = l.provider
+                                                                   AND k.event_id = l.event_id)
                                               LIMIT $2))
                     RETURNING id
                 ), failures AS (
                     DELETE FROM webhook.delivery_failures f USING gone WHERE f.delivery_id = gone.id
                 )
-                SELECT count(*) FROM gone$sql$, part.partition, unfinished)
-            INTO batch USING cutoff, batch_size;
+                SELECT count(*) FROM gone$sql$, part.partition)
+            INTO batch USING cutoff, batch_size, providers, event_ids;
             deleted := deleted + batch;
             batches := batches + 1;
             EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
@@ -103,25 +142,8 @@ BEGIN
          WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
          ORDER BY p.upper_id
     LOOP
-        -- The deliveries that stay are those of unfinished events: few,
-        -- found once for every day (one read of webhook.events; the
-        -- inbox's unfinished rows come from its partial indexes), then
-        -- looked up in each day's event index, so a day costs the same
-        -- whatever its size. The candidates must cover every event the
-        -- rule calls unfinished; the rule decides.
-        IF event_ids IS NULL THEN
-            EXECUTE pg_catalog.format($sql$
-                SELECT coalesce(array_agg(e.provider), '{}'), coalesce(array_agg(e.event_id), '{}')
-                  FROM (SELECT c.provider, c.event_id FROM webhook.events c
-                         WHERE c.status IN ('processing', 'failed', 'dead')
-                        UNION
-                        SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status IN ('ready', 'leased')
-                        UNION
-                        SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status = 'dead') AS k
-                  JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
-                 WHERE %s$sql$, unfinished)
-            INTO providers, event_ids;
-        END IF;
+        -- Each unfinished event looked up in the day's event index: a
+        -- day costs the same whatever its size.
         EXECUTE pg_catalog.format($sql$
             SELECT coalesce(array_agg(l.id), '{}')
               FROM unnest($1, $2) AS k (provider, event_id)
