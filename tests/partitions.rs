@@ -58,6 +58,16 @@ fn claim(client: &mut Client, event_id: &str) -> (String, String) {
     (row.get(0), row.get(1))
 }
 
+/// Claim an event (new, or a retry) and complete it: processed.
+fn claim_processed(client: &mut Client, event_id: &str) {
+    let (id, status) = claim(client, event_id);
+    assert!(
+        status == "claimed" || status == "retry",
+        "{event_id}: {status}"
+    );
+    finish(client, "SELECT webhook_complete($1::text::uuid)", &id);
+}
+
 fn finish(client: &mut Client, sql: &str, id: &str) {
     client.execute(sql, &[&id]).unwrap();
 }
@@ -213,12 +223,7 @@ fn a_day_older_than_the_cutoff_is_dropped_whole_keeping_what_is_unfinished() {
     let mut client = installed("pgwi_partitions_purge");
     // Finished: processed (with a duplicate), processed after a failed
     // attempt, rejected. Unfinished: failed, queued for a worker.
-    let (done, _) = claim(&mut client, "evt_done");
-    finish(
-        &mut client,
-        "SELECT webhook_complete($1::text::uuid)",
-        &done,
-    );
+    claim_processed(&mut client, "evt_done");
     claim(&mut client, "evt_done");
     let (first, _) = claim(&mut client, "evt_retried");
     finish(
@@ -226,12 +231,7 @@ fn a_day_older_than_the_cutoff_is_dropped_whole_keeping_what_is_unfinished() {
         "SELECT webhook_fail($1::text::uuid, 'first attempt')",
         &first,
     );
-    let (second, _) = claim(&mut client, "evt_retried");
-    finish(
-        &mut client,
-        "SELECT webhook_complete($1::text::uuid)",
-        &second,
-    );
+    claim_processed(&mut client, "evt_retried");
     let (failed, _) = claim(&mut client, "evt_failed");
     finish(
         &mut client,
@@ -328,12 +328,7 @@ fn every_unfinished_state_keeps_its_deliveries_in_a_dropped_day() {
         "SELECT webhook_fail($1::text::uuid, 'gave up', permanent => true)",
         &dead,
     );
-    let (done, _) = claim(&mut client, "evt_done");
-    finish(
-        &mut client,
-        "SELECT webhook_complete($1::text::uuid)",
-        &done,
-    );
+    claim_processed(&mut client, "evt_done");
     let lease = |client: &mut Client, event_id: &str| -> String {
         client
             .execute(
@@ -384,12 +379,7 @@ fn every_unfinished_state_keeps_its_deliveries_in_a_dropped_day() {
 #[test]
 fn a_day_not_wholly_past_the_cutoff_is_kept_whole() {
     let mut client = installed("pgwi_partitions_cutoff");
-    let (done, _) = claim(&mut client, "evt_done");
-    finish(
-        &mut client,
-        "SELECT webhook_complete($1::text::uuid)",
-        &done,
-    );
+    claim_processed(&mut client, "evt_done");
     let day = age_into(&mut client, 100);
     assert_eq!(count(&mut client, "SELECT webhook_purge('100 days')"), 0);
     assert!(partitions(&mut client).contains(&day));
@@ -408,12 +398,7 @@ fn several_days_go_in_one_purge_each_keeping_its_unfinished_deliveries() {
     );
     claim(&mut client, "evt_older_done");
     let older_day = age_into(&mut client, 120);
-    let (done, _) = claim(&mut client, "evt_old_done");
-    finish(
-        &mut client,
-        "SELECT webhook_complete($1::text::uuid)",
-        &done,
-    );
+    claim_processed(&mut client, "evt_old_done");
     claim(&mut client, "evt_old_processing");
     let old_day = age_into(&mut client, 110);
     // The worker's claim, as aged.
@@ -461,19 +446,9 @@ fn a_purge_that_fails_halfway_leaves_every_day_as_it_was() {
         "SELECT webhook_fail($1::text::uuid, 'boom')",
         &failed,
     );
-    let (done, _) = claim(&mut client, "evt_older_done");
-    finish(
-        &mut client,
-        "SELECT webhook_complete($1::text::uuid)",
-        &done,
-    );
+    claim_processed(&mut client, "evt_older_done");
     let older_day = age_into(&mut client, 120);
-    let (done, _) = claim(&mut client, "evt_old_done");
-    finish(
-        &mut client,
-        "SELECT webhook_complete($1::text::uuid)",
-        &done,
-    );
+    claim_processed(&mut client, "evt_old_done");
     let old_day = age_into(&mut client, 110);
     let snapshot = |client: &mut Client| -> Vec<String> {
         client
@@ -562,12 +537,7 @@ fn a_purge_that_fails_halfway_leaves_every_day_as_it_was() {
 fn maintenance_runs_beside_handlers() {
     let db = "pgwi_partitions_busy";
     let mut client = installed(db);
-    let (done, _) = claim(&mut client, "evt_old");
-    finish(
-        &mut client,
-        "SELECT webhook_complete($1::text::uuid)",
-        &done,
-    );
+    claim_processed(&mut client, "evt_old");
     let day = age_into(&mut client, 100);
     client
         .batch_execute("SELECT webhook_create_partitions(0)")
