@@ -23,12 +23,22 @@ fn earlier_releases() -> Vec<String> {
             (!version.contains("--")).then(|| version.to_string())
         })
         .collect();
-    versions.sort();
+    versions.sort_by_key(|v| release(v));
     assert!(
         !versions.is_empty(),
         "no released install script kept in sql/"
     );
     versions
+}
+
+/// A version as numbers, to order and compare releases: as text, 0.10.0
+/// would come before 0.8.0.
+fn release(version: &str) -> (u32, u32, u32) {
+    let mut parts = version
+        .split('.')
+        .map(|p| p.parse::<u32>().expect("a version of three numbers"));
+    let mut next = || parts.next().expect("a version of three numbers");
+    (next(), next(), next())
 }
 const STRIPE_SECRET: &str = "whsec_upgrade_test";
 const GITHUB_SECRET: &str = "upgrade-test-github";
@@ -266,7 +276,7 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             .unwrap()
             .get(0)
         });
-        assert_eq!(has_keys, version.as_str() >= "0.6.0", "{version}");
+        assert_eq!(has_keys, release(version) >= (0, 6, 0), "{version}");
         let before: Vec<String> = old
             .query(
                 "SELECT provider || '/' || event_id || '/' || status || '/' || attempts FROM webhook.events ORDER BY 1",
@@ -303,7 +313,7 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
         // From a release before partitioning, the archive as it was is
         // the partition of everything before the next midnight, the
         // database's own table now; the days' partitions come after it.
-        if version.as_str() < "0.8.0" {
+        if release(version) < (0, 8, 0) {
             let history: (String, i64) = {
                 let row = old
                     .query_one(
