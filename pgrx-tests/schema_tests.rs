@@ -260,16 +260,27 @@ mod tests {
     /// Rust's statuses are the SQL enums' labels, in order.
     #[pg_test]
     fn rust_statuses_match_the_sql_enums() {
-        use crate::claim::{ClaimStatus, EventStatus};
+        use crate::status::{ClaimStatus, EventStatus, InboxStatus, KeyStatus};
         let sql = |ty: &str| {
             texts(&format!(
                 "SELECT unnest(enum_range(NULL::webhook.{ty}))::text"
             ))
         };
-        let rust: Vec<&str> = EventStatus::ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(sql("event_status"), rust);
-        let rust: Vec<&str> = ClaimStatus::ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(sql("claim_status"), rust);
+        fn labels<T: Copy>(all: &[T], as_str: fn(T) -> &'static str) -> Vec<&'static str> {
+            all.iter().map(|s| as_str(*s)).collect()
+        }
+        assert_eq!(sql("claim_status"), labels(ClaimStatus::ALL, ClaimStatus::as_str));
+        assert_eq!(sql("event_status"), labels(EventStatus::ALL, EventStatus::as_str));
+        assert_eq!(sql("inbox_status"), labels(InboxStatus::ALL, InboxStatus::as_str));
+        assert_eq!(sql("key_status"), labels(KeyStatus::ALL, KeyStatus::as_str));
+        for (ty, sql_type) in [
+            (ClaimStatus::SQL_TYPE, "webhook.claim_status"),
+            (EventStatus::SQL_TYPE, "webhook.event_status"),
+            (InboxStatus::SQL_TYPE, "webhook.inbox_status"),
+            (KeyStatus::SQL_TYPE, "webhook.key_status"),
+        ] {
+            assert_eq!(ty, sql_type);
+        }
     }
 
     /// \df+ and \d+ show a DBA what each thing is: every function, table,

@@ -406,6 +406,7 @@ CREATE TABLE webhook.inbox_failures (
     attempt       integer     NOT NULL,
     error_message text        NOT NULL,
     failed_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    lease_expired boolean     NOT NULL DEFAULT false,
     CONSTRAINT inbox_failures_pkey PRIMARY KEY (claim_id)
 );
 CREATE INDEX inbox_failures_event_idx ON webhook.inbox_failures (provider, event_id, consumer);
@@ -418,6 +419,8 @@ COMMENT ON COLUMN webhook.inbox_failures.consumer IS 'The consumer whose attempt
 COMMENT ON COLUMN webhook.inbox_failures.attempt IS 'Which attempt it was';
 COMMENT ON COLUMN webhook.inbox_failures.error_message IS 'The webhook_fail message, or the lease that ran out';
 COMMENT ON COLUMN webhook.inbox_failures.failed_at IS 'When it failed';
+COMMENT ON COLUMN webhook.inbox_failures.lease_expired IS
+    'True when no worker reported it: the lease ran out and webhook_next leased the row again or parked it';
 
 -- Who put which dead or failed event back, and when.
 CREATE TABLE webhook.requeues (

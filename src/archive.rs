@@ -4,15 +4,10 @@
 //! Every writer lists the archive's columns in the one order
 //! `archive_insert!` gives: the claim statements, which archive inside
 //! the statement that decides (one statement per claim), and `record`,
-//! for everything else. Deliveries that reach a claim write the columns
-//! every release has had, so that a database whose SQL is still a release
-//! behind (between installing a new library and `ALTER EXTENSION … UPDATE`)
-//! keeps claiming; only rejections write the columns that came later.
-//! The one exception is `secret_fingerprint` (which key verified the
-//! delivery): only `webhook_receive` with the current SQL knows it, and it
-//! writes it through the `_VERIFIED` variant of each statement.
+//! for everything else. Rejections and handshakes, which carry no event,
+//! have statements of their own.
 
-use crate::claim::ClaimStatus;
+use crate::status::ClaimStatus;
 use crate::compress::Archived;
 use crate::errors::Result;
 use crate::jsonb::RawJsonb;
@@ -21,33 +16,31 @@ use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
 /// The columns of a claimed (or answered) delivery, in the order every
-/// writer gives them.
+/// writer gives them. `secret_fingerprint` (which key verified it) is
+/// known to `webhook_receive` only, `reject_reason` only for a delivery
+/// skipped as stale; both are NULL otherwise.
 macro_rules! archive_columns {
     () => {
         "id, provider, event_id, event_type, payload, raw_body, signature, headers,
-         claim_status, payload_mismatch"
+         claim_status, payload_mismatch, secret_fingerprint, reject_reason"
     };
 }
 
-/// `INSERT INTO webhook.delivery_log (…columns…) `, for `concat!`;
-/// `$more`: columns after them (`, secret_fingerprint`), or "".
+/// `INSERT INTO webhook.delivery_log (…columns…) `, for `concat!`.
 macro_rules! archive_insert {
     () => {
-        $crate::archive::archive_insert!("")
-    };
-    ($more:literal) => {
         concat!(
             "INSERT INTO webhook.delivery_log (",
             $crate::archive::archive_columns!(),
-            $more,
             ") "
         )
     };
 }
 pub(crate) use {archive_columns, archive_insert};
 
-/// The arguments of `record` and `record_skipped`.
-const ENTRY_TYPES: [pg_sys::Oid; 10] = [
+/// The arguments of `record` and `record_skipped`, in `archive_columns!`'s
+/// order.
+const ENTRY_TYPES: [pg_sys::Oid; 12] = [
     pg_sys::UUIDOID,
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -58,41 +51,16 @@ const ENTRY_TYPES: [pg_sys::Oid; 10] = [
     pg_sys::JSONBOID,
     pg_sys::TEXTOID,
     pg_sys::BOOLOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
 ];
 
 static RECORD: Statement = Statement {
     sql: concat!(
         archive_insert!(),
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10)"
-    ),
-    arg_types: &ENTRY_TYPES,
-};
-
-/// RECORD, and the fingerprint of the key that verified the delivery.
-static RECORD_VERIFIED: Statement = Statement {
-    sql: concat!(
-        archive_insert!(", secret_fingerprint"),
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10, $11)"
-    ),
-    arg_types: &crate::plans::then_text::<10, 11>(ENTRY_TYPES),
-};
-
-/// A delivery skipped as stale (ordering): the same columns, and why.
-static RECORD_SKIPPED: Statement = Statement {
-    sql: concat!(
-        archive_insert!(", reject_reason"),
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10, $11)"
-    ),
-    arg_types: &crate::plans::then_text::<10, 11>(ENTRY_TYPES),
-};
-
-/// RECORD_SKIPPED, and the fingerprint of the key that verified it.
-static RECORD_SKIPPED_VERIFIED: Statement = Statement {
-    sql: concat!(
-        archive_insert!(", reject_reason, secret_fingerprint"),
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::webhook.claim_status, $10, $11, $12)"
     ),
-    arg_types: &crate::plans::then_text::<10, 12>(ENTRY_TYPES),
+    arg_types: &ENTRY_TYPES,
 };
 
 /// A rejection: the same columns, then why, and the whole body's size and
@@ -127,13 +95,13 @@ pub struct Entry<'a> {
     pub status: ClaimStatus,
     pub payload_mismatch: bool,
     /// The fingerprint of the key that verified the delivery
-    /// (`webhook_receive` on the current SQL only).
+    /// (`webhook_receive` only).
     pub verified_by: Option<&'a str>,
 }
 
 impl<'a> Entry<'a> {
-    fn arguments(&self) -> Vec<pgrx::datum::DatumWithOid<'a>> {
-        vec![
+    fn arguments<'b>(&'b self, reason: Option<&'b str>) -> [pgrx::datum::DatumWithOid<'b>; 12] {
+        [
             self.id.into(),
             self.provider.into(),
             self.event_id.into(),
@@ -144,36 +112,21 @@ impl<'a> Entry<'a> {
             self.archived.headers.into(),
             self.status.as_str().into(),
             self.payload_mismatch.into(),
+            self.verified_by.into(),
+            reason.into(),
         ]
     }
 }
 
 pub fn record(client: &mut SpiClient<'_>, entry: Entry<'_>) -> Result<()> {
-    let mut args = entry.arguments();
-    let statement = match entry.verified_by {
-        Some(fingerprint) => {
-            args.push(fingerprint.into());
-            &RECORD_VERIFIED
-        }
-        None => &RECORD,
-    };
-    statement.run(client, &args)?;
+    RECORD.run(client, &entry.arguments(None))?;
     Ok(())
 }
 
 /// A delivery answered without processing, with the reason the archive
 /// shows for it (`webhook.deliveries.error_message`).
 pub fn record_skipped(client: &mut SpiClient<'_>, entry: Entry<'_>, reason: &str) -> Result<()> {
-    let mut args = entry.arguments();
-    args.push(reason.into());
-    let statement = match entry.verified_by {
-        Some(fingerprint) => {
-            args.push(fingerprint.into());
-            &RECORD_SKIPPED_VERIFIED
-        }
-        None => &RECORD_SKIPPED,
-    };
-    statement.run(client, &args)?;
+    RECORD.run(client, &entry.arguments(Some(reason)))?;
     Ok(())
 }
 

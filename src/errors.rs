@@ -79,20 +79,16 @@ pub enum WebhookError {
         id: String,
         claim_status: String,
     },
-    /// The delivery already reached a final state.
-    AlreadyFinished {
-        function: &'static str,
-        id: String,
-        processing_status: String,
-    },
     /// webhook_extend on a claim that completes on commit: it holds no
     /// lease, its transaction holds the event.
     NoLease { function: &'static str, id: String },
-    /// Another claim took the event over after this one's lease ran out.
-    LeaseLost {
+    /// A fenced update (see `fence`) changed nothing: its owner lost what
+    /// it owned, finished it already, or never existed.
+    Fenced {
         function: &'static str,
+        owner: Owner,
         id: String,
-        detail: String,
+        standing: Standing,
     },
     /// A completion of an ordered event whose entity's watermark moved past
     /// it while it was processed: a newer event of the entity completed
@@ -145,18 +141,73 @@ pub enum WebhookError {
         arg: &'static str,
         detail: String,
     },
-    /// An idempotency request id that does not own its key: another request
-    /// took the key over after this one's lease ran out (or the id never
-    /// began a request).
-    RequestNotOwner { function: &'static str, id: String },
-    /// An idempotency request that already finished or failed.
-    RequestFinished {
-        function: &'static str,
-        id: String,
-        status: &'static str,
-    },
     /// An SPI failure: a bug or a broken installation, never the caller's input.
     Internal(String),
+}
+
+/// Who a fenced update (see `fence`) names as the owner of what it
+/// changes: what the error calls it, and who takes over from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// A claimed delivery (`webhook_claim`, `webhook_receive`): owns its
+    /// row of `webhook.events`.
+    Delivery,
+    /// A lease from `webhook_next`: owns its row of `webhook.inbox`. The
+    /// finishing functions take either id, so an unknown one is neither.
+    Lease,
+    /// A request under an idempotency key (`idempotency_begin`): owns its
+    /// row of `webhook.idempotency_keys`.
+    Request,
+}
+
+impl Owner {
+    fn argument(self) -> &'static str {
+        match self {
+            Owner::Delivery | Owner::Lease => "id",
+            Owner::Request => "request_id",
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            Owner::Delivery => "delivery",
+            Owner::Lease => "delivery or lease",
+            Owner::Request => "request",
+        }
+    }
+
+    fn rival(self) -> &'static str {
+        match self {
+            Owner::Delivery => "another claim",
+            Owner::Lease => "another worker",
+            Owner::Request => "another request with the same idempotency key",
+        }
+    }
+
+    fn hint_when_lost(self) -> &'static str {
+        match self {
+            Owner::Delivery | Owner::Lease => {
+                "Roll back this transaction: another worker owns the event now. \
+                 Use a longer lease or webhook_extend() for long work."
+            }
+            Owner::Request => {
+                "Roll back this transaction: another request with the same key took it over after \
+                 this one's lease ran out. Use a longer lease, or record recovery points more often."
+            }
+        }
+    }
+}
+
+/// Where an owner stands when its fenced update changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// Its lease ran out and another owner took over (55006): the caller
+    /// rolls back, so its work is not committed twice.
+    Lost { detail: String },
+    /// It finished already, as `status` says (55000).
+    Finished { status: String },
+    /// No such owner (P0002).
+    Unknown,
 }
 
 impl WebhookError {
@@ -175,9 +226,12 @@ impl WebhookError {
             Self::NotAnObject { .. } => ERRCODE_SQL_JSON_OBJECT_NOT_FOUND, // 2203C
             Self::UnknownDelivery { .. } => ERRCODE_NO_DATA_FOUND,       // P0002
             Self::NotOwner { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,     // 42501
-            Self::AlreadyFinished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
+            Self::Fenced { standing, .. } => match standing {
+                Standing::Lost { .. } => ERRCODE_OBJECT_IN_USE, // 55006
+                Standing::Finished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
+                Standing::Unknown => ERRCODE_NO_DATA_FOUND,     // P0002
+            },
             Self::NoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
-            Self::LeaseLost { .. } => ERRCODE_OBJECT_IN_USE,             // 55006
             Self::Stale { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,     // 40001
             Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,   // 42704
             Self::UnknownScheme { .. } => ERRCODE_UNDEFINED_OBJECT,      // 42704
@@ -186,8 +240,6 @@ impl WebhookError {
             Self::NotRequeueable { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,        // 42601
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
-            Self::RequestNotOwner { .. } => ERRCODE_OBJECT_IN_USE,       // 55006
-            Self::RequestFinished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                 // XX000
         }
     }
@@ -200,10 +252,13 @@ impl WebhookError {
             )),
             Self::InvalidUtf8 { detail, .. }
             | Self::InvalidJson { detail, .. }
-            | Self::LeaseLost { detail, .. }
             | Self::Stale { detail, .. }
             | Self::MalformedSignature { detail, .. }
             | Self::BadSchemeOption { detail, .. } => Some(detail.clone()),
+            Self::Fenced {
+                standing: Standing::Lost { detail },
+                ..
+            } => Some(detail.clone()),
             _ => None,
         }
     }
@@ -222,18 +277,15 @@ impl WebhookError {
                 "Only a delivery answered \"claimed\" or \"retry\", or a lease from webhook_next, \
                  may be completed, failed or extended.",
             ),
-            Self::LeaseLost { .. } => Some(
-                "Roll back this transaction: another worker owns the event now. \
-                 Use a longer lease or webhook_extend() for long work.",
-            ),
+            Self::Fenced {
+                owner,
+                standing: Standing::Lost { .. },
+                ..
+            } => Some(owner.hint_when_lost()),
             Self::Stale { .. } => Some(
                 "Roll back this transaction, as after any serialization failure: a newer event of the \
                  same entity was processed first. The event's next delivery is answered \"stale\", and \
                  an inbox lease of it is parked as stale.",
-            ),
-            Self::RequestNotOwner { .. } => Some(
-                "Roll back this transaction: another request with the same key took it over after \
-                 this one's lease ran out. Use a longer lease, or record recovery points more often.",
             ),
             Self::UnknownAlgorithm { .. } => Some("Use one of: sha256, sha1, sha512."),
             Self::NotRequeueable { .. } => {
@@ -294,17 +346,23 @@ impl fmt::Display for WebhookError {
                 f,
                 "{function}: argument \"id\": delivery {id} was answered \"{claim_status}\" and does not own its event"
             ),
-            Self::AlreadyFinished { function, id, processing_status } => write!(
-                f,
-                "{function}: argument \"id\": delivery {id} is already {processing_status}"
-            ),
+            Self::Fenced { function, owner, id, standing } => {
+                let (arg, noun) = (owner.argument(), owner.noun());
+                match standing {
+                    Standing::Lost { .. } => write!(
+                        f,
+                        "{function}: argument \"{arg}\": {noun} {id} lost its lease to {}",
+                        owner.rival()
+                    ),
+                    Standing::Finished { status } => {
+                        write!(f, "{function}: argument \"{arg}\": {noun} {id} is already {status}")
+                    }
+                    Standing::Unknown => write!(f, "{function}: argument \"{arg}\": no {noun} {id}"),
+                }
+            }
             Self::NoLease { function, id } => write!(
                 f,
                 "{function}: argument \"id\": delivery {id} completes on commit and holds no lease"
-            ),
-            Self::LeaseLost { function, id, .. } => write!(
-                f,
-                "{function}: argument \"id\": delivery {id} lost its lease to another claim"
             ),
             Self::Stale { function, id, .. } => write!(
                 f,
@@ -334,14 +392,6 @@ impl fmt::Display for WebhookError {
             Self::MalformedSignature { function, arg, .. } => {
                 write!(f, "{function}: argument \"{arg}\" is not a well-formed signature")
             }
-            Self::RequestNotOwner { function, id } => write!(
-                f,
-                "{function}: argument \"request_id\": request {id} does not own its idempotency key"
-            ),
-            Self::RequestFinished { function, id, status } => write!(
-                f,
-                "{function}: argument \"request_id\": request {id} is already {status}"
-            ),
             Self::Internal(msg) => write!(f, "pg_webhook_inbox internal error: {msg}"),
         }
     }

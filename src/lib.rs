@@ -22,14 +22,15 @@
 //! * `signature` — `verify_hmac` and the HMAC primitives;
 //! * `archive` — the one writer of archive rows;
 //! * `session_claims` — the claims this session owns, for finishing them;
+//! * `fence` — the core guarantee, once: an UPDATE fenced by its owner's
+//!   id, and on zero rows a diagnosis (lost, finished, unknown);
 //! * `event_lock` — the per-event (and per-signed-body) lock that keeps
 //!   claims from waiting;
 //! * `composite` — one row as the result of a function that always
 //!   returns one;
 //! * `plans` — the kept SPI plans of the hot path;
 //! * `compress` — payloads compressed before they are archived;
-//! * `legacy` — the previous release's entry points, for the time between
-//!   installing this library and `ALTER EXTENSION … UPDATE`;
+//! * `status` — every status vocabulary, each mirroring its SQL enum;
 //! * `input`, `errors`, `gucs`, `jsonb`, `uuid` — shared plumbing.
 //!
 //! Tables, views, grants and comments are plain SQL in `sql/`.
@@ -48,12 +49,12 @@ mod composite;
 mod compress;
 mod errors;
 mod event_lock;
+mod fence;
 mod gucs;
 mod idempotency;
 mod inbox;
 mod input;
 mod jsonb;
-mod legacy;
 mod lifecycle;
 mod ordering;
 mod plans;
@@ -63,6 +64,7 @@ mod requeue;
 mod schemes;
 mod session_claims;
 mod signature;
+mod status;
 mod uuid;
 mod verify;
 

@@ -11,14 +11,15 @@
 //! writes instead of committing them a second time.
 
 use crate::claim::owned_status;
-use crate::errors::{PgResult, Result, WebhookError};
+use crate::errors::{Owner, PgResult, Result, Standing, WebhookError};
 use crate::event_lock::EventLock;
+use crate::fence::Fence;
 use crate::inbox;
 use crate::input;
 use crate::jsonb::RawJsonb;
-use crate::legacy::Sql;
 use crate::ordering::{self, Order};
 use crate::plans::{Row, Statement};
+use crate::status::{ClaimStatus, EventStatus};
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -40,11 +41,6 @@ fn complete_event(
     id: Option<pgrx::Uuid>,
     result: default!(Option<RawJsonb>, "NULL"),
 ) -> PgResult<()> {
-    complete(id, result, Sql::Current)
-}
-
-/// `webhook_complete` for the tables of `sql`'s release.
-pub(crate) fn complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>, sql: Sql) -> PgResult<()> {
     const F: &str = "webhook_complete";
     let id = input::required(F, "id", id)?;
     if let Some(result) = &result {
@@ -58,10 +54,6 @@ pub(crate) fn complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>, sql: Sq
             .into());
         }
     }
-    let statement = match sql {
-        Sql::Current | Sql::Release0_6 | Sql::Release0_4 => &COMPLETE,
-        Sql::Release0_3 | Sql::Release0_2 => &COMPLETE_UNORDERED,
-    };
     Spi::connect_mut(|client| match take_ownership(client, F, id)? {
         // A claim that completes on commit completed its event already,
         // and moved its watermark: this stores the result.
@@ -70,7 +62,7 @@ pub(crate) fn complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>, sql: Sq
             F,
             id,
             &owned,
-            statement,
+            &COMPLETE,
             vec![result.into()],
             |_| Ok(()),
         ),
@@ -80,7 +72,7 @@ pub(crate) fn complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>, sql: Sq
                 F,
                 id,
                 &owned,
-                statement,
+                &COMPLETE,
                 vec![result.into()],
                 |row| {
                     Ok(row
@@ -102,7 +94,7 @@ pub(crate) fn complete(id: Option<pgrx::Uuid>, result: Option<RawJsonb>, sql: Sq
                 None => Ok(()),
             }
         }
-        None => inbox::lease::complete(client, F, id, result, sql),
+        None => inbox::lease::complete(client, F, id, result),
     })?;
     crate::session_claims::forget(id);
     Ok(())
@@ -197,9 +189,9 @@ fn webhook_extend(
 
 /// Run one of the finishing statements for a delivery that may finish its
 /// event (`take_ownership`), with arguments (id, provider, event_id,
-/// extra…). It returns one row when it changed the event, read by `read`,
-/// and none when the delivery may no longer finish it: then the error
-/// says why.
+/// completed_here, extra…), fenced (see `fence`): it returns one row when
+/// it changed the event, read by `read`, and none when the delivery may no
+/// longer finish it: then the error says why.
 fn finish<T>(
     client: &mut SpiClient<'_>,
     function: &'static str,
@@ -216,11 +208,14 @@ fn finish<T>(
         owned.completed_here.into(),
     ];
     args.extend(extra);
-    let changed = statement.run(client, &args)?;
-    match changed.into_iter().next() {
-        Some(row) => read(&row),
-        None => Err(refusal(client, function, id)?),
-    }
+    let fence = Fence {
+        function,
+        owner: Owner::Delivery,
+        id,
+    };
+    fence.update(client, statement, &args, read, |client| {
+        standing(client, id, owned)
+    })
 }
 
 static LOOKUP: Statement = Statement {
@@ -234,28 +229,20 @@ static LOOKUP: Statement = Statement {
 // exception is a claim that completes on commit, in its own transaction:
 // its event is processed already, and is still its to finish (`$4`, true).
 
-/// Mark the event processed, returning its entity and order value
-/// (`$ordering`: SQL for both, NULL when the tables have none).
-macro_rules! complete {
-    ($ordering:literal) => {
-        concat!(
-            "UPDATE webhook.events
-                SET status = 'processed',
-                    processed_at = pg_catalog.now(),
-                    lease_expires_at = NULL,
-                    result = $5
-              WHERE provider = $2 AND event_id = $3
-                AND claim_id = $1 AND status = ",
-            owned_status!("$4"),
-            "
-          RETURNING true, ",
-            $ordering
-        )
-    };
-}
-
+/// Mark the event processed, returning its entity and order value.
 static COMPLETE: Statement = Statement {
-    sql: complete!("entity_key, order_value::text"),
+    sql: concat!(
+        "UPDATE webhook.events
+            SET status = 'processed',
+                processed_at = pg_catalog.now(),
+                lease_expires_at = NULL,
+                result = $5
+          WHERE provider = $2 AND event_id = $3
+            AND claim_id = $1 AND status = ",
+        owned_status!("$4"),
+        "
+      RETURNING true, entity_key, order_value::text"
+    ),
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
@@ -263,12 +250,6 @@ static COMPLETE: Statement = Statement {
         pg_sys::BOOLOID,
         pg_sys::JSONBOID,
     ],
-};
-
-/// For an earlier release's tables, which hold no order.
-static COMPLETE_UNORDERED: Statement = Statement {
-    sql: complete!("NULL::text, NULL::text"),
-    arg_types: COMPLETE.arg_types,
 };
 
 static FAIL: Statement = Statement {
@@ -318,14 +299,14 @@ static EXTEND: Statement = Statement {
     ],
 };
 
-/// Why a finishing call found nothing to change, read after the lock.
+/// Why a finishing call found nothing to change, read after the lock:
+/// who owns the event now, and whether this delivery's attempt failed.
 static DIAGNOSE: Statement = Statement {
-    sql: "SELECT d.processing_status, e.claim_id, e.status::text, e.attempts
-            FROM webhook.deliveries d
-            LEFT JOIN webhook.events e
-              ON e.provider = d.provider AND e.event_id = d.event_id
-           WHERE d.id = $1",
-    arg_types: &[pg_sys::UUIDOID],
+    sql: "SELECT e.claim_id, e.status::text, e.attempts,
+                 EXISTS (SELECT FROM webhook.delivery_failures f WHERE f.delivery_id = $1)
+            FROM webhook.events e
+           WHERE e.provider = $2 AND e.event_id = $3",
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
 struct Owned {
@@ -361,12 +342,12 @@ fn take_ownership(
     };
     let provider: String = row.get(1)?.unwrap_or_default();
     let event_id: String = row.get(2)?.unwrap_or_default();
-    let claim_status: String = row.get(3)?.unwrap_or_default();
-    if claim_status != "claimed" && claim_status != "retry" {
+    let claim_status = ClaimStatus::parse(&row.get::<String>(3)?.unwrap_or_default())?;
+    if !claim_status.owns_event() {
         return Err(WebhookError::NotOwner {
             function,
             id: id.to_string(),
-            claim_status,
+            claim_status: claim_status.as_str().into(),
         });
     }
     EventLock::for_event(&provider, &event_id).acquire();
@@ -380,53 +361,44 @@ fn take_ownership(
     }))
 }
 
-/// Build the error for a finishing call that changed nothing.
-fn refusal(
-    client: &mut SpiClient<'_>,
-    function: &'static str,
-    id: pgrx::Uuid,
-) -> Result<WebhookError> {
-    let rows = DIAGNOSE.run(client, &[id.into()])?;
+/// Where a delivery stands whose finishing statement changed nothing. It
+/// exists (`take_ownership` found it), so it is never unknown.
+fn standing(client: &mut SpiClient<'_>, id: pgrx::Uuid, owned: &Owned) -> Result<Standing> {
+    let rows = DIAGNOSE.run(
+        client,
+        &[
+            id.into(),
+            owned.provider.as_str().into(),
+            owned.event_id.as_str().into(),
+        ],
+    )?;
     let Some(row) = rows.into_iter().next() else {
-        return Ok(WebhookError::UnknownDelivery {
-            function,
-            id: id.to_string(),
+        return Ok(Standing::Lost {
+            detail: "The event row no longer exists.".into(),
         });
     };
-    let processing_status: String = row.get(1)?.unwrap_or_default();
-    let owner: Option<pgrx::Uuid> = row.get(2)?;
-    let event_status: Option<String> = row.get(3)?;
-    let attempts: Option<i32> = row.get(4)?;
-    Ok(match owner {
-        _ if processing_status == "PROCESSED" => WebhookError::AlreadyFinished {
-            function,
-            id: id.to_string(),
-            processing_status,
-        },
-        Some(owner) if owner != id => WebhookError::LeaseLost {
-            function,
-            id: id.to_string(),
+    let owner: Option<pgrx::Uuid> = row.get(1)?;
+    let status = EventStatus::parse(&row.get::<String>(2)?.unwrap_or_default())?;
+    let attempts = row.get::<i32>(3)?.unwrap_or(0);
+    let failed = row.get::<bool>(4)?.unwrap_or(false);
+    if owner != Some(id) {
+        return Ok(Standing::Lost {
             // Never the new owner's id: a claim id is all it takes to
             // complete or fail that claim.
             detail: format!(
-                "Another delivery took the event over (attempt {}, status {}).",
-                attempts.unwrap_or(0),
-                event_status.unwrap_or_default()
+                "Another delivery took the event over (attempt {attempts}, status {}).",
+                status.as_str()
             ),
-        },
-        None => WebhookError::LeaseLost {
-            function,
-            id: id.to_string(),
-            detail: "The event row no longer exists.".into(),
-        },
-        Some(_) => WebhookError::AlreadyFinished {
-            function,
-            id: id.to_string(),
-            processing_status: if processing_status == "PENDING" {
-                event_status.unwrap_or_default()
-            } else {
-                processing_status
-            },
-        },
+        });
+    }
+    // Still the event's claim: it finished, in the archive's words
+    // (`webhook.deliveries.processing_status`).
+    let finished = match status {
+        _ if failed => "FAILED",
+        EventStatus::Processed => "PROCESSED",
+        other => other.as_str(),
+    };
+    Ok(Standing::Finished {
+        status: finished.into(),
     })
 }

@@ -40,18 +40,6 @@ pub struct Statement {
     pub arg_types: &'static [pg_sys::Oid],
 }
 
-/// `base`'s argument types, then text ones up to `M`: the types of a
-/// statement's variant that takes more (text) arguments after them.
-pub const fn then_text<const N: usize, const M: usize>(base: [pg_sys::Oid; N]) -> [pg_sys::Oid; M] {
-    let mut out = [pg_sys::TEXTOID; M];
-    let mut i = 0;
-    while i < N {
-        out[i] = base[i];
-        i += 1;
-    }
-    out
-}
-
 /// How the plan cache plans a kept statement.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]

@@ -17,7 +17,8 @@
 //! a replay with a forged header, and are refused as `replayed`.
 
 use crate::archive::{self, Rejection};
-use crate::claim::{self, api::Claims, ClaimStatus, Delivery, Outcome};
+use crate::claim::{self, api::Claims, Delivery, Outcome};
+use crate::status::ClaimStatus;
 use crate::composite;
 use crate::errors::Result;
 use crate::event_lock::EventLock;
@@ -25,7 +26,6 @@ use crate::input::{
     self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES, MAX_SIGNATURE_BYTES,
 };
 use crate::jsonb::{self, RawJsonb};
-use crate::legacy::Sql;
 use crate::ordering;
 use crate::plans::Statement;
 use crate::registry;
@@ -36,23 +36,6 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 const FUNCTION: &str = "webhook_receive";
-
-/// What `webhook_receive` returns: the claim's answer, what to send the
-/// provider, and what the handler dispatches on.
-pub(crate) type ReceiveRow = (
-    name!(id, pgrx::Uuid),
-    name!(claimed, bool),
-    name!(status, String),
-    name!(attempts, i32),
-    name!(result, Option<RawJsonb>),
-    name!(http_status, i32),
-    name!(reason, String),
-    name!(event_id, Option<String>),
-    name!(event_type, Option<String>),
-    name!(event_type_signed, Option<bool>),
-    name!(response, Option<String>),
-    name!(response_type, Option<String>),
-);
 
 /// Receive a delivery given its raw body (exact: signatures cover these
 /// bytes). `inbox`: store and queue it for workers and answer 2xx at once
@@ -87,7 +70,6 @@ fn receive_bytes(
         claims,
         url,
         Mode::from(inbox),
-        Sql::Current,
     )?;
     Ok(answer.into_row(fcinfo)?)
 }
@@ -150,7 +132,6 @@ pub(crate) fn receive_answer(
     claims: Claims,
     url: Option<&str>,
     mode: Mode,
-    sql: Sql,
 ) -> Result<Answer> {
     let provider = input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?;
     let headers = input::required(FUNCTION, "headers", headers)?;
@@ -163,7 +144,7 @@ pub(crate) fn receive_answer(
         body,
         url,
     };
-    Spi::connect_mut(|client| receive(client, request, claims, mode, sql))
+    Spi::connect_mut(|client| receive(client, request, claims, mode))
 }
 
 pub(crate) struct Answer {
@@ -201,31 +182,6 @@ impl Answer {
         composite::of_call(fcinfo, values)
     }
 
-    /// webhook_receive's row up to 0.6.0, a set of one row.
-    pub(crate) fn row(self) -> ReceiveRow {
-        let (id, claimed, status, attempts, result) = self.outcome.row();
-        let (response, response_type) = match self.response {
-            Some((body, content_type)) => (Some(body), Some(content_type.to_string())),
-            None => (None, None),
-        };
-        (
-            id,
-            claimed,
-            status,
-            attempts,
-            result,
-            self.http_status,
-            self.reason.to_string(),
-            self.event_id,
-            self.event_type,
-            self.event_type_signed,
-            response,
-            response_type,
-        )
-    }
-}
-
-impl Answer {
     fn refused(id: pgrx::Uuid, http_status: i32, reason: &'static str) -> Self {
         Answer {
             outcome: Outcome {
@@ -396,7 +352,6 @@ fn receive(
     incoming: Incoming<'_>,
     claims: Claims,
     mode: Mode,
-    sql: Sql,
 ) -> Result<Answer> {
     let Incoming {
         provider: provider_name,
@@ -404,7 +359,7 @@ fn receive(
         body,
         url,
     } = incoming;
-    let provider = registry::provider(client, provider_name, sql)?;
+    let provider = registry::provider(client, provider_name)?;
     let inbox = match mode {
         Mode::AsRegistered => provider.inbox,
         Mode::Claim => false,
@@ -449,14 +404,11 @@ fn receive(
         Err(verdict) => return reject(client, &request, 401, verdict.reason.as_str(), None),
     };
     // Which key verified it: archived with the delivery, and the key's
-    // last use kept, where the release's tables have room for them.
-    let verified_by = match sql {
-        Sql::Current | Sql::Release0_6 => provider
-            .fingerprints
-            .get(authentic.secret)
-            .and_then(Option::as_deref),
-        _ => None,
-    };
+    // last use kept.
+    let verified_by = provider
+        .fingerprints
+        .get(authentic.secret)
+        .and_then(Option::as_deref);
     if let Some(fingerprint) = verified_by {
         TOUCH_SECRET.run(client, &[provider_name.into(), fingerprint.into()])?;
     }
@@ -466,21 +418,19 @@ fn receive(
     let Some((body_text, body_json)) = document(&provider.scheme, body) else {
         return reject(client, &request, 400, "malformed_body", None);
     };
-    if sql.has_handshakes() {
-        let key = secrets
-            .get(authentic.secret)
-            .copied()
-            .flatten()
-            .and_then(|secret| provider.scheme.hmac_key(secret));
-        if let Some(handshake) = handshake::recognise(
-            &provider.scheme,
-            &headers_parsed,
-            &body_json,
-            key.as_deref(),
-        ) {
-            let payload = jsonb::from_text(FUNCTION, "body", &body_text)?;
-            return answer_handshake(client, &request, payload, handshake);
-        }
+    let key = secrets
+        .get(authentic.secret)
+        .copied()
+        .flatten()
+        .and_then(|secret| provider.scheme.hmac_key(secret));
+    if let Some(handshake) = handshake::recognise(
+        &provider.scheme,
+        &headers_parsed,
+        &body_json,
+        key.as_deref(),
+    ) {
+        let payload = jsonb::from_text(FUNCTION, "body", &body_text)?;
+        return answer_handshake(client, &request, payload, handshake);
     }
     let covered = authentic.covered_headers;
     let event_id = extract(

@@ -18,16 +18,13 @@
 //! COMMITTED), and only if no invalidation arrived while it read: a change
 //! committed after that snapshot sends its invalidation later, and drops
 //! the entry then. Under REPEATABLE READ or SERIALIZABLE the transaction's
-//! snapshot may be older than that, so nothing read there is kept. Nor
-//! is anything read through an earlier release's SQL (before `ALTER
-//! EXTENSION … UPDATE`), whose tables have no triggers.
+//! snapshot may be older than that, so nothing read there is kept.
 //!
 //! Secrets kept here live in the backend's private memory, as they do
 //! while a delivery is verified; the registry's tables stay readable by
 //! the extension owner only.
 
 use crate::errors::{Result, WebhookError};
-use crate::legacy::Sql;
 use crate::plans::Statement;
 use crate::schemes::Scheme;
 use pgrx::pg_sys;
@@ -56,61 +53,33 @@ pub struct Provider {
     pub ordering: Option<(String, String)>,
 }
 
-/// The provider's registry entry and active secrets, newest first: its
-/// mode, entity key and order value sources are SQL expressions, so that
-/// an earlier release's entry point reads only the columns its tables have.
-macro_rules! load_provider {
-    ($inbox:literal, $entity_key_from:literal, $order_from:literal) => {
-        concat!(
-            "SELECT p.scheme,
-                    pg_catalog.date_part('epoch', p.tolerance)::int8,
-                    p.event_id_from,
-                    p.event_type_from,
-                    pg_catalog.array_agg(s.secret ORDER BY s.added_at DESC)
-                        FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
-            "pg_catalog.array_agg(s.fingerprint ORDER BY s.added_at DESC)
-                        FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL), ",
-            $inbox,
-            ", ",
-            $entity_key_from,
-            "::text, ",
-            $order_from,
-            "::text,
-                    'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
-                    'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid
-               FROM webhook.providers p
-               LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
-              WHERE p.name = $1
-              GROUP BY p.name"
-        )
-    };
-}
-
+/// The provider's registry entry and active secrets, newest first, with
+/// the oids of the two tables it was read from (what the relcache
+/// callback watches).
 static LOAD_PROVIDER: Statement = Statement {
-    sql: load_provider!("p.inbox", "p.entity_key_from", "p.order_from"),
-    arg_types: &[pg_sys::TEXTOID],
-};
-
-/// For 0.3.0's SQL: no ordering.
-static LOAD_PROVIDER_0_3: Statement = Statement {
-    sql: load_provider!("p.inbox", "NULL", "NULL"),
-    arg_types: &[pg_sys::TEXTOID],
-};
-
-/// For 0.2.0's SQL, which always claims: no inbox mode either.
-static LOAD_PROVIDER_0_2: Statement = Statement {
-    sql: load_provider!("false", "NULL", "NULL"),
+    sql: "SELECT p.scheme,
+                 pg_catalog.date_part('epoch', p.tolerance)::int8,
+                 p.event_id_from,
+                 p.event_type_from,
+                 pg_catalog.array_agg(s.secret ORDER BY s.added_at DESC)
+                     FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL),
+                 pg_catalog.array_agg(s.fingerprint ORDER BY s.added_at DESC)
+                     FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL),
+                 p.inbox,
+                 p.entity_key_from,
+                 p.order_from,
+                 'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
+                 'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid
+            FROM webhook.providers p
+            LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
+           WHERE p.name = $1
+           GROUP BY p.name",
     arg_types: &[pg_sys::TEXTOID],
 };
 
 /// Read a provider from the registry, with the tables it was read from.
-fn load(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<(Provider, [pg_sys::Oid; 2])> {
-    let statement = match sql {
-        Sql::Current | Sql::Release0_6 | Sql::Release0_4 => &LOAD_PROVIDER,
-        Sql::Release0_3 => &LOAD_PROVIDER_0_3,
-        Sql::Release0_2 => &LOAD_PROVIDER_0_2,
-    };
-    let rows = statement.run(client, &[name.into()])?;
+fn load(client: &mut SpiClient<'_>, name: &str) -> Result<(Provider, [pg_sys::Oid; 2])> {
+    let rows = LOAD_PROVIDER.run(client, &[name.into()])?;
     let row = rows
         .into_iter()
         .next()
@@ -150,7 +119,7 @@ fn load(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<(Provider, [
 /// generation they were read in.
 struct Cache {
     generation: u64,
-    providers: HashMap<(String, Sql), Rc<Provider>>,
+    providers: HashMap<String, Rc<Provider>>,
 }
 
 thread_local! {
@@ -179,35 +148,28 @@ unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid)
     }
 }
 
-/// The provider `name` as the tables of `sql`'s release hold it, from the
-/// cache when nothing changed since it was read.
-pub fn provider(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<Rc<Provider>> {
+/// The provider `name`, from the cache when nothing changed since it was
+/// read.
+pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
     if !CALLBACK_REGISTERED.get() {
         // SAFETY: registered once per backend, with a callback that lives
         // as long as the library; PostgreSQL has room for many.
         unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0)) };
         CALLBACK_REGISTERED.set(true);
     }
-    if !sql.announces_registry_changes() {
-        // An earlier release's tables, between installing this library
-        // and `ALTER EXTENSION … UPDATE`: no trigger would tell this
-        // backend of a change, so every call reads the registry.
-        return Ok(Rc::new(load(client, name, sql)?.0));
-    }
-    let key = (name.to_string(), sql);
     let cached = CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         if cache.generation != GENERATION.get() {
             cache.providers.clear();
             cache.generation = GENERATION.get();
         }
-        cache.providers.get(&key).cloned()
+        cache.providers.get(name).cloned()
     });
     if let Some(provider) = cached {
         return Ok(provider);
     }
     let before = GENERATION.get();
-    let (provider, tables) = load(client, name, sql)?;
+    let (provider, tables) = load(client, name)?;
     let provider = Rc::new(provider);
     WATCHED.set(tables);
     // SAFETY: reads the session's isolation level.
@@ -216,7 +178,7 @@ pub fn provider(client: &mut SpiClient<'_>, name: &str, sql: Sql) -> Result<Rc<P
         CACHE.with(|cache| {
             let mut cache = cache.borrow_mut();
             if cache.generation == before {
-                cache.providers.insert(key, Rc::clone(&provider));
+                cache.providers.insert(name.to_string(), Rc::clone(&provider));
             }
         });
     }

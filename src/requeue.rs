@@ -16,6 +16,7 @@ use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::input::{self, MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES};
 use crate::plans::Statement;
+use crate::status::EventStatus;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -33,31 +34,21 @@ fn requeue_event(
     event_id: Option<&str>,
     consumer: default!(Option<&str>, "NULL"),
 ) -> std::result::Result<(), pg_sys::panic::ErrorReport> {
-    requeue_checked(provider, event_id, consumer, Log::Record)
+    requeue_checked(provider, event_id, consumer)
 }
 
 /// `webhook_requeue`'s arguments checked, then the requeue.
-pub(crate) fn requeue_checked(
+fn requeue_checked(
     provider: Option<&str>,
     event_id: Option<&str>,
     consumer: Option<&str>,
-    log: Log,
 ) -> std::result::Result<(), pg_sys::panic::ErrorReport> {
     let provider = input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?;
     let event_id = input::required_text(FUNCTION, "event_id", event_id, MAX_EVENT_ID_BYTES)?;
     let consumer = input::optional_text(FUNCTION, "consumer", consumer, MAX_PROVIDER_BYTES)?;
     Ok(Spi::connect_mut(|client| {
-        requeue(client, provider, event_id, consumer, log)
+        requeue(client, provider, event_id, consumer)
     })?)
-}
-
-/// Whether a requeue is written to `webhook.requeues`: always, except
-/// through the entry point a database still on 0.2.0's SQL calls, which
-/// has no such table yet (see `legacy`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Log {
-    Record,
-    Unavailable,
 }
 
 fn requeue(
@@ -65,14 +56,13 @@ fn requeue(
     provider: &str,
     event_id: &str,
     consumer: Option<&str>,
-    log: Log,
 ) -> Result<()> {
     EventLock::for_event(provider, event_id).acquire();
     let status = match STATUS
         .run(client, &[provider.into(), event_id.into()])?
         .next()
     {
-        Some(row) => row.get::<String>(1)?.unwrap_or_default(),
+        Some(row) => EventStatus::parse(&row.get::<String>(1)?.unwrap_or_default())?,
         None => {
             return Err(WebhookError::UnknownEvent {
                 function: FUNCTION,
@@ -81,7 +71,7 @@ fn requeue(
             })
         }
     };
-    let requeued = if status == "queued" {
+    let requeued = if status == EventStatus::Queued {
         let rows = REQUEUE_QUEUED.run(client, &one_event(provider, event_id, consumer))?;
         let any = !rows.is_empty();
         if any {
@@ -95,11 +85,7 @@ fn requeue(
             rule: "applies to queued events only: this event was claimed, not queued",
         });
     } else {
-        let statement = match log {
-            Log::Record => &REQUEUE_CLAIMED,
-            Log::Unavailable => &REQUEUE_CLAIMED_UNLOGGED,
-        };
-        !statement
+        !REQUEUE_CLAIMED
             .run(client, &[provider.into(), event_id.into()])?
             .is_empty()
     };
@@ -108,10 +94,9 @@ fn requeue(
     }
     Err(WebhookError::NotRequeueable {
         function: FUNCTION,
-        status: if status == "queued" {
-            "queued, with no dead consumer".into()
-        } else {
-            status
+        status: match status {
+            EventStatus::Queued => "queued, with no dead consumer".into(),
+            other => other.as_str().into(),
         },
     })
 }
@@ -228,14 +213,6 @@ static REQUEUE_CLAIMED: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
-/// The same, unrecorded (see `Log::Unavailable`).
-static REQUEUE_CLAIMED_UNLOGGED: Statement = Statement {
-    sql: "UPDATE webhook.events
-             SET status = 'failed', attempts = 0, requeues = requeues + 1
-           WHERE provider = $1 AND event_id = $2 AND status IN ('dead', 'failed')
-       RETURNING 1",
-    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
-};
 
 /// Dead inbox rows matching every filter given (provider, event id, event
 /// type, error ILIKE, arrival after / before, consumer), ready again now

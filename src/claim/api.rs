@@ -120,9 +120,9 @@ impl Claims {
         }
     }
 
-    /// For a claim with a lease (the previous releases' entry points).
-    pub(crate) fn leased(function: &'static str, lease: Option<Interval>) -> Result<Self> {
-        Self::of(function, lease, Some(false))
+    /// A claim with the default lease.
+    pub(crate) fn leased(function: &'static str) -> Result<Self> {
+        Self::of(function, None, Some(false))
     }
 
     pub(crate) fn lease(&self) -> Option<Interval> {
@@ -131,7 +131,7 @@ impl Claims {
 }
 
 /// Claim a delivery given as its raw body.
-pub(crate) fn claim_raw(
+fn claim_raw(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,

@@ -12,7 +12,7 @@
 //! | `stale`       | false   | nothing; answer 2xx: a newer event of the same entity was processed (see `ordering`) |
 //!
 //! * `api` — the `webhook_claim` SQL functions and their arguments;
-//! * `answer` — the statuses and the outcome;
+//! * `answer` — the outcome, and the event's state as read back;
 //! * `statements` — the SQL of the claim path;
 //! * here — the state machine: claim a new event, answer one that is
 //!   finished or held elsewhere, take over one that failed or expired.
@@ -22,11 +22,8 @@ pub(crate) mod api;
 mod statements;
 pub(crate) use statements::owned_status;
 
-pub use answer::{ClaimStatus, EventState, EventStatus, Outcome};
-pub(crate) use statements::{
-    DELIVERY_ARGUMENTS, ORDERED_DELIVERY_ARGUMENTS, ORDERED_VERIFIED_DELIVERY_ARGUMENTS,
-    VERIFIED_DELIVERY_ARGUMENTS,
-};
+pub use answer::{EventState, Outcome};
+pub(crate) use statements::DELIVERY_ARGUMENTS;
 
 use crate::archive::{self, Entry};
 use crate::compress::Archived;
@@ -35,12 +32,12 @@ use crate::event_lock::EventLock;
 use crate::jsonb::RawJsonb;
 use crate::ordering::{self, Order, Verdict};
 use crate::session_claims;
+use crate::status::{ClaimStatus, EventStatus};
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{
-    CLAIM, CLAIM_ORDERED, CLAIM_ORDERED_VERIFIED, CLAIM_VERIFIED, INSPECT, INSPECT_LOCKED,
-    MARK_STALE, OBSERVE, OBSERVE_VERIFIED, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
-    TAKE_OVER_ORDERED,
+    CLAIM, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE,
+    TAKE_OVER,
 };
 
 /// One delivery, validated, as the claim writes it.
@@ -63,8 +60,7 @@ pub struct Delivery<'a> {
     /// registered with ordering (`webhook_receive` only: it read them
     /// from the body it verified).
     pub order: Option<&'a Order>,
-    /// The fingerprint of the key that verified it (`webhook_receive` on
-    /// the current SQL, whose archive has a column for it).
+    /// The fingerprint of the key that verified it (`webhook_receive`).
     pub verified_by: Option<&'a str>,
 }
 
@@ -75,25 +71,14 @@ impl<'a> Delivery<'a> {
         self.lease.is_none()
     }
 
-    /// The arguments of OBSERVE (or OBSERVE_VERIFIED).
-    fn observing_arguments<'b>(
-        &'b self,
-        id: pgrx::Uuid,
-        archived: Archived,
-        digest: &'b [u8],
-    ) -> Vec<DatumWithOid<'b>> {
-        let mut args: Vec<DatumWithOid<'b>> = self.arguments(id, archived, digest).into();
-        args.extend(self.verified_by.map(DatumWithOid::from));
-        args
-    }
-
-    /// The arguments every statement that archives the delivery starts with.
+    /// The arguments of every statement that writes the event and archives
+    /// the delivery (`DELIVERY_ARGUMENTS`).
     pub(crate) fn arguments<'b>(
         &'b self,
         id: pgrx::Uuid,
         archived: Archived,
         digest: &'b [u8],
-    ) -> [DatumWithOid<'b>; 10] {
+    ) -> [DatumWithOid<'b>; 13] {
         [
             self.provider.into(),
             self.event_id.into(),
@@ -105,26 +90,10 @@ impl<'a> Delivery<'a> {
             archived.headers.into(),
             self.lease.into(),
             digest.into(),
+            self.order.map(|o| o.entity_key.as_str()).into(),
+            self.order.map(|o| o.value.as_str()).into(),
+            self.verified_by.into(),
         ]
-    }
-
-    /// The arguments of a statement that writes the event (CLAIM,
-    /// ENQUEUE): `arguments`, then, for an ordered event, its entity key and
-    /// order value, which the `_ORDERED` variant of the statement takes,
-    /// then the verifying key's fingerprint, which the `_VERIFIED` one does.
-    pub(crate) fn writing_arguments<'b>(
-        &'b self,
-        id: pgrx::Uuid,
-        archived: Archived,
-        digest: &'b [u8],
-    ) -> Vec<DatumWithOid<'b>> {
-        let mut args: Vec<DatumWithOid<'b>> = self.arguments(id, archived, digest).into();
-        if let Some(order) = self.order {
-            args.push(order.entity_key.as_str().into());
-            args.push(order.value.as_str().into());
-        }
-        args.extend(self.verified_by.map(DatumWithOid::from));
-        args
     }
 
     /// The delivery's archive row, answered `status`.
@@ -164,12 +133,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     if !lock.try_acquire() {
         // Another transaction is working on this event right now. Its
         // committed state still tells a finished or dead event apart.
-        let observe = if d.verified_by.is_some() {
-            &OBSERVE_VERIFIED
-        } else {
-            &OBSERVE
-        };
-        let rows = observe.run(client, &d.observing_arguments(id, archived, &digest))?;
+        let rows = OBSERVE.run(client, &d.arguments(id, archived, &digest))?;
         return Ok(match EventState::read(rows)? {
             Some(state) => {
                 let answer = state.answer.unwrap_or(ClaimStatus::InProgress);
@@ -207,13 +171,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
     }
 
-    let claim = match (d.order.is_some(), d.verified_by.is_some()) {
-        (false, false) => &CLAIM,
-        (true, false) => &CLAIM_ORDERED,
-        (false, true) => &CLAIM_VERIFIED,
-        (true, true) => &CLAIM_ORDERED_VERIFIED,
-    };
-    let rows = claim.run(client, &d.writing_arguments(id, archived, &digest))?;
+    let rows = CLAIM.run(client, &d.arguments(id, archived, &digest))?;
     // The event exists unless we just inserted it, and since we hold its
     // lock, no open transaction is changing it: its committed state decides.
     let state = EventState::read(rows)?
@@ -375,21 +333,15 @@ fn take_over(
         return Ok(state.outcome(id, ClaimStatus::Dead));
     }
 
-    let mut args: Vec<DatumWithOid<'_>> = vec![
+    let args: [DatumWithOid<'_>; 6] = [
         d.provider.into(),
         d.event_id.into(),
         id.into(),
         d.lease.into(),
+        d.order.map(|o| o.entity_key.as_str()).into(),
+        d.order.map(|o| o.value.as_str()).into(),
     ];
-    let take_over = match d.order {
-        Some(order) => {
-            args.push(order.entity_key.as_str().into());
-            args.push(order.value.as_str().into());
-            &TAKE_OVER_ORDERED
-        }
-        None => &TAKE_OVER,
-    };
-    let attempts = take_over
+    let attempts = TAKE_OVER
         .run(client, &args)?
         .next()
         .and_then(|row| row.get::<i32>(1).ok().flatten())

@@ -7,7 +7,7 @@
 //! column order as far as they can.
 
 use crate::archive::archive_insert;
-use crate::plans::{then_text, Statement};
+use crate::plans::Statement;
 use pgrx::pg_sys;
 
 /// What a delivery of an event is answered, from the event's committed
@@ -16,21 +16,24 @@ use pgrx::pg_sys;
 /// the event over (it failed, or its lease ran out). `held_elsewhere`
 /// (`true`/`false`): another transaction holds the event's lock, so it is
 /// in progress whatever its lease says; so is an event not yet committed
-/// (NULL status). A processed event, or one handed to the inbox (queued),
-/// is a duplicate: its work is done or owned by the inbox's workers. The
-/// labels a claim may act on are named, every other one is a duplicate, so
-/// this never names a label a database still on an earlier release lacks.
-/// Written once, expanded into each statement, so the decision costs no
-/// function call and needs no SQL object of its own.
+/// (NULL status). A processed event, one handed to the inbox (queued), or
+/// one skipped as stale is a duplicate: its work is done, owned by the
+/// inbox's workers, or never to be done. Every label of
+/// `webhook.event_status` is named. Written once, expanded into each
+/// statement, so the decision costs no function call and needs no SQL
+/// object of its own.
 macro_rules! answer {
     ($status:literal, $lease:literal, $held_elsewhere:literal) => {
         concat!(
             "(CASE WHEN ",
             $status,
+            " IS NULL THEN 'in_progress'
+                   WHEN ",
+            $status,
             " = 'dead' THEN 'dead'
                    WHEN ",
             $status,
-            " IS NULL THEN 'in_progress'
+            " IN ('processed', 'queued', 'stale') THEN 'duplicate'
                    WHEN ",
             $status,
             " IN ('processing', 'failed') THEN
@@ -43,7 +46,6 @@ macro_rules! answer {
             " > pg_catalog.clock_timestamp())
                             THEN 'in_progress'
                        END
-                   ELSE 'duplicate'
               END)::webhook.claim_status"
         )
     };
@@ -68,8 +70,11 @@ pub(crate) use owned_status;
 
 /// The arguments of CLAIM, OBSERVE and the inbox's ENQUEUE
 /// (`Delivery::arguments`): provider, event_id, event_type, the delivery's
-/// id, payload, raw_body, signature, headers, lease, payload digest.
-const DELIVERY_TYPES: [pg_sys::Oid; 10] = [
+/// id, payload, raw_body, signature, headers, lease, payload digest, then
+/// an ordered event's entity key and order value (as text; NULL for an
+/// unordered one), then the fingerprint of the key that verified the
+/// delivery (NULL but for `webhook_receive`).
+pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -80,18 +85,10 @@ const DELIVERY_TYPES: [pg_sys::Oid; 10] = [
     pg_sys::JSONBOID,
     pg_sys::INTERVALOID,
     pg_sys::BYTEAOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
 ];
-pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &DELIVERY_TYPES;
-
-/// The same, then an ordered event's entity key and order value (as
-/// text), for the statements that write them with the event.
-pub(crate) const ORDERED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &then_text::<10, 12>(DELIVERY_TYPES);
-
-/// The `_VERIFIED` variants': the same, then the fingerprint of the key
-/// that verified the delivery (`$11`, or `$13` after an order).
-pub(crate) const VERIFIED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &then_text::<10, 11>(DELIVERY_TYPES);
-pub(crate) const ORDERED_VERIFIED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] =
-    &then_text::<10, 13>(DELIVERY_TYPES);
 
 /// The whole claim of a new event, or of an existing one it does not take
 /// over, in one statement: insert the event if it is new, and archive the
@@ -100,29 +97,16 @@ pub(crate) const ORDERED_VERIFIED_DELIVERY_ARGUMENTS: &[pg_sys::Oid] =
 /// they see the existing row and nothing of the insert.) A new event is
 /// answered `claimed`; an event the delivery may take over (failed, or
 /// its lease ran out) has no answer and is left to `TAKE_OVER`.
-///
-/// `$columns` and `$values` append to the event's INSERT: nothing, or an
-/// ordered event's entity key and order value (`$11`, `$12`), which only
-/// the tables of 0.4.0 on have. `$archived` and `$fingerprint` append to the
-/// archive's: nothing, or `secret_fingerprint` and its argument.
-macro_rules! claim {
-    ($columns:literal, $values:literal) => {
-        claim!($columns, $values, "", "")
-    };
-    ($columns:literal, $values:literal, $archived:literal, $fingerprint:literal) => {
-        concat!(
+pub static CLAIM: Statement = Statement {
+    sql: concat!(
             "WITH new_event AS (
                   INSERT INTO webhook.events AS e
                       (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at,
-                       processed_at, payload_hash",
-            $columns,
-            ")
+                       processed_at, payload_hash, entity_key, order_value)
                   VALUES ($1, $2, $3, ",
             owned_status!("$9 IS NULL"),
             ", 1, $4, pg_catalog.clock_timestamp() + $9,
-                          CASE WHEN $9 IS NULL THEN pg_catalog.now() END, $10",
-            $values,
-            ")
+                          CASE WHEN $9 IS NULL THEN pg_catalog.now() END, $10, $11, $12::numeric)
                   ON CONFLICT (provider, event_id) DO NOTHING
                   RETURNING 1
               ), existing AS (
@@ -132,62 +116,28 @@ macro_rules! claim {
                     FROM webhook.events e
                    WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
               ), archived AS (",
-            archive_insert!($archived),
-            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false",
-            $fingerprint,
-            "
+            archive_insert!(),
+            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false, $13, NULL
                     FROM new_event
                   UNION ALL
-                  SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10",
-            $fingerprint,
-            "
+                  SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10,
+                         $13, NULL
                     FROM existing x WHERE x.answer IS NOT NULL
               )
               SELECT 'claimed', 'processing', 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
               UNION ALL
               SELECT x.answer::text, x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
                 FROM existing x"
-        )
-    };
-}
-
-/// CLAIM of an unordered event.
-pub static CLAIM: Statement = Statement {
-    sql: claim!("", ""),
-    arg_types: DELIVERY_ARGUMENTS,
-};
-
-/// CLAIM of an ordered event.
-pub static CLAIM_ORDERED: Statement = Statement {
-    sql: claim!(", entity_key, order_value", ", $11, $12::numeric"),
-    arg_types: ORDERED_DELIVERY_ARGUMENTS,
-};
-
-/// CLAIM of a delivery `webhook_receive` verified, with its key's
-/// fingerprint.
-pub static CLAIM_VERIFIED: Statement = Statement {
-    sql: claim!("", "", ", secret_fingerprint", ", $11"),
-    arg_types: VERIFIED_DELIVERY_ARGUMENTS,
-};
-
-pub static CLAIM_ORDERED_VERIFIED: Statement = Statement {
-    sql: claim!(
-        ", entity_key, order_value",
-        ", $11, $12::numeric",
-        ", secret_fingerprint",
-        ", $13"
     ),
-    arg_types: ORDERED_VERIFIED_DELIVERY_ARGUMENTS,
+    arg_types: DELIVERY_ARGUMENTS,
 };
 
 /// A delivery arriving while another transaction holds the event: read the
 /// committed state and archive the answer it gives, in one statement. It
 /// returns the event, or nothing before the event's first claim commits
-/// (answered `in_progress` all the same). `$archived`, `$fingerprint`: as
-/// for `claim!`.
-macro_rules! observe {
-    ($archived:literal, $fingerprint:literal) => {
-        concat!(
+/// (answered `in_progress` all the same).
+pub static OBSERVE: Statement = Statement {
+    sql: concat!(
         "WITH existing AS (
               SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash, e.lease_expires_at
                 FROM webhook.events e
@@ -199,27 +149,15 @@ macro_rules! observe {
                 FROM (VALUES (1)) AS one(x_)
                 LEFT JOIN existing x ON true
           ), archived AS (",
-        archive_insert!($archived),
+        archive_insert!(),
         "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, a.answer,
-                     a.payload_hash IS NOT NULL AND a.payload_hash IS DISTINCT FROM $10",
-        $fingerprint,
-        "
+                     a.payload_hash IS NOT NULL AND a.payload_hash IS DISTINCT FROM $10, $13, NULL
                 FROM answer a
           )
           SELECT a.answer::text, a.status::text, a.attempts, NULL::uuid, a.result, a.payload_hash
             FROM answer a WHERE a.status IS NOT NULL"
-        )
-    };
-}
-
-pub static OBSERVE: Statement = Statement {
-    sql: observe!("", ""),
+    ),
     arg_types: DELIVERY_ARGUMENTS,
-};
-
-pub static OBSERVE_VERIFIED: Statement = Statement {
-    sql: observe!(", secret_fingerprint", ", $11"),
-    arg_types: VERIFIED_DELIVERY_ARGUMENTS,
 };
 
 /// The committed state of an event, read without writing anything,
@@ -250,40 +188,23 @@ pub static INSPECT_LOCKED: Statement = Statement {
 };
 
 /// Take over a failed or expired event. Runs only under the event lock.
-/// `$order` sets nothing more, or an ordered event's entity key and order
-/// value (`$5`, `$6`).
-macro_rules! take_over {
-    ($order:literal) => {
-        concat!(
-            "UPDATE webhook.events
-                SET status = ",
-            owned_status!("$4 IS NULL"),
-            ",
-                    attempts = attempts + 1,
-                    claim_id = $3,
-                    lease_expires_at = pg_catalog.clock_timestamp() + $4,
-                    processed_at = CASE WHEN $4 IS NULL THEN pg_catalog.now() END",
-            $order,
-            "
-              WHERE provider = $1 AND event_id = $2
-          RETURNING attempts"
-        )
-    };
-}
-
+/// An ordered delivery sets the event's entity key and order value (`$5`,
+/// `$6`); an unordered one (NULL) leaves them.
 pub static TAKE_OVER: Statement = Statement {
-    sql: take_over!(""),
-    arg_types: &[
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::UUIDOID,
-        pg_sys::INTERVALOID,
-    ],
-};
-
-/// TAKE_OVER of an ordered event.
-pub static TAKE_OVER_ORDERED: Statement = Statement {
-    sql: take_over!(", entity_key = $5, order_value = $6::numeric"),
+    sql: concat!(
+        "UPDATE webhook.events
+            SET status = ",
+        owned_status!("$4 IS NULL"),
+        ",
+                attempts = attempts + 1,
+                claim_id = $3,
+                lease_expires_at = pg_catalog.clock_timestamp() + $4,
+                processed_at = CASE WHEN $4 IS NULL THEN pg_catalog.now() END,
+                entity_key = coalesce($5, entity_key),
+                order_value = coalesce($6::numeric, order_value)
+          WHERE provider = $1 AND event_id = $2
+      RETURNING attempts"
+    ),
     arg_types: &[
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,

@@ -35,11 +35,13 @@
 //! took the key over, the old one's calls are refused with SQLSTATE 55006.
 
 use crate::composite;
-use crate::errors::{PgResult, Result, WebhookError};
+use crate::errors::{Owner, PgResult, Result, Standing, WebhookError};
 use crate::event_lock::EventLock;
+use crate::fence::Fence;
 use crate::input;
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
+use crate::status::KeyStatus;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -220,7 +222,7 @@ fn begin(
         .map(|row| -> Result<_> {
             Ok(Existing {
                 fingerprint: row.get::<String>(1)?.unwrap_or_default(),
-                status: row.get::<String>(2)?.unwrap_or_default(),
+                status: KeyStatus::parse(&row.get::<String>(2)?.unwrap_or_default())?,
                 live: row.get::<bool>(3)?.unwrap_or(false),
                 expired: row.get::<bool>(4)?.unwrap_or(false),
                 response_status: row.get::<i32>(5)?,
@@ -320,7 +322,7 @@ fn begin(
 
 struct Existing {
     fingerprint: String,
-    status: String,
+    status: KeyStatus,
     live: bool,
     expired: bool,
     response_status: Option<i32>,
@@ -350,7 +352,7 @@ fn decide(locked: bool, existing: Option<&Existing>, fingerprint: &str) -> Decis
             Decision::InProgress
         };
     };
-    let running = row.status == "in_progress" && row.live;
+    let running = row.status == KeyStatus::InProgress && row.live;
     if row.expired && !running {
         // Past the retention the key means nothing any more (a purge may
         // simply not have run yet).
@@ -366,10 +368,10 @@ fn decide(locked: bool, existing: Option<&Existing>, fingerprint: &str) -> Decis
     if !locked || running {
         return Decision::InProgress;
     }
-    match row.status.as_str() {
-        "finished" => Decision::Replay,
+    match row.status {
+        KeyStatus::Finished => Decision::Replay,
         // Failed retryably, or its lease ran out: resume it.
-        _ => Decision::Own,
+        KeyStatus::Retryable | KeyStatus::InProgress => Decision::Own,
     }
 }
 
@@ -606,10 +608,9 @@ static OWNER: Statement = Statement {
 
 /// Run `statement`, an UPDATE of the request's row that only its owner
 /// may make while it is in progress (`WHERE request_id = $1 AND status =
-/// 'in_progress' RETURNING 1`), under the key's lock: held until the
-/// transaction ends, so nobody takes the key over before this
-/// transaction's writes are committed or gone. When it changed nothing,
-/// say why.
+/// 'in_progress' RETURNING 1`), fenced (see `fence`) under the key's lock:
+/// held until the transaction ends, so nobody takes the key over before
+/// this transaction's writes are committed or gone.
 fn update_owned(
     client: &mut SpiClient<'_>,
     function: &'static str,
@@ -617,41 +618,44 @@ fn update_owned(
     statement: &'static Statement,
     args: &[DatumWithOid<'_>],
 ) -> Result<()> {
-    let not_owner = || WebhookError::RequestNotOwner {
+    let fence = Fence {
         function,
-        id: request_id.to_string(),
+        owner: Owner::Request,
+        id: request_id,
     };
-    let (scope, key) = {
-        let row = OWNER
-            .run(client, &[request_id.into()])?
-            .next()
-            .ok_or_else(not_owner)?;
-        (
-            row.get::<String>(1)?.ok_or_else(not_owner)?,
-            row.get::<String>(2)?.ok_or_else(not_owner)?,
-        )
-    };
-    EventLock::for_idempotency_key(&scope, &key).acquire();
-    // The statement's own condition decides, under the lock: a takeover
-    // or a finish may have committed since the lookup.
-    if !statement.run(client, args)?.is_empty() {
-        return Ok(());
-    }
-    let status = OWNER
+    let key = OWNER
         .run(client, &[request_id.into()])?
         .next()
-        .ok_or_else(not_owner)?
-        .get::<String>(3)?
-        .unwrap_or_default();
-    let status = match status.as_str() {
-        "finished" => "finished",
-        "retryable" => "failed",
-        _ => return Err(not_owner()),
+        .map(|row| -> Result<_> { Ok(row.get::<String>(1)?.zip(row.get::<String>(2)?)) })
+        .transpose()?
+        .flatten();
+    let Some((scope, key)) = key else {
+        return Err(fence.refused(Standing::Unknown));
     };
-    Err(WebhookError::RequestFinished {
-        function,
-        id: request_id.to_string(),
-        status,
+    EventLock::for_idempotency_key(&scope, &key).acquire();
+    fence.update(client, statement, args, |_| Ok(()), |client| {
+        let status = OWNER
+            .run(client, &[request_id.into()])?
+            .next()
+            .map(|row| row.get::<String>(3))
+            .transpose()?
+            .flatten()
+            .map(|label| KeyStatus::parse(&label))
+            .transpose()?;
+        Ok(match status {
+            Some(KeyStatus::Finished) => Standing::Finished {
+                status: "finished".into(),
+            },
+            Some(KeyStatus::Retryable) => Standing::Finished {
+                status: "failed".into(),
+            },
+            // In progress under another request, which took the key over
+            // once this one's lease ran out.
+            Some(KeyStatus::InProgress) => Standing::Lost {
+                detail: "Another request with the key began after this one's lease ran out.".into(),
+            },
+            None => Standing::Unknown,
+        })
     })
 }
 
@@ -747,7 +751,7 @@ mod tests {
     fn row(status: &str, live: bool, expired: bool, fingerprint: &str) -> Existing {
         Existing {
             fingerprint: fingerprint.into(),
-            status: status.into(),
+            status: KeyStatus::parse(status).unwrap(),
             live,
             expired,
             response_status: None,

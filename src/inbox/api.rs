@@ -9,7 +9,6 @@ use crate::composite;
 use crate::errors::{PgResult, Result, WebhookError};
 use crate::input::{self, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES};
 use crate::jsonb::RawJsonb;
-use crate::legacy::Sql;
 use crate::ordering;
 use crate::plans::Statement;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
@@ -84,7 +83,7 @@ fn enqueue_body_text(
 /// queued (new) or a duplicate.
 pub(crate) struct Queued {
     id: pgrx::Uuid,
-    status: crate::claim::ClaimStatus,
+    status: crate::status::ClaimStatus,
 }
 
 impl Queued {
@@ -92,19 +91,9 @@ impl Queued {
     fn values(self) -> Vec<Option<pg_sys::Datum>> {
         vec![
             composite::value(self.id),
-            composite::value(self.status == crate::claim::ClaimStatus::Queued),
+            composite::value(self.status == crate::status::ClaimStatus::Queued),
             composite::value(self.status.as_str()),
         ]
-    }
-
-    /// The `(id, queued, status)` row of webhook_enqueue up to 0.7.0, a
-    /// set of one row.
-    pub(crate) fn row(self) -> (pgrx::Uuid, bool, String) {
-        (
-            self.id,
-            self.status == crate::claim::ClaimStatus::Queued,
-            self.status.as_str().to_string(),
-        )
     }
 }
 
@@ -138,7 +127,7 @@ pub(crate) fn enqueue(
     signature: Option<&str>,
 ) -> PgResult<Queued> {
     // A queued event is leased by workers, not by this call: the default.
-    let claims = Claims::leased(ENQUEUE, None)?;
+    let claims = Claims::leased(ENQUEUE)?;
     let d = delivery(
         ENQUEUE, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;
@@ -191,12 +180,11 @@ fn lease_next(
         provider,
         event_type,
         lease,
-        Sql::Current,
     )?))
 }
 
 /// One leased event, in `webhook_next`'s columns.
-pub(crate) type LeasedRow = (
+type LeasedRow = (
     pgrx::Uuid,
     String,
     String,
@@ -209,14 +197,12 @@ pub(crate) type LeasedRow = (
     TimestampWithTimeZone,
 );
 
-/// `webhook_next` for the tables of `sql`'s release.
-pub(crate) fn next(
+fn next(
     batch: Option<i32>,
     consumer: Option<&str>,
     provider: Option<&str>,
     event_type: Option<&str>,
     lease: Option<Interval>,
-    sql: Sql,
 ) -> PgResult<Vec<LeasedRow>> {
     let batch = input::required(NEXT, "batch", batch)?;
     if !(1..=MAX_BATCH).contains(&batch) {
@@ -232,16 +218,12 @@ pub(crate) fn next(
     let event_type = input::optional_text(NEXT, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?;
     let lease = input::lease(NEXT, "lease", lease)?;
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
-    let statement = match sql {
-        Sql::Current | Sql::Release0_6 | Sql::Release0_4 => &LEASE,
-        Sql::Release0_3 | Sql::Release0_2 => &LEASE_UNORDERED,
-    };
     let rows = Spi::connect_mut(|client| -> Result<Vec<_>> {
         // A round that only parked rows (stale, or out of attempts) says
         // nothing about what is ready behind them, least of all in a FIFO
         // line whose head it parked: try again rather than answer "none".
         for _ in 0..MAX_PARKING_ROUNDS {
-            let rows = statement.run(
+            let rows = LEASE.run(
                 client,
                 &[
                     consumer.into(),
@@ -353,10 +335,11 @@ macro_rules! lease {
                    LIMIT $4
                      FOR UPDATE OF i SKIP LOCKED
               ), lost AS (
-                  INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message)
+                  INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message,
+                                                      lease_expired)
                   SELECT p.previous, p.provider, p.event_id, p.consumer, p.attempts, '",
             lease::lease_expired!(),
-            "'
+            "', true
                     FROM picked p
                    WHERE p.was = 'leased'
                   ON CONFLICT (claim_id) DO NOTHING
@@ -418,8 +401,3 @@ static LEASE: Statement = Statement {
     arg_types: LEASE_ARGUMENTS,
 };
 
-/// For 0.3.0's tables, which hold no order.
-static LEASE_UNORDERED: Statement = Statement {
-    sql: lease!("", "", "false", "NULL::text"),
-    arg_types: LEASE_ARGUMENTS,
-};

@@ -11,16 +11,18 @@
 //! the fence, and `webhook_next` never touches a row another transaction
 //! holds.
 
-use crate::errors::{Result, WebhookError};
+use crate::errors::{Owner, Result, Standing, WebhookError};
+use crate::fence::Fence;
+use crate::status::InboxStatus;
 use crate::jsonb::RawJsonb;
-use crate::legacy::Sql;
 use crate::ordering::{self, Order};
 use crate::plans::Statement;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
-/// The error recorded for a lease that ran out and was taken over.
+/// The message recorded for a lease that ran out and was taken over; the
+/// row's `lease_expired` says so for code.
 macro_rules! lease_expired {
     () => {
         "lease expired"
@@ -29,29 +31,13 @@ macro_rules! lease_expired {
 pub(crate) use lease_expired;
 
 /// Mark a lease's row processed, returning what moves its entity's
-/// watermark (`$ordering`: SQL for the entity key and order value, NULL
-/// when the tables have none).
-macro_rules! complete {
-    ($ordering:literal) => {
-        concat!(
-            "UPDATE webhook.inbox
-                SET status = 'processed', processed_at = pg_catalog.now(), result = $2
-              WHERE claim_id = $1 AND status = 'leased'
-          RETURNING provider, consumer, event_id, ",
-            $ordering
-        )
-    };
-}
-
+/// watermark.
 static COMPLETE: Statement = Statement {
-    sql: complete!("entity_key, order_value::text"),
+    sql: "UPDATE webhook.inbox
+             SET status = 'processed', processed_at = pg_catalog.now(), result = $2
+           WHERE claim_id = $1 AND status = 'leased'
+       RETURNING provider, consumer, event_id, entity_key, order_value::text",
     arg_types: &[pg_sys::UUIDOID, pg_sys::JSONBOID],
-};
-
-/// For 0.3.0's tables, which hold no order.
-static COMPLETE_UNORDERED: Statement = Statement {
-    sql: complete!("NULL::text, NULL::text"),
-    arg_types: COMPLETE.arg_types,
 };
 
 /// The attempt a live lease is on.
@@ -89,10 +75,10 @@ static EXTEND: Statement = Statement {
 };
 
 /// Where a lease id stands, when it could not be finished: the row it
-/// still names, or the failure recorded when it was failed or taken over.
+/// still names, and whether its recorded failure is its lease running out.
 static DIAGNOSE: Statement = Statement {
     sql: "SELECT (SELECT status::text FROM webhook.inbox WHERE claim_id = $1),
-                 (SELECT error_message FROM webhook.inbox_failures WHERE claim_id = $1)
+                 (SELECT lease_expired FROM webhook.inbox_failures WHERE claim_id = $1)
            WHERE EXISTS (SELECT FROM webhook.inbox WHERE claim_id = $1)
               OR EXISTS (SELECT FROM webhook.inbox_failures WHERE claim_id = $1)",
     arg_types: &[pg_sys::UUIDOID],
@@ -105,21 +91,30 @@ pub fn complete(
     function: &'static str,
     id: pgrx::Uuid,
     result: Option<RawJsonb>,
-    sql: Sql,
 ) -> Result<()> {
-    let statement = match sql {
-        Sql::Current | Sql::Release0_6 | Sql::Release0_4 => &COMPLETE,
-        Sql::Release0_3 | Sql::Release0_2 => &COMPLETE_UNORDERED,
-    };
-    let Some(row) = statement.run(client, &[id.into(), result.into()])?.next() else {
-        return Err(refusal(client, function, id)?);
-    };
-    let (Some(entity_key), Some(value)) = (row.get::<String>(4)?, row.get::<String>(5)?) else {
+    let finished = fence(function, id).update(
+        client,
+        &COMPLETE,
+        &[id.into(), result.into()],
+        |row| {
+            let order = row
+                .get::<String>(4)?
+                .zip(row.get::<String>(5)?)
+                .map(|(entity_key, value)| Order { entity_key, value });
+            Ok(order.map(|order| -> Result<_> {
+                Ok((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<String>(2)?.unwrap_or_default(),
+                    row.get::<String>(3)?.unwrap_or_default(),
+                    order,
+                ))
+            }))
+        },
+        |client| standing(client, id),
+    )?;
+    let Some((provider, consumer, event_id, order)) = finished.transpose()? else {
         return Ok(());
     };
-    let provider: String = row.get(1)?.unwrap_or_default();
-    let consumer: String = row.get(2)?.unwrap_or_default();
-    let event_id: String = row.get(3)?.unwrap_or_default();
     ordering::advance(
         client,
         function,
@@ -127,7 +122,7 @@ pub fn complete(
         &provider,
         &consumer,
         &event_id,
-        &Order { entity_key, value },
+        &order,
     )
 }
 
@@ -141,9 +136,10 @@ pub fn fail(
     retry_in: Option<Interval>,
     permanent: bool,
 ) -> Result<()> {
+    let fence = fence(function, id);
     let attempt = match ATTEMPT.run(client, &[id.into()])?.next() {
         Some(row) => row.get::<i32>(1)?.unwrap_or(0),
-        None => return Err(refusal(client, function, id)?),
+        None => return Err(fence.refused(standing(client, id)?)),
     };
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
     let dead = permanent || (max_attempts > 0 && attempt >= max_attempts);
@@ -151,13 +147,13 @@ pub fn fail(
         retry_in.unwrap_or_else(|| Interval::from_micros(super::backoff::delay_after(attempt, id)));
     // The fence is checked again by the UPDATE: a lease taken over since
     // the read above changes nothing.
-    if FAIL
-        .run(client, &[id.into(), err.into(), delay.into(), dead.into()])?
-        .is_empty()
-    {
-        return Err(refusal(client, function, id)?);
-    }
-    Ok(())
+    fence.update(
+        client,
+        &FAIL,
+        &[id.into(), err.into(), delay.into(), dead.into()],
+        |_| Ok(()),
+        |client| standing(client, id),
+    )
 }
 
 /// `webhook_extend` of a lease: the new expiry.
@@ -167,50 +163,49 @@ pub fn extend(
     id: pgrx::Uuid,
     lease: Interval,
 ) -> Result<TimestampWithTimeZone> {
-    match EXTEND.run(client, &[id.into(), lease.into()])?.next() {
-        Some(row) => row
-            .get::<TimestampWithTimeZone>(1)?
-            .ok_or_else(|| WebhookError::Internal(format!("{function}: empty result"))),
-        None => Err(refusal(client, function, id)?),
+    fence(function, id).update(
+        client,
+        &EXTEND,
+        &[id.into(), lease.into()],
+        |row| {
+            row.get::<TimestampWithTimeZone>(1)?
+                .ok_or_else(|| WebhookError::Internal(format!("{function}: empty result")))
+        },
+        |client| standing(client, id),
+    )
+}
+
+fn fence(function: &'static str, id: pgrx::Uuid) -> Fence {
+    Fence {
+        function,
+        owner: Owner::Lease,
+        id,
     }
 }
 
-/// Why a lease could not be finished. An id that is no lease either (nor a
-/// delivery, which the caller looked for first) is unknown.
-fn refusal(
-    client: &mut SpiClient<'_>,
-    function: &'static str,
-    id: pgrx::Uuid,
-) -> Result<WebhookError> {
+/// Where a lease stands that could not be finished. An id that is no
+/// lease either (nor a delivery, which the caller looked for first) is
+/// unknown.
+fn standing(client: &mut SpiClient<'_>, id: pgrx::Uuid) -> Result<Standing> {
     let Some(row) = DIAGNOSE.run(client, &[id.into()])?.next() else {
-        return Ok(WebhookError::UnknownDelivery {
-            function,
-            id: id.to_string(),
-        });
+        return Ok(Standing::Unknown);
     };
-    let status: Option<String> = row.get(1)?;
-    let error: Option<String> = row.get(2)?;
-    Ok(match (status, error) {
-        (_, Some(error)) if error == lease_expired!() => WebhookError::LeaseLost {
-            function,
-            id: id.to_string(),
-            detail:
-                "Its lease ran out: the event was leased again, or parked once out of attempts."
-                    .into(),
+    let status = row
+        .get::<String>(1)?
+        .map(|label| InboxStatus::parse(&label))
+        .transpose()?;
+    let expired = row.get::<bool>(2)?.unwrap_or(false);
+    Ok(match status {
+        _ if expired => Standing::Lost {
+            detail: "Its lease ran out: the event was leased again, or parked once out of attempts."
+                .into(),
         },
-        (Some(status), _) => WebhookError::AlreadyFinished {
-            function,
-            id: id.to_string(),
-            processing_status: match status.as_str() {
-                // Failed, waiting for its next attempt.
-                "ready" => "failed".into(),
-                _ => status,
-            },
+        // Failed, and ready for its next attempt under a new lease.
+        Some(InboxStatus::Ready) | None => Standing::Finished {
+            status: "failed".into(),
         },
-        (None, _) => WebhookError::AlreadyFinished {
-            function,
-            id: id.to_string(),
-            processing_status: "failed".into(),
+        Some(status) => Standing::Finished {
+            status: status.as_str().into(),
         },
     })
 }

@@ -21,11 +21,9 @@ pub mod backoff;
 pub mod lease;
 
 use crate::archive::archive_insert;
-use crate::claim::{
-    ClaimStatus, Delivery, Outcome, DELIVERY_ARGUMENTS, ORDERED_DELIVERY_ARGUMENTS,
-    ORDERED_VERIFIED_DELIVERY_ARGUMENTS, VERIFIED_DELIVERY_ARGUMENTS,
-};
+use crate::claim::{Delivery, Outcome, DELIVERY_ARGUMENTS};
 use crate::errors::{Result, WebhookError};
+use crate::status::ClaimStatus;
 use crate::event_lock::EventLock;
 use crate::plans::Statement;
 use pgrx::spi::SpiClient;
@@ -34,34 +32,20 @@ use pgrx::spi::SpiClient;
 /// delivery, in one statement; for an event that exists, archive the
 /// delivery as a duplicate. Returns the event in the shape of the claim
 /// statements (`EventState::read`). Its arguments are a claim's
-/// (`Delivery::writing_arguments`); the lease, `$9`, is not used.
-/// `$columns` and `$values` append to both INSERTs: nothing, or an ordered
-/// event's entity key and order value (`$11`, `$12`), which only the
-/// tables of 0.4.0 on have. `$archived` and `$fingerprint` append to the
-/// archive's: nothing, or `secret_fingerprint` and its argument.
-macro_rules! enqueue {
-    ($columns:literal, $values:literal) => {
-        enqueue!($columns, $values, "", "")
-    };
-    ($columns:literal, $values:literal, $archived:literal, $fingerprint:literal) => {
-        concat!(
+/// (`Delivery::arguments`); the lease, `$9`, is not used.
+static ENQUEUE: Statement = Statement {
+    sql: concat!(
             "WITH new_event AS (
                   INSERT INTO webhook.events AS e
-                      (provider, event_id, event_type, status, attempts, claim_id, payload_hash",
-            $columns,
-            ")
-                  VALUES ($1, $2, $3, 'queued', 0, $4, $10",
-            $values,
-            ")
+                      (provider, event_id, event_type, status, attempts, claim_id, payload_hash,
+                       entity_key, order_value)
+                  VALUES ($1, $2, $3, 'queued', 0, $4, $10, $11, $12::numeric)
                   ON CONFLICT (provider, event_id) DO NOTHING
                   RETURNING 1
               ), queued AS (
-                  INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id",
-            $columns,
-            ")
-                  SELECT $1, $2, c.consumer, $3, $4",
-            $values,
-            "
+                  INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id,
+                                            entity_key, order_value)
+                  SELECT $1, $2, c.consumer, $3, $4, $11, $12::numeric
                     FROM new_event,
                          pg_catalog.unnest(coalesce(
                              (SELECT NULLIF(p.consumers, '{}') FROM webhook.providers p WHERE p.name = $1),
@@ -71,52 +55,20 @@ macro_rules! enqueue {
                     FROM webhook.events e
                    WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
               ), archived AS (",
-            archive_insert!($archived),
-            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'queued'::webhook.claim_status, false",
-            $fingerprint,
-            "
+            archive_insert!(),
+            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'queued'::webhook.claim_status, false, $13, NULL
                     FROM new_event
                   UNION ALL
                   SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'duplicate'::webhook.claim_status,
-                         x.payload_hash IS DISTINCT FROM $10",
-            $fingerprint,
-            "
+                         x.payload_hash IS DISTINCT FROM $10, $13, NULL
                     FROM existing x
               )
               SELECT 'queued', 'queued', 0, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
               UNION ALL
               SELECT 'duplicate', x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
                 FROM existing x"
-        )
-    };
-}
-
-static ENQUEUE: Statement = Statement {
-    sql: enqueue!("", ""),
-    arg_types: DELIVERY_ARGUMENTS,
-};
-
-/// ENQUEUE of an ordered event.
-static ENQUEUE_ORDERED: Statement = Statement {
-    sql: enqueue!(", entity_key, order_value", ", $11, $12::numeric"),
-    arg_types: ORDERED_DELIVERY_ARGUMENTS,
-};
-
-/// ENQUEUE of a delivery `webhook_receive` verified, with its key's
-/// fingerprint.
-static ENQUEUE_VERIFIED: Statement = Statement {
-    sql: enqueue!("", "", ", secret_fingerprint", ", $11"),
-    arg_types: VERIFIED_DELIVERY_ARGUMENTS,
-};
-
-static ENQUEUE_ORDERED_VERIFIED: Statement = Statement {
-    sql: enqueue!(
-        ", entity_key, order_value",
-        ", $11, $12::numeric",
-        ", secret_fingerprint",
-        ", $13"
     ),
-    arg_types: ORDERED_VERIFIED_DELIVERY_ARGUMENTS,
+    arg_types: DELIVERY_ARGUMENTS,
 };
 
 /// Store a validated delivery in the inbox: `queued` when its event is
@@ -144,13 +96,7 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
     EventLock::for_event(d.provider, d.event_id).acquire();
     // Ordered events are judged when a worker would lease them: each
     // consumer has its own watermark.
-    let enqueue = match (d.order.is_some(), d.verified_by.is_some()) {
-        (false, false) => &ENQUEUE,
-        (true, false) => &ENQUEUE_ORDERED,
-        (false, true) => &ENQUEUE_VERIFIED,
-        (true, true) => &ENQUEUE_ORDERED_VERIFIED,
-    };
-    let rows = enqueue.run(client, &d.writing_arguments(id, archived, &digest))?;
+    let rows = ENQUEUE.run(client, &d.arguments(id, archived, &digest))?;
     let state = crate::claim::EventState::read(rows)?
         .ok_or_else(|| WebhookError::Internal("enqueue returned no event".into()))?;
     match state.answer {
