@@ -269,9 +269,18 @@ mod tests {
         fn labels<T: Copy>(all: &[T], as_str: fn(T) -> &'static str) -> Vec<&'static str> {
             all.iter().map(|s| as_str(*s)).collect()
         }
-        assert_eq!(sql("claim_status"), labels(ClaimStatus::ALL, ClaimStatus::as_str));
-        assert_eq!(sql("event_status"), labels(EventStatus::ALL, EventStatus::as_str));
-        assert_eq!(sql("inbox_status"), labels(InboxStatus::ALL, InboxStatus::as_str));
+        assert_eq!(
+            sql("claim_status"),
+            labels(ClaimStatus::ALL, ClaimStatus::as_str)
+        );
+        assert_eq!(
+            sql("event_status"),
+            labels(EventStatus::ALL, EventStatus::as_str)
+        );
+        assert_eq!(
+            sql("inbox_status"),
+            labels(InboxStatus::ALL, InboxStatus::as_str)
+        );
         assert_eq!(sql("key_status"), labels(KeyStatus::ALL, KeyStatus::as_str));
         for (ty, sql_type) in [
             (ClaimStatus::SQL_TYPE, "webhook.claim_status"),

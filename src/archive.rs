@@ -7,11 +7,11 @@
 //! for everything else. Rejections and handshakes, which carry no event,
 //! have statements of their own.
 
-use crate::status::ClaimStatus;
 use crate::compress::Archived;
 use crate::errors::Result;
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
+use crate::status::ClaimStatus;
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 

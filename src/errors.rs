@@ -232,15 +232,15 @@ impl WebhookError {
                 Standing::Unknown => ERRCODE_NO_DATA_FOUND,     // P0002
             },
             Self::NoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
-            Self::Stale { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,     // 40001
-            Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,   // 42704
-            Self::UnknownScheme { .. } => ERRCODE_UNDEFINED_OBJECT,      // 42704
-            Self::UnknownProvider { .. } => ERRCODE_UNDEFINED_OBJECT,    // 42704
-            Self::UnknownEvent { .. } => ERRCODE_NO_DATA_FOUND,          // P0002
+            Self::Stale { .. } => ERRCODE_T_R_SERIALIZATION_FAILURE,          // 40001
+            Self::UnknownAlgorithm { .. } => ERRCODE_UNDEFINED_OBJECT,        // 42704
+            Self::UnknownScheme { .. } => ERRCODE_UNDEFINED_OBJECT,           // 42704
+            Self::UnknownProvider { .. } => ERRCODE_UNDEFINED_OBJECT,         // 42704
+            Self::UnknownEvent { .. } => ERRCODE_NO_DATA_FOUND,               // P0002
             Self::NotRequeueable { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
-            Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,        // 42601
+            Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,             // 42601
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
-            Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                 // XX000
+            Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                      // XX000
         }
     }
 

@@ -18,7 +18,6 @@
 
 use crate::archive::{self, Rejection};
 use crate::claim::{self, api::Claims, Delivery, Outcome};
-use crate::status::ClaimStatus;
 use crate::composite;
 use crate::errors::Result;
 use crate::event_lock::EventLock;
@@ -30,6 +29,7 @@ use crate::ordering;
 use crate::plans::Statement;
 use crate::registry;
 use crate::schemes::{self, handshake, Headers, Scheme};
+use crate::status::ClaimStatus;
 use pgrx::datum::Interval;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -63,14 +63,7 @@ fn receive_bytes(
     pg_sys::panic::ErrorReport,
 > {
     let claims = Claims::of(FUNCTION, lease, complete_on_commit)?;
-    let answer = receive_answer(
-        provider,
-        headers,
-        body,
-        claims,
-        url,
-        Mode::from(inbox),
-    )?;
+    let answer = receive_answer(provider, headers, body, claims, url, Mode::from(inbox))?;
     Ok(answer.into_row(fcinfo)?)
 }
 

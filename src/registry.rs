@@ -178,7 +178,9 @@ pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> 
         CACHE.with(|cache| {
             let mut cache = cache.borrow_mut();
             if cache.generation == before {
-                cache.providers.insert(name.to_string(), Rc::clone(&provider));
+                cache
+                    .providers
+                    .insert(name.to_string(), Rc::clone(&provider));
             }
         });
     }

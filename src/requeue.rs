@@ -213,7 +213,6 @@ static REQUEUE_CLAIMED: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
-
 /// Dead inbox rows matching every filter given (provider, event id, event
 /// type, error ILIKE, arrival after / before, consumer), ready again now
 /// with a fresh budget, each requeue recorded.

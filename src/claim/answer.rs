@@ -7,9 +7,9 @@
 
 use crate::composite;
 use crate::errors::Result;
-use crate::status::{ClaimStatus, EventStatus};
 use crate::jsonb::RawJsonb;
 use crate::plans::Rows;
+use crate::status::{ClaimStatus, EventStatus};
 
 /// What a claim tells its caller.
 pub struct Outcome {

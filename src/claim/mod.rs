@@ -36,8 +36,7 @@ use crate::status::{ClaimStatus, EventStatus};
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{
-    CLAIM, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE,
-    TAKE_OVER,
+    CLAIM, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
 };
 
 /// One delivery, validated, as the claim writes it.

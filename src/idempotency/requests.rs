@@ -633,30 +633,37 @@ fn update_owned(
         return Err(fence.refused(Standing::Unknown));
     };
     EventLock::for_idempotency_key(&scope, &key).acquire();
-    fence.update(client, statement, args, |_| Ok(()), |client| {
-        let status = OWNER
-            .run(client, &[request_id.into()])?
-            .next()
-            .map(|row| row.get::<String>(3))
-            .transpose()?
-            .flatten()
-            .map(|label| KeyStatus::parse(&label))
-            .transpose()?;
-        Ok(match status {
-            Some(KeyStatus::Finished) => Standing::Finished {
-                status: "finished".into(),
-            },
-            Some(KeyStatus::Retryable) => Standing::Finished {
-                status: "failed".into(),
-            },
-            // In progress under another request, which took the key over
-            // once this one's lease ran out.
-            Some(KeyStatus::InProgress) => Standing::Lost {
-                detail: "Another request with the key began after this one's lease ran out.".into(),
-            },
-            None => Standing::Unknown,
-        })
-    })
+    fence.update(
+        client,
+        statement,
+        args,
+        |_| Ok(()),
+        |client| {
+            let status = OWNER
+                .run(client, &[request_id.into()])?
+                .next()
+                .map(|row| row.get::<String>(3))
+                .transpose()?
+                .flatten()
+                .map(|label| KeyStatus::parse(&label))
+                .transpose()?;
+            Ok(match status {
+                Some(KeyStatus::Finished) => Standing::Finished {
+                    status: "finished".into(),
+                },
+                Some(KeyStatus::Retryable) => Standing::Finished {
+                    status: "failed".into(),
+                },
+                // In progress under another request, which took the key over
+                // once this one's lease ran out.
+                Some(KeyStatus::InProgress) => Standing::Lost {
+                    detail: "Another request with the key began after this one's lease ran out."
+                        .into(),
+                },
+                None => Standing::Unknown,
+            })
+        },
+    )
 }
 
 /// A hash of what makes two requests "the same request" for a key: the

@@ -175,11 +175,7 @@ fn lease_next(
     pg_sys::panic::ErrorReport,
 > {
     Ok(TableIterator::new(next(
-        batch,
-        consumer,
-        provider,
-        event_type,
-        lease,
+        batch, consumer, provider, event_type, lease,
     )?))
 }
 
@@ -305,31 +301,40 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
 /// the key would be planned blind (the pick's row count is a parameter)
 /// and could scan the whole inbox. `SET` reads each row as it was.
 ///
-/// Ordering's parts are SQL fragments: `$watermark` joins each row's
-/// entity's watermark `w`, `$fifo` keeps back rows behind an earlier one of
-/// their entity, `$stale` says whether a row is stale and `$reason` why.
-macro_rules! lease {
-    ($watermark:literal, $fifo:literal, $stale:literal, $reason:expr) => {
-        concat!(
+/// Ordering: each row's entity's watermark is `w`; for providers with
+/// `fifo`, only the head of each entity's line is picked; a row older than
+/// its watermark (or as old, where ties are stale) is parked as stale.
+static LEASE: Statement = Statement {
+    sql: concat!(
             "WITH picked AS (
                   SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.status AS was,
                          i.claim_id AS previous, i.attempts,
                          CASE WHEN ",
-            $stale,
+            "(w.order_value > i.order_value
+          OR (w.order_value = i.order_value
+              AND EXISTS (SELECT FROM webhook.providers t WHERE t.name = i.provider AND t.ties = 'stale')))",
             " THEN 'stale'
                               WHEN i.status = 'leased' AND $6 > 0 AND i.attempts >= $6 THEN 'dead'
                               ELSE 'leased'
                          END AS verdict, ",
-            $reason,
+            ordering::stale_reason!("i.order_value", "i.entity_key", "w.order_value", "w.event_id"),
             " AS stale_reason
                     FROM webhook.inbox i ",
-            $watermark,
+            "LEFT JOIN webhook.watermarks w
+                ON w.provider = i.provider AND w.consumer = i.consumer
+               AND w.entity_key = i.entity_key AND w.event_id <> i.event_id",
             "
                    WHERE i.status IN ('ready', 'leased') AND i.run_at <= pg_catalog.clock_timestamp()
                      AND i.consumer = $1
                      AND ($2::text IS NULL OR i.provider = $2)
                      AND ($3::text IS NULL OR i.event_type = $3) ",
-            $fifo,
+            "AND (i.entity_key IS NULL
+              OR NOT EXISTS (SELECT FROM webhook.providers f WHERE f.name = i.provider AND f.fifo)
+              OR NOT EXISTS (SELECT FROM webhook.inbox j
+                              WHERE j.provider = i.provider AND j.consumer = i.consumer
+                                AND j.entity_key = i.entity_key AND j.status IN ('ready', 'leased')
+                                AND (j.order_value, j.queued_at, j.event_id)
+                                    < (i.order_value, i.queued_at, i.event_id)))",
             "
                    ORDER BY i.run_at
                    LIMIT $4
@@ -365,9 +370,9 @@ macro_rules! lease {
                      l.delivery_id, l.queued_at, l.run_at, l.status = 'leased'
                 FROM leased l
                ORDER BY l.queued_at"
-        )
-    };
-}
+        ),
+    arg_types: LEASE_ARGUMENTS,
+};
 
 /// The arguments of LEASE: consumer, provider, event type, batch, lease,
 /// webhook.max_attempts.
@@ -379,25 +384,3 @@ const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::INTERVALOID,
     pg_sys::INT4OID,
 ];
-
-static LEASE: Statement = Statement {
-    sql: lease!(
-        "LEFT JOIN webhook.watermarks w
-                ON w.provider = i.provider AND w.consumer = i.consumer
-               AND w.entity_key = i.entity_key AND w.event_id <> i.event_id",
-        // Only the head of each entity's line, for providers with fifo.
-        "AND (i.entity_key IS NULL
-              OR NOT EXISTS (SELECT FROM webhook.providers f WHERE f.name = i.provider AND f.fifo)
-              OR NOT EXISTS (SELECT FROM webhook.inbox j
-                              WHERE j.provider = i.provider AND j.consumer = i.consumer
-                                AND j.entity_key = i.entity_key AND j.status IN ('ready', 'leased')
-                                AND (j.order_value, j.queued_at, j.event_id)
-                                    < (i.order_value, i.queued_at, i.event_id)))",
-        "(w.order_value > i.order_value
-          OR (w.order_value = i.order_value
-              AND EXISTS (SELECT FROM webhook.providers t WHERE t.name = i.provider AND t.ties = 'stale')))",
-        ordering::stale_reason!("i.order_value", "i.entity_key", "w.order_value", "w.event_id")
-    ),
-    arg_types: LEASE_ARGUMENTS,
-};
-

@@ -13,10 +13,10 @@
 
 use crate::errors::{Owner, Result, Standing, WebhookError};
 use crate::fence::Fence;
-use crate::status::InboxStatus;
 use crate::jsonb::RawJsonb;
 use crate::ordering::{self, Order};
 use crate::plans::Statement;
+use crate::status::InboxStatus;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
@@ -116,13 +116,7 @@ pub fn complete(
         return Ok(());
     };
     ordering::advance(
-        client,
-        function,
-        id,
-        &provider,
-        &consumer,
-        &event_id,
-        &order,
+        client, function, id, &provider, &consumer, &event_id, &order,
     )
 }
 
@@ -197,8 +191,9 @@ fn standing(client: &mut SpiClient<'_>, id: pgrx::Uuid) -> Result<Standing> {
     let expired = row.get::<bool>(2)?.unwrap_or(false);
     Ok(match status {
         _ if expired => Standing::Lost {
-            detail: "Its lease ran out: the event was leased again, or parked once out of attempts."
-                .into(),
+            detail:
+                "Its lease ran out: the event was leased again, or parked once out of attempts."
+                    .into(),
         },
         // Failed, and ready for its next attempt under a new lease.
         Some(InboxStatus::Ready) | None => Standing::Finished {

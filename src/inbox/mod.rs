@@ -23,9 +23,9 @@ pub mod lease;
 use crate::archive::archive_insert;
 use crate::claim::{Delivery, Outcome, DELIVERY_ARGUMENTS};
 use crate::errors::{Result, WebhookError};
-use crate::status::ClaimStatus;
 use crate::event_lock::EventLock;
 use crate::plans::Statement;
+use crate::status::ClaimStatus;
 use pgrx::spi::SpiClient;
 
 /// Queue a new event for each of its provider's consumers and archive the
