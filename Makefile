@@ -9,8 +9,9 @@
 #   make figures the hardening figures, written into docs/hardening.md
 #   make package release artifacts for every supported major
 #
-# Both install what they need first (.ci/setup): Debian's PostgreSQL 15,
-# its headers, clang, and cargo-pgrx at the version Cargo.toml pins.
+# Each installs what it needs first (.ci/setup: Debian's PostgreSQL 15,
+# its headers, clang, and cargo-pgrx at the version Cargo.toml pins), but
+# `make build`, which only compiles against the PG_CONFIG given.
 
 # Supported majors: 15 (Debian's packages) and 18 (a relocatable build
 # from PyPI, see .ci/setup). PG_MAJOR=18 make test runs everything on 18.
@@ -25,16 +26,24 @@ export PG_MAJOR PG_CONFIG
 # the postgres user.
 STATE_DIR  ?= /var/tmp/pg_webhook_inbox/pg$(PG_MAJOR)
 
+# Test servers listen on 127.0.0.1 at TEST_PORT_BASE + 10 × major + n, so
+# runs on 15 and 18 can share a machine, and none uses `cargo pgrx run`'s
+# 288xx: n is 0 for the client suites, 1 the hardening suites, 2 the
+# benchmark, 3 the examples, 4 the package test, 5 the demo.
+TEST_PORT_BASE ?= 25000
+port = $(shell expr $(TEST_PORT_BASE) + 10 \* $(PG_MAJOR) + $(1))
+
 ROOT := $(filter 0,$(shell id -u))
 # PostgreSQL refuses to run as root: as root, pgrx's test server runs as
 # the postgres user in a data directory that user owns.
 PGRX_TEST_FLAGS := $(if $(ROOT),--runas postgres --pgdata $(STATE_DIR)/pgrx-test,)
 PG_FEATURES := --no-default-features --features pg$(PG_MAJOR)
 CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
-# Suites that stop the server or count a whole provider run in `hardening`,
-# on a server of their own; every other file in tests/ is a client suite.
-HARDENING_SUITES := hardening checklist attacks inbox_crashes
-CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) common,$(basename $(notdir $(wildcard tests/*.rs))))
+# Suites named tests/hardening_*.rs stop the server or count a whole
+# provider: they run in `hardening`, on a server of their own. Every other
+# file in tests/ is a client suite.
+HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES),$(basename $(notdir $(wildcard tests/*.rs))))
 
 .PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening figures lint \
         package package-major package-test examples-test bench demo clean
@@ -44,12 +53,14 @@ all: build
 setup:
 	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) PG18_ROOT=$(PG18_ROOT) .ci/setup
 
-build: setup
-	$(CARGO) build $(PG_FEATURES)
+# Compiles against PG_CONFIG's headers, without installing anything; run
+# `make setup` first on a machine that lacks them.
+build:
+	PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) build $(PG_FEATURES)
 
-# Install scripts of released versions, kept so that tests can install an
-# earlier version and upgrade it (cargo pgrx install copies only the
-# upgrade scripts and generates the current version's).
+# Install scripts of published releases, kept so that tests can install
+# one and upgrade it (cargo pgrx install copies only the upgrade scripts
+# and generates the current version's).
 RELEASED_SCRIPTS := $(wildcard sql/pg_webhook_inbox--[0-9]*.[0-9]*.[0-9]*.sql)
 RELEASED_SCRIPTS := $(filter-out $(wildcard sql/pg_webhook_inbox--*--*.sql),$(RELEASED_SCRIPTS))
 
@@ -60,7 +71,14 @@ install: setup
 install-release: setup
 	$(CARGO) pgrx install --release $(PG_FEATURES) --pg-config $(PG_CONFIG)
 
-test: test-in-db test-client hardening package-test
+# One after the other, also under `make -j`: `cargo pgrx test` installs
+# its own test build into the server's library directory, which the later
+# steps replace with the real one, and every step shares target/.
+test:
+	$(MAKE) --no-print-directory test-in-db
+	$(MAKE) --no-print-directory test-client
+	$(MAKE) --no-print-directory hardening
+	$(MAKE) --no-print-directory package-test
 
 test-in-db: setup
 	@mkdir -p $(STATE_DIR)
@@ -70,7 +88,7 @@ test-in-db: setup
 # `cargo pgrx test` leaves its test build installed; put the real one back
 # first, then run the client suites against a fresh throwaway server.
 test-client: install sdk-fixtures
-	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl .ci/pg-temp run $(STATE_DIR)/client-pg -- \
+	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl .ci/pg-temp run $(STATE_DIR)/client-pg $(call port,0) -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(CLIENT_SUITES))
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
@@ -83,19 +101,22 @@ sdk-fixtures:
 hardening: install
 	@rm -f $(STATE_DIR)/hardening.tsv $(STATE_DIR)/attacks.tsv
 	HARDENING_REPORT=$(STATE_DIR)/hardening.tsv HARDENING_ATTACKS=$(STATE_DIR)/attacks.tsv \
-		.ci/pg-temp run $(STATE_DIR)/hardening-pg 28816 -- \
+		.ci/pg-temp run $(STATE_DIR)/hardening-pg $(call port,1) -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(HARDENING_SUITES))
 	@.ci/hardening-report $(STATE_DIR)/hardening.tsv $(STATE_DIR)/attacks.tsv
 
 figures: hardening
 	@.ci/hardening-report $(STATE_DIR)/hardening.tsv $(STATE_DIR)/attacks.tsv docs/hardening.md
 
-# Formatting and clippy, warnings as errors.
+# Formatting and clippy, warnings as errors; published release scripts
+# unchanged (.ci/releases), and the check shown to catch each breach.
 lint: setup
 	@$(CARGO) clippy --version >/dev/null 2>&1 && $(CARGO) fmt --version >/dev/null 2>&1 \
 		|| rustup component add clippy rustfmt
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CLIENT_FEATURES) -- -D warnings
+	.ci/releases check
+	.ci/releases self-test
 
 # Release artifacts: one tar.gz (with install.sh) and its .sha256 per
 # supported major, in $(PACKAGE_DIR).
@@ -115,24 +136,24 @@ package-major: setup
 # This major's artifact, installed into a clean copy of a PostgreSQL
 # installation, creates the extension and claims.
 package-test: package-major
-	.ci/package-test $(PACKAGE) $(STATE_DIR)/package
+	.ci/package-test $(PACKAGE) $(STATE_DIR)/package $(call port,4)
 
 # The example receivers in Python, Node and Rust, end to end, with
 # deliveries signed by the providers' SDKs.
 examples-test: install
-	.ci/examples-test $(STATE_DIR)/examples
+	.ci/examples-test $(STATE_DIR)/examples $(call port,3)
 
 # Benchmarks (not part of `make test`): pgbench against a throwaway server,
 # figures printed and written into docs/performance.md.
 BENCH_PG_OPTS ?= -c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min -c autovacuum=off
 bench: install-release
-	PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg 28817 -- bench/run
+	PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg $(call port,2) -- bench/run
 
 demo: install-release
 	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \
 		examples/demo.sh; \
 	else \
-		.ci/pg-temp run $(STATE_DIR)/demo-pg -- examples/demo.sh; \
+		.ci/pg-temp run $(STATE_DIR)/demo-pg $(call port,5) -- examples/demo.sh; \
 	fi
 
 clean:

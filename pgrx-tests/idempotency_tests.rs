@@ -125,9 +125,9 @@ mod tests {
         );
         // The crashed attempt, should it wake up, is fenced off.
         let sql = format!("SELECT idempotency_checkpoint('{first}', 'charged_card')");
-        assert_error(&sql, "55006", "does not own its idempotency key");
+        assert_error(&sql, "55006", "lost its lease to another request");
         let sql = format!("SELECT idempotency_finish('{first}', 201)");
-        assert_error(&sql, "55006", "does not own its idempotency key");
+        assert_error(&sql, "55006", "lost its lease to another request");
 
         run(
             "SELECT idempotency_checkpoint($1, 'charged_card', '{\"charge\": \"ch_1\"}')",
@@ -165,7 +165,7 @@ mod tests {
         );
         let again = again.unwrap();
         let sql = format!("SELECT idempotency_fail('{id}', 'stale attempt')");
-        assert_error(&sql, "55006", "does not own");
+        assert_error(&sql, "55006", "lost its lease to another request");
 
         run(
             "SELECT idempotency_fail($1, 'card declined', retryable => false,
@@ -291,8 +291,8 @@ mod tests {
         );
         assert_error(
             "SELECT idempotency_checkpoint(gen_random_uuid(), 'step')",
-            "55006",
-            "does not own",
+            "P0002",
+            "no request",
         );
         assert_error(
             "SELECT idempotency_fail(request_id, 'x', response_status => 500)

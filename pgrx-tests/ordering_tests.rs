@@ -2,7 +2,7 @@
 //! answers, watermarks that move forward only (rollbacks included), the
 //! inbox's stale parking and per-entity FIFO, and the operator's reset.
 //! Shuffled concurrent deliveries and crashes are tested over real
-//! connections in `tests/ordering.rs` and `tests/inbox_crashes.rs`.
+//! connections in `tests/ordering.rs` and `tests/hardening_inbox_crashes.rs`.
 
 #[pgrx::pg_schema]
 mod tests {

@@ -300,12 +300,16 @@ static EXTEND: Statement = Statement {
 };
 
 /// Why a finishing call found nothing to change, read after the lock:
-/// who owns the event now, and whether this delivery's attempt failed.
+/// whether the delivery exists (a claim rolled back to a savepoint does
+/// not), who owns its event now, and whether this delivery's attempt
+/// failed. Planned with the id in hand, so that it reads one day of the
+/// archive.
 static DIAGNOSE: Statement = Statement {
-    sql: "SELECT e.claim_id, e.status::text, e.attempts,
+    sql: "SELECT EXISTS (SELECT FROM webhook.delivery_log l WHERE l.id = $1),
+                 e.claim_id, e.status::text, e.attempts,
                  EXISTS (SELECT FROM webhook.delivery_failures f WHERE f.delivery_id = $1)
-            FROM webhook.events e
-           WHERE e.provider = $2 AND e.event_id = $3",
+            FROM (VALUES (1)) AS one (x)
+            LEFT JOIN webhook.events e ON e.provider = $2 AND e.event_id = $3",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
@@ -361,10 +365,9 @@ fn take_ownership(
     }))
 }
 
-/// Where a delivery stands whose finishing statement changed nothing. It
-/// exists (`take_ownership` found it), so it is never unknown.
+/// Where a delivery stands whose finishing statement changed nothing.
 fn standing(client: &mut SpiClient<'_>, id: pgrx::Uuid, owned: &Owned) -> Result<Standing> {
-    let rows = DIAGNOSE.run(
+    let rows = DIAGNOSE.run_pruned(
         client,
         &[
             id.into(),
@@ -372,15 +375,23 @@ fn standing(client: &mut SpiClient<'_>, id: pgrx::Uuid, owned: &Owned) -> Result
             owned.event_id.as_str().into(),
         ],
     )?;
-    let Some(row) = rows.into_iter().next() else {
+    let row = rows
+        .into_iter()
+        .next()
+        .ok_or_else(|| WebhookError::Internal("diagnosis returned no row".into()))?;
+    if row.get::<bool>(1)? != Some(true) {
+        // Claimed in this session, then rolled back (to a savepoint).
+        return Ok(Standing::Unknown);
+    }
+    let owner: Option<pgrx::Uuid> = row.get(2)?;
+    let Some(status) = row.get::<String>(3)? else {
         return Ok(Standing::Lost {
             detail: "The event row no longer exists.".into(),
         });
     };
-    let owner: Option<pgrx::Uuid> = row.get(1)?;
-    let status = EventStatus::parse(&row.get::<String>(2)?.unwrap_or_default())?;
-    let attempts = row.get::<i32>(3)?.unwrap_or(0);
-    let failed = row.get::<bool>(4)?.unwrap_or(false);
+    let status = EventStatus::parse(&status)?;
+    let attempts = row.get::<i32>(4)?.unwrap_or(0);
+    let failed = row.get::<bool>(5)?.unwrap_or(false);
     if owner != Some(id) {
         return Ok(Standing::Lost {
             // Never the new owner's id: a claim id is all it takes to

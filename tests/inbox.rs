@@ -1,7 +1,7 @@
 //! The inbox over real connections: workers draining a backlog while
 //! deliveries keep arriving, several consumers, retries at their scheduled
 //! times, and GitHub in inbox mode. Killed workers, terminated backends and
-//! a crashed server are in `inbox_crashes.rs` (the hardening suite).
+//! a crashed server are in `hardening_inbox_crashes.rs` (a hardening suite).
 #![cfg(feature = "client-tests")]
 
 mod common;

@@ -1,7 +1,10 @@
-//! Upgrades: every earlier release, installed from its kept script and
-//! filled the way its users filled it, then `ALTER EXTENSION … UPDATE`.
-//! The upgraded catalog must equal a fresh install's, and every row must
-//! still answer as before.
+//! Upgrades: every published release whose install script is kept in
+//! `sql/`, installed from that script and filled the way its users filled
+//! it, then `ALTER EXTENSION … UPDATE`. The upgraded catalog must equal a
+//! fresh install's, and every row must still answer as before. And the
+//! window between installing this library and running the update: a
+//! database still on the last published release's SQL keeps answering
+//! webhooks through this library.
 #![cfg(feature = "client-tests")]
 
 mod common;
@@ -10,7 +13,7 @@ use common::*;
 use postgres::Client;
 use std::collections::BTreeSet;
 
-/// Released versions whose install script is kept in `sql/`.
+/// Published versions whose install script is kept in `sql/`.
 fn earlier_releases() -> Vec<String> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql");
     let mut versions: Vec<String> = std::fs::read_dir(dir)
@@ -26,9 +29,20 @@ fn earlier_releases() -> Vec<String> {
     versions.sort_by_key(|v| release(v));
     assert!(
         !versions.is_empty(),
-        "no released install script kept in sql/"
+        "no published install script kept in sql/"
     );
     versions
+}
+
+/// The last version recorded in `sql/RELEASES`.
+fn last_published() -> String {
+    include_str!("../sql/RELEASES")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_whitespace().next())
+        .max_by_key(|v| release(v))
+        .expect("sql/RELEASES records a release")
+        .to_string()
 }
 
 /// A version as numbers, to order and compare releases: as text, 0.10.0
@@ -237,46 +251,29 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
         )
         .unwrap();
         fill(&mut old);
-        // A release with the inbox: an event leased through its own SQL
-        // before the upgrade, and finished after it.
-        let has_inbox: bool = old
+        // An event leased through the release's own SQL before the
+        // upgrade, and finished after it.
+        old.execute(
+            "SELECT webhook_enqueue('stripe', 'evt_in_flight', 'invoice.paid', '{}'::jsonb)",
+            &[],
+        )
+        .unwrap();
+        let in_flight: String = old
             .query_one(
-                "SELECT to_regprocedure('webhook_next(integer, text, text, text, interval)') IS NOT NULL",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        let in_flight: Option<String> = has_inbox.then(|| {
-            old.execute(
-                "SELECT webhook_enqueue('stripe', 'evt_in_flight', 'invoice.paid', '{}'::jsonb)",
-                &[],
-            )
-            .unwrap();
-            old.query_one(
                 "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
                 &[],
             )
             .unwrap()
-            .get(0)
-        });
-        // A release with idempotency keys: a request begun through its own
-        // SQL before the upgrade, and finished after it.
-        let has_keys: bool = old
-            .query_one(
-                "SELECT to_regprocedure('idempotency_begin(text, text, text, interval)') IS NOT NULL",
-                &[],
-            )
-            .unwrap()
             .get(0);
-        let keyed: Option<String> = has_keys.then(|| {
-            old.query_one(
+        // A request under an idempotency key, begun before the upgrade and
+        // finished after it.
+        let keyed: String = old
+            .query_one(
                 "SELECT request_id::text FROM idempotency_begin('upgrade', 'key-before', 'fp')",
                 &[],
             )
             .unwrap()
-            .get(0)
-        });
-        assert_eq!(has_keys, release(version) >= (0, 6, 0), "{version}");
+            .get(0);
         let before: Vec<String> = old
             .query(
                 "SELECT provider || '/' || event_id || '/' || status || '/' || attempts FROM webhook.events ORDER BY 1",
@@ -309,31 +306,6 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             missing.is_empty() && extra.is_empty(),
             "{version} → {current} differs from a fresh install\n  only in fresh:    {missing:#?}\n  only in upgraded: {extra:#?}"
         );
-
-        // From a release before partitioning, the archive as it was is
-        // the partition of everything before the next midnight, the
-        // database's own table now; the days' partitions come after it.
-        if release(version) < (0, 8, 0) {
-            let history: (String, i64) = {
-                let row = old
-                    .query_one(
-                        "SELECT p.partition::text || ' ' || coalesce(p.lower_id::text, 'MINVALUE') || ' '
-                                || (p.to_time = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '1 day'),
-                                (SELECT count(*) FROM webhook.delivery_log_history)
-                           FROM webhook.archive_partitions p WHERE NOT p.is_default",
-                        &[],
-                    )
-                    .unwrap();
-                (row.get(0), row.get(1))
-            };
-            assert_eq!(history.0, "webhook.delivery_log_history MINVALUE true");
-            assert!(history.1 > 0, "the rows archived before the upgrade");
-            let created: i32 = old
-                .query_one("SELECT webhook_create_partitions(1)", &[])
-                .unwrap()
-                .get(0);
-            assert_eq!(created, 1, "tomorrow: today belongs to the old archive");
-        }
 
         // (b) Every row survived and answers as before, to the application
         // role over its own connection.
@@ -401,39 +373,35 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             .get(0);
         assert_eq!(processed, 1);
         ops.query("SELECT * FROM webhook.inbox_stats", &[]).unwrap();
-        if let Some(lease) = &in_flight {
-            app.execute("SELECT webhook_complete($1::text::uuid)", &[lease])
-                .unwrap();
-            let status: String = ops
+        app.execute("SELECT webhook_complete($1::text::uuid)", &[&in_flight])
+            .unwrap();
+        let status: String = ops
+            .query_one(
+                "SELECT status::text FROM webhook.inbox WHERE event_id = 'evt_in_flight'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            status, "processed",
+            "a lease taken before {version} was upgraded"
+        );
+
+        app.execute(
+            "SELECT idempotency_finish($1::text::uuid, 201, 'made')",
+            &[&keyed],
+        )
+        .unwrap();
+        let replay: (String, i32) = {
+            let row = app
                 .query_one(
-                    "SELECT status::text FROM webhook.inbox WHERE event_id = 'evt_in_flight'",
+                    "SELECT outcome, http_status FROM idempotency_begin('upgrade', 'key-before', 'fp')",
                     &[],
                 )
-                .unwrap()
-                .get(0);
-            assert_eq!(
-                status, "processed",
-                "a lease taken before {version} was upgraded"
-            );
-        }
-
-        if let Some(request) = &keyed {
-            app.execute(
-                "SELECT idempotency_finish($1::text::uuid, 201, 'made')",
-                &[request],
-            )
-            .unwrap();
-            let replay: (String, i32) = {
-                let row = app
-                    .query_one(
-                        "SELECT outcome, http_status FROM idempotency_begin('upgrade', 'key-before', 'fp')",
-                        &[],
-                    )
-                    .unwrap();
-                (row.get(0), row.get(1))
-            };
-            assert_eq!(replay, ("replay".to_string(), 201));
-        }
+                .unwrap();
+            (row.get(0), row.get(1))
+        };
+        assert_eq!(replay, ("replay".to_string(), 201));
 
         // (d) Ordering works in the upgraded database: the DBA turns it on,
         // the application's older event is answered stale.
@@ -465,40 +433,182 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
 }
 
 /// Between installing this library and `ALTER EXTENSION … UPDATE`, a
-/// database on 0.6.0's SQL has no trigger telling backends of a registry
-/// change: a secret retired in one session must still be refused at once
-/// in another that received with it before.
+/// database still runs the last published release's SQL, whose functions
+/// name this library's C symbols. GitHub never redelivers a delivery that
+/// failed then, so every call a webhook takes must keep working: receive
+/// (claimed and queued), claim, complete, fail, enqueue, next.
 #[test]
-fn before_the_update_a_retired_secret_is_refused_at_once_everywhere() {
+fn before_the_update_the_last_published_release_keeps_answering_webhooks() {
+    let published = last_published();
     let db = "pgwi_upgrade_window";
     let mut admin = empty_database(db);
     admin
-        .batch_execute(
-            "CREATE EXTENSION pg_webhook_inbox VERSION '0.6.0';
-             SELECT webhook_register_provider('stripe', secret => 'whsec_window_old');",
+        .execute(
+            &format!("CREATE EXTENSION pg_webhook_inbox VERSION '{published}'"),
+            &[],
         )
         .unwrap();
-    let mut handler = connect(db);
-    let receive = |client: &mut Client, n: u32, secret: &str| -> String {
-        let body = format!(r#"{{"id":"evt_window_{n}","type":"invoice.paid"}}"#);
-        client
+    register(&mut admin);
+    roles(&mut admin);
+    let version: String = admin
+        .query_one(
+            "SELECT extversion FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(version, published, "still on the published release's SQL");
+    let mut app = connect_as(db, "upgrade_app");
+
+    // webhook_receive, claimed, completed with a result its duplicate gets.
+    let stripe_body = r#"{"id":"evt_window_1","type":"invoice.paid"}"#;
+    let receive = |app: &mut Client, body: &str| -> (String, String, String) {
+        let row = app
             .query_one(
-                "SELECT reason FROM webhook_receive('stripe', $1::text::jsonb, $2::bytea)",
-                &[&stripe(&body, now(), secret).to_string(), &body.as_bytes()],
+                "SELECT id::text, status, reason FROM webhook_receive('stripe', $1::text::jsonb, $2::bytea)",
+                &[&stripe(body, now(), STRIPE_SECRET).to_string(), &body.as_bytes()],
             )
-            .unwrap()
-            .get(0)
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
     };
-    assert_eq!(receive(&mut handler, 1, "whsec_window_old"), "ok");
-    admin
-        .batch_execute(
-            "SELECT webhook_add_secret('stripe', 'whsec_window_new');
-             SELECT webhook_retire_secret('stripe', 'whsec_window_old', force => true);",
+    let (id, status, reason) = receive(&mut app, stripe_body);
+    assert_eq!((status.as_str(), reason.as_str()), ("claimed", "ok"));
+    app.execute(
+        "SELECT webhook_complete($1::text::uuid, '{\"credits\": 1}')",
+        &[&id],
+    )
+    .unwrap();
+    assert_eq!(receive(&mut app, stripe_body).1, "duplicate");
+    let forged = receive_forged(&mut app);
+    assert_eq!(forged, "bad_signature");
+
+    // GitHub, which never redelivers: queued in the inbox by
+    // webhook_receive, leased and completed by a worker.
+    let github_body = r#"{"ref":"refs/heads/main","after":"window"}"#;
+    let headers = github("gh-window-1", "push", github_body, GITHUB_SECRET);
+    let status: String = app
+        .query_one(
+            "SELECT status FROM webhook_receive('github', $1::text::jsonb, $2::bytea, inbox => true)",
+            &[&headers.to_string(), &github_body.as_bytes()],
         )
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "queued");
+    let lease: String = app
+        .query_one(
+            "SELECT id::text FROM webhook_next(1, provider => 'github')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    app.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])
         .unwrap();
+
+    // webhook_claim, failed, then claimed again as a retry.
+    let claim = |app: &mut Client| -> (String, String) {
+        let row = app
+            .query_one(
+                "SELECT id::text, status FROM webhook_claim('stripe', 'evt_window_2', 'charge', '{\"a\": 1}'::jsonb, NULL)",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let (id, status) = claim(&mut app);
+    assert_eq!(status, "claimed");
+    app.execute(
+        "SELECT webhook_fail($1::text::uuid, 'downstream was down')",
+        &[&id],
+    )
+    .unwrap();
+    let (id, status) = claim(&mut app);
+    assert_eq!(status, "retry");
+    app.execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+        .unwrap();
+
+    // webhook_enqueue, leased, failed once, leased again and completed.
+    let queued: String = app
+        .query_one(
+            "SELECT status FROM webhook_enqueue('stripe', 'evt_window_3', 'invoice.paid', '{\"b\": 2}'::jsonb)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(queued, "queued");
+    let lease: String = app
+        .query_one(
+            "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    app.execute(
+        "SELECT webhook_fail($1::text::uuid, 'try again', retry_in => '0 seconds')",
+        &[&lease],
+    )
+    .unwrap();
+    let lease: String = app
+        .query_one(
+            "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    app.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])
+        .unwrap();
+
+    let events: Vec<String> = admin
+        .query(
+            "SELECT provider || '/' || event_id || '/' || status FROM webhook.events ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     assert_eq!(
-        receive(&mut handler, 2, "whsec_window_old"),
-        "bad_signature"
+        events,
+        [
+            "github/gh-window-1/queued",
+            "stripe/evt_window_1/processed",
+            "stripe/evt_window_2/processed",
+            "stripe/evt_window_3/queued",
+        ]
     );
-    assert_eq!(receive(&mut handler, 3, "whsec_window_new"), "ok");
+    let processed: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM webhook.inbox WHERE status = 'processed'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        processed, 2,
+        "both queued events processed by their workers"
+    );
+
+    // And the update itself then goes through with nothing lost.
+    admin
+        .batch_execute("ALTER EXTENSION pg_webhook_inbox UPDATE")
+        .unwrap();
+    let after: i64 = admin
+        .query_one("SELECT count(*) FROM webhook.events", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(after, 4);
+}
+
+/// A Stripe delivery signed with the wrong secret, through the window's
+/// SQL: refused, not claimed.
+fn receive_forged(app: &mut Client) -> String {
+    let body = r#"{"id":"evt_window_forged","type":"refund.created"}"#;
+    app.query_one(
+        "SELECT reason FROM webhook_receive('stripe', $1::text::jsonb, $2::bytea)",
+        &[
+            &stripe(body, now(), "whsec_not_ours").to_string(),
+            &body.as_bytes(),
+        ],
+    )
+    .unwrap()
+    .get(0)
 }

@@ -1,0 +1,78 @@
+//! Where a delivery's event id and type come from, and whether its
+//! signature covers them.
+//!
+//! The event id decides deduplication, so it is taken from what the
+//! signature covers whenever the provider puts it there: a signed source
+//! always wins over an unsigned one. Where it is not signed, `bindings`
+//! ties the delivery's signed bytes to it.
+
+use super::FUNCTION;
+use crate::input;
+use crate::jsonb;
+use crate::schemes::{catalog::Body, Headers, Scheme};
+use std::borrow::Cow;
+
+/// A value read off a delivery, and whether its signature covers it.
+pub struct Sourced {
+    pub value: String,
+    pub signed: bool,
+}
+
+/// Where a provider puts a value: `header:<name>` or `body:<dotted.path>`,
+/// alternatives separated by `|`. The first present *signed* alternative
+/// wins; only if none is present, the first present unsigned one. The
+/// body is always signed; a header only if the scheme's signature covers
+/// it (`covered`). Strings are taken as they are, numbers in their exact
+/// JSON digits.
+pub fn extract(
+    source: &str,
+    headers: &Headers<'_>,
+    covered: &[&str],
+    body: &serde_json::Value,
+) -> Option<Sourced> {
+    let read = |alternative: &str| -> Option<Sourced> {
+        let (kind, path) = alternative.split_once(':')?;
+        match kind {
+            "header" => headers
+                .get(path)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| Sourced {
+                    value: v.to_string(),
+                    signed: covered.iter().any(|c| c.eq_ignore_ascii_case(path)),
+                }),
+            "body" => jsonb::body_value(body, path).map(|value| Sourced {
+                value,
+                signed: true,
+            }),
+            _ => None,
+        }
+    };
+    let found: Vec<Sourced> = source.split('|').filter_map(read).collect();
+    let first_signed = found.iter().position(|s| s.signed);
+    found.into_iter().nth(first_signed.unwrap_or(0))
+}
+
+/// The body as the scheme's provider sends it, as JSON text and document:
+/// one event (an object), a batch (an array), or form fields (stored as an
+/// object of strings). None: not what the provider sends.
+pub fn document<'b>(scheme: &Scheme, body: &'b [u8]) -> Option<(Cow<'b, str>, serde_json::Value)> {
+    let kind = scheme.body();
+    if let Ok((text, value)) = input::json_body(FUNCTION, "body", body, kind == Body::Batch) {
+        return Some((text.into(), value));
+    }
+    if kind != Body::Form {
+        return None;
+    }
+    let mut fields = serde_json::Map::new();
+    for (name, value) in crate::schemes::form_fields(body) {
+        let name = String::from_utf8(name).ok()?;
+        let value = String::from_utf8(value).ok()?;
+        if name.contains('\0') || value.contains('\0') {
+            return None;
+        }
+        fields.insert(name, serde_json::Value::String(value));
+    }
+    let value = serde_json::Value::Object(fields);
+    Some((value.to_string().into(), value))
+}
