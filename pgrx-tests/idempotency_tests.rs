@@ -291,8 +291,8 @@ mod tests {
         );
         assert_error(
             "SELECT idempotency_checkpoint(gen_random_uuid(), 'step')",
-            "P0002",
-            "no request",
+            "55006",
+            "lost its lease to another request",
         );
         assert_error(
             "SELECT idempotency_fail(request_id, 'x', response_status => 500)

@@ -30,6 +30,7 @@
 //!   returns one;
 //! * `plans` — the kept SPI plans of the hot path;
 //! * `compress` — payloads compressed before they are archived;
+//! * `timestamps` — RFC 3339 timestamps read once, for schemes and ordering;
 //! * `status` — every status vocabulary, each mirroring its SQL enum;
 //! * `input`, `errors`, `gucs`, `jsonb`, `uuid` — shared plumbing.
 //!
@@ -66,6 +67,7 @@ mod schemes;
 mod session_claims;
 mod signature;
 mod status;
+mod timestamps;
 mod uuid;
 mod verify;
 

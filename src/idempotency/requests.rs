@@ -629,8 +629,16 @@ fn update_owned(
         .map(|row| -> Result<_> { Ok(row.get::<String>(1)?.zip(row.get::<String>(2)?)) })
         .transpose()?
         .flatten();
+    // A request that was taken over leaves no trace of its id: the key's
+    // row names its successor. So an id no key names is refused as lost,
+    // which rolls its caller back, as a taken-over request must be.
+    let gone = || Standing::Lost {
+        detail: "No idempotency key names this request: another request with the key took it \
+                 over after its lease ran out, or it never began one."
+            .into(),
+    };
     let Some((scope, key)) = key else {
-        return Err(fence.refused(Standing::Unknown));
+        return Err(fence.refused(gone()));
     };
     EventLock::for_idempotency_key(&scope, &key).acquire();
     fence.update(
@@ -654,13 +662,9 @@ fn update_owned(
                 Some(KeyStatus::Retryable) => Standing::Finished {
                     status: "failed".into(),
                 },
-                // In progress under another request, which took the key over
-                // once this one's lease ran out.
-                Some(KeyStatus::InProgress) => Standing::Lost {
-                    detail: "Another request with the key began after this one's lease ran out."
-                        .into(),
-                },
-                None => Standing::Unknown,
+                // Still this request's and in progress, yet not changed:
+                // a takeover committed meanwhile; or taken over already.
+                Some(KeyStatus::InProgress) | None => gone(),
             })
         },
     )

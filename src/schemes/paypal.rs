@@ -67,7 +67,7 @@ pub fn read(request: &Request<'_, '_>, webhook_id: &str) -> Result<Signed, Reaso
     {
         return Err(Reason::MalformedHeader);
     }
-    let timestamp = crate::ordering::rfc3339_unix(sent).ok_or(Reason::MalformedHeader)?;
+    let timestamp = crate::timestamps::rfc3339_unix(sent).ok_or(Reason::MalformedHeader)?;
     if transmission.is_empty() || transmission.contains('|') || certificate.is_empty() {
         return Err(Reason::MalformedHeader);
     }

@@ -14,7 +14,7 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
         .ok_or(Reason::MalformedHeader)?;
     let id = headers.get("Twitch-Eventsub-Message-Id")?;
     let sent = headers.get("Twitch-Eventsub-Message-Timestamp")?;
-    let timestamp = crate::ordering::rfc3339_unix(sent).ok_or(Reason::MalformedHeader)?;
+    let timestamp = crate::timestamps::rfc3339_unix(sent).ok_or(Reason::MalformedHeader)?;
     if id.is_empty() {
         return Err(Reason::MalformedHeader);
     }
