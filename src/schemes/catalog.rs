@@ -33,11 +33,47 @@ pub struct Entry {
     pub entity_key_from: Option<&'static str>,
     /// Ordering's preset: where the event's order value is, in the body.
     pub order_from: Option<&'static str>,
-    /// For a provider verified exactly as another scheme: that scheme
-    /// (`standard`, or the generic `hmac;header=…` it is).
-    pub verified_as: Option<&'static str>,
+    /// How `Scheme::parse` makes the scheme: the one place a name meets
+    /// its Rust variant.
+    pub make: Make,
     /// What its bodies are.
     pub body: Body,
+}
+
+/// How a scheme is made from its entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Make {
+    /// A scheme of its own, which takes no options.
+    Plain(Kind),
+    /// PayPal, whose registered name carries the webhook's id
+    /// (`paypal;webhook_id=…`).
+    PayPal,
+    /// The generic HMAC, with its options (`hmac;header=…`).
+    Hmac,
+    /// A provider verified exactly as another scheme: that scheme's
+    /// registered name (`standard`, or the generic `hmac;header=…` it is).
+    VerifiedAs(&'static str),
+}
+
+/// The schemes of their own that take no options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Stripe,
+    Github,
+    Standard,
+    Paddle,
+    Shopify,
+    Slack,
+    Discord,
+    SendGrid,
+    Twilio,
+    Square,
+    Zoom,
+    Twitch,
+    Mailgun,
+    Linear,
+    HubSpot,
+    Calendly,
 }
 
 /// What a provider's request bodies are, as `webhook_receive` reads them.
@@ -70,7 +106,7 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: Some("body:data.object.id"),
         // Unix seconds: events of the same second tie.
         order_from: Some("body:created"),
-        verified_as: None,
+        make: Make::Plain(Kind::Stripe),
         body: Body::Event,
     },
     Entry {
@@ -85,7 +121,7 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: None,
         // The resource's own updated_at; which resource depends on the event.
         order_from: Some("body:pull_request.updated_at|body:issue.updated_at"),
-        verified_as: None,
+        make: Make::Plain(Kind::Github),
         body: Body::Event,
     },
     Entry {
@@ -108,7 +144,7 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: None,
         // The payload's own timestamp: webhook-timestamp changes on every retry.
         order_from: Some("body:timestamp"),
-        verified_as: None,
+        make: Make::Plain(Kind::Standard),
         body: Body::Event,
     },
     Entry {
@@ -122,7 +158,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body",
         entity_key_from: Some("body:data.id"),
         order_from: Some("body:occurred_at"),
-        verified_as: None,
+        make: Make::Plain(Kind::Paddle),
         body: Body::Event,
     },
     Entry {
@@ -138,7 +174,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "body only",
         entity_key_from: None,
         order_from: Some("body:updated_at"),
-        verified_as: None,
+        make: Make::Plain(Kind::Shopify),
         body: Body::Event,
     },
     Entry {
@@ -152,7 +188,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body",
         entity_key_from: None,
         order_from: Some("body:event_time"),
-        verified_as: None,
+        make: Make::Plain(Kind::Slack),
         body: Body::Event,
     },
     Entry {
@@ -168,7 +204,7 @@ pub const CATALOG: &[Entry] = &[
         order_from: None,
         // `sha256=` and the base64 of HMAC-SHA256 of the raw body, keyed
         // with the webhook's secret as it is.
-        verified_as: Some("hmac;header=Typeform-Signature;encoding=base64;prefix=sha256="),
+        make: Make::VerifiedAs("hmac;header=Typeform-Signature;encoding=base64;prefix=sha256="),
         body: Body::Event,
     },
     Entry {
@@ -184,7 +220,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "id, timestamp and body",
         entity_key_from: None,
         order_from: None,
-        verified_as: Some("standard"),
+        make: Make::VerifiedAs("standard"),
         body: Body::Event,
     },
     Entry {
@@ -198,7 +234,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body, Ed25519",
         entity_key_from: None,
         order_from: None,
-        verified_as: None,
+        make: Make::Plain(Kind::Discord),
         body: Body::Event,
     },
     Entry {
@@ -212,7 +248,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body, ECDSA P-256",
         entity_key_from: None,
         order_from: None,
-        verified_as: None,
+        make: Make::Plain(Kind::SendGrid),
         body: Body::Batch,
     },
     Entry {
@@ -228,7 +264,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "transmission id and time, webhook id, CRC32 of the body; RSA-SHA256",
         entity_key_from: Some("body:resource.id"),
         order_from: Some("body:create_time"),
-        verified_as: None,
+        make: Make::PayPal,
         body: Body::Event,
     },
     Entry {
@@ -245,7 +281,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "URL and form fields (or URL with the body's SHA-256)",
         entity_key_from: None,
         order_from: None,
-        verified_as: None,
+        make: Make::Plain(Kind::Twilio),
         body: Body::Form,
     },
     Entry {
@@ -259,7 +295,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "URL and body",
         entity_key_from: Some("body:data.id"),
         order_from: Some("body:created_at"),
-        verified_as: None,
+        make: Make::Plain(Kind::Square),
         body: Body::Event,
     },
     Entry {
@@ -274,7 +310,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body",
         entity_key_from: None,
         order_from: Some("body:event_ts"),
-        verified_as: None,
+        make: Make::Plain(Kind::Zoom),
         body: Body::Event,
     },
     Entry {
@@ -289,7 +325,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "message id, timestamp and body",
         entity_key_from: None,
         order_from: None,
-        verified_as: None,
+        make: Make::Plain(Kind::Twitch),
         body: Body::Event,
     },
     Entry {
@@ -304,7 +340,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and token in the body, not the event",
         entity_key_from: None,
         order_from: None,
-        verified_as: None,
+        make: Make::Plain(Kind::Mailgun),
         body: Body::Event,
     },
     Entry {
@@ -319,7 +355,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "body only (its webhookTimestamp in it)",
         entity_key_from: Some("body:data.id"),
         order_from: Some("body:webhookTimestamp"),
-        verified_as: None,
+        make: Make::Plain(Kind::Linear),
         body: Body::Event,
     },
     Entry {
@@ -333,7 +369,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "method, URL, body and timestamp (v3)",
         entity_key_from: None,
         order_from: None,
-        verified_as: None,
+        make: Make::Plain(Kind::HubSpot),
         body: Body::Batch,
     },
     Entry {
@@ -348,7 +384,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "timestamp and body",
         entity_key_from: None,
         order_from: None,
-        verified_as: None,
+        make: Make::Plain(Kind::Calendly),
         body: Body::Event,
     },
     Entry {
@@ -364,7 +400,7 @@ pub const CATALOG: &[Entry] = &[
         order_from: None,
         // The base64 of HMAC-SHA256 of the raw body, keyed with the
         // webhook's secret as it is.
-        verified_as: Some("hmac;header=X-WC-Webhook-Signature;encoding=base64"),
+        make: Make::VerifiedAs("hmac;header=X-WC-Webhook-Signature;encoding=base64"),
         body: Body::Event,
     },
     Entry {
@@ -378,7 +414,7 @@ pub const CATALOG: &[Entry] = &[
         signs: "body only",
         entity_key_from: None,
         order_from: None,
-        verified_as: None,
+        make: Make::Hmac,
         body: Body::Event,
     },
 ];

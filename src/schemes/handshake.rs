@@ -5,7 +5,7 @@
 //! They are recognised only once the request is verified, like any
 //! delivery, and only for their provider's scheme.
 
-use super::{Headers, Scheme};
+use super::{Headers, Kind, Scheme};
 use serde_json::{json, Value};
 
 pub struct Handshake {
@@ -28,13 +28,15 @@ pub fn recognise(
     let text = |value: &Value| value.as_str().filter(|s| !s.is_empty()).map(str::to_string);
     match scheme {
         // Slack's Events API: echo the challenge.
-        Scheme::Slack if body.get("type")?.as_str()? == "url_verification" => Some(Handshake {
-            kind: "url_verification",
-            response: json!({ "challenge": text(body.get("challenge")?)? }).to_string(),
-            content_type: JSON,
-        }),
+        Scheme::Plain(Kind::Slack) if body.get("type")?.as_str()? == "url_verification" => {
+            Some(Handshake {
+                kind: "url_verification",
+                response: json!({ "challenge": text(body.get("challenge")?)? }).to_string(),
+                content_type: JSON,
+            })
+        }
         // Zoom: the plain token, and its HMAC-SHA256 under the secret token.
-        Scheme::Zoom if body.get("event")?.as_str()? == "endpoint.url_validation" => {
+        Scheme::Plain(Kind::Zoom) if body.get("event")?.as_str()? == "endpoint.url_validation" => {
             let plain = text(body.get("payload")?.get("plainToken")?)?;
             let encrypted = hex::encode(hmac_sha256(hmac_key?, plain.as_bytes()));
             Some(Handshake {
@@ -44,7 +46,7 @@ pub fn recognise(
             })
         }
         // Twitch: the raw challenge, as plain text.
-        Scheme::Twitch
+        Scheme::Plain(Kind::Twitch)
             if headers.get("Twitch-Eventsub-Message-Type").ok()?
                 == "webhook_callback_verification" =>
         {
@@ -55,7 +57,7 @@ pub fn recognise(
             })
         }
         // Discord: a PING (type 1) is answered with a PONG.
-        Scheme::Discord if body.get("type")?.as_i64()? == 1 => Some(Handshake {
+        Scheme::Plain(Kind::Discord) if body.get("type")?.as_i64()? == 1 => Some(Handshake {
             kind: "ping",
             response: json!({ "type": 1 }).to_string(),
             content_type: JSON,

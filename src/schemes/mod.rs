@@ -34,6 +34,8 @@ mod twilio;
 mod twitch;
 mod zoom;
 
+pub use catalog::Kind;
+use catalog::Make;
 pub use generic::GenericHmac;
 pub use headers::Headers;
 use keys::{Candidate, Key, Registered};
@@ -221,30 +223,16 @@ impl Authentic {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scheme {
-    Stripe,
-    Github,
-    Standard,
-    Paddle,
-    Shopify,
-    Slack,
-    Discord,
-    SendGrid,
+    /// A scheme of its own that takes no options (`catalog::Make::Plain`).
+    Plain(Kind),
     /// PayPal signs with the webhook's id, which the DBA registers in the
     /// scheme: `paypal;webhook_id=<id>`.
     PayPal {
         webhook_id: String,
     },
-    Twilio,
-    Square,
-    Zoom,
-    Twitch,
-    Mailgun,
-    Linear,
-    HubSpot,
-    Calendly,
     /// A provider verified exactly as another scheme (Typeform as a
     /// generic HMAC, Supabase as Standard Webhooks), under its own name for
-    /// its own event id and type sources (`catalog::Entry::verified_as`).
+    /// its own event id and type sources (`catalog::Make::VerifiedAs`).
     Preset(&'static str, Box<Scheme>),
     Hmac(GenericHmac),
 }
@@ -265,7 +253,8 @@ impl Scheme {
             known: catalog::known(),
         };
         let entry = catalog::lookup(name).ok_or_else(unknown)?;
-        if name.contains(';') && !matches!(entry.name, "hmac" | "paypal") {
+        let takes_options = matches!(entry.make, Make::PayPal | Make::Hmac);
+        if name.contains(';') && !takes_options {
             return Err(WebhookError::BadSchemeOption {
                 function,
                 arg,
@@ -273,91 +262,60 @@ impl Scheme {
                 detail: format!("Scheme \"{}\" takes no options.", entry.name),
             });
         }
-        if let Some(spec) = entry.verified_as {
-            return Scheme::parse(function, arg, spec)
-                .map(|inner| Scheme::Preset(entry.name, Box::new(inner)));
-        }
-        match entry.name {
-            "stripe" => Ok(Scheme::Stripe),
-            "github" => Ok(Scheme::Github),
-            "standard" => Ok(Scheme::Standard),
-            "paddle" => Ok(Scheme::Paddle),
-            "shopify" => Ok(Scheme::Shopify),
-            "slack" => Ok(Scheme::Slack),
-            "discord" => Ok(Scheme::Discord),
-            "sendgrid" => Ok(Scheme::SendGrid),
-            "paypal" => paypal::parse(function, arg, name.trim()),
-            "twilio" => Ok(Scheme::Twilio),
-            "square" => Ok(Scheme::Square),
-            "zoom" => Ok(Scheme::Zoom),
-            "twitch" => Ok(Scheme::Twitch),
-            "mailgun" => Ok(Scheme::Mailgun),
-            "linear" => Ok(Scheme::Linear),
-            "hubspot" => Ok(Scheme::HubSpot),
-            "calendly" => Ok(Scheme::Calendly),
-            "hmac" => GenericHmac::parse(function, arg, name.trim()).map(Scheme::Hmac),
-            _ => Err(unknown()),
+        match entry.make {
+            Make::Plain(kind) => Ok(Scheme::Plain(kind)),
+            Make::PayPal => paypal::parse(function, arg, name.trim()),
+            Make::Hmac => GenericHmac::parse(function, arg, name.trim()).map(Scheme::Hmac),
+            Make::VerifiedAs(spec) => Scheme::parse(function, arg, spec)
+                .map(|inner| Scheme::Preset(entry.name, Box::new(inner))),
         }
     }
 
-    /// The scheme's canonical name in the catalog.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Scheme::Stripe => "stripe",
-            Scheme::Github => "github",
-            Scheme::Standard => "standard",
-            Scheme::Paddle => "paddle",
-            Scheme::Shopify => "shopify",
-            Scheme::Slack => "slack",
-            Scheme::Discord => "discord",
-            Scheme::SendGrid => "sendgrid",
-            Scheme::PayPal { .. } => "paypal",
-            Scheme::Twilio => "twilio",
-            Scheme::Square => "square",
-            Scheme::Zoom => "zoom",
-            Scheme::Twitch => "twitch",
-            Scheme::Mailgun => "mailgun",
-            Scheme::Linear => "linear",
-            Scheme::HubSpot => "hubspot",
-            Scheme::Calendly => "calendly",
-            Scheme::Preset(name, _) => name,
-            Scheme::Hmac(_) => "hmac",
-        }
+    /// The scheme's entry in the catalog: every scheme has one, since
+    /// `parse` makes them from it.
+    pub fn entry(&self) -> &'static catalog::Entry {
+        catalog::CATALOG
+            .iter()
+            .find(|entry| match (self, entry.make) {
+                (Scheme::Plain(kind), Make::Plain(made)) => *kind == made,
+                (Scheme::PayPal { .. }, Make::PayPal) | (Scheme::Hmac(_), Make::Hmac) => true,
+                (Scheme::Preset(name, _), Make::VerifiedAs(_)) => entry.name == *name,
+                _ => false,
+            })
+            .expect("every scheme is made from its catalog entry")
     }
 
     /// What the scheme's provider sends as a body.
     pub fn body(&self) -> catalog::Body {
-        catalog::lookup(self.name()).map_or(catalog::Body::Event, |entry| entry.body)
+        self.entry().body
     }
 
     /// The timestamp window when nobody gave one, in seconds; 0 for
     /// schemes that sign no timestamp (it is never used for them).
     pub fn default_tolerance(&self) -> i64 {
-        catalog::lookup(self.name())
-            .and_then(|entry| entry.tolerance)
-            .unwrap_or(0)
+        self.entry().tolerance.unwrap_or(0)
     }
 
     fn read(&self, request: &Request<'_, '_>) -> Result<Signed, Reason> {
         let headers = request.headers;
         match self {
-            Scheme::Stripe => stripe::read(headers),
-            Scheme::Github => github::read(headers),
-            Scheme::Standard => standard::read(headers),
-            Scheme::Paddle => paddle::read(headers),
-            Scheme::Shopify => shopify::read(headers),
-            Scheme::Slack => slack::read(headers),
-            Scheme::Discord => discord::read(headers),
-            Scheme::SendGrid => sendgrid::read(headers),
+            Scheme::Plain(Kind::Stripe) => stripe::read(headers),
+            Scheme::Plain(Kind::Github) => github::read(headers),
+            Scheme::Plain(Kind::Standard) => standard::read(headers),
+            Scheme::Plain(Kind::Paddle) => paddle::read(headers),
+            Scheme::Plain(Kind::Shopify) => shopify::read(headers),
+            Scheme::Plain(Kind::Slack) => slack::read(headers),
+            Scheme::Plain(Kind::Discord) => discord::read(headers),
+            Scheme::Plain(Kind::SendGrid) => sendgrid::read(headers),
             Scheme::PayPal { webhook_id } => paypal::read(request, webhook_id),
-            Scheme::Twilio => twilio::read(request),
-            Scheme::Square => square::read(request),
-            Scheme::Zoom => zoom::read(headers),
-            Scheme::Twitch => twitch::read(headers),
-            Scheme::Mailgun => mailgun::read(request),
-            Scheme::Linear => linear::read(request),
-            Scheme::HubSpot => hubspot::read(request),
-            Scheme::Calendly => calendly::read(headers),
+            Scheme::Plain(Kind::Twilio) => twilio::read(request),
+            Scheme::Plain(Kind::Square) => square::read(request),
+            Scheme::Plain(Kind::Zoom) => zoom::read(headers),
+            Scheme::Plain(Kind::Twitch) => twitch::read(headers),
+            Scheme::Plain(Kind::Mailgun) => mailgun::read(request),
+            Scheme::Plain(Kind::Linear) => linear::read(request),
+            Scheme::Plain(Kind::HubSpot) => hubspot::read(request),
+            Scheme::Plain(Kind::Calendly) => calendly::read(headers),
             Scheme::Preset(_, inner) => inner.read(request),
             Scheme::Hmac(generic) => generic.read(headers),
         }
@@ -367,24 +325,24 @@ impl Scheme {
     /// the first present one is archived with the delivery.
     pub fn signature_headers(&self) -> Vec<&str> {
         match self {
-            Scheme::Stripe => vec!["Stripe-Signature"],
-            Scheme::Github => vec!["X-Hub-Signature-256", "X-Hub-Signature"],
-            Scheme::Standard => vec!["webhook-signature", "svix-signature"],
-            Scheme::Paddle => vec!["Paddle-Signature"],
-            Scheme::Shopify => vec!["X-Shopify-Hmac-Sha256"],
-            Scheme::Slack => vec!["X-Slack-Signature"],
-            Scheme::Discord => vec!["X-Signature-Ed25519"],
-            Scheme::SendGrid => vec![sendgrid::SIGNATURE],
+            Scheme::Plain(Kind::Stripe) => vec!["Stripe-Signature"],
+            Scheme::Plain(Kind::Github) => vec!["X-Hub-Signature-256", "X-Hub-Signature"],
+            Scheme::Plain(Kind::Standard) => vec!["webhook-signature", "svix-signature"],
+            Scheme::Plain(Kind::Paddle) => vec!["Paddle-Signature"],
+            Scheme::Plain(Kind::Shopify) => vec!["X-Shopify-Hmac-Sha256"],
+            Scheme::Plain(Kind::Slack) => vec!["X-Slack-Signature"],
+            Scheme::Plain(Kind::Discord) => vec!["X-Signature-Ed25519"],
+            Scheme::Plain(Kind::SendGrid) => vec![sendgrid::SIGNATURE],
             Scheme::PayPal { .. } => vec!["PAYPAL-TRANSMISSION-SIG"],
-            Scheme::Twilio => vec!["X-Twilio-Signature"],
-            Scheme::Square => vec![square::SIGNATURE],
-            Scheme::Zoom => vec!["x-zm-signature"],
-            Scheme::Twitch => vec!["Twitch-Eventsub-Message-Signature"],
+            Scheme::Plain(Kind::Twilio) => vec!["X-Twilio-Signature"],
+            Scheme::Plain(Kind::Square) => vec![square::SIGNATURE],
+            Scheme::Plain(Kind::Zoom) => vec!["x-zm-signature"],
+            Scheme::Plain(Kind::Twitch) => vec!["Twitch-Eventsub-Message-Signature"],
             // In the body.
-            Scheme::Mailgun => vec![],
-            Scheme::Linear => vec!["Linear-Signature"],
-            Scheme::HubSpot => vec!["X-HubSpot-Signature-v3"],
-            Scheme::Calendly => vec!["Calendly-Webhook-Signature"],
+            Scheme::Plain(Kind::Mailgun) => vec![],
+            Scheme::Plain(Kind::Linear) => vec!["Linear-Signature"],
+            Scheme::Plain(Kind::HubSpot) => vec!["X-HubSpot-Signature-v3"],
+            Scheme::Plain(Kind::Calendly) => vec!["Calendly-Webhook-Signature"],
             Scheme::Preset(_, inner) => inner.signature_headers(),
             Scheme::Hmac(generic) => vec![generic.header()],
         }
@@ -394,9 +352,9 @@ impl Scheme {
     /// guessed from the secret's look. None: not a valid key here.
     fn key(&self, secret: &str) -> Option<Registered> {
         match self {
-            Scheme::Standard => standard::key(secret),
-            Scheme::Discord => discord::key(secret),
-            Scheme::SendGrid => keys::p256_public_key(secret).map(Registered::from),
+            Scheme::Plain(Kind::Standard) => standard::key(secret),
+            Scheme::Plain(Kind::Discord) => discord::key(secret),
+            Scheme::Plain(Kind::SendGrid) => keys::p256_public_key(secret).map(Registered::from),
             Scheme::PayPal { .. } => paypal::key(secret),
             Scheme::Preset(_, inner) => inner.key(secret),
             // Stripe's whsec_… string, GitHub's and Slack's secrets, Paddle's
@@ -414,11 +372,11 @@ impl Scheme {
             return None;
         }
         Some(match self {
-            Scheme::Standard => {
+            Scheme::Plain(Kind::Standard) => {
                 "a Standard Webhooks key is whsec_ + base64 of the secret, or whpk_ + base64 of a 32-byte Ed25519 public key"
             }
-            Scheme::Discord => "a Discord key is the application's public key, 64 hex digits",
-            Scheme::SendGrid => {
+            Scheme::Plain(Kind::Discord) => "a Discord key is the application's public key, 64 hex digits",
+            Scheme::Plain(Kind::SendGrid) => {
                 "a SendGrid key is the verification key it shows (base64 of a DER P-256 public key), or that key in PEM"
             }
             Scheme::PayPal { .. } => {

@@ -474,7 +474,7 @@ fn handshakes_are_recognised_for_their_scheme_only() {
     assert!(handshake::recognise(&slack, &headers, &body, None).is_none());
     assert!(handshake::recognise(&discord, &headers, &json!({ "type": 2 }), None).is_none());
     assert!(handshake::recognise(
-        &Scheme::Stripe,
+        &Scheme::Plain(Kind::Stripe),
         &headers,
         &json!({ "type": "url_verification", "challenge": "x" }),
         None
