@@ -5,15 +5,12 @@
 #[pgrx::pg_schema]
 mod tests {
     use crate::in_db_tests::{
-        assert_error, claim, github_headers, receive_with_id, register_test_providers, run,
+        assert_error, claim, count, github_headers, receive_with_id, register_test_providers, run,
+        stripe_headers,
     };
     use pgrx::prelude::*;
 
     const BODY: &str = r#"{"action": "opened", "number": 7}"#;
-
-    fn count(sql: &str) -> i64 {
-        Spi::get_one::<i64>(sql).unwrap().unwrap()
-    }
 
     /// Headers of a Standard Webhooks delivery signed now, in the given
     /// header family (`svix` or `webhook`), with extra headers merged in.
@@ -152,11 +149,9 @@ mod tests {
         register_test_providers();
         let body = r#"{"id": "evt_sig", "type": "charge.succeeded"}"#;
         let signed = Spi::get_one::<bool>(&format!(
-            "SELECT event_type_signed FROM webhook_receive('stripe',
-                 (SELECT jsonb_build_object('Stripe-Signature',
-                      't=' || ts || ',v1=' || encode(hmac(ts || '.' || '{body}', 'whsec_stripe_test', 'sha256'), 'hex'))
-                    FROM (SELECT extract(epoch FROM now())::bigint::text AS ts) t),
-                 convert_to('{body}', 'UTF8'))"
+            "SELECT event_type_signed FROM webhook_receive('stripe', {},
+                 convert_to('{body}', 'UTF8'))",
+            stripe_headers(body, "whsec_stripe_test", 0)
         ));
         assert_eq!(signed, Ok(Some(true)));
     }

@@ -5,12 +5,8 @@
 
 #[pgrx::pg_schema]
 mod tests {
-    use crate::in_db_tests::{assert_error, github_headers, receive, run, text_of};
+    use crate::in_db_tests::{assert_error, count, github_headers, receive, run, text_of};
     use pgrx::prelude::*;
-
-    fn count(sql: &str) -> i64 {
-        Spi::get_one::<i64>(sql).unwrap().unwrap()
-    }
 
     fn one_text(sql: &str) -> String {
         Spi::get_one::<String>(sql).unwrap().unwrap_or_default()

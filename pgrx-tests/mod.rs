@@ -10,6 +10,7 @@ mod inbox_tests;
 mod lifecycle_tests;
 mod operations_tests;
 mod ordering_tests;
+mod out_of_date_tests;
 mod receive_tests;
 mod release_tests;
 mod roles_tests;
@@ -152,6 +153,22 @@ pub fn register_test_providers() {
          SELECT webhook_register_provider('stripe', secret => 'whsec_stripe_test');",
     )
     .unwrap();
+}
+
+/// A Stripe delivery of `body` signed with `secret` at now + `offset`
+/// seconds: the SQL of its headers (a subquery, so that it reads the
+/// clock once).
+pub fn stripe_headers(body: &str, secret: &str, offset: i64) -> String {
+    format!(
+        "(SELECT jsonb_build_object('Stripe-Signature',
+             't=' || ts || ',v1=' || encode(hmac(ts || '.' || '{body}', '{secret}', 'sha256'), 'hex'))
+            FROM (SELECT (extract(epoch FROM clock_timestamp())::bigint + {offset})::text AS ts) t)"
+    )
+}
+
+/// The one bigint a query returns.
+pub fn count(sql: &str) -> i64 {
+    Spi::get_one::<i64>(sql).expect(sql).unwrap_or(0)
 }
 
 /// A GitHub delivery signed with `secret`: the SQL of its headers.

@@ -3,12 +3,8 @@
 
 #[pgrx::pg_schema]
 mod tests {
-    use crate::in_db_tests::{assert_error, claim, run, text_of};
+    use crate::in_db_tests::{assert_error, claim, count, run, text_of};
     use pgrx::prelude::*;
-
-    fn count(sql: &str) -> i64 {
-        Spi::get_one::<i64>(sql).unwrap().unwrap()
-    }
 
     #[pg_test]
     fn an_event_out_of_attempts_is_dead_until_requeued() {

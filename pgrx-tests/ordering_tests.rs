@@ -13,11 +13,7 @@ mod tests {
 
     /// The SQL of Stripe headers signing `body` now.
     fn stripe_headers(body: &str) -> String {
-        format!(
-            "(SELECT jsonb_build_object('Stripe-Signature',
-                 't=' || ts || ',v1=' || encode(hmac(ts || '.' || '{body}', '{SECRET}', 'sha256'), 'hex'))
-                FROM (SELECT extract(epoch FROM now())::bigint::text AS ts) t)"
-        )
+        crate::in_db_tests::stripe_headers(body, SECRET, 0)
     }
 
     /// A Stripe event about `entity`, created at `created`.

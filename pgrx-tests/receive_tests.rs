@@ -4,7 +4,7 @@
 #[pgrx::pg_schema]
 mod tests {
     use crate::in_db_tests::{
-        assert_error, error_of, github_headers, receive, register_test_providers,
+        assert_error, error_of, github_headers, receive, register_test_providers, stripe_headers,
     };
     use pgrx::prelude::*;
 
@@ -191,13 +191,7 @@ mod tests {
     fn a_stale_stripe_delivery_is_a_replay() {
         register_test_providers();
         let body = r#"{"id": "evt_stale", "type": "charge.succeeded"}"#;
-        let at = |offset: i64| {
-            format!(
-                "(SELECT jsonb_build_object('Stripe-Signature',
-                     't=' || ts || ',v1=' || encode(hmac(ts || '.' || '{body}', 'whsec_stripe_test', 'sha256'), 'hex'))
-                    FROM (SELECT (extract(epoch FROM now())::bigint + {offset})::text AS ts) t)"
-            )
-        };
+        let at = |offset: i64| stripe_headers(body, "whsec_stripe_test", offset);
         assert_eq!(
             receive("stripe", &at(-3600), body),
             ("rejected".into(), 401, "timestamp_too_old".into())

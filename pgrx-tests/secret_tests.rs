@@ -7,11 +7,7 @@ mod tests {
     use pgrx::prelude::*;
 
     fn stripe_headers(body: &str, secret: &str) -> String {
-        format!(
-            "(SELECT jsonb_build_object('Stripe-Signature', 't=' || ts || ',v1=' ||
-                 encode(hmac(ts || '.' || '{body}', '{secret}', 'sha256'), 'hex'))
-                FROM (SELECT extract(epoch FROM clock_timestamp())::bigint::text AS ts) t)"
-        )
+        crate::in_db_tests::stripe_headers(body, secret, 0)
     }
 
     #[pg_test]

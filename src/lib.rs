@@ -58,7 +58,7 @@ mod input;
 mod jsonb;
 mod lifecycle;
 mod ordering;
-mod out_of_date;
+pub(crate) mod out_of_date;
 mod plans;
 mod receive;
 mod registry;

@@ -57,10 +57,40 @@ fn refuse(symbol: &str) -> ! {
         ),
         "pg_webhook_inbox",
     )
-    .set_hint("Run: ALTER EXTENSION pg_webhook_inbox UPDATE")
+    .set_hint(
+        "Run: ALTER EXTENSION pg_webhook_inbox UPDATE. (A development version older than \
+         0.10.0, the first published release, has no update path: recreate the extension, \
+         see CHANGELOG.md.)",
+    )
     .report(PgLogLevel::ERROR);
     unreachable!("an ERROR does not return")
 }
 
-// Named by the SQL of the releases before 0.10.0, the first published one.
-out_of_date!(placeholder_stub_wrapper);
+// Named by the SQL of the development versions before 0.10.0, the first
+// published release, and by none since.
+out_of_date!(
+    begin_request_wrapper,
+    receive_body_text_wrapper,
+    receive_body_wrapper,
+    receive_delivery_text_wrapper,
+    receive_delivery_wrapper,
+    receive_request_text_wrapper,
+    receive_request_wrapper,
+    webhook_claim_raw_wrapper,
+    webhook_claim_text_wrapper,
+    webhook_claim_wrapper,
+    webhook_complete_wrapper,
+    webhook_enqueue_raw_wrapper,
+    webhook_enqueue_text_wrapper,
+    webhook_enqueue_wrapper,
+    webhook_fail_wrapper,
+    webhook_next_wrapper,
+    webhook_receive_text_wrapper,
+    webhook_receive_wrapper,
+    webhook_requeue_wrapper,
+    webhook_schemes_wrapper,
+    webhook_verify_detail_text_wrapper,
+    webhook_verify_detail_wrapper,
+    webhook_verify_text_wrapper,
+    webhook_verify_wrapper,
+);

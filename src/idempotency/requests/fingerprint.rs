@@ -44,3 +44,30 @@ fn fingerprint(method: Option<&str>, path: Option<&str>, body: &[u8]) -> Result<
     ]);
     Ok(format!("sha256:{}", hex::encode(digest)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fingerprint;
+
+    #[test]
+    fn fingerprints_cover_method_path_and_body() {
+        let base = fingerprint(Some("POST"), Some("/orders"), b"{}").unwrap();
+        assert_eq!(
+            base,
+            fingerprint(Some("post"), Some("/orders"), b"{}").unwrap()
+        );
+        assert_ne!(
+            base,
+            fingerprint(Some("PUT"), Some("/orders"), b"{}").unwrap()
+        );
+        assert_ne!(
+            base,
+            fingerprint(Some("POST"), Some("/orders/1"), b"{}").unwrap()
+        );
+        assert_ne!(
+            base,
+            fingerprint(Some("POST"), Some("/orders"), b"{ }").unwrap()
+        );
+        assert!(base.starts_with("sha256:") && base.len() == 71);
+    }
+}
