@@ -7,7 +7,7 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:71
+-- src/lib.rs:76
 -- bootstrap
 -- pg_webhook_inbox: schema and tables.
 --
@@ -417,6 +417,7 @@ CREATE TABLE webhook.inbox_failures (
     attempt       integer     NOT NULL,
     error_message text        NOT NULL,
     failed_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    lease_expired boolean     NOT NULL DEFAULT false,
     CONSTRAINT inbox_failures_pkey PRIMARY KEY (claim_id)
 );
 CREATE INDEX inbox_failures_event_idx ON webhook.inbox_failures (provider, event_id, consumer);
@@ -429,6 +430,8 @@ COMMENT ON COLUMN webhook.inbox_failures.consumer IS 'The consumer whose attempt
 COMMENT ON COLUMN webhook.inbox_failures.attempt IS 'Which attempt it was';
 COMMENT ON COLUMN webhook.inbox_failures.error_message IS 'The webhook_fail message, or the lease that ran out';
 COMMENT ON COLUMN webhook.inbox_failures.failed_at IS 'When it failed';
+COMMENT ON COLUMN webhook.inbox_failures.lease_expired IS
+    'True when no worker reported it: the lease ran out and webhook_next leased the row again or parked it';
 
 -- Who put which dead or failed event back, and when.
 CREATE TABLE webhook.requeues (
@@ -706,7 +709,427 @@ SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:72
+-- src/lib.rs:82
+-- requires:
+--   schema
+
+-- pg_webhook_inbox: what operators look at (views), and the maintenance
+-- they run (webhook_purge; webhook_requeue is written in Rust).
+
+-- Bound to pg_catalog while this file runs (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
+-- Deliveries whose processing failed in the last day.
+CREATE VIEW webhook.recent_failures AS
+SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, f.error_message,
+       l.created_at, f.failed_at, e.status AS event_status, e.attempts
+  FROM webhook.delivery_failures f
+  JOIN webhook.delivery_log l ON l.id = f.delivery_id
+  LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
+ WHERE f.failed_at > pg_catalog.now() - interval '1 day';
+COMMENT ON VIEW webhook.recent_failures IS 'Deliveries whose processing failed in the last day, with their event''s status';
+
+-- Claims that committed, were never finished, and whose lease has run out:
+-- their worker is gone or stuck. The next delivery will retry them.
+CREATE VIEW webhook.stuck_claims AS
+SELECT provider, event_id, event_type, attempts, claim_id, first_seen_at, lease_expires_at,
+       pg_catalog.clock_timestamp() - lease_expires_at AS overdue
+  FROM webhook.events
+ WHERE status = 'processing' AND lease_expires_at < pg_catalog.clock_timestamp();
+COMMENT ON VIEW webhook.stuck_claims IS 'Claims committed but never finished whose lease has run out: the next delivery retries them';
+
+-- Deliveries webhook_receive refused: forgeries, replays, stale or
+-- misconfigured secrets, bodies that are not JSON, missing event ids.
+CREATE VIEW webhook.rejected_deliveries AS
+-- raw_body holds only the first webhook.rejected_body_limit bytes of each.
+SELECT id, provider, reject_reason AS reason, event_id, signature, headers,
+       coalesce(body_size, pg_catalog.octet_length(raw_body)) AS body_bytes, created_at,
+       body_sha256, raw_body AS body_prefix
+  FROM webhook.delivery_log
+ WHERE claim_status = 'rejected';
+COMMENT ON VIEW webhook.rejected_deliveries IS 'Deliveries webhook_receive refused: forged, replayed, stale, misconfigured or unreadable';
+
+-- Events that failed webhook.max_attempts times (or for good) and wait for
+-- an operator: claimed events, and each inbox consumer's dead events.
+CREATE VIEW webhook.dead_letters AS
+SELECT provider, event_id, event_type, attempts, requeues, last_error, first_seen_at, claim_id,
+       NULL::text AS consumer
+  FROM webhook.events
+ WHERE status = 'dead'
+UNION ALL
+SELECT provider, event_id, event_type, attempts, requeues, last_error, queued_at, claim_id, consumer
+  FROM webhook.inbox
+ WHERE status = 'dead';
+COMMENT ON VIEW webhook.dead_letters IS 'Events that failed webhook.max_attempts times, claimed or queued (consumer), waiting for webhook_requeue';
+
+-- The inbox per provider and consumer: ready now (a lease that ran out
+-- makes its event ready again), scheduled (backing off), leased, dead, and
+-- how long the longest-waiting ready event has been ready.
+CREATE VIEW webhook.inbox_stats AS
+SELECT provider, consumer,
+       count(*) FILTER (WHERE status IN ('ready', 'leased') AND run_at <= now) AS ready,
+       count(*) FILTER (WHERE status = 'ready' AND run_at > now) AS scheduled,
+       count(*) FILTER (WHERE status = 'leased' AND run_at > now) AS leased,
+       count(*) FILTER (WHERE status = 'dead') AS dead,
+       max(now - run_at) FILTER (WHERE status IN ('ready', 'leased') AND run_at <= now)
+           AS oldest_ready_age
+  FROM (SELECT provider, consumer, status, run_at FROM webhook.inbox
+         WHERE status IN ('ready', 'leased')
+        UNION ALL
+        SELECT provider, consumer, status, run_at FROM webhook.inbox
+         WHERE status = 'dead') AS i,
+       pg_catalog.clock_timestamp() AS now
+ GROUP BY provider, consumer;
+COMMENT ON VIEW webhook.inbox_stats IS
+    'The inbox per provider and consumer: ready, scheduled (backing off), leased, dead, and the age of the oldest ready event';
+
+-- Redeliveries whose payload differs from the first delivery of the same
+-- event: a forgery that got hold of a secret, a provider bug, or two
+-- senders sharing one provider name.
+CREATE VIEW webhook.payload_mismatches AS
+SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, l.payload, l.created_at
+  FROM webhook.delivery_log l
+ WHERE l.payload_mismatch;
+COMMENT ON VIEW webhook.payload_mismatches IS 'Redeliveries whose payload differs from the first delivery of the same event';
+
+-- Per provider: events by status, retries spent, last activity.
+CREATE VIEW webhook.provider_stats AS
+SELECT provider,
+       count(*) AS events,
+       count(*) FILTER (WHERE status = 'processed')  AS processed,
+       count(*) FILTER (WHERE status = 'processing') AS processing,
+       count(*) FILTER (WHERE status = 'failed')     AS failed,
+       count(*) FILTER (WHERE status = 'dead')       AS dead,
+       coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0) AS retries,
+       max(first_seen_at) AS last_event_at,
+       count(*) FILTER (WHERE status::text = 'stale') AS stale
+  FROM webhook.events
+ GROUP BY provider;
+COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (stale: skipped by ordering), retries spent, last event';
+
+-- The archive's partitions, oldest first: each day's, the default one
+-- (no bounds), and after an upgrade from a release before partitioning,
+-- the one holding everything archived before it (no lower bound).
+CREATE VIEW webhook.archive_partitions AS
+SELECT c.oid::pg_catalog.regclass AS partition,
+       b.lower_id IS NULL AND b.upper_id IS NULL AS is_default,
+       b.lower_id, b.upper_id,
+       -- The milliseconds in an id's first 48 bits.
+       pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(b.lower_id::text, '-', ''), 1, 12))::bit(48)::bigint
+                               / 1000.0) AS from_time,
+       pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(b.upper_id::text, '-', ''), 1, 12))::bit(48)::bigint
+                               / 1000.0) AS to_time,
+       GREATEST(c.reltuples, 0)::bigint AS rows_estimate,
+       pg_catalog.pg_total_relation_size(c.oid) AS total_bytes
+  FROM pg_catalog.pg_inherits i
+  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+ CROSS JOIN LATERAL (
+       SELECT m[1]::uuid AS lower_id, m[2]::uuid AS upper_id
+         FROM pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
+                                      'FROM \((?:''([0-9a-f-]+)''|MINVALUE)\) TO \((?:''([0-9a-f-]+)''|MAXVALUE)\)') AS m
+       ) AS b
+ WHERE i.inhparent = 'webhook.delivery_log'::pg_catalog.regclass
+ ORDER BY b.upper_id NULLS LAST;
+COMMENT ON VIEW webhook.archive_partitions IS
+    'The partitions of webhook.delivery_log: the ids and times each covers (none: the default partition), rows (estimated) and size';
+
+-- Create the archive's partition for one day (UTC), unless a partition
+-- covers part of it already, or some of its deliveries are in the default
+-- partition (no partition was there when they came): they stay there.
+-- The partition is made apart and then attached, which lets claims go on
+-- meanwhile. Returns whether it created it.
+CREATE FUNCTION webhook._create_archive_partition(day date) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    lo   uuid := webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC');
+    hi   uuid := webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC');
+    name text := 'delivery_log_' || pg_catalog.to_char(day, 'YYYYMMDD');
+BEGIN
+    IF EXISTS (SELECT FROM webhook.archive_partitions p
+                WHERE NOT p.is_default AND (p.lower_id IS NULL OR p.lower_id < hi) AND p.upper_id > lo)
+       OR EXISTS (SELECT FROM webhook.delivery_log_default d WHERE d.id >= lo AND d.id < hi) THEN
+        RETURN false;
+    END IF;
+    EXECUTE pg_catalog.format(
+        'CREATE TABLE webhook.%I (LIKE webhook.delivery_log INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION)',
+        name);
+    PERFORM webhook._prepare_archive_partition(pg_catalog.format('webhook.%I', name)::pg_catalog.regclass);
+    EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log ATTACH PARTITION webhook.%I FOR VALUES FROM (%L) TO (%L)',
+                              name, lo, hi);
+    RETURN true;
+EXCEPTION WHEN check_violation THEN
+    -- A delivery of that day reached the default partition after the
+    -- check above: the day stays there.
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION webhook._create_archive_partition(date) IS
+    'Internal: create and attach the archive''s partition for one day (UTC), if nothing of that day is elsewhere';
+
+-- Create the archive's partitions for today (UTC) and the next days_ahead
+-- days, those that do not exist yet. Schedule it daily at least (with
+-- pg_cron: SELECT cron.schedule('webhook-partitions', '15 * * * *',
+-- 'SELECT webhook_create_partitions()')); without it, deliveries land in
+-- webhook.delivery_log_default, which works but is purged row by row.
+-- Returns how many partitions it created.
+CREATE FUNCTION @extschema@.webhook_create_partitions(days_ahead integer DEFAULT 7)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    today date := (pg_catalog.now() AT TIME ZONE 'UTC')::date;
+BEGIN
+    IF days_ahead IS NULL OR days_ahead < 0 OR days_ahead > 366 THEN
+        RAISE EXCEPTION 'webhook_create_partitions: argument "days_ahead" must be between 0 and 366'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One maintenance at a time (webhook_purge takes the same lock).
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    RETURN (SELECT pg_catalog.count(*) FILTER (WHERE webhook._create_archive_partition(today + i))
+              FROM pg_catalog.generate_series(0, days_ahead) AS i);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_create_partitions(integer) IS
+    'Create the archive''s daily partitions (UTC) for today and the next days_ahead days; returns how many it created. Schedule it daily';
+
+-- Remove archive rows older than `older_than`, except the deliveries of
+-- events not finished: processing, failed, dead, or queued and not yet
+-- processed by every consumer (the workers read the payload from here).
+-- Deliveries of no event (rejections, handshakes) go too. Inbox rows
+-- processed before the cutoff go, with their failures. webhook.events is
+-- never touched: a replay after the purge is still a duplicate. Returns
+-- the number of archive rows removed.
+--
+-- A day's partition wholly older than the cutoff is dropped whole, with
+-- almost no WAL: the deliveries it must keep are first moved to the
+-- default partition, and their failures stay. Finding them starts from
+-- the unfinished events, found once per purge, each looked up in the
+-- day's event index; the day itself is not read, and nothing is written
+-- for the rest. The default partition (and the partition holding what was
+-- archived before an upgrade to partitioning) is purged row by row,
+-- `batch_size` rows per statement; pass max_batches for a large backlog
+-- and call it repeatedly. Dropping a partition locks the archive until
+-- the transaction ends: call it on its own, not inside other work.
+CREATE FUNCTION @extschema@.webhook_purge(
+    older_than  interval DEFAULT '90 days',
+    batch_size  integer  DEFAULT 10000,
+    max_batches integer  DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- An event whose deliveries must stay (as `e`): not finished, or
+    -- queued and not finished by every consumer. The one rule, for both
+    -- ways of purging (applied once, below); a delivery of no such event
+    -- may go.
+    unfinished CONSTANT text := $rule$
+        NOT (e.status IN ('processed', 'stale')
+             OR (e.status = 'queued'
+                 AND NOT EXISTS (SELECT FROM webhook.inbox i
+                                  WHERE i.provider = e.provider AND i.event_id = e.event_id
+                                    AND i.status NOT IN ('processed', 'stale'))))$rule$;
+    columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
+                             'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
+                             'body_sha256, secret_fingerprint';
+    cutoff    timestamptz;
+    deleted   bigint := 0;
+    batch     bigint;
+    batches   integer;
+    part      record;
+    total     bigint;
+    kept      uuid[];
+    kept_all  uuid[] := '{}';
+    providers text[];
+    event_ids text[];
+    days      pg_catalog.regclass[] := '{}';
+    day       pg_catalog.regclass;
+BEGIN
+    IF older_than IS NULL OR older_than <= interval '0' THEN
+        RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_size IS NULL OR batch_size < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "batch_size" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_batches IS NOT NULL AND max_batches < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "max_batches" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    cutoff := pg_catalog.now() - older_than;
+
+    -- The events whose deliveries stay, found once for the whole purge:
+    -- few, and reached without reading the archive (one pass over
+    -- webhook.events for those processing, failed or dead; the inbox's
+    -- unfinished rows from its partial indexes). The candidates must
+    -- cover every event the rule calls unfinished; the rule decides. No
+    -- event goes from finished back to unfinished (a requeue takes only
+    -- failed or dead ones), so the list stays right while the purge runs.
+    EXECUTE pg_catalog.format($sql$
+        SELECT coalesce(array_agg(e.provider), '{}'), coalesce(array_agg(e.event_id), '{}')
+          FROM (SELECT c.provider, c.event_id FROM webhook.events c
+                 WHERE c.status IN ('processing', 'failed', 'dead')
+                UNION
+                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status IN ('ready', 'leased')
+                UNION
+                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status = 'dead') AS k
+          JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
+         WHERE %s$sql$, unfinished)
+    INTO providers, event_ids;
+
+    -- Row by row where a partition spans more than a day, before any lock
+    -- on the archive as a whole is taken.
+    FOR part IN
+        SELECT p.partition FROM webhook.archive_partitions p
+         WHERE p.is_default OR (p.lower_id IS NULL AND p.upper_id > webhook._archive_bound(cutoff))
+    LOOP
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format($sql$
+                WITH gone AS (
+                    DELETE FROM %1$s
+                     WHERE ctid = ANY (ARRAY(SELECT l.ctid FROM %1$s l
+                                              WHERE l.created_at < $1
+                                                AND NOT EXISTS (SELECT FROM unnest($3, $4) AS k (provider, event_id)
+                                                                 WHERE k.provider = l.provider
+                                                                   AND k.event_id = l.event_id)
+                                              LIMIT $2))
+                    RETURNING id
+                ), failures AS (
+                    DELETE FROM webhook.delivery_failures f USING gone WHERE f.delivery_id = gone.id
+                )
+                SELECT count(*) FROM gone$sql$, part.partition)
+            INTO batch USING cutoff, batch_size, providers, event_ids;
+            deleted := deleted + batch;
+            batches := batches + 1;
+            EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
+        END LOOP;
+    END LOOP;
+
+    DELETE FROM webhook.inbox_failures f
+     WHERE f.failed_at < cutoff
+       AND EXISTS (SELECT FROM webhook.inbox i
+                    WHERE (i.provider, i.event_id, i.consumer) = (f.provider, f.event_id, f.consumer)
+                      AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
+    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
+
+    -- Whole days, oldest first. Each is read before any is detached: the
+    -- first detach locks the archive until the transaction ends, and
+    -- claims wait for only what follows it.
+    FOR part IN
+        SELECT p.partition FROM webhook.archive_partitions p
+         WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
+         ORDER BY p.upper_id
+    LOOP
+        -- Each unfinished event looked up in the day's event index: a
+        -- day costs the same whatever its size.
+        EXECUTE pg_catalog.format($sql$
+            SELECT coalesce(array_agg(l.id), '{}')
+              FROM unnest($1, $2) AS k (provider, event_id)
+              JOIN %s l ON l.provider = k.provider AND l.event_id = k.event_id$sql$, part.partition)
+        INTO kept USING providers, event_ids;
+        kept_all := kept_all || kept;
+        EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
+        deleted := deleted + total - pg_catalog.cardinality(kept);
+        days := days || part.partition;
+    END LOOP;
+    FOREACH day IN ARRAY days LOOP
+        SELECT p.lower_id, p.upper_id INTO part FROM webhook.archive_partitions p WHERE p.partition = day;
+        EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', day);
+        -- No partition covers their ids any more: they go to the default
+        -- partition, under the same ids.
+        EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
+                                  columns, day)
+        USING kept_all;
+        DELETE FROM webhook.delivery_failures f
+         WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
+           AND f.delivery_id <> ALL (kept_all);
+        EXECUTE pg_catalog.format('DROP TABLE %s', day);
+    END LOOP;
+    RETURN deleted;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_purge(interval, integer, integer) IS
+    'Remove archive rows older than older_than whose event is processed by everyone (and rejections): whole days by dropping their partition, the rest row by row; and old processed inbox rows. Never touches webhook.events. Returns the archive rows removed';
+
+-- Ordering in the inbox: entities whose line of events is held up, and
+-- why. The head (the earliest unfinished event) is leased, its lease ran
+-- out and it waits to be leased again, or it failed and backs off;
+-- `waiting` events of the entity queue behind it. Only providers
+-- registered with fifo hold events back.
+CREATE VIEW webhook.blocked_entities AS
+SELECT i.provider, i.consumer, i.entity_key,
+       i.event_id AS head_event_id, i.order_value AS head_order_value,
+       CASE WHEN i.status = 'leased' AND i.run_at > now THEN 'leased'
+            WHEN i.status = 'leased' THEN 'lease_expired'
+            ELSE 'backing_off'
+       END AS reason,
+       i.run_at AS until, i.attempts, i.last_error,
+       (SELECT count(*) FROM webhook.inbox j
+         WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
+           AND j.status IN ('ready', 'leased')
+           AND (j.order_value, j.queued_at, j.event_id) > (i.order_value, i.queued_at, i.event_id)) AS waiting
+  FROM webhook.inbox i
+  JOIN webhook.providers p ON p.name = i.provider AND p.fifo,
+       pg_catalog.clock_timestamp() AS now
+ WHERE i.entity_key IS NOT NULL AND i.status IN ('ready', 'leased')
+   AND (i.status = 'leased' OR i.run_at > now)
+   AND NOT EXISTS (SELECT FROM webhook.inbox j
+                    WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
+                      AND j.status IN ('ready', 'leased')
+                      AND (j.order_value, j.queued_at, j.event_id) < (i.order_value, i.queued_at, i.event_id))
+   AND EXISTS (SELECT FROM webhook.inbox j
+                WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
+                  AND j.status IN ('ready', 'leased')
+                  AND (j.order_value, j.queued_at, j.event_id) > (i.order_value, i.queued_at, i.event_id));
+COMMENT ON VIEW webhook.blocked_entities IS
+    'Inbox FIFO: entities whose earliest unfinished event is leased or backing off, and how many events wait behind it';
+
+-- Forget an entity's watermark (of one consumer, or of all): its next
+-- event is processed whatever its order value, and moves the watermark
+-- again. For an entity whose state was repaired by hand, or a watermark
+-- set by a bad order value. Events already skipped as stale stay skipped.
+-- Returns how many watermarks were removed.
+CREATE FUNCTION @extschema@.webhook_reset_watermark(
+    provider   text,
+    entity_key text,
+    consumer   text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    removed bigint;
+BEGIN
+    IF webhook_reset_watermark.provider IS NULL THEN
+        RAISE EXCEPTION 'webhook_reset_watermark: argument "provider" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF webhook_reset_watermark.entity_key IS NULL THEN
+        RAISE EXCEPTION 'webhook_reset_watermark: argument "entity_key" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    DELETE FROM webhook.watermarks w
+     WHERE w.provider = webhook_reset_watermark.provider
+       AND w.entity_key = webhook_reset_watermark.entity_key
+       AND (webhook_reset_watermark.consumer IS NULL OR w.consumer = webhook_reset_watermark.consumer);
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    RETURN removed;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_reset_watermark(text, text, text) IS
+    'For operators: forget an entity''s ordering watermark (one consumer''s, or all); returns how many were removed';
+
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:77
 -- requires:
 --   schema
 
@@ -1019,406 +1442,7 @@ SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:77
--- requires:
---   schema
-
--- pg_webhook_inbox: what operators look at (views), and the maintenance
--- they run (webhook_purge; webhook_requeue is written in Rust).
-
--- Bound to pg_catalog while this file runs (see schema.sql).
-SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-
--- Deliveries whose processing failed in the last day.
-CREATE VIEW webhook.recent_failures AS
-SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, f.error_message,
-       l.created_at, f.failed_at, e.status AS event_status, e.attempts
-  FROM webhook.delivery_failures f
-  JOIN webhook.delivery_log l ON l.id = f.delivery_id
-  LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
- WHERE f.failed_at > pg_catalog.now() - interval '1 day';
-COMMENT ON VIEW webhook.recent_failures IS 'Deliveries whose processing failed in the last day, with their event''s status';
-
--- Claims that committed, were never finished, and whose lease has run out:
--- their worker is gone or stuck. The next delivery will retry them.
-CREATE VIEW webhook.stuck_claims AS
-SELECT provider, event_id, event_type, attempts, claim_id, first_seen_at, lease_expires_at,
-       pg_catalog.clock_timestamp() - lease_expires_at AS overdue
-  FROM webhook.events
- WHERE status = 'processing' AND lease_expires_at < pg_catalog.clock_timestamp();
-COMMENT ON VIEW webhook.stuck_claims IS 'Claims committed but never finished whose lease has run out: the next delivery retries them';
-
--- Deliveries webhook_receive refused: forgeries, replays, stale or
--- misconfigured secrets, bodies that are not JSON, missing event ids.
-CREATE VIEW webhook.rejected_deliveries AS
--- raw_body holds only the first webhook.rejected_body_limit bytes of each.
-SELECT id, provider, reject_reason AS reason, event_id, signature, headers,
-       coalesce(body_size, pg_catalog.octet_length(raw_body)) AS body_bytes, created_at,
-       body_sha256, raw_body AS body_prefix
-  FROM webhook.delivery_log
- WHERE claim_status = 'rejected';
-COMMENT ON VIEW webhook.rejected_deliveries IS 'Deliveries webhook_receive refused: forged, replayed, stale, misconfigured or unreadable';
-
--- Events that failed webhook.max_attempts times (or for good) and wait for
--- an operator: claimed events, and each inbox consumer's dead events.
-CREATE VIEW webhook.dead_letters AS
-SELECT provider, event_id, event_type, attempts, requeues, last_error, first_seen_at, claim_id,
-       NULL::text AS consumer
-  FROM webhook.events
- WHERE status = 'dead'
-UNION ALL
-SELECT provider, event_id, event_type, attempts, requeues, last_error, queued_at, claim_id, consumer
-  FROM webhook.inbox
- WHERE status = 'dead';
-COMMENT ON VIEW webhook.dead_letters IS 'Events that failed webhook.max_attempts times, claimed or queued (consumer), waiting for webhook_requeue';
-
--- The inbox per provider and consumer: ready now (a lease that ran out
--- makes its event ready again), scheduled (backing off), leased, dead, and
--- how long the longest-waiting ready event has been ready.
-CREATE VIEW webhook.inbox_stats AS
-SELECT provider, consumer,
-       count(*) FILTER (WHERE status IN ('ready', 'leased') AND run_at <= now) AS ready,
-       count(*) FILTER (WHERE status = 'ready' AND run_at > now) AS scheduled,
-       count(*) FILTER (WHERE status = 'leased' AND run_at > now) AS leased,
-       count(*) FILTER (WHERE status = 'dead') AS dead,
-       max(now - run_at) FILTER (WHERE status IN ('ready', 'leased') AND run_at <= now)
-           AS oldest_ready_age
-  FROM (SELECT provider, consumer, status, run_at FROM webhook.inbox
-         WHERE status IN ('ready', 'leased')
-        UNION ALL
-        SELECT provider, consumer, status, run_at FROM webhook.inbox
-         WHERE status = 'dead') AS i,
-       pg_catalog.clock_timestamp() AS now
- GROUP BY provider, consumer;
-COMMENT ON VIEW webhook.inbox_stats IS
-    'The inbox per provider and consumer: ready, scheduled (backing off), leased, dead, and the age of the oldest ready event';
-
--- Redeliveries whose payload differs from the first delivery of the same
--- event: a forgery that got hold of a secret, a provider bug, or two
--- senders sharing one provider name.
-CREATE VIEW webhook.payload_mismatches AS
-SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, l.payload, l.created_at
-  FROM webhook.delivery_log l
- WHERE l.payload_mismatch;
-COMMENT ON VIEW webhook.payload_mismatches IS 'Redeliveries whose payload differs from the first delivery of the same event';
-
--- Per provider: events by status, retries spent, last activity.
-CREATE VIEW webhook.provider_stats AS
-SELECT provider,
-       count(*) AS events,
-       count(*) FILTER (WHERE status = 'processed')  AS processed,
-       count(*) FILTER (WHERE status = 'processing') AS processing,
-       count(*) FILTER (WHERE status = 'failed')     AS failed,
-       count(*) FILTER (WHERE status = 'dead')       AS dead,
-       coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0) AS retries,
-       max(first_seen_at) AS last_event_at,
-       count(*) FILTER (WHERE status::text = 'stale') AS stale
-  FROM webhook.events
- GROUP BY provider;
-COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (stale: skipped by ordering), retries spent, last event';
-
--- The archive's partitions, oldest first: each day's, the default one
--- (no bounds), and after an upgrade from a release before partitioning,
--- the one holding everything archived before it (no lower bound).
-CREATE VIEW webhook.archive_partitions AS
-SELECT c.oid::pg_catalog.regclass AS partition,
-       b.lower_id IS NULL AND b.upper_id IS NULL AS is_default,
-       b.lower_id, b.upper_id,
-       -- The milliseconds in an id's first 48 bits.
-       pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(b.lower_id::text, '-', ''), 1, 12))::bit(48)::bigint
-                               / 1000.0) AS from_time,
-       pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(b.upper_id::text, '-', ''), 1, 12))::bit(48)::bigint
-                               / 1000.0) AS to_time,
-       GREATEST(c.reltuples, 0)::bigint AS rows_estimate,
-       pg_catalog.pg_total_relation_size(c.oid) AS total_bytes
-  FROM pg_catalog.pg_inherits i
-  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
- CROSS JOIN LATERAL (
-       SELECT m[1]::uuid AS lower_id, m[2]::uuid AS upper_id
-         FROM pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
-                                      'FROM \((?:''([0-9a-f-]+)''|MINVALUE)\) TO \((?:''([0-9a-f-]+)''|MAXVALUE)\)') AS m
-       ) AS b
- WHERE i.inhparent = 'webhook.delivery_log'::pg_catalog.regclass
- ORDER BY b.upper_id NULLS LAST;
-COMMENT ON VIEW webhook.archive_partitions IS
-    'The partitions of webhook.delivery_log: the ids and times each covers (none: the default partition), rows (estimated) and size';
-
--- Create the archive's partition for one day (UTC), unless a partition
--- covers part of it already, or some of its deliveries are in the default
--- partition (no partition was there when they came): they stay there.
--- The partition is made apart and then attached, which lets claims go on
--- meanwhile. Returns whether it created it.
-CREATE FUNCTION webhook._create_archive_partition(day date) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    lo   uuid := webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC');
-    hi   uuid := webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC');
-    name text := 'delivery_log_' || pg_catalog.to_char(day, 'YYYYMMDD');
-BEGIN
-    IF EXISTS (SELECT FROM webhook.archive_partitions p
-                WHERE NOT p.is_default AND (p.lower_id IS NULL OR p.lower_id < hi) AND p.upper_id > lo)
-       OR EXISTS (SELECT FROM webhook.delivery_log_default d WHERE d.id >= lo AND d.id < hi) THEN
-        RETURN false;
-    END IF;
-    EXECUTE pg_catalog.format(
-        'CREATE TABLE webhook.%I (LIKE webhook.delivery_log INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION)',
-        name);
-    PERFORM webhook._prepare_archive_partition(pg_catalog.format('webhook.%I', name)::pg_catalog.regclass);
-    EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log ATTACH PARTITION webhook.%I FOR VALUES FROM (%L) TO (%L)',
-                              name, lo, hi);
-    RETURN true;
-EXCEPTION WHEN check_violation THEN
-    -- A delivery of that day reached the default partition after the
-    -- check above: the day stays there.
-    RETURN false;
-END
-$$;
-COMMENT ON FUNCTION webhook._create_archive_partition(date) IS
-    'Internal: create and attach the archive''s partition for one day (UTC), if nothing of that day is elsewhere';
-
--- Create the archive's partitions for today (UTC) and the next days_ahead
--- days, those that do not exist yet. Schedule it daily at least (with
--- pg_cron: SELECT cron.schedule('webhook-partitions', '15 * * * *',
--- 'SELECT webhook_create_partitions()')); without it, deliveries land in
--- webhook.delivery_log_default, which works but is purged row by row.
--- Returns how many partitions it created.
-CREATE FUNCTION @extschema@.webhook_create_partitions(days_ahead integer DEFAULT 7)
-RETURNS integer
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    today date := (pg_catalog.now() AT TIME ZONE 'UTC')::date;
-BEGIN
-    IF days_ahead IS NULL OR days_ahead < 0 OR days_ahead > 366 THEN
-        RAISE EXCEPTION 'webhook_create_partitions: argument "days_ahead" must be between 0 and 366'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    -- One maintenance at a time (webhook_purge takes the same lock).
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
-    RETURN (SELECT pg_catalog.count(*) FILTER (WHERE webhook._create_archive_partition(today + i))
-              FROM pg_catalog.generate_series(0, days_ahead) AS i);
-END
-$$;
-COMMENT ON FUNCTION @extschema@.webhook_create_partitions(integer) IS
-    'Create the archive''s daily partitions (UTC) for today and the next days_ahead days; returns how many it created. Schedule it daily';
-
--- Remove archive rows older than `older_than`, except the deliveries of
--- events not finished: processing, failed, dead, or queued and not yet
--- processed by every consumer (the workers read the payload from here).
--- Deliveries of no event (rejections, handshakes) go too. Inbox rows
--- processed before the cutoff go, with their failures. webhook.events is
--- never touched: a replay after the purge is still a duplicate. Returns
--- the number of archive rows removed.
---
--- A day's partition wholly older than the cutoff is dropped whole, with
--- almost no WAL: the deliveries it must keep are first moved to the
--- default partition, and their failures stay. Finding them reads the
--- day's event index and looks each event up once; nothing is written for
--- the rest. The default partition (and the partition holding what was
--- archived before an upgrade to partitioning) is purged row by row,
--- `batch_size` rows per statement; pass max_batches for a large backlog
--- and call it repeatedly. Dropping a partition locks the archive until
--- the transaction ends: call it on its own, not inside other work.
-CREATE FUNCTION @extschema@.webhook_purge(
-    older_than  interval DEFAULT '90 days',
-    batch_size  integer  DEFAULT 10000,
-    max_batches integer  DEFAULT NULL
-) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    -- An event whose deliveries must stay (as `e`): not finished, or
-    -- queued and not finished by every consumer. The one rule, for both
-    -- ways of purging; a delivery of no such event may go.
-    unfinished CONSTANT text := $rule$
-        NOT (e.status IN ('processed', 'stale')
-             OR (e.status = 'queued'
-                 AND NOT EXISTS (SELECT FROM webhook.inbox i
-                                  WHERE i.provider = e.provider AND i.event_id = e.event_id
-                                    AND i.status NOT IN ('processed', 'stale'))))$rule$;
-    columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
-                             'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
-                             'body_sha256, secret_fingerprint';
-    cutoff    timestamptz;
-    deleted   bigint := 0;
-    batch     bigint;
-    batches   integer;
-    part      record;
-    total     bigint;
-    kept      uuid[];
-    kept_all  uuid[] := '{}';
-    days      pg_catalog.regclass[] := '{}';
-    day       pg_catalog.regclass;
-BEGIN
-    IF older_than IS NULL OR older_than <= interval '0' THEN
-        RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF batch_size IS NULL OR batch_size < 1 THEN
-        RAISE EXCEPTION 'webhook_purge: argument "batch_size" must be at least 1'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF max_batches IS NOT NULL AND max_batches < 1 THEN
-        RAISE EXCEPTION 'webhook_purge: argument "max_batches" must be at least 1'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
-    cutoff := pg_catalog.now() - older_than;
-
-    -- Row by row where a partition spans more than a day, before any lock
-    -- on the archive as a whole is taken.
-    FOR part IN
-        SELECT p.partition FROM webhook.archive_partitions p
-         WHERE p.is_default OR (p.lower_id IS NULL AND p.upper_id > webhook._archive_bound(cutoff))
-    LOOP
-        batches := 0;
-        LOOP
-            EXECUTE pg_catalog.format($sql$
-                WITH gone AS (
-                    DELETE FROM %1$s
-                     WHERE ctid = ANY (ARRAY(SELECT l.ctid FROM %1$s l
-                                              WHERE l.created_at < $1
-                                                AND NOT EXISTS (SELECT FROM webhook.events e
-                                                                 WHERE e.provider = l.provider
-                                                                   AND e.event_id = l.event_id AND %2$s)
-                                              LIMIT $2))
-                    RETURNING id
-                ), failures AS (
-                    DELETE FROM webhook.delivery_failures f USING gone WHERE f.delivery_id = gone.id
-                )
-                SELECT count(*) FROM gone$sql$, part.partition, unfinished)
-            INTO batch USING cutoff, batch_size;
-            deleted := deleted + batch;
-            batches := batches + 1;
-            EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
-        END LOOP;
-    END LOOP;
-
-    DELETE FROM webhook.inbox_failures f
-     WHERE f.failed_at < cutoff
-       AND EXISTS (SELECT FROM webhook.inbox i
-                    WHERE (i.provider, i.event_id, i.consumer) = (f.provider, f.event_id, f.consumer)
-                      AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
-    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
-
-    -- Whole days, oldest first. Each is read before any is detached: the
-    -- first detach locks the archive until the transaction ends, and
-    -- claims wait for only what follows it.
-    FOR part IN
-        SELECT p.partition FROM webhook.archive_partitions p
-         WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
-         ORDER BY p.upper_id
-    LOOP
-        -- The day's events, each looked up once (its event index holds
-        -- them all): the deliveries of those unfinished stay.
-        EXECUTE pg_catalog.format($sql$
-            SELECT coalesce(array_agg(l.id), '{}')
-              FROM (SELECT DISTINCT d.provider, d.event_id FROM %1$s d WHERE d.event_id IS NOT NULL) AS k
-              JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
-              JOIN %1$s l ON l.provider = k.provider AND l.event_id = k.event_id
-             WHERE %2$s$sql$, part.partition, unfinished)
-        INTO kept;
-        kept_all := kept_all || kept;
-        EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
-        deleted := deleted + total - pg_catalog.cardinality(kept);
-        days := days || part.partition;
-    END LOOP;
-    FOREACH day IN ARRAY days LOOP
-        SELECT p.lower_id, p.upper_id INTO part FROM webhook.archive_partitions p WHERE p.partition = day;
-        EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', day);
-        -- No partition covers their ids any more: they go to the default
-        -- partition, under the same ids.
-        EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
-                                  columns, day)
-        USING kept_all;
-        DELETE FROM webhook.delivery_failures f
-         WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
-           AND f.delivery_id <> ALL (kept_all);
-        EXECUTE pg_catalog.format('DROP TABLE %s', day);
-    END LOOP;
-    RETURN deleted;
-END
-$$;
-COMMENT ON FUNCTION @extschema@.webhook_purge(interval, integer, integer) IS
-    'Remove archive rows older than older_than whose event is processed by everyone (and rejections): whole days by dropping their partition, the rest row by row; and old processed inbox rows. Never touches webhook.events. Returns the archive rows removed';
-
--- Ordering in the inbox: entities whose line of events is held up, and
--- why. The head (the earliest unfinished event) is leased, its lease ran
--- out and it waits to be leased again, or it failed and backs off;
--- `waiting` events of the entity queue behind it. Only providers
--- registered with fifo hold events back.
-CREATE VIEW webhook.blocked_entities AS
-SELECT i.provider, i.consumer, i.entity_key,
-       i.event_id AS head_event_id, i.order_value AS head_order_value,
-       CASE WHEN i.status = 'leased' AND i.run_at > now THEN 'leased'
-            WHEN i.status = 'leased' THEN 'lease_expired'
-            ELSE 'backing_off'
-       END AS reason,
-       i.run_at AS until, i.attempts, i.last_error,
-       (SELECT count(*) FROM webhook.inbox j
-         WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
-           AND j.status IN ('ready', 'leased')
-           AND (j.order_value, j.queued_at, j.event_id) > (i.order_value, i.queued_at, i.event_id)) AS waiting
-  FROM webhook.inbox i
-  JOIN webhook.providers p ON p.name = i.provider AND p.fifo,
-       pg_catalog.clock_timestamp() AS now
- WHERE i.entity_key IS NOT NULL AND i.status IN ('ready', 'leased')
-   AND (i.status = 'leased' OR i.run_at > now)
-   AND NOT EXISTS (SELECT FROM webhook.inbox j
-                    WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
-                      AND j.status IN ('ready', 'leased')
-                      AND (j.order_value, j.queued_at, j.event_id) < (i.order_value, i.queued_at, i.event_id))
-   AND EXISTS (SELECT FROM webhook.inbox j
-                WHERE j.provider = i.provider AND j.consumer = i.consumer AND j.entity_key = i.entity_key
-                  AND j.status IN ('ready', 'leased')
-                  AND (j.order_value, j.queued_at, j.event_id) > (i.order_value, i.queued_at, i.event_id));
-COMMENT ON VIEW webhook.blocked_entities IS
-    'Inbox FIFO: entities whose earliest unfinished event is leased or backing off, and how many events wait behind it';
-
--- Forget an entity's watermark (of one consumer, or of all): its next
--- event is processed whatever its order value, and moves the watermark
--- again. For an entity whose state was repaired by hand, or a watermark
--- set by a bad order value. Events already skipped as stale stay skipped.
--- Returns how many watermarks were removed.
-CREATE FUNCTION @extschema@.webhook_reset_watermark(
-    provider   text,
-    entity_key text,
-    consumer   text DEFAULT NULL
-) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    removed bigint;
-BEGIN
-    IF webhook_reset_watermark.provider IS NULL THEN
-        RAISE EXCEPTION 'webhook_reset_watermark: argument "provider" must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF webhook_reset_watermark.entity_key IS NULL THEN
-        RAISE EXCEPTION 'webhook_reset_watermark: argument "entity_key" must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    DELETE FROM webhook.watermarks w
-     WHERE w.provider = webhook_reset_watermark.provider
-       AND w.entity_key = webhook_reset_watermark.entity_key
-       AND (webhook_reset_watermark.consumer IS NULL OR w.consumer = webhook_reset_watermark.consumer);
-    GET DIAGNOSTICS removed = ROW_COUNT;
-    RETURN removed;
-END
-$$;
-COMMENT ON FUNCTION @extschema@.webhook_reset_watermark(text, text, text) IS
-    'For operators: forget an entity''s ordering watermark (one consumer''s, or all); returns how many were removed';
-
-SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/lib.rs:82
+-- src/lib.rs:87
 -- requires:
 --   schema
 
@@ -1599,14 +1623,8 @@ SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:430
--- pg_webhook_inbox::legacy::begin_request
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/idempotency/requests.rs:97
--- pg_webhook_inbox::idempotency::requests::idempotency_begin
+-- src/idempotency/requests/begin.rs:51
+-- pg_webhook_inbox::idempotency::requests::begin::idempotency_begin
 CREATE  FUNCTION "idempotency_begin"(
 	"scope" TEXT, /* Option < & str > */
 	"key" TEXT, /* Option < & str > */
@@ -1621,8 +1639,8 @@ AS 'MODULE_PATHNAME', 'begin_keyed_request_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/idempotency/requests.rs:380
--- pg_webhook_inbox::idempotency::requests::idempotency_checkpoint
+-- src/idempotency/requests/steps.rs:22
+-- pg_webhook_inbox::idempotency::requests::steps::idempotency_checkpoint
 CREATE  FUNCTION "idempotency_checkpoint"(
 	"request_id" uuid, /* Option < pgrx :: Uuid > */
 	"step" TEXT, /* Option < & str > */
@@ -1635,8 +1653,8 @@ AS 'MODULE_PATHNAME', 'checkpoint_request_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/idempotency/requests.rs:474
--- pg_webhook_inbox::idempotency::requests::idempotency_fail
+-- src/idempotency/requests/steps.rs:116
+-- pg_webhook_inbox::idempotency::requests::steps::idempotency_fail
 CREATE  FUNCTION "idempotency_fail"(
 	"request_id" uuid, /* Option < pgrx :: Uuid > */
 	"error" TEXT, /* Option < & str > */
@@ -1652,8 +1670,8 @@ AS 'MODULE_PATHNAME', 'fail_request_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/idempotency/requests.rs:662
--- pg_webhook_inbox::idempotency::requests::idempotency_fingerprint
+-- src/idempotency/requests/fingerprint.rs:12
+-- pg_webhook_inbox::idempotency::requests::fingerprint::idempotency_fingerprint
 CREATE  FUNCTION "idempotency_fingerprint"(
 	"method" TEXT, /* Option < & str > */
 	"path" TEXT, /* Option < & str > */
@@ -1665,8 +1683,8 @@ AS 'MODULE_PATHNAME', 'fingerprint_bytes_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/idempotency/requests.rs:672
--- pg_webhook_inbox::idempotency::requests::idempotency_fingerprint
+-- src/idempotency/requests/fingerprint.rs:22
+-- pg_webhook_inbox::idempotency::requests::fingerprint::idempotency_fingerprint
 CREATE  FUNCTION "idempotency_fingerprint"(
 	"method" TEXT, /* Option < & str > */
 	"path" TEXT, /* Option < & str > */
@@ -1678,8 +1696,8 @@ AS 'MODULE_PATHNAME', 'fingerprint_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/idempotency/requests.rs:430
--- pg_webhook_inbox::idempotency::requests::idempotency_finish
+-- src/idempotency/requests/steps.rs:72
+-- pg_webhook_inbox::idempotency::requests::steps::idempotency_finish
 CREATE  FUNCTION "idempotency_finish"(
 	"request_id" uuid, /* Option < pgrx :: Uuid > */
 	"response_status" INT, /* Option < i32 > */
@@ -1693,7 +1711,7 @@ AS 'MODULE_PATHNAME', 'finish_request_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/idempotency/requests.rs:704
+-- src/idempotency/requests/mod.rs:74
 -- pg_webhook_inbox::idempotency::requests::idempotency_purge
 CREATE  FUNCTION "idempotency_purge"(
 	"older_than" interval DEFAULT NULL /* Option < Interval > */
@@ -1702,42 +1720,6 @@ VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'purge_keys_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:220
--- pg_webhook_inbox::legacy::receive_body
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:256
--- pg_webhook_inbox::legacy::receive_body_text
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:154
--- pg_webhook_inbox::legacy::receive_delivery
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:190
--- pg_webhook_inbox::legacy::receive_delivery_text
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:623
--- pg_webhook_inbox::legacy::receive_request
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:667
--- pg_webhook_inbox::legacy::receive_request_text
--- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1838,25 +1820,7 @@ AS 'MODULE_PATHNAME', 'claim_payload_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:533
--- pg_webhook_inbox::legacy::webhook_claim
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:563
--- pg_webhook_inbox::legacy::webhook_claim_raw
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:590
--- pg_webhook_inbox::legacy::webhook_claim_text
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/lifecycle.rs:37
+-- src/lifecycle.rs:38
 -- pg_webhook_inbox::lifecycle::webhook_complete
 CREATE  FUNCTION "webhook_complete"(
 	"id" uuid, /* Option < pgrx :: Uuid > */
@@ -1869,13 +1833,7 @@ AS 'MODULE_PATHNAME', 'complete_event_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:354
--- pg_webhook_inbox::legacy::webhook_complete
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/inbox/api.rs:47
+-- src/inbox/api.rs:46
 -- pg_webhook_inbox::inbox::api::webhook_enqueue
 CREATE  FUNCTION "webhook_enqueue"(
 	"provider" TEXT, /* Option < & str > */
@@ -1892,7 +1850,7 @@ AS 'MODULE_PATHNAME', 'enqueue_body_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/inbox/api.rs:65
+-- src/inbox/api.rs:64
 -- pg_webhook_inbox::inbox::api::webhook_enqueue
 CREATE  FUNCTION "webhook_enqueue"(
 	"provider" TEXT, /* Option < & str > */
@@ -1909,7 +1867,7 @@ AS 'MODULE_PATHNAME', 'enqueue_body_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/inbox/api.rs:28
+-- src/inbox/api.rs:27
 -- pg_webhook_inbox::inbox::api::webhook_enqueue
 CREATE  FUNCTION "webhook_enqueue"(
 	"provider" TEXT, /* Option < & str > */
@@ -1926,25 +1884,7 @@ AS 'MODULE_PATHNAME', 'enqueue_payload_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:457
--- pg_webhook_inbox::legacy::webhook_enqueue
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:481
--- pg_webhook_inbox::legacy::webhook_enqueue_raw
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:504
--- pg_webhook_inbox::legacy::webhook_enqueue_text
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/lifecycle.rs:174
+-- src/lifecycle.rs:166
 -- pg_webhook_inbox::lifecycle::webhook_extend
 CREATE  FUNCTION "webhook_extend"(
 	"id" uuid, /* Option < pgrx :: Uuid > */
@@ -1957,7 +1897,7 @@ AS 'MODULE_PATHNAME', 'webhook_extend_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lifecycle.rs:123
+-- src/lifecycle.rs:115
 -- pg_webhook_inbox::lifecycle::webhook_fail
 CREATE  FUNCTION "webhook_fail"(
 	"id" uuid, /* Option < pgrx :: Uuid > */
@@ -1972,13 +1912,7 @@ AS 'MODULE_PATHNAME', 'fail_attempt_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:78
--- pg_webhook_inbox::legacy::webhook_fail
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/inbox/api.rs:162
+-- src/inbox/api.rs:151
 -- pg_webhook_inbox::inbox::api::webhook_next
 CREATE  FUNCTION "webhook_next"(
 	"batch" INT DEFAULT 1, /* Option < i32 > */
@@ -2002,12 +1936,6 @@ VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'lease_next_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:361
--- pg_webhook_inbox::legacy::webhook_next
--- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2037,8 +1965,8 @@ AS 'MODULE_PATHNAME', 'outbound_key_of_event_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/receive.rs:66
--- pg_webhook_inbox::receive::webhook_receive
+-- src/receive/api.rs:20
+-- pg_webhook_inbox::receive::api::webhook_receive
 CREATE  FUNCTION "webhook_receive"(
 	"provider" TEXT, /* Option < & str > */
 	"headers" jsonb, /* Option < RawJsonb > */
@@ -2056,8 +1984,8 @@ AS 'MODULE_PATHNAME', 'receive_bytes_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/receive.rs:96
--- pg_webhook_inbox::receive::webhook_receive
+-- src/receive/api.rs:42
+-- pg_webhook_inbox::receive::api::webhook_receive
 CREATE  FUNCTION "webhook_receive"(
 	"provider" TEXT, /* Option < & str > */
 	"headers" jsonb, /* Option < RawJsonb > */
@@ -2075,19 +2003,7 @@ AS 'MODULE_PATHNAME', 'receive_string_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:84
--- pg_webhook_inbox::legacy::webhook_receive
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:112
--- pg_webhook_inbox::legacy::webhook_receive_text
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/requeue.rs:29
+-- src/requeue.rs:30
 -- pg_webhook_inbox::requeue::webhook_requeue
 CREATE  FUNCTION "webhook_requeue"(
 	"provider" TEXT, /* Option < & str > */
@@ -2101,13 +2017,7 @@ AS 'MODULE_PATHNAME', 'requeue_event_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:147
--- pg_webhook_inbox::legacy::webhook_requeue
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/requeue.rs:141
+-- src/requeue.rs:126
 -- pg_webhook_inbox::requeue::webhook_requeue_dead
 CREATE  FUNCTION "webhook_requeue_dead"(
 	"provider" TEXT DEFAULT NULL, /* Option < & str > */
@@ -2144,12 +2054,6 @@ AS 'MODULE_PATHNAME', 'scheme_catalog_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:398
--- pg_webhook_inbox::legacy::webhook_schemes
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/verify.rs:26
 -- pg_webhook_inbox::verify::webhook_verify
 CREATE  FUNCTION "webhook_verify"(
@@ -2179,12 +2083,6 @@ CREATE  FUNCTION "webhook_verify"(
 VOLATILE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'verify_request_text_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:286
--- pg_webhook_inbox::legacy::webhook_verify
--- Skipped due to `#[pgrx(sql = false)]`
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -2228,25 +2126,7 @@ AS 'MODULE_PATHNAME', 'verify_request_detail_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/legacy.rs:310
--- pg_webhook_inbox::legacy::webhook_verify_detail
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:332
--- pg_webhook_inbox::legacy::webhook_verify_detail_text
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/legacy.rs:298
--- pg_webhook_inbox::legacy::webhook_verify_text
--- Skipped due to `#[pgrx(sql = false)]`
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/registry.rs:235
+-- src/registry.rs:199
 -- pg_webhook_inbox::registry::trigger::webhook_registry_changed
 CREATE FUNCTION "webhook_registry_changed"()
 	RETURNS TRIGGER
@@ -2255,7 +2135,7 @@ CREATE FUNCTION "webhook_registry_changed"()
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:83
+-- src/lib.rs:88
 -- finalize
 -- pg_webhook_inbox: run after every function exists: the comments on the
 -- functions written in Rust, the privilege rule (roles.sql), and the
