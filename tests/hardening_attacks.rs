@@ -43,22 +43,20 @@ fn setup() -> Client {
 }
 
 /// (status, http_status, reason, event_id), in a committed transaction.
-fn receive(
+/// (status, http_status, reason, event_id) of one delivery.
+fn answered(
     client: &mut Client,
     provider: &str,
     headers: &serde_json::Value,
     body: &[u8],
 ) -> Result<(String, i32, String, Option<String>), postgres::Error> {
-    let row = client.query_one(
-        "SELECT status, http_status, reason, event_id
-           FROM webhook_receive($1, $2::text::jsonb, $3::bytea)",
-        &[&provider, &headers.to_string(), &body],
-    )?;
-    Ok((row.get(0), row.get(1), row.get(2), row.get(3)))
-}
-
-fn count(client: &mut Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).unwrap().get(0)
+    let row = receive(client, provider, headers, body)?;
+    Ok((
+        row.get("status"),
+        row.get("http_status"),
+        row.get("reason"),
+        row.get("event_id"),
+    ))
 }
 
 fn shopify(event_id: &str, topic: &str, body: &str) -> serde_json::Value {
@@ -85,7 +83,7 @@ fn replay_standard_webhooks_with_another_id_header() {
     let mut admin = setup();
     let body = r#"{"type":"user.created","data":{"id":"user_replay"}}"#;
     let genuine = standard("msg_attack_1", body, now(), STANDARD_SECRET);
-    let first = receive(&mut admin, "svix", &genuine, body.as_bytes()).unwrap();
+    let first = answered(&mut admin, "svix", &genuine, body.as_bytes()).unwrap();
     assert_eq!(
         (first.0.as_str(), first.3.as_deref()),
         ("claimed", Some("msg_attack_1"))
@@ -97,7 +95,7 @@ fn replay_standard_webhooks_with_another_id_header() {
             serde_json::json!({ "webhook-id": format!("replay-{i}") }),
         );
         attack.attempt(
-            || receive(&mut admin, "svix", &forged, body.as_bytes()).unwrap(),
+            || answered(&mut admin, "svix", &forged, body.as_bytes()).unwrap(),
             |(status, _, _, event_id)| {
                 status == "claimed" || event_id.as_deref() != Some("msg_attack_1")
             },
@@ -122,7 +120,7 @@ fn replay_github_under_a_fresh_delivery_id() {
     let body = r#"{"action":"published","release":{"id":1}}"#;
     let genuine = github("gh-attack-1", "release", body, GITHUB_SECRET);
     assert_eq!(
-        receive(&mut admin, "github", &genuine, body.as_bytes())
+        answered(&mut admin, "github", &genuine, body.as_bytes())
             .unwrap()
             .0,
         "claimed"
@@ -134,14 +132,14 @@ fn replay_github_under_a_fresh_delivery_id() {
             serde_json::json!({ "X-GitHub-Delivery": format!("d-evil-{i}"), "X-GitHub-Event": "push" }),
         );
         let answer = attack.attempt(
-            || receive(&mut admin, "github", &forged, body.as_bytes()).unwrap(),
+            || answered(&mut admin, "github", &forged, body.as_bytes()).unwrap(),
             |(status, ..)| status != "rejected",
         );
         assert_eq!((answer.1, answer.2.as_str()), (401, "replayed"));
     }
     // The provider's own redelivery is still answered as before.
     assert_eq!(
-        receive(&mut admin, "github", &genuine, body.as_bytes())
+        answered(&mut admin, "github", &genuine, body.as_bytes())
             .unwrap()
             .0,
         "in_progress"
@@ -169,13 +167,13 @@ fn replay_github_under_a_fresh_delivery_id() {
         serde_json::json!({ "X-GitHub-Delivery": "d-racer" }),
     );
     let answer = attack.attempt(
-        || receive(&mut racer, "github", &forged, body.as_bytes()).unwrap(),
+        || answered(&mut racer, "github", &forged, body.as_bytes()).unwrap(),
         |(status, ..)| status == "claimed",
     );
     assert_eq!((answer.0.as_str(), answer.1), ("in_progress", 409));
     tx.commit().unwrap();
     let answer = attack.attempt(
-        || receive(&mut racer, "github", &forged, body.as_bytes()).unwrap(),
+        || answered(&mut racer, "github", &forged, body.as_bytes()).unwrap(),
         |(status, ..)| status != "rejected",
     );
     assert_eq!(answer.2, "replayed");
@@ -238,7 +236,7 @@ fn replay_shopify_and_generic_under_a_fresh_id() {
     let mut admin = setup();
     let body = r#"{"id":820982911946154508,"total_price":"10.00"}"#;
     assert_eq!(
-        receive(
+        answered(
             &mut admin,
             "shopify",
             &shopify("sh-1", "orders/paid", body),
@@ -255,7 +253,7 @@ fn replay_shopify_and_generic_under_a_fresh_id() {
     ));
     let generic = |id: &str| serde_json::json!({ "X-Request-Id": id, "X-Signature": generic_sig });
     assert_eq!(
-        receive(
+        answered(
             &mut admin,
             "generic",
             &generic("req-1"),
@@ -269,12 +267,12 @@ fn replay_shopify_and_generic_under_a_fresh_id() {
     for i in 0..10 {
         let forged = shopify(&format!("sh-evil-{i}"), "refunds/create", body);
         attack.attempt(
-            || receive(&mut admin, "shopify", &forged, body.as_bytes()).unwrap(),
+            || answered(&mut admin, "shopify", &forged, body.as_bytes()).unwrap(),
             |(status, ..)| status != "rejected",
         );
         let forged = generic(&format!("req-evil-{i}"));
         attack.attempt(
-            || receive(&mut admin, "generic", &forged, generic_body.as_bytes()).unwrap(),
+            || answered(&mut admin, "generic", &forged, generic_body.as_bytes()).unwrap(),
             |(status, ..)| status != "rejected",
         );
     }
@@ -289,15 +287,9 @@ fn planted_operators_and_aggregates_never_run() {
     let _turn = one_at_a_time();
     let db = "pgwi_attacks_planted";
     let mut admin = empty_database(db);
+    ensure_role(&mut admin, "planter", true);
     admin
-        .batch_execute(
-            "DO $$ BEGIN
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'planter') THEN
-                     CREATE ROLE planter LOGIN;
-                 END IF;
-             END $$;
-             GRANT CREATE ON SCHEMA public TO planter;",
-        )
+        .batch_execute("GRANT CREATE ON SCHEMA public TO planter;")
         .unwrap();
     let mut planter = connect_as(db, "planter");
     planter
@@ -340,16 +332,11 @@ fn planted_operators_and_aggregates_never_run() {
         .batch_execute(&format!(
             "CREATE EXTENSION pg_webhook_inbox;
              SELECT webhook_register_provider('github', secret => '{GITHUB_SECRET}');
-             DO $$ BEGIN
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'planted_app') THEN
-                     CREATE ROLE planted_app;
-                 END IF;
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'planted_ops') THEN
-                     CREATE ROLE planted_ops;
-                 END IF;
-             END $$;"
+"
         ))
         .unwrap();
+    ensure_role(&mut admin, "planted_app", false);
+    ensure_role(&mut admin, "planted_ops", false);
 
     let body = r#"{"action":"opened"}"#;
     let headers = github("planted-1", "issues", body, GITHUB_SECRET).to_string();
@@ -448,14 +435,10 @@ fn default_privileges_granted_before_install_give_nothing() {
     let _turn = one_at_a_time();
     let db = "pgwi_attacks_defaults";
     let mut admin = empty_database(db);
+    ensure_role(&mut admin, "snoop", true);
     admin
         .batch_execute(
-            "DO $$ BEGIN
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'snoop') THEN
-                     CREATE ROLE snoop LOGIN;
-                 END IF;
-             END $$;
-             ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO snoop;
+            "ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO snoop;
              ALTER DEFAULT PRIVILEGES GRANT ALL ON SEQUENCES TO snoop;
              ALTER DEFAULT PRIVILEGES GRANT ALL ON FUNCTIONS TO snoop;
              ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO snoop;
@@ -528,7 +511,7 @@ fn hostile_inputs_are_refused_or_answered_at_once() {
     }
     let started = Instant::now();
     let answer = attack.attempt(
-        || receive(&mut admin, "github", &serde_json::from_str(&many).unwrap(), b"{}"),
+        || answered(&mut admin, "github", &serde_json::from_str(&many).unwrap(), b"{}"),
         |r| !matches!(r, Ok((status, 401, reason, _)) if status == "rejected" && reason == "malformed_header"),
     );
     assert!(answer.is_ok() && started.elapsed() < bound, "{answer:?}");
@@ -608,7 +591,7 @@ fn hostile_inputs_are_refused_or_answered_at_once() {
     eprintln!("deep headers: {outcome:?}");
     let headers = github("deep-1", "push", &deep, GITHUB_SECRET);
     let outcome = attack.attempt(
-        || receive(&mut admin, "github", &headers, deep.as_bytes()),
+        || answered(&mut admin, "github", &headers, deep.as_bytes()),
         |r| !matches!(r, Ok((_, 400, reason, _)) if reason == "malformed_body"),
     );
     assert!(outcome.is_ok(), "{outcome:?}");
@@ -699,7 +682,7 @@ fn forgeries_cannot_fill_the_archive_nor_keep_credentials() {
             serde_json::json!({ "Authorization": "Bearer sk_live_flood", "Cookie": "session=flood" }),
         );
         attack.attempt(
-            || receive(&mut admin, "github", &headers, body.as_bytes()).unwrap(),
+            || answered(&mut admin, "github", &headers, body.as_bytes()).unwrap(),
             |(status, ..)| status != "rejected",
         );
     }
@@ -848,7 +831,7 @@ fn leases_error_details_and_ids_are_bounded() {
         let sig = hex::encode(hmac_sha256(b"num-secret", &[body.as_bytes()]));
         let headers = serde_json::json!({ "X-Sig": sig });
         attack.attempt(
-            || receive(&mut admin, "numeric", &headers, body.as_bytes()).unwrap(),
+            || answered(&mut admin, "numeric", &headers, body.as_bytes()).unwrap(),
             |(status, .., event_id)| status != "claimed" || event_id.as_deref() != Some(id),
         );
     }

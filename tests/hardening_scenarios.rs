@@ -545,7 +545,7 @@ fn s7_stale_lease_slow_worker() {
 fn s8_bad_input_matrix() {
     let _turn = one_at_a_time();
     let db = database(DB);
-    let scenario = Scenario::start("8 bad input matrix", "bad-input");
+    let scenario = Scenario::start("8 bad input refused, nothing written", "bad-input");
     let mut client = connect(db);
     let pid: i32 = client
         .query_one("SELECT pg_backend_pid()", &[])

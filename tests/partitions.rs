@@ -20,10 +20,6 @@ fn installed(db: &str) -> Client {
     client
 }
 
-fn count(client: &mut Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).unwrap().get(0)
-}
-
 fn partitions(client: &mut Client) -> Vec<String> {
     client
         .query(

@@ -56,15 +56,9 @@ fn app_connection(db: &str) -> Client {
     // catalog rows at once.
     let _setup = one_at_a_time();
     let mut admin = connect(db);
+    ensure_role(&mut admin, "webhook_handler", true);
     admin
-        .batch_execute(
-            "DO $$ BEGIN
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'webhook_handler') THEN
-                     CREATE ROLE webhook_handler LOGIN;
-                 END IF;
-             END $$;
-             SELECT webhook_grant_app('webhook_handler');",
-        )
+        .batch_execute("SELECT webhook_grant_app('webhook_handler');")
         .unwrap();
     admin
         .execute(

@@ -135,17 +135,11 @@ fn catalog(client: &mut Client) -> BTreeSet<String> {
 }
 
 fn roles(admin: &mut Client) {
+    ensure_role(admin, "upgrade_app", true);
+    ensure_role(admin, "upgrade_ops", true);
     admin
         .batch_execute(
-            "DO $$ BEGIN
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'upgrade_app') THEN
-                     CREATE ROLE upgrade_app LOGIN;
-                 END IF;
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'upgrade_ops') THEN
-                     CREATE ROLE upgrade_ops LOGIN;
-                 END IF;
-             END $$;
-             SELECT webhook_grant_app('upgrade_app');
+            "SELECT webhook_grant_app('upgrade_app');
              SELECT webhook_grant_operator('upgrade_ops');",
         )
         .unwrap();

@@ -28,6 +28,42 @@ fn base_config() -> Config {
 
 static DATABASE: OnceLock<String> = OnceLock::new();
 
+/// A role of the server's (roles are shared by every database), created
+/// once; `login`: it connects as itself.
+pub fn ensure_role(client: &mut Client, name: &str, login: bool) {
+    let login = if login { "LOGIN" } else { "NOLOGIN" };
+    client
+        .batch_execute(&format!(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{name}') THEN
+                     CREATE ROLE {name} {login};
+                 END IF;
+             END $$"
+        ))
+        .unwrap();
+}
+
+/// One delivery through `webhook_receive`, headers as JSON and the body as
+/// it came: the whole `webhook.receive_result` row, read by column name,
+/// with `result` also as text (`result_text`) and `id` as text (`id_text`).
+pub fn receive(
+    client: &mut impl postgres::GenericClient,
+    provider: &str,
+    headers: &serde_json::Value,
+    body: &[u8],
+) -> Result<postgres::Row, postgres::Error> {
+    client.query_one(
+        "SELECT r.*, r.id::text AS id_text, r.result::text AS result_text
+           FROM webhook_receive($1, $2::text::jsonb, $3::bytea) r",
+        &[&provider, &headers.to_string(), &body],
+    )
+}
+
+/// The one bigint a query returns (a count).
+pub fn count(client: &mut Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).unwrap().get(0)
+}
+
 /// Create (fresh) the suite's database with the extension and a table the
 /// handlers write their side effects to. Call once per test binary; later
 /// calls return the same name.
