@@ -160,6 +160,32 @@ fn register(admin: &mut Client) {
         .unwrap();
 }
 
+/// Queue a Stripe event with `payload`: its status.
+fn enqueue(app: &mut Client, event_id: &str, payload: &str) -> String {
+    app.query_one(
+        "SELECT status FROM webhook_enqueue('stripe', $1, 'invoice.paid', $2::text::jsonb)",
+        &[&event_id, &payload],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Lease the next ready event of `provider`: the lease's id.
+fn next_lease(app: &mut Client, provider: &str) -> String {
+    app.query_one(
+        "SELECT id::text FROM webhook_next(1, provider => $1)",
+        &[&provider],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Complete a claim or a lease.
+fn complete(app: &mut Client, id: &str) {
+    app.execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+        .unwrap();
+}
+
 const STRIPE_BODY: &str = r#"{"id":"evt_before_upgrade","type":"invoice.paid"}"#;
 const GITHUB_BODY: &str = r#"{"ref":"refs/heads/main","after":"before-upgrade"}"#;
 
@@ -194,9 +220,7 @@ fn fill(admin: &mut Client) {
         )
         .unwrap()
         .get(0);
-    admin
-        .execute("SELECT webhook_complete($1::text::uuid)", &[&id])
-        .unwrap();
+    complete(admin, &id);
     // A failed attempt.
     let id: String = admin
         .query_one(
@@ -221,7 +245,7 @@ fn fill(admin: &mut Client) {
 }
 
 #[test]
-fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
+fn every_kept_published_release_upgrades_to_what_a_fresh_install_is() {
     let mut fresh = empty_database("pgwi_upgrade_fresh");
     fresh
         .batch_execute("CREATE EXTENSION pg_webhook_inbox")
@@ -247,18 +271,8 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
         fill(&mut old);
         // An event leased through the release's own SQL before the
         // upgrade, and finished after it.
-        old.execute(
-            "SELECT webhook_enqueue('stripe', 'evt_in_flight', 'invoice.paid', '{}'::jsonb)",
-            &[],
-        )
-        .unwrap();
-        let in_flight: String = old
-            .query_one(
-                "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
-                &[],
-            )
-            .unwrap()
-            .get(0);
+        assert_eq!(enqueue(&mut old, "evt_in_flight", "{}"), "queued");
+        let in_flight = next_lease(&mut old, "stripe");
         // A request under an idempotency key, begun before the upgrade and
         // finished after it.
         let keyed: String = old
@@ -341,23 +355,12 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
         // granted before it existed: the application queues and leases
         // (it could claim), the operator reads the inbox (it could read
         // the archive).
-        let queued: String = app
-            .query_one(
-                "SELECT status FROM webhook_enqueue('stripe', 'evt_after_upgrade', 'invoice.paid', '{\"a\": 1}'::jsonb)",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        assert_eq!(queued, "queued");
-        let lease: String = app
-            .query_one(
-                "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        app.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])
-            .unwrap();
+        assert_eq!(
+            enqueue(&mut app, "evt_after_upgrade", r#"{"a": 1}"#),
+            "queued"
+        );
+        let lease = next_lease(&mut app, "stripe");
+        complete(&mut app, &lease);
         let processed: i64 = ops
             .query_one(
                 "SELECT count(*) FROM webhook.inbox WHERE event_id = 'evt_after_upgrade' AND status = 'processed'",
@@ -367,8 +370,7 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
             .get(0);
         assert_eq!(processed, 1);
         ops.query("SELECT * FROM webhook.inbox_stats", &[]).unwrap();
-        app.execute("SELECT webhook_complete($1::text::uuid)", &[&in_flight])
-            .unwrap();
+        complete(&mut app, &in_flight);
         let status: String = ops
             .query_one(
                 "SELECT status::text FROM webhook.inbox WHERE event_id = 'evt_in_flight'",
@@ -415,8 +417,7 @@ fn every_earlier_release_upgrades_to_what_a_fresh_install_is() {
         };
         let (newer, status) = answer(&mut app, "evt_upgraded_new", 200);
         assert_eq!(status, "claimed");
-        app.execute("SELECT webhook_complete($1::text::uuid)", &[&newer])
-            .unwrap();
+        complete(&mut app, &newer);
         assert_eq!(answer(&mut app, "evt_upgraded_old", 100).1, "stale");
         let watermarks: i64 = ops
             .query_one("SELECT count(*) FROM webhook.watermarks", &[])
@@ -488,15 +489,8 @@ fn before_the_update_the_last_published_release_keeps_answering_webhooks() {
         .unwrap()
         .get(0);
     assert_eq!(status, "queued");
-    let lease: String = app
-        .query_one(
-            "SELECT id::text FROM webhook_next(1, provider => 'github')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    app.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])
-        .unwrap();
+    let lease = next_lease(&mut app, "github");
+    complete(&mut app, &lease);
 
     // webhook_claim, failed, then claimed again as a retry.
     let claim = |app: &mut Client| -> (String, String) {
@@ -517,39 +511,18 @@ fn before_the_update_the_last_published_release_keeps_answering_webhooks() {
     .unwrap();
     let (id, status) = claim(&mut app);
     assert_eq!(status, "retry");
-    app.execute("SELECT webhook_complete($1::text::uuid)", &[&id])
-        .unwrap();
+    complete(&mut app, &id);
 
     // webhook_enqueue, leased, failed once, leased again and completed.
-    let queued: String = app
-        .query_one(
-            "SELECT status FROM webhook_enqueue('stripe', 'evt_window_3', 'invoice.paid', '{\"b\": 2}'::jsonb)",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(queued, "queued");
-    let lease: String = app
-        .query_one(
-            "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    assert_eq!(enqueue(&mut app, "evt_window_3", r#"{"b": 2}"#), "queued");
+    let lease = next_lease(&mut app, "stripe");
     app.execute(
         "SELECT webhook_fail($1::text::uuid, 'try again', retry_in => '0 seconds')",
         &[&lease],
     )
     .unwrap();
-    let lease: String = app
-        .query_one(
-            "SELECT id::text FROM webhook_next(1, provider => 'stripe')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    app.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])
-        .unwrap();
+    let lease = next_lease(&mut app, "stripe");
+    complete(&mut app, &lease);
 
     let events: Vec<String> = admin
         .query(
