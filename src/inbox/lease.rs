@@ -97,22 +97,20 @@ pub fn complete(
         &COMPLETE,
         &[id.into(), result.into()],
         |row| {
-            let order = row
-                .get::<String>(4)?
-                .zip(row.get::<String>(5)?)
-                .map(|(entity_key, value)| Order { entity_key, value });
-            Ok(order.map(|order| -> Result<_> {
-                Ok((
-                    row.get::<String>(1)?.unwrap_or_default(),
-                    row.get::<String>(2)?.unwrap_or_default(),
-                    row.get::<String>(3)?.unwrap_or_default(),
-                    order,
-                ))
-            }))
+            // An unordered event moves no watermark.
+            let Some((entity_key, value)) = row.get::<String>(4)?.zip(row.get::<String>(5)?) else {
+                return Ok(None);
+            };
+            Ok(Some((
+                row.get::<String>(1)?.unwrap_or_default(),
+                row.get::<String>(2)?.unwrap_or_default(),
+                row.get::<String>(3)?.unwrap_or_default(),
+                Order { entity_key, value },
+            )))
         },
         |client| standing(client, id),
     )?;
-    let Some((provider, consumer, event_id, order)) = finished.transpose()? else {
+    let Some((provider, consumer, event_id, order)) = finished else {
         return Ok(());
     };
     ordering::advance(
