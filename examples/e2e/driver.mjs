@@ -8,7 +8,10 @@
 // (bursts and redeliveries included) but forgeries, processed by the
 // language's worker (some failing their first attempt, retried after the
 // backoff), one business row and one email per event, and a worker that
-// stops cleanly on SIGTERM. Prints a table.
+// stops cleanly on SIGTERM. In the middle, the database restarts under the
+// running receiver and worker: the receiver answers the very next GitHub
+// delivery 200 (GitHub never redelivers), and the worker reconnects and
+// processes it. Prints a table.
 //
 // The Python receiver's own API, POST /orders, is driven with
 // Idempotency-Keys: bursts, replays, a reused key, and requests that die
@@ -69,14 +72,69 @@ const paypal = (() => {
 })();
 const sendgridKeys = crypto.generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
 
+async function connectDb() {
+  const db = new pg.Client({ ...base, user: process.env.PGUSER ?? 'postgres', database: DB });
+  // The restart below closes it; the next query goes to a new one.
+  db.on('error', () => {});
+  await db.connect();
+  return db;
+}
+
+// Restart the database (fast: every connection is closed), as the server
+// the test runs on was started (.ci/pg-temp).
+function restartDatabase() {
+  const pgCtl = [`${process.env.PG_BINDIR}/pg_ctl`, '-D', process.env.PG_DATA_DIR, '-m', 'fast', '-w',
+    '-l', process.env.PG_SERVER_LOG, '-o', process.env.PG_SERVER_OPTS, 'restart'];
+  const command = process.env.PG_SERVER_USER ? ['runuser', '-u', process.env.PG_SERVER_USER, '--', ...pgCtl] : pgCtl;
+  execFileSync(command[0], command.slice(1), { stdio: 'ignore' });
+}
+
+// Wait until every event is processed by the worker.
+async function processed(db, language, ids) {
+  for (let i = 0; ; i++) {
+    const { rows: [{ left }] } = await db.query(
+      "SELECT count(*)::int AS left FROM webhook.inbox WHERE event_id = ANY($1) AND status <> 'processed'", [ids]);
+    if (left === 0) return;
+    if (i > 600) throw new Error(`${language}: ${left} inbox events never processed`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// Right after a restart: each GitHub delivery sent once, as GitHub sends
+// it, must be answered 200; a claimed Stripe delivery too, with its side
+// effect. Returns the inbox events sent.
+async function exerciseAfterRestart(language, port, stats, db) {
+  const expect = (what, status, allowed) => {
+    stats.deliveries++;
+    if (!allowed.includes(status)) {
+      stats.wrong++;
+      console.error(`${language}: ${what} answered ${status} after the restart, expected ${allowed.join(' or ')}`);
+    }
+  };
+  const sent = [];
+  for (let n = 0; n < 3; n++) {
+    const eventId = `${language}_restart_github_${n}_${crypto.randomBytes(4).toString('hex')}`;
+    sent.push({ provider: 'github', eventId });
+    stats.events++;
+    expect(`${eventId} (sent once)`, await post(port, '/inbox/github', await signed('github', eventId)), [200]);
+  }
+  const claimed = `${language}_restart_stripe_${crypto.randomBytes(4).toString('hex')}`;
+  expect(`${claimed} (claimed)`, await post(port, '/webhooks/stripe', await signed('stripe', claimed)), [200]);
+  const { rows: [{ n }] } = await db.query('SELECT count(*)::int AS n FROM orders WHERE event_id = $1', [claimed]);
+  if (n !== 1) {
+    stats.wrong++;
+    console.error(`${language}: ${n} side effects of ${claimed} after the restart`);
+  }
+  return sent;
+}
+
 async function setup() {
   const admin = new pg.Client({ ...base, user: process.env.PGUSER ?? 'postgres', database: 'postgres' });
   await admin.connect();
   await admin.query(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
   await admin.query(`CREATE DATABASE ${DB}`);
   await admin.end();
-  const db = new pg.Client({ ...base, user: process.env.PGUSER ?? 'postgres', database: DB });
-  await db.connect();
+  const db = await connectDb();
   await db.query(`
     CREATE EXTENSION pg_webhook_inbox;
     CREATE TABLE orders (provider text, event_id text, event_type text, language text,
@@ -393,7 +451,7 @@ async function exerciseInbox(language, port, stats) {
 }
 
 async function main() {
-  const db = await setup();
+  let db = await setup();
   const { server, sends } = await emailStub();
   const payments = await paymentsStub();
   const rows = [];
@@ -451,13 +509,16 @@ async function main() {
     try {
       await waitHealthy(inboxPort);
       sent = await exerciseInbox(language, inboxPort, inbox);
-      const ids = sent.map((e) => e.eventId);
-      for (let i = 0; ; i++) {
-        const { rows: [{ left }] } = await db.query(
-          "SELECT count(*)::int AS left FROM webhook.inbox WHERE event_id = ANY($1) AND status <> 'processed'", [ids]);
-        if (left === 0) break;
-        if (i > 600) throw new Error(`${language}: ${left} inbox events never processed`);
-        await new Promise((r) => setTimeout(r, 100));
+      await processed(db, language, sent.map((e) => e.eventId));
+      // The database restarts under the running receiver and worker.
+      restartDatabase();
+      db.end().catch(() => {}); // closed by the restart
+      db = await connectDb();
+      sent.push(...await exerciseAfterRestart(language, inboxPort, inbox, db));
+      await processed(db, language, sent.map((e) => e.eventId));
+      if (receiver.exitCode !== null || worker.exitCode !== null) {
+        inbox.wrong++;
+        console.error(`${language}: the ${receiver.exitCode !== null ? 'receiver' : 'worker'} died in the restart`);
       }
     } finally {
       receiver.kill('SIGTERM');

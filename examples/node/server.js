@@ -15,6 +15,13 @@
 // PUBLIC_URL is the base URL the providers are configured with (behind a
 // proxy, not what this process sees): schemes that sign the URL (Twilio,
 // Square, HubSpot) verify against PUBLIC_URL + the request's path and query.
+// Without it their deliveries are refused (missing_url): the URL is never
+// built from the request's Host header, which whoever sends it chooses.
+//
+// A database restart breaks the pooled connections: the pool drops them
+// (its 'error' listener keeps the process up), and a request that meets one
+// runs again on a fresh connection, which is safe since webhook_receive
+// answers a second attempt of the same delivery as a duplicate.
 //
 //   DATABASE_URL=postgresql://app@localhost/shop PORT=8002 node server.js
 import express from 'express';
@@ -23,7 +30,33 @@ import pg from 'pg';
 const LANGUAGE = 'node';
 const EMAIL_URL = process.env.EMAIL_URL ?? 'http://127.0.0.1:8025/send';
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 8 });
+// An idle connection the server closed (a restart, a failover) is dropped
+// by the pool; without a listener its error would end the process.
+pool.on('error', (err) => console.error(`database connection lost: ${err.message}`));
 const app = express();
+
+// The connection broke under the request (not an answer of the database
+// to it): worth one more try on a fresh connection.
+const CONNECTION_LOST = new Set(['57P01', '57P02', '57P03', 'ECONNRESET', 'ECONNREFUSED', 'EPIPE']);
+const connectionLost = (err) =>
+  CONNECTION_LOST.has(err?.code) || /Connection terminated|not queryable/.test(String(err?.message));
+
+// Run fn(client) on a pooled connection; once more on a fresh one if the
+// first broke. A broken client is destroyed, not returned to the pool.
+async function withClient(fn) {
+  for (let attempt = 1; ; attempt++) {
+    const client = await pool.connect();
+    let broken = null;
+    try {
+      return await fn(client);
+    } catch (err) {
+      if (connectionLost(err)) broken = err;
+      if (!broken || attempt > 1) throw err;
+    } finally {
+      client.release(broken ?? undefined);
+    }
+  }
+}
 
 // The raw bytes: signatures cover exactly these, so never parse before verifying.
 app.use(express.raw({ type: () => true, limit: '25mb' }));
@@ -36,7 +69,7 @@ const RECEIVE = `SELECT id, claimed, status, http_status, reason, event_id, even
 
 // The URL the provider called: the configured public base, then the path and query.
 const publicUrl = (req) =>
-  (process.env.PUBLIC_URL ?? `${req.protocol}://${req.get('host')}`).replace(/\/$/, '') + req.originalUrl;
+  process.env.PUBLIC_URL ? process.env.PUBLIC_URL.replace(/\/$/, '') + req.originalUrl : null;
 
 // An endpoint check, answered with exactly what its provider expects.
 const handshake = (res, r) => res.status(200).type(r.response_type).send(r.response);
@@ -45,38 +78,44 @@ app.get('/healthz', (_req, res) => res.json({ ok: true }));
 
 app.post('/webhooks/:provider', async (req, res) => {
   const { provider } = req.params;
-  const client = await pool.connect();
   try {
-    await client.query('BEGIN');
-    const { rows: [r] } = await client.query(RECEIVE, [provider, JSON.stringify(req.headers), req.body, publicUrl(req)]);
-    if (r.response !== null) {
-      await client.query('COMMIT');
-      return handshake(res, r);
-    }
-    if (!r.claimed) {
-      await client.query('COMMIT');
-      return res.status(r.http_status).json({ status: r.status, reason: r.reason });
-    }
-    await client.query('SAVEPOINT work'); // a failure undoes the work, not the claim
-    try {
-      await client.query(
-        'INSERT INTO orders (provider, event_id, event_type, language) VALUES ($1, $2, $3, $4)',
-        [provider, r.event_id, r.event_type, LANGUAGE]);
-      if (req.get('x-test-fail') === '1') throw new Error('injected failure halfway');
-      await client.query('SELECT webhook_complete($1, $2::jsonb)', [r.id, JSON.stringify({ order: r.event_id })]);
-      await client.query('COMMIT');
-      return res.status(200).json({ status: r.status });
-    } catch (err) {
-      await client.query('ROLLBACK TO SAVEPOINT work');
-      await client.query('SELECT webhook_fail($1, $2)', [r.id, String(err.message ?? err)]);
-      await client.query('COMMIT');
-      return res.status(500).json({ status: 'failed' });
-    }
+    const [status, body] = await withClient(async (client) => {
+      try {
+        await client.query('BEGIN');
+        const { rows: [r] } = await client.query(RECEIVE, [provider, JSON.stringify(req.headers), req.body, publicUrl(req)]);
+        if (r.response !== null) {
+          await client.query('COMMIT');
+          return [200, r];
+        }
+        if (!r.claimed) {
+          await client.query('COMMIT');
+          return [r.http_status, { status: r.status, reason: r.reason }];
+        }
+        await client.query('SAVEPOINT work'); // a failure undoes the work, not the claim
+        try {
+          await client.query(
+            'INSERT INTO orders (provider, event_id, event_type, language) VALUES ($1, $2, $3, $4)',
+            [provider, r.event_id, r.event_type, LANGUAGE]);
+          if (req.get('x-test-fail') === '1') throw new Error('injected failure halfway');
+          await client.query('SELECT webhook_complete($1, $2::jsonb)', [r.id, JSON.stringify({ order: r.event_id })]);
+          await client.query('COMMIT');
+          return [200, { status: r.status }];
+        } catch (err) {
+          if (connectionLost(err)) throw err;
+          await client.query('ROLLBACK TO SAVEPOINT work');
+          await client.query('SELECT webhook_fail($1, $2)', [r.id, String(err.message ?? err)]);
+          await client.query('COMMIT');
+          return [500, { status: 'failed' }];
+        }
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw err;
+      }
+    });
+    if (body.response !== undefined) return handshake(res, body);
+    return res.status(status).json(body);
   } catch (err) {
-    await client.query('ROLLBACK').catch(() => {});
     return res.status(500).json({ status: 'error', error: String(err.message ?? err) });
-  } finally {
-    client.release();
   }
 });
 
@@ -91,10 +130,15 @@ function heartbeat(id, everyMs = 5000, lease = '30 seconds') {
 app.post('/webhooks-2p/:provider', async (req, res) => {
   const { provider } = req.params;
   // Autocommit: the claim commits on its own, with its lease.
-  const { rows: [r] } = await pool.query(
-    `SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type
-       FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false, url => $4)`,
-    [provider, JSON.stringify(req.headers), req.body, publicUrl(req)]);
+  let r;
+  try {
+    ({ rows: [r] } = await withClient((client) => client.query(
+      `SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type
+         FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false, url => $4)`,
+      [provider, JSON.stringify(req.headers), req.body, publicUrl(req)])));
+  } catch (err) {
+    return res.status(500).json({ status: 'error', error: String(err.message ?? err) });
+  }
   if (r.response !== null) return handshake(res, r);
   if (!r.claimed) return res.status(r.http_status).json({ status: r.status, reason: r.reason });
   const stop = heartbeat(r.id);
@@ -113,7 +157,9 @@ app.post('/webhooks-2p/:provider', async (req, res) => {
     return res.status(200).json({ status: r.status });
   } catch (err) {
     stop();
-    await pool.query('SELECT webhook_fail($1, $2)', [r.id, String(err.message ?? err)]);
+    // Recorded if the database is there; if not, the lease runs out and
+    // the provider's next delivery takes the event over.
+    await pool.query('SELECT webhook_fail($1, $2)', [r.id, String(err.message ?? err)]).catch(() => {});
     return res.status(500).json({ status: 'failed' });
   }
 });
@@ -122,10 +168,10 @@ app.post('/webhooks-2p/:provider', async (req, res) => {
 // answer goes out after it commits, so a 200 always means it is stored.
 app.post('/inbox/:provider', async (req, res) => {
   try {
-    const { rows: [r] } = await pool.query(
+    const { rows: [r] } = await withClient((client) => client.query(
       `SELECT status, http_status, reason, response, response_type
          FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true, url => $4)`,
-      [req.params.provider, JSON.stringify(req.headers), req.body, publicUrl(req)]);
+      [req.params.provider, JSON.stringify(req.headers), req.body, publicUrl(req)]));
     if (r.response !== null) return handshake(res, r);
     return res.status(r.http_status).json({ status: r.status, reason: r.reason });
   } catch (err) {

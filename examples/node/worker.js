@@ -11,7 +11,10 @@
 // transaction mode, poll only).
 //
 // On SIGTERM it finishes the event in hand, hands the rest of its batch back
-// at once (webhook_fail with retry_in => 0), and exits.
+// at once (webhook_fail with retry_in => 0), and exits. When the database
+// goes away (a restart, a failover) it reconnects, waiting longer each time
+// up to half a minute; what it held was rolled back with its connection,
+// and its leases run out and are taken again.
 //
 //   DATABASE_URL=postgresql://app@localhost/shop node worker.js
 import pg from 'pg';
@@ -20,11 +23,15 @@ const LANGUAGE = 'node-worker';
 const CONSUMER = process.env.WORKER_CONSUMER ?? 'default';
 const EMAIL_URL = process.env.EMAIL_URL ?? 'http://127.0.0.1:8025/send';
 const BATCH = 10;
+// How long a batch's leases last: after a crash, its events wait this long
+// before another worker takes them.
+const LEASE = '1 minute';
 const POLL_MS = 500;
 
 let stopping = false;
-process.on('SIGTERM', () => { stopping = true; });
-process.on('SIGINT', () => { stopping = true; });
+let wake = () => {};
+process.on('SIGTERM', () => { stopping = true; wake(); });
+process.on('SIGINT', () => { stopping = true; wake(); });
 
 async function process1(client, { id, provider, event_id: eventId, event_type: eventType, payload, attempts }) {
   if (payload?.fail_first_attempt && attempts === 1) throw new Error('injected failure on the first attempt');
@@ -41,50 +48,80 @@ async function process1(client, { id, provider, event_id: eventId, event_type: e
     [provider, eventId, eventType, LANGUAGE]);
 }
 
-// One batch, in one transaction. Returns how many events it leased.
+// One batch. Returns how many events it leased. The lease commits on its
+// own, so operators see the events as leased (webhook.inbox_stats,
+// webhook.blocked_entities); each event's work then commits together with
+// its webhook_complete, in a transaction of its own. A lease that ran out
+// and was taken over refuses the completion (55006), and that event's work
+// rolls back with it.
 async function workOnce(client) {
-  await client.query('BEGIN');
-  try {
-    const { rows } = await client.query(
-      'SELECT id, provider, event_id, event_type, payload, attempts FROM webhook_next($1, $2)', [BATCH, CONSUMER]);
-    for (const row of rows) {
-      if (stopping) {
-        await client.query("SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')", [row.id]);
-        continue;
-      }
+  const { rows } = await client.query(
+    'SELECT id, provider, event_id, event_type, payload, attempts FROM webhook_next($1, $2, lease => $3)',
+    [BATCH, CONSUMER, LEASE]);
+  for (const row of rows) {
+    if (stopping) {
+      await client.query("SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')", [row.id]);
+      continue;
+    }
+    await client.query('BEGIN');
+    try {
       await client.query('SAVEPOINT event'); // a failure undoes this event's work only
       try {
         await process1(client, row);
         await client.query('SELECT webhook_complete($1)', [row.id]);
       } catch (err) {
+        if (err.code === '55006') throw err;
         await client.query('ROLLBACK TO SAVEPOINT event');
         await client.query('SELECT webhook_fail($1, $2)', [row.id, String(err.message ?? err)]);
       }
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      // 55006: the lease ran out and another worker took the event; this
+      // attempt's work rolled back with its transaction.
+      if (err.code !== '55006') throw err;
     }
-    await client.query('COMMIT');
-    return rows.length;
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw err;
   }
+  return rows.length;
 }
 
 // Sleep until notified, or until the next poll.
-let wake = () => {};
-const listener = new pg.Client({ connectionString: process.env.DATABASE_URL });
-await listener.connect();
-listener.on('notification', () => wake());
-await listener.query('LISTEN webhook_inbox');
+const pause = (ms) => new Promise((resolve) => {
+  const timer = setTimeout(resolve, ms);
+  wake = () => { clearTimeout(timer); resolve(); };
+});
 
-const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
-await client.connect();
-while (!stopping) {
-  if ((await workOnce(client)) === 0) {
-    await new Promise((resolve) => {
-      const timer = setTimeout(resolve, POLL_MS);
-      wake = () => { clearTimeout(timer); resolve(); };
-    });
+// Work on one pair of connections until stopped, or until one breaks.
+async function run() {
+  let lost = null;
+  const connectionLost = (err) => { lost ??= err; wake(); };
+  const listener = new pg.Client({ connectionString: process.env.DATABASE_URL });
+  const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
+  // A connection the server closes while idle reports here, not to a query.
+  listener.on('error', connectionLost);
+  client.on('error', connectionLost);
+  try {
+    await listener.connect();
+    listener.on('notification', () => wake());
+    await listener.query('LISTEN webhook_inbox');
+    await client.connect();
+    while (!stopping) {
+      if (lost) throw lost;
+      if ((await workOnce(client)) === 0) await pause(POLL_MS);
+    }
+  } finally {
+    await client.end().catch(() => {});
+    await listener.end().catch(() => {});
   }
 }
-await client.end();
-await listener.end();
+
+let delay = 500;
+while (!stopping) {
+  try {
+    await run();
+  } catch (err) {
+    console.error(`worker: database unavailable (${err.message}); reconnecting in ${delay} ms`);
+    await pause(delay);
+    delay = Math.min(delay * 2, 30_000);
+  }
+}

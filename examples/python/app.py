@@ -19,6 +19,9 @@ Discord's PING) comes back with the exact body to answer it with.
 PUBLIC_URL is the base URL the providers are configured with (behind a
 proxy, not what this process sees): schemes that sign the URL (Twilio,
 Square, HubSpot) verify against PUBLIC_URL + the request's path and query.
+Without it their deliveries are refused (missing_url): the URL is never
+built from the request's Host header, which whoever sends the request
+chooses.
 
     DATABASE_URL=postgresql://app@localhost/shop uvicorn app:app --port 8001
 """
@@ -37,7 +40,12 @@ PAYMENTS_URL = os.environ.get("PAYMENTS_URL", "http://127.0.0.1:8026/charges")
 # How long a request with an Idempotency-Key owns its key without recording
 # a step; a retry after a crash waits this long, then resumes.
 ORDER_LEASE = os.environ.get("IDEMPOTENCY_LEASE", "30 seconds")
-pool = ConnectionPool(os.environ["DATABASE_URL"], min_size=1, max_size=8, open=True)
+# check: every connection is checked as it leaves the pool, so one broken
+# by a database restart is replaced instead of failing the request. A
+# webhook answered 500 is retried by most providers, but never by GitHub.
+pool = ConnectionPool(
+    os.environ["DATABASE_URL"], min_size=1, max_size=8, open=True, check=ConnectionPool.check_connection
+)
 app = FastAPI()
 
 # inbox => false: claimed here, whatever the provider is registered for;
@@ -48,10 +56,11 @@ RECEIVE = """SELECT id, claimed, status, http_status, reason, event_id, event_ty
 PUBLIC_URL = os.environ.get("PUBLIC_URL")
 
 
-def public_url(request: Request) -> str:
-    """The URL the provider called: the configured public base, then the path and query."""
+def public_url(request: Request) -> str | None:
+    """The URL the provider called: the configured public base, then the path and query.
+    None without PUBLIC_URL: the schemes that sign the URL then refuse the delivery."""
     if not PUBLIC_URL:
-        return str(request.url)
+        return None
     query = request.url.query
     return PUBLIC_URL.rstrip("/") + request.url.path + (f"?{query}" if query else "")
 

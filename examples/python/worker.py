@@ -12,21 +12,30 @@ queued (LISTEN needs a direct or session-pooled connection; behind
 PgBouncer in transaction mode, poll only).
 
 On SIGTERM it finishes the event in hand, hands the rest of its batch back
-at once (webhook_fail with retry_in => 0), and exits.
+at once (webhook_fail with retry_in => 0), and exits. When the database
+goes away (a restart, a failover) it reconnects, waiting longer each time
+up to half a minute; what it held was rolled back with its connection, and
+its leases run out and are taken again.
 
     DATABASE_URL=postgresql://app@localhost/shop python worker.py
 """
 import json
 import os
 import signal
+import sys
+import time
 import urllib.request
 
 import psycopg
+import psycopg.errors
 
 LANGUAGE = "python-worker"
 CONSUMER = os.environ.get("WORKER_CONSUMER", "default")
 EMAIL_URL = os.environ.get("EMAIL_URL", "http://127.0.0.1:8025/send")
 BATCH = 10
+# How long a batch's leases last: after a crash, its events wait this long
+# before another worker takes them.
+LEASE = "1 minute"
 POLL_SECONDS = 1.0
 
 stopping = False
@@ -59,30 +68,43 @@ def process(cur, lease, provider, event_id, event_type, payload, attempts):
 
 
 def work_once(conn) -> int:
-    """One batch, in one transaction. Returns how many events it leased."""
+    """One batch. Returns how many events it leased.
+
+    The lease commits on its own, so operators see the events as leased
+    (webhook.inbox_stats, webhook.blocked_entities); each event's work then
+    commits together with its webhook_complete, in a transaction of its
+    own. A lease that ran out and was taken over refuses the completion
+    (55006), and that event's work rolls back with it.
+    """
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(
-            "SELECT id, provider, event_id, event_type, payload, attempts FROM webhook_next(%s, %s)",
-            (BATCH, CONSUMER),
+            "SELECT id, provider, event_id, event_type, payload, attempts FROM webhook_next(%s, %s, lease => %s)",
+            (BATCH, CONSUMER, LEASE),
         )
         leased = cur.fetchall()
-        for lease, provider, event_id, event_type, payload, attempts in leased:
-            if stopping:
-                cur.execute("SELECT webhook_fail(%s, 'worker shut down', retry_in => '0 s')", (lease,))
-                continue
-            try:
-                with conn.transaction():  # a savepoint: a failure undoes this event's work only
-                    process(cur, lease, provider, event_id, event_type, payload, attempts)
-                    cur.execute("SELECT webhook_complete(%s)", (lease,))
-            except Exception as exc:  # noqa: BLE001 - recorded, then retried after the backoff
-                cur.execute("SELECT webhook_fail(%s, %s)", (lease, str(exc)))
-        return len(leased)
+    for lease, provider, event_id, event_type, payload, attempts in leased:
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                if stopping:
+                    cur.execute("SELECT webhook_fail(%s, 'worker shut down', retry_in => '0 s')", (lease,))
+                    continue
+                try:
+                    with conn.transaction():  # a savepoint: a failure undoes this event's work only
+                        process(cur, lease, provider, event_id, event_type, payload, attempts)
+                        cur.execute("SELECT webhook_complete(%s)", (lease,))
+                except (psycopg.OperationalError, psycopg.errors.ObjectInUse):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - recorded, then retried after the backoff
+                    cur.execute("SELECT webhook_fail(%s, %s)", (lease, str(exc)))
+        except psycopg.errors.ObjectInUse:
+            # 55006: the lease ran out and another worker took the event;
+            # this attempt's work rolled back with its transaction.
+            continue
+    return len(leased)
 
 
-def main():
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    url = os.environ["DATABASE_URL"]
+def run(url):
+    """Work until stopped, on one pair of connections."""
     with psycopg.connect(url) as conn, psycopg.connect(url, autocommit=True) as listener:
         listener.execute("LISTEN webhook_inbox")
         while not stopping:
@@ -90,6 +112,25 @@ def main():
                 # Nothing ready: sleep until notified, or until the next poll.
                 for _ in listener.notifies(timeout=POLL_SECONDS, stop_after=1):
                     pass
+
+
+def main():
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    url = os.environ["DATABASE_URL"]
+    delay = 0.5
+    while not stopping:
+        try:
+            run(url)
+        except psycopg.OperationalError as exc:
+            # The connection is gone: nothing it held survives it.
+            print(f"worker: database unavailable ({exc}); reconnecting in {delay:.1f} s", file=sys.stderr)
+            deadline = time.monotonic() + delay
+            while not stopping and time.monotonic() < deadline:
+                time.sleep(0.1)
+            delay = min(delay * 2, 30.0)
+        else:
+            delay = 0.5
 
 
 if __name__ == "__main__":

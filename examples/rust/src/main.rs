@@ -15,6 +15,10 @@
 //! `PUBLIC_URL` is the base URL the providers are configured with (behind a
 //! proxy, not what this process sees): schemes that sign the URL (Twilio,
 //! Square, HubSpot) verify against `PUBLIC_URL` + the request's path and query.
+//! Without it their deliveries are refused (`missing_url`).
+//!
+//! The pool checks each connection before handing it out, so one broken by
+//! a database restart is replaced instead of failing the request.
 //!
 //! `DATABASE_URL=postgresql://app@localhost/shop PORT=8003 cargo run --release`
 
@@ -24,7 +28,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use deadpool_postgres::{Manager, Pool};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -40,19 +44,14 @@ struct App {
 
 impl App {
     /// The URL the provider called: the configured public base, then the
-    /// path and query.
-    fn url_of(&self, uri: &axum::http::Uri, headers: &HeaderMap) -> String {
+    /// path and query. None without `PUBLIC_URL`: the schemes that sign
+    /// the URL then refuse the delivery, rather than trust the Host header
+    /// its sender chose.
+    fn url_of(&self, uri: &axum::http::Uri) -> Option<String> {
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        match &self.public_url {
-            Some(base) => format!("{}{path}", base.trim_end_matches('/')),
-            None => {
-                let host = headers
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .unwrap_or("localhost");
-                format!("http://{host}{path}")
-            }
-        }
+        self.public_url
+            .as_ref()
+            .map(|base| format!("{}{path}", base.trim_end_matches('/')))
     }
 }
 
@@ -101,7 +100,7 @@ async fn webhook(
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
-    let url = app.url_of(&uri, &headers);
+    let url = app.url_of(&uri);
     match one_transaction(&app, &provider, &headers, &body, &url).await {
         Ok(answer) => answer,
         Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
@@ -113,7 +112,7 @@ async fn one_transaction(
     provider: &str,
     headers: &HeaderMap,
     body: &[u8],
-    url: &str,
+    url: &Option<String>,
 ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
     let mut client = app.pool.get().await?;
     let mut tx = client.transaction().await?;
@@ -176,7 +175,7 @@ async fn webhook_two_phase(
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
-    let url = app.url_of(&uri, &headers);
+    let url = app.url_of(&uri);
     match two_phase(&app, &provider, &headers, &body, &url).await {
         Ok(answer) => answer,
         Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
@@ -188,7 +187,7 @@ async fn two_phase(
     provider: &str,
     headers: &HeaderMap,
     body: &[u8],
-    url: &str,
+    url: &Option<String>,
 ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
     let client = app.pool.get().await?;
     // Autocommit: the claim commits on its own, with its lease.
@@ -264,7 +263,7 @@ async fn webhook_inbox(
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
-    let url = app.url_of(&uri, &headers);
+    let url = app.url_of(&uri);
     let queued = async {
         let client = app.pool.get().await?;
         let r = client
@@ -292,7 +291,16 @@ async fn webhook_inbox(
 async fn main() {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     let config: tokio_postgres::Config = url.parse().expect("a valid DATABASE_URL");
-    let pool = Pool::builder(Manager::new(config, tokio_postgres::NoTls))
+    // Verified: a connection broken by a database restart is found before
+    // a request uses it, and replaced.
+    let manager = Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Verified,
+        },
+    );
+    let pool = Pool::builder(manager)
         .max_size(8)
         .build()
         .expect("pool");

@@ -10,7 +10,10 @@
 //! workers).
 //!
 //! On SIGTERM it finishes the event in hand, hands the rest of its batch
-//! back at once (`webhook_fail` with `retry_in => 0`), and exits.
+//! back at once (`webhook_fail` with `retry_in => 0`), and exits. When the
+//! database goes away (a restart, a failover) it reconnects, waiting longer
+//! each time up to half a minute; what it held was rolled back with its
+//! connection, and its leases run out and are taken again.
 //!
 //! `DATABASE_URL=postgresql://app@localhost/shop cargo run --release --bin webhook-worker`
 
@@ -22,6 +25,9 @@ use tokio_postgres::{GenericClient, Row};
 
 const LANGUAGE: &str = "rust-worker";
 const BATCH: i32 = 10;
+/// How long a batch's leases last: after a crash, its events wait this
+/// long before another worker takes them.
+const LEASE: &str = "1 minute";
 const POLL: Duration = Duration::from_millis(500);
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -71,53 +77,98 @@ impl Worker {
         Ok(())
     }
 
-    /// One batch, in one transaction. Returns how many events it leased.
+    /// One batch. Returns how many events it leased. The lease commits on
+    /// its own, so operators see the events as leased
+    /// (`webhook.inbox_stats`, `webhook.blocked_entities`); each event's
+    /// work then commits together with its `webhook_complete`, in a
+    /// transaction of its own. A lease that ran out and was taken over
+    /// refuses the completion (55006), and that event's work rolls back
+    /// with it.
     async fn work_once(&self, client: &mut tokio_postgres::Client) -> Result<usize, Error> {
-        let mut tx = client.transaction().await?;
-        let leased = tx
+        let leased = client
             .query(
-                "SELECT id, provider, event_id, event_type, payload, attempts FROM webhook_next($1, $2)",
-                &[&BATCH, &self.consumer],
+                "SELECT id, provider, event_id, event_type, payload, attempts
+                   FROM webhook_next($1, $2, lease => $3::text::interval)",
+                &[&BATCH, &self.consumer, &LEASE],
             )
             .await?;
         for row in &leased {
             let lease: uuid::Uuid = row.get(0);
             if self.stopping.load(Ordering::SeqCst) {
-                tx.execute(
-                    "SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')",
-                    &[&lease],
-                )
-                .await?;
+                client
+                    .execute(
+                        "SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')",
+                        &[&lease],
+                    )
+                    .await?;
                 continue;
             }
-            // A savepoint: a failure undoes this event's work only.
-            let sp = tx.savepoint("event").await?;
-            let done = match self.process(&sp, row).await {
-                Ok(()) => sp
-                    .execute("SELECT webhook_complete($1)", &[&lease])
-                    .await
-                    .map_err(Error::from),
-                Err(err) => Err(err),
-            };
-            match done {
-                Ok(_) => sp.commit().await?,
-                Err(err) => {
-                    sp.rollback().await?;
-                    tx.execute("SELECT webhook_fail($1, $2)", &[&lease, &err.to_string()])
-                        .await?;
-                }
+            match self.one(client, row, lease).await {
+                Ok(()) => {}
+                // 55006: the lease ran out and another worker took the
+                // event; this attempt's work rolled back with its
+                // transaction.
+                Err(err) if lost_lease(&err) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(leased.len())
+    }
+
+    /// One event: its work and its completion (or its failure) commit
+    /// together.
+    async fn one(
+        &self,
+        client: &mut tokio_postgres::Client,
+        row: &Row,
+        lease: uuid::Uuid,
+    ) -> Result<(), Error> {
+        let mut tx = client.transaction().await?;
+        // A savepoint: a failure undoes this event's work only.
+        let sp = tx.savepoint("event").await?;
+        let done = match self.process(&sp, row).await {
+            Ok(()) => sp
+                .execute("SELECT webhook_complete($1)", &[&lease])
+                .await
+                .map_err(Error::from),
+            Err(err) => Err(err),
+        };
+        match done {
+            Ok(_) => sp.commit().await?,
+            Err(err) if lost_lease(&err) => return Err(err),
+            Err(err) => {
+                sp.rollback().await?;
+                tx.execute("SELECT webhook_fail($1, $2)", &[&lease, &err.to_string()])
+                    .await?;
             }
         }
         tx.commit().await?;
-        Ok(leased.len())
+        Ok(())
     }
+}
+
+/// Whether the database said the lease was lost (SQLSTATE 55006).
+fn lost_lease(err: &Error) -> bool {
+    err.downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE)
+}
+
+/// Work on one connection until stopped, or until it breaks.
+async fn run(worker: &Worker, url: &str) -> Result<(), Error> {
+    let (mut client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    while !worker.stopping.load(Ordering::SeqCst) {
+        if worker.work_once(&mut client).await? == 0 {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
     let stopping = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stopping);
     tokio::spawn(async move {
@@ -136,9 +187,18 @@ async fn main() -> Result<(), Error> {
         http: reqwest::Client::new(),
         stopping: Arc::clone(&stopping),
     };
+    let mut delay = Duration::from_millis(500);
     while !stopping.load(Ordering::SeqCst) {
-        if worker.work_once(&mut client).await? == 0 {
-            tokio::time::sleep(POLL).await;
+        match run(&worker, &url).await {
+            Ok(()) => break,
+            Err(err) => {
+                eprintln!("worker: database unavailable ({err}); reconnecting in {delay:?}");
+                let until = tokio::time::Instant::now() + delay;
+                while !stopping.load(Ordering::SeqCst) && tokio::time::Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
         }
     }
     Ok(())
