@@ -176,6 +176,23 @@ mod tests {
             Spi::get_one::<i32>("SELECT body_bytes FROM webhook.rejected_deliveries"),
             Ok(Some(big.len() as i32))
         );
+        // Headers and signature padded to their limits: a forgery's row
+        // stays small whatever it carried.
+        let padded = format!(
+            "({forged} || jsonb_build_object('X-Pad', repeat('p', 50000),
+                 'X-Hub-Signature-256', 'sha256=' || repeat('0', 8000)))"
+        );
+        assert_eq!(
+            receive_with_id("github", &padded, &big).2,
+            "malformed_header"
+        );
+        let stored = Spi::get_one::<i32>(
+            "SELECT pg_column_size(l.*) FROM webhook.delivery_log l
+              WHERE claim_status = 'rejected' ORDER BY id DESC LIMIT 1",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(stored < 16 * 1024, "a rejection stored {stored} bytes");
     }
 
     #[pg_test]

@@ -371,4 +371,43 @@ mod tests {
             "argument \"operation\"",
         );
     }
+
+    /// Every checkpoint rewrites all of the request's recovery points, so
+    /// together they are bounded (256 kB as stored): past it a checkpoint
+    /// is refused, naming its output, and nothing of it is written.
+    #[pg_test]
+    fn recovery_points_together_are_bounded() {
+        let (_, id, ..) = begin("k-many-steps", "fp");
+        let id = id.unwrap();
+        let mut refused_at = None;
+        for step in 1..=20 {
+            let sql = format!(
+                "SELECT idempotency_checkpoint('{id}', 'step-{step}',
+                     jsonb_build_object('blob', (SELECT string_agg(md5(random()::text || g), '')
+                                                   FROM generate_series(1, 1875) g)))"
+            );
+            let error =
+                Spi::get_one_with_args::<String>("SELECT error_of($1)", &[sql.as_str().into()])
+                    .expect("error_of runs");
+            if let Some(error) = error {
+                refused_at = Some((step, error));
+                break;
+            }
+        }
+        let (step, error) = refused_at.expect("a checkpoint past the bound is refused");
+        assert!(step > 2, "refused at step {step}");
+        assert!(error.starts_with("22001: "), "{error}");
+        assert!(error.contains("\"output\""), "{error}");
+        let kept = Spi::get_one::<i64>(
+            "SELECT count(*) FROM webhook.idempotency_keys k, jsonb_object_keys(k.recovery)
+              WHERE key = 'k-many-steps'",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            kept,
+            i64::from(step - 1),
+            "the refused checkpoint wrote nothing"
+        );
+    }
 }

@@ -224,6 +224,18 @@ mod tests {
             "22023",
             "\"retry_in\"",
         );
+        // Nor hidden for a century: the DBA's backoff_max is the longest wait.
+        assert_error(
+            &format!("SELECT webhook_fail('{lease}', 'x', retry_in => '100 years')"),
+            "22023",
+            "must not exceed webhook.backoff_max",
+        );
+        // A misspelt setting is refused, not kept as a placeholder.
+        assert_error(
+            "SET webhook.max_attempt = 3",
+            "42602",
+            "webhook.max_attempt",
+        );
         // A claimed delivery is retried by its provider, not on a timer.
         let claimed = Spi::get_one::<pgrx::Uuid>(
             "SELECT id FROM webhook_claim('stripe', 'evt_c', 't', '{}'::jsonb, NULL)",
@@ -346,6 +358,16 @@ mod tests {
             "SELECT webhook_requeue('stripe', 'evt_q1')",
             "55000",
             "no dead consumer",
+        );
+        // Processed by its consumer, it is called so (its own row only says
+        // it was queued), and never requeued.
+        let (lease, event_id, _) = next("default").unwrap();
+        assert_eq!(event_id, "evt_q1");
+        run("SELECT webhook_complete($1)", lease);
+        assert_error(
+            "SELECT webhook_requeue('stripe', 'evt_q1')",
+            "55000",
+            "the event is processed by every consumer",
         );
         // In bulk, by error text: only what matches.
         assert_eq!(

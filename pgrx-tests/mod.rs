@@ -5,6 +5,7 @@
 mod attack_tests;
 mod claim_tests;
 mod complete_on_commit_tests;
+mod coverage_tests;
 mod idempotency_tests;
 mod inbox_tests;
 mod lifecycle_tests;

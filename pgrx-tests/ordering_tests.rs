@@ -412,6 +412,38 @@ mod tests {
         );
     }
 
+    /// "Never two at a time" whatever the arrival order: an older event
+    /// that arrives while a newer one of its entity is leased waits for
+    /// it, and is then parked as stale (the newer one moved the
+    /// watermark); an event of another entity is leased meanwhile.
+    #[pg_test]
+    fn an_older_event_arriving_while_a_newer_one_is_leased_waits_for_it() {
+        ordered_stripe(", inbox => true, fifo => true");
+        assert_eq!(deliver("late2", "sub_late", 2).0, "queued");
+        let (lease, id) = next().unwrap();
+        assert_eq!(id, "late2");
+        assert_eq!(deliver("late1", "sub_late", 1).0, "queued");
+        assert_eq!(deliver("other1", "sub_other", 1).0, "queued");
+        let (other, id) = next().unwrap();
+        assert_eq!(id, "other1", "another entity's line is not held up");
+        assert_eq!(next(), None, "late1 waits while late2 is leased");
+        run("SELECT webhook_complete($1)", lease);
+        run("SELECT webhook_complete($1)", other);
+        assert_eq!(next(), None, "late1 is older than the watermark");
+        assert_eq!(
+            one_text("SELECT status::text FROM webhook.inbox WHERE event_id = 'late1'"),
+            "stale"
+        );
+        // The provider's figures are where its consumers stand.
+        assert_eq!(deliver("late3", "sub_late", 3).0, "queued");
+        assert_eq!(
+            one_text(
+                "SELECT concat_ws(' ', events, processed, stale, queued, dead) FROM webhook.provider_stats"
+            ),
+            "4 2 1 1 0"
+        );
+    }
+
     #[pg_test]
     fn the_inbox_parks_an_event_its_consumer_has_seen_newer_than() {
         ordered_stripe(", inbox => true");

@@ -115,13 +115,14 @@ mod tests {
             sw_headers("webhook", SW_SIG)
         ));
         assert_eq!(signed_at, Ok(Some("2021-02-25 15:02:10+00".into())));
-        // The secret is the base64 after whsec_; the prefix is optional.
+        // The secret is the base64 after whsec_, and only in that form: a
+        // bare base64 key could be a public key pasted without its whpk_.
         let bare = detail(&format!(
             "'standard', '{}'::jsonb, convert_to('{{\"test\": 2432232314}}', 'UTF8'),
              ARRAY['MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'], '100 years'",
             sw_headers("webhook", SW_SIG)
         ));
-        assert_eq!(bare, (true, "ok".into()));
+        assert_eq!(bare, (false, "invalid_secret".into()));
     }
 
     #[pg_test]
@@ -232,5 +233,58 @@ mod tests {
         for (sql, sqlstate, needle) in &cases {
             assert_error(sql, sqlstate, needle);
         }
+    }
+
+    /// What anyone may call is bounded: at most 16 keys, at most 8
+    /// signatures in a delivery (a public-key check costs a hundred HMACs),
+    /// and a Standard Webhooks HMAC key only in its whsec_ form (a bare
+    /// base64 key could be a public key pasted without its whpk_).
+    #[pg_test]
+    fn keys_and_signatures_are_bounded_and_hmac_keys_keep_their_form() {
+        assert_error(
+            "SELECT webhook_verify('github', '{}'::jsonb, 'x'::bytea,
+                                   array_fill('k'::text, ARRAY[17]))",
+            "22023",
+            "argument \"secrets\" must hold at most 16 keys",
+        );
+        let nine = (0..9)
+            .map(|_| "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+            .collect::<Vec<_>>()
+            .join(" ");
+        let headers = format!(
+            r#"'{{"webhook-id": "msg_p5jXN8AQM9LWM0D4loKWxJek", "webhook-timestamp": "1614265330", "webhook-signature": "{nine}"}}'::jsonb"#
+        );
+        assert_eq!(
+            detail(&format!(
+                "'standard', {headers}, '{{\"test\": 2432232314}}'::bytea, ARRAY['{SW_SECRET}'], interval '100 years'"
+            )),
+            (false, "malformed_header".into())
+        );
+        assert!(
+            Spi::get_one::<String>(
+                "SELECT webhook_check_key('standard', 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')"
+            )
+            .unwrap()
+            .is_some(),
+            "a bare base64 key is not taken as an HMAC secret"
+        );
+        assert_eq!(
+            Spi::get_one::<String>(&format!(
+                "SELECT webhook_check_key('standard', '{SW_SECRET}')"
+            ))
+            .unwrap(),
+            None
+        );
+        // A provider keeps at most 16 active secrets.
+        Spi::run("SELECT webhook_register_provider('many', scheme => 'github')").unwrap();
+        Spi::run("SELECT webhook_add_secret('many', 'secret-' || n) FROM generate_series(1, 16) n")
+            .unwrap();
+        assert_error(
+            "SELECT webhook_add_secret('many', 'secret-17')",
+            "54000",
+            "16 active secrets",
+        );
+        // Adding one it has is no new secret.
+        Spi::run("SELECT webhook_add_secret('many', 'secret-16')").unwrap();
     }
 }

@@ -50,7 +50,7 @@ COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[],
 COMMENT ON FUNCTION @extschema@.webhook_check_key(text, text) IS
     'Why a key (secret, public key or certificate) cannot verify deliveries under a scheme, or NULL when it can';
 COMMENT ON FUNCTION @extschema@.webhook_schemes() IS
-    'The signature schemes, their aliases, and the registry defaults each gives a provider, ordering''s presets included';
+    'The signature schemes, their aliases, the registry defaults each gives a provider (ordering''s presets included), and what each signature covers of the body and headers';
 COMMENT ON FUNCTION @extschema@.webhook_outbound_key(uuid, text) IS
     'A stable idempotency key for an external call (operation) made while processing the event of a claim, delivery or lease id: the same on every attempt';
 COMMENT ON FUNCTION @extschema@.webhook_outbound_key(text, text, text) IS
@@ -80,6 +80,10 @@ CREATE TRIGGER registry_changed
     AFTER INSERT OR UPDATE OF provider, secret, fingerprint, added_at, retired_at OR DELETE OR TRUNCATE
     ON webhook.provider_secrets
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+-- Always: a change made under session_replication_role = replica (a
+-- restore, a logical replication apply) must reach the caches as well.
+ALTER TABLE webhook.providers ENABLE ALWAYS TRIGGER registry_changed;
+ALTER TABLE webhook.provider_secrets ENABLE ALWAYS TRIGGER registry_changed;
 COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
     'Trigger on the provider registry: drops every backend''s cached copy of it once the change commits';
 

@@ -77,20 +77,40 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.claim_status, l.payload, l.
  WHERE l.payload_mismatch;
 COMMENT ON VIEW webhook.payload_mismatches IS 'Redeliveries whose payload differs from the first delivery of the same event';
 
--- Per provider: events by status, retries spent, last activity.
+-- Per provider: events by status, retries spent, last activity. An inbox
+-- event's own row only says it was queued; where it stands is its
+-- consumers' rows: processed once every consumer has processed it (or
+-- skipped it as stale), stale when every consumer skipped it, dead when
+-- one parked it, queued while any is still to do. Retries count the
+-- consumers' attempts too.
 CREATE VIEW webhook.provider_stats AS
-SELECT provider,
+SELECT e.provider,
        count(*) AS events,
-       count(*) FILTER (WHERE status = 'processed')  AS processed,
-       count(*) FILTER (WHERE status = 'processing') AS processing,
-       count(*) FILTER (WHERE status = 'failed')     AS failed,
-       count(*) FILTER (WHERE status = 'dead')       AS dead,
-       coalesce(sum(attempts - 1) FILTER (WHERE attempts > 1), 0) AS retries,
-       max(first_seen_at) AS last_event_at,
-       count(*) FILTER (WHERE status::text = 'stale') AS stale
-  FROM webhook.events
- GROUP BY provider;
-COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (stale: skipped by ordering), retries spent, last event';
+       count(*) FILTER (WHERE s.status = 'processed')  AS processed,
+       count(*) FILTER (WHERE s.status = 'processing') AS processing,
+       count(*) FILTER (WHERE s.status = 'failed')     AS failed,
+       count(*) FILTER (WHERE s.status = 'dead')       AS dead,
+       coalesce(sum(s.retries), 0)::bigint AS retries,
+       max(e.first_seen_at) AS last_event_at,
+       count(*) FILTER (WHERE s.status = 'stale')      AS stale,
+       count(*) FILTER (WHERE s.status = 'queued')     AS queued
+  FROM webhook.events e
+  LEFT JOIN LATERAL (
+       SELECT CASE WHEN pg_catalog.bool_and(i.status = 'stale') THEN 'stale'
+                   WHEN pg_catalog.bool_and(i.status IN ('processed', 'stale')) THEN 'processed'
+                   WHEN pg_catalog.bool_or(i.status = 'dead') THEN 'dead'
+                   ELSE 'queued'
+              END AS status,
+              pg_catalog.sum(GREATEST(i.attempts - 1, 0)) AS retries
+         FROM webhook.inbox i
+        WHERE e.status = 'queued' AND i.provider = e.provider AND i.event_id = e.event_id
+       ) q ON true
+ CROSS JOIN LATERAL (
+       SELECT CASE WHEN e.status = 'queued' THEN coalesce(q.status, 'queued') ELSE e.status::text END AS status,
+              CASE WHEN e.status = 'queued' THEN coalesce(q.retries, 0) ELSE GREATEST(e.attempts - 1, 0) END AS retries
+       ) s
+ GROUP BY e.provider;
+COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (inbox events by their consumers: processed by all, stale, dead, or still queued), retries spent, last event';
 
 -- The archive's partitions, oldest first: each day's, the default one
 -- (no bounds), and after an upgrade from a release before partitioning,
@@ -118,6 +138,16 @@ SELECT c.oid::pg_catalog.regclass AS partition,
 COMMENT ON VIEW webhook.archive_partitions IS
     'The partitions of webhook.delivery_log: the ids and times each covers (none: the default partition), rows (estimated) and size';
 
+-- How long maintenance waits for a lock on the archive: the setting
+-- webhook.maintenance_lock_timeout, or its default when the extension's
+-- library is not loaded in this session yet.
+CREATE FUNCTION webhook._maintenance_lock_timeout() RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN coalesce(nullif(pg_catalog.current_setting('webhook.maintenance_lock_timeout', true), ''), '200ms');
+COMMENT ON FUNCTION webhook._maintenance_lock_timeout() IS
+    'Internal: how long webhook_purge and webhook_create_partitions wait for a lock on the archive';
+
 -- Create the archive's partition for one day (UTC), unless a partition
 -- covers part of it already, or some of its deliveries are in the default
 -- partition (no partition was there when they came): they stay there.
@@ -131,6 +161,7 @@ DECLARE
     lo   uuid := webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC');
     hi   uuid := webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC');
     name text := 'delivery_log_' || pg_catalog.to_char(day, 'YYYYMMDD');
+    lock_timeout_before text := pg_catalog.current_setting('lock_timeout');
 BEGIN
     IF EXISTS (SELECT FROM webhook.archive_partitions p
                 WHERE NOT p.is_default AND (p.lower_id IS NULL OR p.lower_id < hi) AND p.upper_id > lo)
@@ -141,13 +172,28 @@ BEGIN
         'CREATE TABLE webhook.%I (LIKE webhook.delivery_log INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMPRESSION)',
         name);
     PERFORM webhook._prepare_archive_partition(pg_catalog.format('webhook.%I', name)::pg_catalog.regclass);
+    -- Attaching locks the default partition while it is checked: wait
+    -- for that lock only briefly, since every delivery landing in the
+    -- default partition queues behind the waiting attach.
+    PERFORM pg_catalog.set_config('lock_timeout', webhook._maintenance_lock_timeout(), true);
     EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log ATTACH PARTITION webhook.%I FOR VALUES FROM (%L) TO (%L)',
                               name, lo, hi);
+    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
     RETURN true;
-EXCEPTION WHEN check_violation THEN
-    -- A delivery of that day reached the default partition after the
-    -- check above: the day stays there.
-    RETURN false;
+EXCEPTION
+    WHEN check_violation THEN
+        -- A delivery of that day reached the default partition after the
+        -- check above: the day stays there.
+        RETURN false;
+    WHEN lock_not_available THEN
+        -- Someone holds the archive (a report, a dump): nothing was made;
+        -- the next run makes the day.
+        RAISE WARNING 'webhook_create_partitions: the archive''s partition for % was not created: the archive is in use',
+            day
+            USING DETAIL = pg_catalog.format('Its lock was not granted within webhook.maintenance_lock_timeout (%s).',
+                                             webhook._maintenance_lock_timeout()),
+                  HINT = 'Run webhook_create_partitions() again later; deliveries of that day go to the default partition meanwhile.';
+        RETURN false;
 END
 $$;
 COMMENT ON FUNCTION webhook._create_archive_partition(date) IS
@@ -197,7 +243,10 @@ COMMENT ON FUNCTION @extschema@.webhook_create_partitions(integer) IS
 -- archived before an upgrade to partitioning) is purged row by row,
 -- `batch_size` rows per statement; pass max_batches for a large backlog
 -- and call it repeatedly. Dropping a partition locks the archive until
--- the transaction ends: call it on its own, not inside other work.
+-- the transaction ends: call it on its own, not inside other work. A day
+-- whose lock is not granted within webhook.maintenance_lock_timeout (a
+-- report or a dump is reading the archive) is skipped with a WARNING, and
+-- dropped by a later run: claims never queue behind the purge for longer.
 CREATE FUNCTION @extschema@.webhook_purge(
     older_than  interval DEFAULT '90 days',
     batch_size  integer  DEFAULT 10000,
@@ -231,7 +280,10 @@ DECLARE
     providers text[];
     event_ids text[];
     days      pg_catalog.regclass[] := '{}';
+    day_rows  bigint[] := '{}';
+    skipped   pg_catalog.regclass[] := '{}';
     day       pg_catalog.regclass;
+    lock_timeout_before CONSTANT text := pg_catalog.current_setting('lock_timeout');
 BEGIN
     IF older_than IS NULL OR older_than <= interval '0' THEN
         RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
@@ -320,22 +372,39 @@ BEGIN
         INTO kept USING providers, event_ids;
         kept_all := kept_all || kept;
         EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
-        deleted := deleted + total - pg_catalog.cardinality(kept);
+        day_rows := day_rows || (total - pg_catalog.cardinality(kept));
         days := days || part.partition;
     END LOOP;
-    FOREACH day IN ARRAY days LOOP
-        SELECT p.lower_id, p.upper_id INTO part FROM webhook.archive_partitions p WHERE p.partition = day;
-        EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', day);
-        -- No partition covers their ids any more: they go to the default
-        -- partition, under the same ids.
-        EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
-                                  columns, day)
-        USING kept_all;
-        DELETE FROM webhook.delivery_failures f
-         WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
-           AND f.delivery_id <> ALL (kept_all);
-        EXECUTE pg_catalog.format('DROP TABLE %s', day);
+    -- Detaching a day waits for every reader of the archive (a report, a
+    -- dump), and every claim queues behind the waiting detach: wait only
+    -- briefly, skip the day if its lock is not granted, and say so.
+    FOR i IN 1 .. pg_catalog.cardinality(days) LOOP
+        day := days[i];
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', webhook._maintenance_lock_timeout(), true);
+            SELECT p.lower_id, p.upper_id INTO part FROM webhook.archive_partitions p WHERE p.partition = day;
+            EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', day);
+            -- No partition covers their ids any more: they go to the default
+            -- partition, under the same ids.
+            EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
+                                      columns, day)
+            USING kept_all;
+            DELETE FROM webhook.delivery_failures f
+             WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
+               AND f.delivery_id <> ALL (kept_all);
+            EXECUTE pg_catalog.format('DROP TABLE %s', day);
+            deleted := deleted + day_rows[i];
+        EXCEPTION WHEN lock_not_available THEN
+            skipped := skipped || day;
+        END;
     END LOOP;
+    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
+    IF pg_catalog.cardinality(skipped) > 0 THEN
+        RAISE WARNING 'webhook_purge: % day(s) of the archive not dropped: the archive is in use', pg_catalog.cardinality(skipped)
+            USING DETAIL = pg_catalog.format('Not dropped: %s. Their lock was not granted within webhook.maintenance_lock_timeout (%s).',
+                                             pg_catalog.array_to_string(skipped, ', '), webhook._maintenance_lock_timeout()),
+                  HINT = 'Run webhook_purge again later, when no long read of webhook.delivery_log is running.';
+    END IF;
     RETURN deleted;
 END
 $$;
@@ -411,3 +480,62 @@ COMMENT ON FUNCTION @extschema@.webhook_reset_watermark(text, text, text) IS
     'For operators: forget an entity''s ordering watermark (one consumer''s, or all); returns how many were removed';
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
+
+-- Queue any number of verified events, committing every batch_size of
+-- them: a backfill or an import. Each event queued holds its lock until
+-- its transaction commits, and one transaction may hold only so many
+-- (webhook_enqueue refuses more with SQLSTATE 54000); this procedure
+-- commits between batches instead. CALL it on its own, not inside a
+-- transaction block. events: a JSON array of objects with event_id,
+-- event_type and payload. Batches committed before a failure stay queued;
+-- calling it again with the same events queues only the rest, the others
+-- being duplicates. Returns how many were queued (duplicates not counted).
+-- SECURITY INVOKER, with no SET clause (a procedure with one cannot
+-- commit): it does nothing the caller could not do with webhook_enqueue,
+-- and names everything with its schema.
+CREATE PROCEDURE @extschema@.webhook_enqueue_batches(
+    provider     text,
+    events       jsonb,
+    batch_size   integer DEFAULT 1000,
+    INOUT queued bigint  DEFAULT NULL
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    total    integer;
+    position integer := 0;
+    event    jsonb;
+    answer   text;
+BEGIN
+    IF webhook_enqueue_batches.provider IS NULL THEN
+        RAISE EXCEPTION 'webhook_enqueue_batches: argument "provider" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF events IS NULL OR pg_catalog.jsonb_typeof(events) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'webhook_enqueue_batches: argument "events" must be a JSON array of {"event_id", "event_type", "payload"} objects'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_size IS NULL OR batch_size < 1 OR batch_size > 10000 THEN
+        RAISE EXCEPTION 'webhook_enqueue_batches: argument "batch_size" must be between 1 and 10000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    queued := 0;
+    total := pg_catalog.jsonb_array_length(events);
+    WHILE position < total LOOP
+        event := events -> position;
+        SELECT e.status::text INTO answer
+          FROM @extschema@.webhook_enqueue(webhook_enqueue_batches.provider,
+                                           event ->> 'event_id', event ->> 'event_type',
+                                           event -> 'payload') AS e;
+        IF answer = 'queued' THEN
+            queued := queued + 1;
+        END IF;
+        position := position + 1;
+        IF position % batch_size = 0 THEN
+            COMMIT;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON PROCEDURE @extschema@.webhook_enqueue_batches(text, jsonb, integer, bigint) IS
+    'Queue any number of verified events ({"event_id", "event_type", "payload"} objects), committing every batch_size: a backfill or an import; returns how many were queued';

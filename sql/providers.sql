@@ -236,6 +236,14 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = problem || '.';
     END IF;
+    -- Each delivery is checked against every active secret: keep them few.
+    IF (SELECT pg_catalog.count(*) FROM webhook.provider_secrets s
+         WHERE s.provider = webhook_add_secret.provider AND s.retired_at IS NULL
+           AND s.secret <> webhook_add_secret.secret) >= 16 THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "provider": "%" has 16 active secrets already', webhook_add_secret.provider
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Retire the secrets the provider no longer signs with: webhook_retire_secret(provider, fingerprint).';
+    END IF;
     fp := webhook._fingerprint(webhook_add_secret.secret);
     INSERT INTO webhook.provider_secrets AS s (provider, secret, fingerprint)
     VALUES (webhook_add_secret.provider, webhook_add_secret.secret, fp)

@@ -41,10 +41,13 @@ BEGIN
         @extschema@.idempotency_fingerprint(text, text, bytea),
         @extschema@.idempotency_fingerprint(text, text, text)
         TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON PROCEDURE
+        @extschema@.webhook_enqueue_batches(text, jsonb, integer, bigint)
+        TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_next, webhook_complete, webhook_fail, webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_next, webhook_complete, webhook_fail, webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
 
 -- Grant an operator role the archive, the views and the maintenance
 -- functions; never the secrets.
@@ -105,7 +108,7 @@ BEGIN
                AND d.deptype = 'e'
                AND x.extname = 'pg_webhook_inbox'
         ), objects AS (
-            SELECT 'FUNCTION ' || p.oid::pg_catalog.regprocedure::text AS object,
+            SELECT 'ROUTINE ' || p.oid::pg_catalog.regprocedure::text AS object,
                    'f'::"char" AS objtype, p.proowner AS owner, p.pronamespace AS nsp,
                    p.proacl AS acl,
                    p.proname IN ('webhook_schemes', 'verify_hmac', 'webhook_verify',

@@ -3,9 +3,9 @@
 --   webhook.events             small and hot: one row per (provider, event_id),
 --                              kept forever, no payload. Its primary key is
 --                              the dedup.
---   webhook.signature_bindings which event id a delivery's signed bytes were
---                              first seen under, for providers that do not
---                              sign the id; kept forever with the events.
+--   webhook.signature_bindings which delivery (event id, and body where the
+--                              signature does not vouch for it) a signature
+--                              first came with; kept forever with the events.
 --   webhook.delivery_log and   large and cold: one row per delivery, with the
 --   webhook.delivery_failures  payload, raw body, signature and headers, and
 --                              the failed attempts. Purging them never loses
@@ -578,27 +578,36 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
 COMMENT ON VIEW webhook.deliveries IS
     'The archive: one row per delivery with processing_status PENDING, QUEUED, PROCESSED, SKIPPED, FAILED or REJECTED';
 
--- Providers that do not sign the event id (GitHub, Shopify, a generic HMAC
--- of the body) are replayable under a forged id header: the same signed
--- bytes, a fresh X-GitHub-Delivery. Each delivery's signed bytes are bound
--- here to the id they first came with; the same bytes under another id are
--- refused as 'replayed'. Kept forever, like webhook.events.
+-- One signature vouches for one delivery. Providers that do not sign the
+-- event id (GitHub, Shopify, a generic HMAC of the body) are replayable
+-- under a forged id header: the same signed bytes, a fresh
+-- X-GitHub-Delivery. Providers whose signature does not vouch for the body
+-- (PayPal's CRC32, Mailgun's timestamp and token) are replayable with
+-- another body. Each such delivery's signed bytes are bound here to the id
+-- they first came with and, where the body is not vouched for, to the
+-- body's SHA-256; the same bytes with another id or body are refused as
+-- 'replayed'. Kept forever, like webhook.events.
 CREATE TABLE webhook.signature_bindings (
     provider      text        NOT NULL,
-    -- SHA-256 of the signed material: the scheme's signed prefix and the body.
+    -- SHA-256 of the signed material: the scheme's signed prefix, the body
+    -- where the signature covers it, the suffix.
     digest        bytea       NOT NULL,
     event_id      text        NOT NULL,
     first_seen_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- SHA-256 of the body, where the signature does not vouch for it;
+    -- NULL where it does (the body is then part of digest).
+    body_digest   bytea,
     CONSTRAINT signature_bindings_pkey PRIMARY KEY (provider, digest)
 );
 
 COMMENT ON TABLE webhook.signature_bindings IS
-    'For providers that sign the body but not the event id: which id each signed body first came with';
+    'Which delivery each signature first vouched for, where it covers neither the event id nor, by a digest, the body';
 
 COMMENT ON COLUMN webhook.signature_bindings.provider IS 'Provider name';
-COMMENT ON COLUMN webhook.signature_bindings.digest IS 'SHA-256 of the signed material (the scheme''s signed prefix and the body)';
+COMMENT ON COLUMN webhook.signature_bindings.digest IS 'SHA-256 of the signed material (the scheme''s signed prefix, the body where the signature covers it, the suffix)';
 COMMENT ON COLUMN webhook.signature_bindings.event_id IS 'The event id those bytes first came with; under any other id they are refused as replayed';
 COMMENT ON COLUMN webhook.signature_bindings.first_seen_at IS 'When they were first seen';
+COMMENT ON COLUMN webhook.signature_bindings.body_digest IS 'SHA-256 of the body they first came with, where the signature does not vouch for the body; with any other body they are refused as replayed';
 
 -- The provider registry: how to verify each provider's deliveries and where
 -- its event id and type are. Written through webhook_register_provider().

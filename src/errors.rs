@@ -98,6 +98,19 @@ pub enum WebhookError {
         id: String,
         detail: String,
     },
+    /// The library is newer than the installed SQL, and what was asked
+    /// needs a table of the newer release: `ALTER EXTENSION … UPDATE` has
+    /// not run yet.
+    SchemaNotUpdated {
+        function: &'static str,
+        needs: &'static str,
+    },
+    /// One transaction claiming or queueing more events than the lock
+    /// table can hold locks for (see `event_lock::budget`).
+    TooManyEventsInTransaction {
+        function: &'static str,
+        limit: usize,
+    },
     /// webhook_requeue was given an event that does not exist.
     UnknownEvent {
         function: &'static str,
@@ -238,6 +251,8 @@ impl WebhookError {
             Self::UnknownProvider { .. } => ERRCODE_UNDEFINED_OBJECT,         // 42704
             Self::UnknownEvent { .. } => ERRCODE_NO_DATA_FOUND,               // P0002
             Self::NotRequeueable { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
+            Self::SchemaNotUpdated { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
+            Self::TooManyEventsInTransaction { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED, // 54000
             Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,             // 42601
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
             Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                      // XX000
@@ -288,6 +303,15 @@ impl WebhookError {
                  an inbox lease of it is parked as stale.",
             ),
             Self::UnknownAlgorithm { .. } => Some("Use one of: sha256, sha1, sha512."),
+            Self::TooManyEventsInTransaction { .. } => Some(
+                "Each event holds a lock until its transaction commits: commit in batches, or queue \
+                 a backfill with CALL webhook_enqueue_batches(provider, events), which commits every \
+                 batch_size events.",
+            ),
+            Self::SchemaNotUpdated { .. } => Some(
+                "Run ALTER EXTENSION pg_webhook_inbox UPDATE: the library was updated, its tables not yet. \
+                 Until then the provider's retries bring the delivery again.",
+            ),
             Self::NotRequeueable { .. } => {
                 Some("A processed event is never requeued: that would process it twice.")
             }
@@ -378,6 +402,14 @@ impl fmt::Display for WebhookError {
             Self::UnknownEvent { function, provider, event_id } => write!(
                 f,
                 "{function}: argument \"event_id\": no event \"{event_id}\" from provider \"{provider}\""
+            ),
+            Self::TooManyEventsInTransaction { function, limit } => write!(
+                f,
+                "{function}: this transaction holds {limit} events already, as many as the lock table allows one transaction"
+            ),
+            Self::SchemaNotUpdated { function, needs } => write!(
+                f,
+                "{function}: {needs} needs the tables of this library's release, which are not installed yet"
             ),
             Self::NotRequeueable { function, status } => write!(
                 f,

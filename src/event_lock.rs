@@ -26,6 +26,62 @@ use sha2::{Digest, Sha256};
 
 const EVENT_LOCK_SUBID: u16 = 0x5748;
 
+thread_local! {
+    /// Locks this backend took and still holds in its current
+    /// transaction: (the transaction's local id, how many).
+    static HELD: std::cell::Cell<(u32, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The backend's current local transaction id: changes with every
+/// transaction, so the count of held locks starts over.
+fn local_transaction() -> u32 {
+    // SAFETY: MyProc is this backend's own PGPROC, set up before any
+    // function of the extension can run.
+    unsafe {
+        #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16"))]
+        let lxid = (*pg_sys::MyProc).lxid;
+        #[cfg(any(feature = "pg17", feature = "pg18"))]
+        let lxid = (*pg_sys::MyProc).vxid.lxid;
+        lxid
+    }
+}
+
+fn held() -> usize {
+    let (xact, count) = HELD.get();
+    if xact == local_transaction() {
+        count
+    } else {
+        0
+    }
+}
+
+fn count_held(change: isize) {
+    let count = held().saturating_add_signed(change);
+    HELD.set((local_transaction(), count));
+}
+
+/// How many event locks one transaction may hold: half of the shared lock
+/// table (`max_locks_per_transaction` × `max_connections`, roughly), so
+/// that one bulk import can neither run the server out of shared memory
+/// nor starve every other transaction of locks.
+pub fn budget() -> usize {
+    // SAFETY: settings fixed at server start.
+    let (per_xact, backends) = unsafe { (pg_sys::max_locks_per_xact, pg_sys::MaxBackends) };
+    usize::try_from(per_xact.max(1)).unwrap_or(64) * usize::try_from(backends.max(1)).unwrap_or(100)
+        / 2
+}
+
+/// Refuse a new event lock when the transaction holds its budget already:
+/// a clear error up front instead of "out of shared memory" half way
+/// through, with what to do instead.
+pub fn check_budget(function: &'static str) -> crate::errors::Result<()> {
+    let limit = budget();
+    if held() >= limit {
+        return Err(crate::errors::WebhookError::TooManyEventsInTransaction { function, limit });
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy)]
 pub struct EventLock {
     tag: pg_sys::LOCKTAG,
@@ -49,6 +105,17 @@ impl EventLock {
         Self::keyed(&[b"idempotency", scope.as_bytes(), key.as_bytes()])
     }
 
+    /// The lock on one entity's FIFO line in one consumer's inbox, held by
+    /// a transaction that leases from it (see `inbox::api::lines`).
+    pub fn for_fifo_line(provider: &str, consumer: &str, entity_key: &str) -> Self {
+        Self::keyed(&[
+            b"fifo",
+            provider.as_bytes(),
+            consumer.as_bytes(),
+            entity_key.as_bytes(),
+        ])
+    }
+
     /// The lock a transaction holds while it is the one that notifies
     /// waiting inbox workers (see `inbox::wake`).
     pub fn for_wake_up() -> Self {
@@ -60,7 +127,7 @@ impl EventLock {
         // platforms and Rust versions (std's hashers promise none of that),
         // so backends running different builds during an upgrade agree.
         // Parts are NUL-separated; event keys have two parts, and the
-        // three-part keys start with different tags, so the kinds cannot
+        // longer keys start with different tags, so the kinds cannot
         // collide by accident.
         let mut hasher = Sha256::new();
         for (i, part) in parts.iter().enumerate() {
@@ -91,7 +158,11 @@ impl EventLock {
         // released by PostgreSQL at commit or abort.
         let result =
             unsafe { pg_sys::LockAcquire(&self.tag, pg_sys::ExclusiveLock as i32, false, true) };
-        result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+        let acquired = result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
+        if acquired {
+            count_held(1);
+        }
+        acquired
     }
 
     /// Take the lock, waiting for its holder's transaction to end. Only the
@@ -104,6 +175,7 @@ impl EventLock {
         unsafe {
             pg_sys::LockAcquire(&self.tag, pg_sys::ExclusiveLock as i32, false, false);
         }
+        count_held(1);
     }
 
     /// Give back a lock taken by this call when the claim turned out not to
@@ -115,5 +187,6 @@ impl EventLock {
         unsafe {
             pg_sys::LockRelease(&self.tag, pg_sys::ExclusiveLock as i32, false);
         }
+        count_held(-1);
     }
 }

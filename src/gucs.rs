@@ -49,6 +49,12 @@ pub static BACKOFF_MAX: GucSetting<i32> = GucSetting::<i32>::new(3_600_000);
 /// Whether queueing an event wakes listening workers (`NOTIFY webhook_inbox`).
 pub static INBOX_NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// How long maintenance (`webhook_purge`, `webhook_create_partitions`)
+/// waits for a lock on the archive, in milliseconds. While it waits, every
+/// claim that needs the same table queues behind it; past this, it skips
+/// what needed the lock, says so, and does it on a later run.
+pub static MAINTENANCE_LOCK_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(200);
+
 /// How long an idempotency key of the application's API is kept, in
 /// seconds, from its first request: Stripe keeps its keys for 24 hours.
 /// Past it, a finished key starts anew and `idempotency_purge` removes it.
@@ -120,7 +126,7 @@ pub fn init() {
         &BACKOFF_BASE,
         1,
         i32::MAX,
-        GucContext::Userset,
+        GucContext::Suset,
         GucFlags::UNIT_MS,
     );
     GucRegistry::define_int_guc(
@@ -130,7 +136,7 @@ pub fn init() {
         &BACKOFF_MAX,
         1,
         i32::MAX,
-        GucContext::Userset,
+        GucContext::Suset,
         GucFlags::UNIT_MS,
     );
     GucRegistry::define_bool_guc(
@@ -174,6 +180,17 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::UNIT_KB,
     );
+    GucRegistry::define_int_guc(
+        c"webhook.maintenance_lock_timeout",
+        c"How long webhook_purge and webhook_create_partitions wait for a lock on the archive.",
+        c"Claims needing the archive queue behind a waiting lock request: past this, the \
+          maintenance skips what needed the lock, warns, and leaves it for its next run.",
+        &MAINTENANCE_LOCK_TIMEOUT,
+        1,
+        60_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_string_guc(
         c"webhook.redact_headers",
         c"Request headers whose values webhook_receive never archives.",
@@ -183,6 +200,20 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    reserve_prefix();
+}
+
+/// Every `webhook.` setting is one of the above: a misspelt one
+/// (`webhook.max_attempt`) is an error instead of a silently kept
+/// placeholder.
+fn reserve_prefix() {
+    // SAFETY: called from _PG_init, with a static NUL-terminated name.
+    unsafe {
+        #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+        pgrx::pg_sys::MarkGUCPrefixReserved(c"webhook".as_ptr());
+        #[cfg(any(feature = "pg13", feature = "pg14"))]
+        pgrx::pg_sys::EmitWarningsOnPlaceholders(c"webhook".as_ptr());
+    }
 }
 
 pub fn max_payload_bytes() -> usize {

@@ -132,6 +132,17 @@ pub(crate) fn fail_attempt(
         }
         .into());
     }
+    // The longest delay between two attempts is the DBA's to set: an
+    // application cannot hide an event for a century.
+    let longest = i128::from(crate::gucs::BACKOFF_MAX.get()) * 1000;
+    if retry_in.is_some_and(|r| r.as_micros() > longest) {
+        return Err(WebhookError::InvalidArgument {
+            function: F,
+            arg: "retry_in",
+            rule: "must not exceed webhook.backoff_max",
+        }
+        .into());
+    }
     // Kept forever with the event: cut, not refused, since failing must
     // not fail.
     let err = input::truncated(err, MAX_ERROR_BYTES);

@@ -5,10 +5,15 @@
 //! year. Each backend keeps what it read, until the registry changes:
 //!
 //! * a statement trigger on `webhook.providers` and
-//!   `webhook.provider_secrets` (`webhook_registry_changed`) sends a
-//!   relcache invalidation for the table it fired on, which PostgreSQL
-//!   delivers to every backend when the change commits (and to the
-//!   changing backend at once, and again if it rolls back);
+//!   `webhook.provider_secrets` (`webhook_registry_changed`, enabled
+//!   ALWAYS, so that it fires under `session_replication_role = replica`
+//!   too: a restore, a logical replication apply) sends a relcache
+//!   invalidation for the table it fired on, which PostgreSQL delivers to
+//!   every backend when the change commits (and to the changing backend
+//!   at once, and again if it rolls back);
+//! * before each look at the cache, the backend takes in the
+//!   invalidations committed since it last did, also in the middle of a
+//!   transaction;
 //! * each backend's relcache callback (`invalidated`) drops the cache
 //!   when that invalidation names one of the two tables, or is a reset of
 //!   every relation (after a backend fell too far behind).
@@ -157,6 +162,12 @@ pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> 
         unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0)) };
         CALLBACK_REGISTERED.set(true);
     }
+    // Take in the invalidations committed since this transaction last
+    // looked: a statement in an open transaction that already holds its
+    // locks would otherwise not see them before the cache is consulted.
+    // SAFETY: processes pending shared invalidation messages, as every
+    // lock acquisition does.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
     let cached = CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         if cache.generation != GENERATION.get() {

@@ -92,12 +92,45 @@ fn requeue(
     if requeued {
         return Ok(());
     }
+    let status = match status {
+        EventStatus::Queued => consumers_standing(client, provider, event_id, consumer)?,
+        other => other.as_str().into(),
+    };
     Err(WebhookError::NotRequeueable {
         function: FUNCTION,
-        status: match status {
-            EventStatus::Queued => "queued, with no dead consumer".into(),
-            other => other.as_str().into(),
-        },
+        status,
+    })
+}
+
+/// Where a queued event's consumers (all, or `consumer`) stand: whether
+/// every one of them processed it (or skipped it as stale).
+static CONSUMERS_DONE: Statement = Statement {
+    sql: "SELECT pg_catalog.bool_and(status IN ('processed', 'stale')),
+                 pg_catalog.bool_and(status = 'stale')
+            FROM webhook.inbox
+           WHERE provider = $1 AND event_id = $2 AND ($3::text IS NULL OR consumer = $3)",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// A queued event that has no dead consumer to requeue, in words: its own
+/// row only says it was queued.
+fn consumers_standing(
+    client: &mut SpiClient<'_>,
+    provider: &str,
+    event_id: &str,
+    consumer: Option<&str>,
+) -> Result<String> {
+    let row = CONSUMERS_DONE
+        .run(client, &[provider.into(), event_id.into(), consumer.into()])?
+        .next();
+    let (done, stale) = match row {
+        Some(row) => (row.get::<bool>(1)?, row.get::<bool>(2)?),
+        None => (None, None),
+    };
+    Ok(match (done, stale) {
+        (Some(true), Some(true)) => "stale for every consumer".into(),
+        (Some(true), _) => "processed by every consumer".into(),
+        _ => "queued, with no dead consumer (ready or leased)".into(),
     })
 }
 

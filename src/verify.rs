@@ -129,7 +129,9 @@ pub(crate) fn verify_request_detail_text(
 
 /// The signature schemes the extension knows, their aliases, where their
 /// providers put the event id and type, and ordering's presets: the
-/// defaults of `webhook_register_provider`.
+/// defaults of `webhook_register_provider`; and what each signature
+/// covers: the body by a digest, by unframed fields, by a checksum, or
+/// not at all, and which headers.
 #[pg_extern(immutable, parallel_safe, name = "webhook_schemes")]
 pub(crate) fn scheme_catalog() -> TableIterator<
     'static,
@@ -138,12 +140,14 @@ pub(crate) fn scheme_catalog() -> TableIterator<
         name!(aliases, Vec<String>),
         name!(event_id_from, Option<String>),
         name!(event_type_from, Option<String>),
-        name!(event_id_signed, bool),
-        name!(event_type_signed, bool),
+        name!(event_id_signed, Option<bool>),
+        name!(event_type_signed, Option<bool>),
         name!(tolerance, Option<Interval>),
         name!(signs, String),
         name!(entity_key_from, Option<String>),
         name!(order_from, Option<String>),
+        name!(body_covered, &'static str),
+        name!(headers_covered, Vec<&'static str>),
     ),
 > {
     TableIterator::new(catalog::CATALOG.iter().map(|entry| {
@@ -152,14 +156,16 @@ pub(crate) fn scheme_catalog() -> TableIterator<
             entry.aliases.iter().map(|a| a.to_string()).collect(),
             entry.event_id_from.map(str::to_string),
             entry.event_type_from.map(str::to_string),
-            entry.event_id_signed,
-            entry.event_type_signed,
+            entry.event_id_signed(),
+            entry.event_type_signed(),
             entry
                 .tolerance
                 .map(|secs| Interval::from_micros(secs * 1_000_000)),
             entry.signs.to_string(),
             entry.entity_key_from.map(str::to_string),
             entry.order_from.map(str::to_string),
+            entry.covers.body.as_str(),
+            entry.covers.headers.to_vec(),
         )
     }))
 }
@@ -199,6 +205,13 @@ fn run(
     let body = input::required(function, "body", body)?;
     input::payload_size(function, "body", body.len())?;
     let secrets = input::required(function, "secrets", secrets)?;
+    if secrets.len() > crate::schemes::MAX_KEYS {
+        return Err(WebhookError::InvalidArgument {
+            function,
+            arg: "secrets",
+            rule: "must hold at most 16 keys",
+        });
+    }
     let url = input::url(function, "url", url)?;
     // NULL: the scheme's own window (five minutes where it signs a time).
     let tolerance_secs = match tolerance {

@@ -189,3 +189,40 @@ fn a_held_event_is_answered_from_its_committed_state() {
         ["claimed:PROCESSED", "duplicate:SKIPPED"]
     );
 }
+
+/// Parking an event as dead writes its row, so the delivery that parks it
+/// keeps the event's lock until it commits: a concurrent delivery is
+/// answered at once (`in_progress`) instead of waiting on the uncommitted
+/// row.
+#[test]
+fn a_delivery_beside_one_parking_its_event_as_dead_does_not_wait() {
+    let db = database("pgwi_concurrency");
+    let mut parker = connect(db);
+    parker
+        .batch_execute("SET webhook.max_attempts = 1")
+        .unwrap();
+    let first = claim_in(&mut parker, "paddle", "evt_parked_dead", Some("1 second")).unwrap();
+    assert!(first.claimed);
+    std::thread::sleep(Duration::from_millis(1300));
+
+    let mut parking = parker.transaction().unwrap();
+    let parked = claim_in(&mut parking, "paddle", "evt_parked_dead", None).unwrap();
+    assert_eq!(parked.status, "dead");
+
+    let mut other = connect(db);
+    other
+        .batch_execute("SET lock_timeout = '3s'; SET statement_timeout = '3s'")
+        .unwrap();
+    let started = Instant::now();
+    let beside = claim_in(&mut other, "paddle", "evt_parked_dead", None)
+        .expect("answered without waiting for the parking transaction");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(beside.status, "in_progress");
+    parking.commit().unwrap();
+    let after = claim_in(&mut other, "paddle", "evt_parked_dead", None).unwrap();
+    assert_eq!(after.status, "dead");
+}

@@ -16,6 +16,7 @@ const GITHUB_SECRET: &str = "attack-test-github";
 const SHOPIFY_SECRET: &str = "shpss_attack_test";
 const GENERIC_SECRET: &str = "attack-test-generic";
 const STANDARD_SECRET: &str = "whsec_YXR0YWNrLXRlc3Qtc3RhbmRhcmQta2V5";
+const MAILGUN_KEY: &str = "attack-test-mailgun";
 
 fn setup() -> Client {
     let db = database(DB);
@@ -25,6 +26,8 @@ fn setup() -> Client {
         ("github", GITHUB_SECRET, ", inbox => false"),
         ("shopify", SHOPIFY_SECRET, ""),
         ("svix", STANDARD_SECRET, ""),
+        ("supabase", STANDARD_SECRET, ""),
+        ("mailgun", MAILGUN_KEY, ""),
         (
             "generic",
             GENERIC_SECRET,
@@ -105,6 +108,102 @@ fn replay_standard_webhooks_with_another_id_header() {
         count(
             &mut admin,
             "SELECT count(*) FROM webhook.events WHERE provider = 'svix'"
+        ),
+        1
+    );
+    attack.finish();
+}
+
+/// Mailgun signs a timestamp and a token, nothing of the event riding with
+/// them: a captured signature object carried with other events (a
+/// "complained" for every address) is the one delivery it vouched for,
+/// and nothing else.
+#[test]
+fn replay_a_mailgun_signature_with_other_events() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    let ts = now().to_string();
+    let token = "attack-token-1";
+    let signature = serde_json::json!({
+        "timestamp": ts, "token": token,
+        "signature": hex::encode(hmac_sha256(MAILGUN_KEY.as_bytes(), &[ts.as_bytes(), token.as_bytes()])),
+    });
+    let body = |id: &str, event: &str| {
+        serde_json::json!({ "signature": signature, "event-data": { "id": id, "event": event } })
+            .to_string()
+    };
+    let genuine = body("mg-genuine", "delivered");
+    assert_eq!(
+        answered(
+            &mut admin,
+            "mailgun",
+            &serde_json::json!({}),
+            genuine.as_bytes()
+        )
+        .unwrap()
+        .0,
+        "claimed"
+    );
+    let mut attack = Attack::start("replay: a Mailgun signature carrying other events");
+    for i in 0..20 {
+        let forged = body(&format!("mg-forged-{i}"), "complained");
+        attack.attempt(
+            || {
+                answered(
+                    &mut admin,
+                    "mailgun",
+                    &serde_json::json!({}),
+                    forged.as_bytes(),
+                )
+                .unwrap()
+            },
+            |(status, ..)| status == "claimed",
+        );
+    }
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.events WHERE provider = 'mailgun'"
+        ),
+        1
+    );
+    attack.finish();
+}
+
+/// Supabase reads its id from `webhook-id` only: a captured delivery
+/// re-sent in the `svix-*` family, with a fresh unsigned `webhook-id`
+/// beside it, has no event id it may trust.
+#[test]
+fn replay_supabase_in_the_other_header_family() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    let body = r#"{"type":"signup","email_data":{"token":"t"}}"#;
+    let svix = standard("msg_supabase_1", body, now(), STANDARD_SECRET);
+    let webhook_family = serde_json::json!({
+        "webhook-id": svix["svix-id"], "webhook-timestamp": svix["svix-timestamp"],
+        "webhook-signature": svix["svix-signature"],
+    });
+    assert_eq!(
+        answered(&mut admin, "supabase", &webhook_family, body.as_bytes())
+            .unwrap()
+            .0,
+        "claimed"
+    );
+    let mut attack = Attack::start("replay: Supabase in the svix-* family with a fresh webhook-id");
+    for i in 0..10 {
+        let forged = merged(
+            svix.clone(),
+            serde_json::json!({ "webhook-id": format!("fresh-{i}") }),
+        );
+        attack.attempt(
+            || answered(&mut admin, "supabase", &forged, body.as_bytes()).unwrap(),
+            |(status, ..)| status == "claimed",
+        );
+    }
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.events WHERE provider = 'supabase'"
         ),
         1
     );
@@ -568,6 +667,40 @@ fn hostile_inputs_are_refused_or_answered_at_once() {
         );
         assert!(reason.is_ok(), "{reason:?}");
     }
+    attack.finish();
+
+    // Public-key checks cost a hundred HMACs each: 88 Ed25519 signatures in
+    // one Standard header are malformed, not tried one by one; 3,000
+    // certificates given to webhook_verify are refused at once.
+    let mut attack = Attack::start("hostile input: 88 Ed25519 signatures, 3,000 keys");
+    let v1a = format!("v1a,{}== ", "A".repeat(86)).repeat(88);
+    let headers = serde_json::json!({ "webhook-id": "m", "webhook-timestamp": now().to_string(),
+                                      "webhook-signature": v1a });
+    let key = format!("whpk_{}", "A".repeat(43) + "=");
+    let reason = attack.attempt(
+        || {
+            admin
+                .query_one(
+                    "SELECT reason FROM webhook_verify_detail('standard', $1::text::jsonb, '{}'::text, ARRAY[$2])",
+                    &[&headers.to_string(), &key],
+                )
+                .map(|r| r.get::<_, String>(0))
+        },
+        |r| !matches!(r.as_deref(), Ok("malformed_header")),
+    );
+    assert!(reason.is_ok(), "{reason:?}");
+    let outcome = attack.attempt(
+        || {
+            admin.query_one(
+                "SELECT webhook_verify('paypal;webhook_id=WH-1', '{}'::jsonb, '{}'::text,
+                                       array_fill('https://c\n-----BEGIN CERTIFICATE-----'::text, ARRAY[3000]))",
+                &[],
+            )
+        },
+        |r| r.is_ok(),
+    );
+    let err = outcome.expect_err("3,000 keys are refused");
+    assert_eq!(sql_state(&err), Some("22023"), "{err}");
     attack.finish();
 
     // Deep JSON, in the headers and in a genuinely signed body.

@@ -473,3 +473,92 @@ fn a_duplicate_waits_for_the_first_delivery_and_is_queued_if_the_first_rolls_bac
         assert_eq!(queued, 1, "{delivery}: queued exactly once");
     }
 }
+
+/// A backfill in one transaction: each queued event holds its lock until
+/// commit, so past the transaction's share of the lock table the next
+/// `webhook_enqueue` is refused up front (54000, saying what to do), never
+/// "out of shared memory" half way through. `webhook_enqueue_batches`
+/// queues any number, committing as it goes, as an application role.
+#[test]
+fn a_backfill_past_the_lock_budget_is_refused_up_front_and_batches_queue_any_number() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute("SELECT webhook_register_provider('backfill', scheme => 'stripe')")
+        .unwrap();
+    const EVENTS: i32 = 12_000;
+    let err = admin
+        .query_one(
+            "SELECT count(*) FROM generate_series(1, $1) g,
+                    LATERAL webhook_enqueue('backfill', 'evt_fill_' || g, 't', '{}'::jsonb) e",
+            &[&EVENTS],
+        )
+        .unwrap_err();
+    assert_eq!(sql_state(&err), Some("54000"), "{}", message(&err));
+    assert!(
+        message(&err).contains("as many as the lock table allows"),
+        "{}",
+        message(&err)
+    );
+    assert!(
+        err.as_db_error()
+            .and_then(|e| e.hint())
+            .is_some_and(|h| h.contains("webhook_enqueue_batches")),
+        "{err:?}"
+    );
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.inbox WHERE provider = 'backfill'"
+        ),
+        0,
+        "nothing half-written"
+    );
+
+    let _setup = one_at_a_time();
+    ensure_role(&mut admin, "webhook_backfill", true);
+    admin
+        .batch_execute("SELECT webhook_grant_app('webhook_backfill')")
+        .unwrap();
+    drop(_setup);
+    let mut app = connect_as(db, "webhook_backfill");
+    let events = serde_json::Value::from(
+        (1..=EVENTS)
+            .map(|n| serde_json::json!({ "event_id": format!("evt_fill_{n}"), "event_type": "t", "payload": { "n": n } }))
+            .collect::<Vec<_>>(),
+    )
+    .to_string();
+    let queued: i64 = app
+        .query_one(
+            "CALL webhook_enqueue_batches('backfill', $1::text::jsonb, batch_size => 2000)",
+            &[&events],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(queued, i64::from(EVENTS));
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.inbox WHERE provider = 'backfill'"
+        ),
+        i64::from(EVENTS)
+    );
+    // Again: every event a duplicate, none queued twice.
+    let queued: i64 = app
+        .query_one(
+            "CALL webhook_enqueue_batches('backfill', $1::text::jsonb)",
+            &[&events],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(queued, 0);
+    // Inside a transaction block it cannot commit, and says so.
+    let mut tx = app.transaction().unwrap();
+    let err = tx
+        .query_one(
+            "CALL webhook_enqueue_batches('backfill', '[{\"event_id\": \"x\", \"event_type\": \"t\", \"payload\": {}}]', batch_size => 1)",
+            &[],
+        )
+        .unwrap_err();
+    assert_eq!(sql_state(&err), Some("2D000"), "{}", message(&err));
+}

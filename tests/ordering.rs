@@ -444,6 +444,163 @@ fn the_fifo_inbox_processes_each_entity_in_order_and_one_at_a_time() {
     }
 }
 
+/// Arrivals while others are leased, as in production: a sender delivers
+/// shuffled events while six workers lease, process and complete in
+/// separate transactions (lease, commit, work, complete). Each worker marks
+/// the entity it works on in a table whose key is the entity, from a
+/// connection of its own in autocommit: a second worker on the same
+/// entity fails to insert the mark. An older event arriving while a newer
+/// one is leased must wait, and is then parked as stale.
+#[test]
+fn the_fifo_inbox_never_runs_two_events_of_an_entity_while_others_arrive() {
+    let db = database(DB);
+    let mut admin = setup(db);
+    admin
+        .batch_execute(&format!(
+            "SELECT webhook_register_provider('stripe_fifo_live', scheme => 'stripe', secret => '{SECRET}',
+                                              ordering => true, inbox => true, fifo => true);
+             CREATE TABLE fifo_running (entity text PRIMARY KEY);
+             CREATE TABLE fifo_overlaps (entity text, created bigint);
+             CREATE TABLE fifo_done (seq bigserial PRIMARY KEY, entity text, created bigint);"
+        ))
+        .unwrap();
+    let mut events = subscription_events("live", 4, 60, false);
+    shuffle(&mut events, 11);
+    let total = events.len();
+    let sending = Arc::new(AtomicUsize::new(1));
+
+    let sender = {
+        let sending = Arc::clone(&sending);
+        std::thread::spawn(move || {
+            let mut client = connect(db);
+            for event in &events {
+                let body = event.body();
+                let headers = stripe(&body, now(), SECRET).to_string();
+                let status: String = client
+                    .query_one(
+                        "SELECT status::text FROM webhook_receive('stripe_fifo_live', $1::text::jsonb, $2::text)",
+                        &[&headers, &body],
+                    )
+                    .unwrap()
+                    .get(0);
+                assert_eq!(status, "queued");
+                std::thread::sleep(Duration::from_micros(700));
+            }
+            sending.store(0, SeqCst);
+        })
+    };
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let sending = Arc::clone(&sending);
+            std::thread::spawn(move || {
+                let mut queue = connect(db);
+                let mut marks = connect(db);
+                loop {
+                    let leased = queue
+                        .query(
+                            "SELECT id::text, payload #>> '{data,object,id}', (payload ->> 'created')::bigint
+                               FROM webhook_next(2, provider => 'stripe_fifo_live')",
+                            &[],
+                        )
+                        .unwrap();
+                    for row in &leased {
+                        let (lease, entity, created): (String, String, i64) =
+                            (row.get(0), row.get(1), row.get(2));
+                        let marked = marks
+                            .execute(
+                                "INSERT INTO fifo_running VALUES ($1) ON CONFLICT DO NOTHING",
+                                &[&entity],
+                            )
+                            .unwrap();
+                        if marked == 0 {
+                            marks
+                                .execute("INSERT INTO fifo_overlaps VALUES ($1, $2)", &[&entity, &created])
+                                .unwrap();
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                        marks
+                            .execute(
+                                "INSERT INTO fifo_done (entity, created) VALUES ($1, $2)",
+                                &[&entity, &created],
+                            )
+                            .unwrap();
+                        if marked == 1 {
+                            marks
+                                .execute("DELETE FROM fifo_running WHERE entity = $1", &[&entity])
+                                .unwrap();
+                        }
+                        queue
+                            .execute("SELECT webhook_complete($1::text::uuid)", &[&lease])
+                            .unwrap();
+                    }
+                    if leased.is_empty() {
+                        let left: i64 = queue
+                            .query_one(
+                                "SELECT count(*) FROM webhook.inbox
+                                  WHERE provider = 'stripe_fifo_live' AND status IN ('ready', 'leased')",
+                                &[],
+                            )
+                            .unwrap()
+                            .get(0);
+                        if left == 0 && sending.load(SeqCst) == 0 {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            })
+        })
+        .collect();
+    sender.join().expect("the sender panicked");
+    for worker in workers {
+        worker.join().expect("a worker panicked");
+    }
+
+    let overlaps: Vec<(String, i64)> = admin
+        .query("SELECT entity, created FROM fifo_overlaps", &[])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert!(
+        overlaps.is_empty(),
+        "processed while another event of the entity was: {overlaps:?}"
+    );
+    let mut last: HashMap<String, i64> = HashMap::new();
+    for row in admin
+        .query("SELECT entity, created FROM fifo_done ORDER BY seq", &[])
+        .unwrap()
+    {
+        let (entity, created): (String, i64) = (row.get(0), row.get(1));
+        if let Some(previous) = last.insert(entity.clone(), created) {
+            assert!(
+                created > previous,
+                "{entity}: {created} processed after {previous}"
+            );
+        }
+    }
+    let (processed, stale): (i64, i64) = {
+        let row = admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE status = 'processed'), count(*) FILTER (WHERE status = 'stale')
+                   FROM webhook.inbox WHERE provider = 'stripe_fifo_live'",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        processed + stale,
+        total as i64,
+        "every event processed or parked"
+    );
+    let done: i64 = admin
+        .query_one("SELECT count(*) FROM fifo_done", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(done, processed, "each processed event worked on once");
+}
+
 #[test]
 fn an_order_value_in_a_header_cannot_move_a_watermark() {
     let db = database(DB);

@@ -300,3 +300,64 @@ fn a_registry_change_reaches_every_open_connection_once_committed() {
         .unwrap_err();
     assert_eq!(sql_state(&err), Some("42704"), "{}", message(&err));
 }
+
+/// A retirement reaches a connection in the middle of a transaction (its
+/// next delivery there is checked against the registry as committed), and
+/// one made under `session_replication_role = replica` (a restore, a
+/// logical replication apply) reaches every connection too.
+#[test]
+fn a_retired_secret_is_refused_inside_open_transactions_and_after_replica_changes() {
+    let db = database("pgwi_receive");
+    let mut app = app_connection(db);
+    let mut admin = connect(db);
+    let (old, new) = ("whsec_retire_old", "whsec_retire_new");
+    admin
+        .execute(
+            "SELECT webhook_register_provider('retire', scheme => 'stripe', secret => $1)",
+            &[&old],
+        )
+        .unwrap();
+    admin
+        .execute("SELECT webhook_add_secret('retire', $1)", &[&new])
+        .unwrap();
+    let receive = |tx: &mut postgres::Transaction<'_>, n: u32, secret: &str| -> String {
+        let body = format!(r#"{{"id":"evt_retire_{n}","type":"invoice.paid"}}"#);
+        tx.query_one(
+            "SELECT reason FROM webhook_receive('retire', $1::text::jsonb, $2::bytea)",
+            &[&stripe(&body, now(), secret).to_string(), &body.as_bytes()],
+        )
+        .unwrap()
+        .get(0)
+    };
+
+    // Inside one open transaction, which read the registry (and verified
+    // with the new secret): the old one is retired and committed elsewhere.
+    let mut tx = app.transaction().unwrap();
+    assert_eq!(receive(&mut tx, 1, new), "ok");
+    admin
+        .execute(
+            "SELECT webhook_retire_secret('retire', $1, force => true)",
+            &[&old],
+        )
+        .unwrap();
+    assert_eq!(receive(&mut tx, 2, old), "bad_signature");
+    assert_eq!(receive(&mut tx, 3, new), "ok");
+    tx.commit().unwrap();
+
+    // Under session_replication_role = replica, as pg_restore and logical
+    // replication write.
+    let mut tx = app.transaction().unwrap();
+    assert_eq!(receive(&mut tx, 4, new), "ok");
+    tx.commit().unwrap();
+    admin
+        .batch_execute(
+            "SET session_replication_role = replica;
+             UPDATE webhook.provider_secrets SET retired_at = now()
+              WHERE provider = 'retire' AND retired_at IS NULL;
+             RESET session_replication_role;",
+        )
+        .unwrap();
+    let mut tx = app.transaction().unwrap();
+    assert_eq!(receive(&mut tx, 5, new), "no_secret");
+    tx.commit().unwrap();
+}

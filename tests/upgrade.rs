@@ -73,9 +73,9 @@ WITH members AS (
 ), idx AS (
     SELECT i.* FROM pg_index i JOIN rels r ON r.oid = i.indrelid
 )
-SELECT 'function ' || p.oid::regprocedure || ' returns ' || pg_get_function_result(p.oid)
+SELECT 'function ' || p.oid::regprocedure || ' returns ' || coalesce(pg_get_function_result(p.oid), '(a procedure)')
        || ' secdef=' || p.prosecdef || ' volatile=' || p.provolatile::text || ' parallel=' || p.proparallel::text
-       || ' strict=' || p.proisstrict || ' lang=' || l.lanname
+       || ' strict=' || p.proisstrict || ' kind=' || p.prokind::text || ' lang=' || l.lanname
        || ' config=' || coalesce(array_to_string(p.proconfig, ';'), '')
        || ' args=' || pg_get_function_arguments(p.oid)
        || ' src=' || md5(p.prosrc) || ' bin=' || coalesce(p.probin, '')
@@ -294,6 +294,9 @@ fn every_kept_published_release_upgrades_to_what_a_fresh_install_is() {
 
         old.batch_execute("ALTER EXTENSION pg_webhook_inbox UPDATE")
             .unwrap();
+        // As the changelog asks after every update: grant again, which
+        // gives existing roles what the release added for them.
+        roles(&mut old);
         let upgraded_to: String = old
             .query_one(
                 "SELECT extversion FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
@@ -554,6 +557,31 @@ fn before_the_update_the_last_published_release_keeps_answering_webhooks() {
         "both queued events processed by their workers"
     );
 
+    // A scheme whose signature does not vouch for the body needs the new
+    // release's bindings: refused with the hint to update (the provider
+    // retries), never accepted unchecked.
+    admin
+        .execute(
+            "SELECT webhook_register_provider('mailgun', secret => 'mailgun-window-key')",
+            &[],
+        )
+        .unwrap();
+    let mailgun = mailgun_body("mg-window-1", "mailgun-window-key");
+    let refused = app
+        .query_one(
+            "SELECT status FROM webhook_receive('mailgun', '{}'::jsonb, $1::text)",
+            &[&mailgun],
+        )
+        .unwrap_err();
+    assert_eq!(sql_state(&refused), Some("55000"), "{}", message(&refused));
+    assert!(
+        refused
+            .as_db_error()
+            .and_then(|e| e.hint())
+            .is_some_and(|hint| hint.contains("ALTER EXTENSION pg_webhook_inbox UPDATE")),
+        "{refused:?}"
+    );
+
     // And the update itself then goes through with nothing lost.
     admin
         .batch_execute("ALTER EXTENSION pg_webhook_inbox UPDATE")
@@ -563,6 +591,29 @@ fn before_the_update_the_last_published_release_keeps_answering_webhooks() {
         .unwrap()
         .get(0);
     assert_eq!(after, 4);
+    let status: String = app
+        .query_one(
+            "SELECT status::text FROM webhook_receive('mailgun', '{}'::jsonb, $1::text)",
+            &[&mailgun],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "claimed", "the provider's retry, after the update");
+}
+
+/// A Mailgun delivery signed now: the signature object in the body.
+fn mailgun_body(event_id: &str, key: &str) -> String {
+    let ts = now().to_string();
+    let token = format!("token-{event_id}");
+    let signature = hex::encode(common::sign::hmac_sha256(
+        key.as_bytes(),
+        &[ts.as_bytes(), token.as_bytes()],
+    ));
+    serde_json::json!({
+        "signature": {"timestamp": ts, "token": token, "signature": signature},
+        "event-data": {"id": event_id, "event": "delivered"},
+    })
+    .to_string()
 }
 
 /// A Stripe delivery signed with the wrong secret, through the window's

@@ -127,6 +127,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
     let digest = d.payload.digest();
     let archived =
         crate::compress::for_archive(client, &d.payload, d.raw_body, d.headers.as_ref())?;
+    crate::event_lock::check_budget(d.function)?;
     let lock = EventLock::for_event(d.provider, d.event_id);
 
     if !lock.try_acquire() {
@@ -161,9 +162,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             Verdict::Fresh => {}
             Verdict::Tie => tie = true,
             Verdict::Stale { tie, reason } => {
-                if let Some(outcome) =
-                    skip_stale(client, d, id, archived, &digest, tie, &reason, lock)?
-                {
+                if let Some(outcome) = skip_stale(client, d, id, archived, &digest, tie, &reason)? {
                     return Ok(outcome);
                 }
             }
@@ -192,7 +191,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
             Ok(state.outcome(id, answer))
         }
         None => {
-            let outcome = take_over(client, d, id, archived, &digest, state, lock)?;
+            let outcome = take_over(client, d, id, archived, &digest, state)?;
             Ok(Outcome { tie, ..outcome })
         }
     }
@@ -234,7 +233,6 @@ fn skip_stale(
     digest: &[u8],
     tie: bool,
     reason: &str,
-    lock: EventLock,
 ) -> Result<Option<Outcome>> {
     // We hold the lock: no other transaction is working on the event.
     let state =
@@ -266,7 +264,9 @@ fn skip_stale(
             reason.into(),
         ],
     )?;
-    lock.release();
+    // The event row is written: the lock stays until commit, so that a
+    // concurrent delivery is answered `in_progress` at once instead of
+    // waiting on the uncommitted row.
     archive::record_skipped(
         client,
         Entry {
@@ -304,7 +304,6 @@ fn take_over(
     archived: Archived,
     digest: &[u8],
     state: EventState,
-    lock: EventLock,
 ) -> Result<Outcome> {
     let mismatch = state.payload_differs(digest);
     if state.status == EventStatus::Processing {
@@ -321,7 +320,8 @@ fn take_over(
             client,
             &[d.provider.into(), d.event_id.into(), note.as_str().into()],
         )?;
-        lock.release();
+        // Written: the event's lock stays until commit, as for a stale
+        // skip above.
         archive::record(
             client,
             Entry {

@@ -7,6 +7,7 @@ use crate::claim::api::{checked_payload, delivery, payload_of_body, Claims};
 use crate::claim::Outcome;
 use crate::composite;
 use crate::errors::{PgResult, Result, WebhookError};
+use crate::event_lock::EventLock;
 use crate::input::{self, MAX_EVENT_TYPE_BYTES, MAX_PROVIDER_BYTES};
 use crate::jsonb::RawJsonb;
 use crate::ordering;
@@ -219,6 +220,7 @@ fn next(
         // nothing about what is ready behind them, least of all in a FIFO
         // line whose head it parked: try again rather than answer "none".
         for _ in 0..MAX_PARKING_ROUNDS {
+            let (line_providers, line_keys) = lines(client, consumer, provider, event_type, batch)?;
             let rows = LEASE.run(
                 client,
                 &[
@@ -228,6 +230,8 @@ fn next(
                     batch.into(),
                     lease.into(),
                     max_attempts.into(),
+                    line_providers.into(),
+                    line_keys.into(),
                 ],
             )?;
             let picked = rows.len();
@@ -330,11 +334,10 @@ static LEASE: Statement = Statement {
                      AND ($3::text IS NULL OR i.event_type = $3) ",
             "AND (i.entity_key IS NULL
               OR NOT EXISTS (SELECT FROM webhook.providers f WHERE f.name = i.provider AND f.fifo)
-              OR NOT EXISTS (SELECT FROM webhook.inbox j
-                              WHERE j.provider = i.provider AND j.consumer = i.consumer
-                                AND j.entity_key = i.entity_key AND j.status IN ('ready', 'leased')
-                                AND (j.order_value, j.queued_at, j.event_id)
-                                    < (i.order_value, i.queued_at, i.event_id)))",
+              OR ((i.provider, i.entity_key) IN (SELECT * FROM unnest($7::text[], $8::text[]))
+                  AND ",
+            fifo_head!(),
+            "))",
             "
                    ORDER BY i.run_at
                    LIMIT $4
@@ -375,7 +378,8 @@ static LEASE: Statement = Statement {
 };
 
 /// The arguments of LEASE: consumer, provider, event type, batch, lease,
-/// webhook.max_attempts.
+/// webhook.max_attempts, and the FIFO lines this transaction holds
+/// (providers and entity keys, pairwise).
 const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -383,4 +387,87 @@ const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::INT4OID,
     pg_sys::INTERVALOID,
     pg_sys::INT4OID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::TEXTARRAYOID,
 ];
+
+/// Whether inbox row `i` is the head of its entity's FIFO line: no
+/// earlier event of the entity is ready, backing off or leased, and no
+/// other event of it is under a live lease, whatever its order (an older
+/// event can arrive while a newer one is being processed).
+macro_rules! fifo_head {
+    () => {
+        "NOT EXISTS (SELECT FROM webhook.inbox j
+                      WHERE j.provider = i.provider AND j.consumer = i.consumer
+                        AND j.entity_key = i.entity_key AND j.event_id <> i.event_id
+                        AND ((j.status IN ('ready', 'leased')
+                              AND (j.order_value, j.queued_at, j.event_id)
+                                  < (i.order_value, i.queued_at, i.event_id))
+                          OR (j.status = 'leased' AND j.run_at > pg_catalog.clock_timestamp())))"
+    };
+}
+use fifo_head;
+
+/// The FIFO lines whose heads LEASE would pick: what `lines` locks before
+/// LEASE runs.
+static FIFO_HEADS: Statement = Statement {
+    sql: concat!(
+        "SELECT i.provider, i.entity_key
+           FROM webhook.inbox i
+           JOIN webhook.providers f ON f.name = i.provider AND f.fifo
+          WHERE i.status IN ('ready', 'leased') AND i.run_at <= pg_catalog.clock_timestamp()
+            AND i.consumer = $1
+            AND ($2::text IS NULL OR i.provider = $2)
+            AND ($3::text IS NULL OR i.event_type = $3)
+            AND i.entity_key IS NOT NULL AND ",
+        fifo_head!(),
+        "
+          ORDER BY i.run_at
+          LIMIT $4"
+    ),
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::INT4OID,
+    ],
+};
+
+/// The FIFO lines this transaction may lease from: "never two events of
+/// an entity at once" cannot be decided from one statement's snapshot,
+/// because another worker's lease of the same line may commit after the
+/// snapshot was taken. So every FIFO lease is made under its line's lock
+/// (`EventLock::for_fifo_line`), tried without waiting and held until the
+/// transaction ends, and LEASE runs after the locks are taken: its
+/// snapshot sees every lease committed by an earlier holder, and a line
+/// whose lock another open transaction holds is skipped.
+fn lines(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    consumer: &str,
+    provider: Option<&str>,
+    event_type: Option<&str>,
+    batch: i32,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let mut held = (Vec::new(), Vec::new());
+    let heads = FIFO_HEADS.run(
+        client,
+        &[
+            consumer.into(),
+            provider.into(),
+            event_type.into(),
+            batch.into(),
+        ],
+    )?;
+    for row in heads {
+        let (Some(line_provider), Some(entity_key)) =
+            (row.get::<String>(1)?, row.get::<String>(2)?)
+        else {
+            continue;
+        };
+        if EventLock::for_fifo_line(&line_provider, consumer, &entity_key).try_acquire() {
+            held.0.push(line_provider);
+            held.1.push(entity_key);
+        }
+    }
+    Ok(held)
+}

@@ -93,6 +93,7 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
         crate::compress::for_archive(client, &d.payload, d.raw_body, d.headers.as_ref())?;
     // Every write to an event row happens under its lock (see event_lock):
     // a claim that holds it then never meets this insert uncommitted.
+    crate::event_lock::check_budget(d.function)?;
     EventLock::for_event(d.provider, d.event_id).acquire();
     // Ordered events are judged when a worker would lease them: each
     // consumer has its own watermark.

@@ -1,29 +1,97 @@
 //! Signed bytes bound to one delivery. Where a provider does not sign the
-//! event id (GitHub, Shopify, a generic HMAC of the body), the delivery's
-//! signed bytes are bound to the id the first time they are seen, in
-//! `webhook.signature_bindings`: the same signed bytes under another id
-//! are a replay with a forged header, and are refused as `replayed`.
+//! event id (GitHub, Shopify, a generic HMAC of the body), or does not
+//! vouch for the body (PayPal's CRC32, Mailgun's token), the delivery's
+//! signed bytes are bound the first time they are seen, in
+//! `webhook.signature_bindings`, to its id and, where the body is not
+//! vouched for, to the body's SHA-256. The same signed bytes with another
+//! id or another body are a replay with forged parts, refused as
+//! `replayed`: one signature vouches for one delivery.
 
-use crate::errors::Result;
+use crate::errors::{Result, WebhookError};
 use crate::event_lock::EventLock;
 use crate::plans::Statement;
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
-/// Which event id these signed bytes were first seen under, if any.
+/// Which delivery these signed bytes were first seen with, if any.
 static BOUND_TO: Statement = Statement {
-    sql: "SELECT event_id FROM webhook.signature_bindings WHERE provider = $1 AND digest = $2",
+    sql: "SELECT event_id, body_digest FROM webhook.signature_bindings
+           WHERE provider = $1 AND digest = $2",
     arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID],
 };
+
+/// Whether the installed tables bind bodies: not before `ALTER EXTENSION
+/// … UPDATE` has brought the release this library belongs to.
+static BINDS_BODIES: Statement = Statement {
+    sql: "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                          WHERE attrelid = 'webhook.signature_bindings'::pg_catalog.regclass
+                            AND attname = 'body_digest' AND NOT attisdropped)",
+    arg_types: &[],
+};
+
+/// Once the column is there it stays: remembered for the backend's life.
+static BODIES_BOUND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Refuse a delivery whose body must be bound while the tables cannot
+/// bind it (the library is newer than the installed SQL): an error, so
+/// the handler answers 5xx and the provider brings it again after the
+/// update, rather than accepting what the old tables cannot check.
+fn require_body_binding(client: &mut SpiClient<'_>) -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if BODIES_BOUND.load(Relaxed) {
+        return Ok(());
+    }
+    let present = match BINDS_BODIES.run(client, &[])?.next() {
+        Some(row) => row.get::<bool>(1)?.unwrap_or(false),
+        None => false,
+    };
+    if !present {
+        return Err(WebhookError::SchemaNotUpdated {
+            function: "webhook_receive",
+            needs: "a delivery whose signature does not vouch for its body",
+        });
+    }
+    BODIES_BOUND.store(true, Relaxed);
+    Ok(())
+}
 
 /// Bind signed bytes to an event id. Runs under the signed-bytes lock, so
 /// no other transaction is inserting the same key.
 static BIND: Statement = Statement {
+    sql: "INSERT INTO webhook.signature_bindings (provider, digest, event_id, body_digest)
+          VALUES ($1, $2, $3, $4)
+          ON CONFLICT (provider, digest) DO NOTHING",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::BYTEAOID,
+        pg_sys::TEXTOID,
+        pg_sys::BYTEAOID,
+    ],
+};
+
+/// The same two for signed bytes that cover the body (their digest does):
+/// only the event id is bound. These run on the previous release's table
+/// as well, so a library installed before `ALTER EXTENSION … UPDATE`
+/// keeps binding GitHub's and Shopify's deliveries.
+static BOUND_TO_ID: Statement = Statement {
+    sql: "SELECT event_id FROM webhook.signature_bindings WHERE provider = $1 AND digest = $2",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID],
+};
+
+static BIND_ID: Statement = Statement {
     sql: "INSERT INTO webhook.signature_bindings (provider, digest, event_id)
           VALUES ($1, $2, $3)
           ON CONFLICT (provider, digest) DO NOTHING",
     arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID, pg_sys::TEXTOID],
 };
+
+/// The delivery a signature vouches for: its event id, and the SHA-256 of
+/// its body where the signature does not cover the body by a digest.
+#[derive(Clone, Copy)]
+pub struct Vouched<'a> {
+    pub event_id: &'a str,
+    pub body: Option<&'a [u8]>,
+}
 
 /// What binding a delivery's signed bytes to its (unsigned) event id found.
 pub enum Binding {
@@ -31,11 +99,11 @@ pub enum Binding {
     Bound,
     /// Another open transaction is binding the same bytes right now.
     Busy,
-    /// Already bound to another id: a replay under a forged id header.
-    ToAnotherId,
+    /// Already bound to another id or body: a replay with forged parts.
+    ToAnotherDelivery,
 }
 
-/// Bind `digest` (of a provider's signed bytes) to `event_id`, under the
+/// Bind `digest` (of a provider's signed bytes) to a delivery, under the
 /// signed-bytes lock so that two transactions never insert the same key.
 /// A claim only tries the lock, so nobody waits; inbox intake (`wait`)
 /// waits for the other transaction instead, because it may only answer
@@ -45,33 +113,62 @@ pub fn bind(
     client: &mut SpiClient<'_>,
     provider: &str,
     digest: &[u8],
-    event_id: &str,
+    vouched: Vouched<'_>,
     wait: bool,
 ) -> Result<Binding> {
+    if vouched.body.is_some() {
+        require_body_binding(client)?;
+    }
     let lock = EventLock::for_signed_bytes(provider, digest);
     if wait {
         lock.acquire();
     } else if !lock.try_acquire() {
         return Ok(Binding::Busy);
     }
-    let bound_to = match BOUND_TO
-        .run(client, &[provider.into(), digest.into()])?
-        .next()
-    {
-        Some(row) => row.get::<String>(1)?,
-        None => None,
+    let bound_to = if vouched.body.is_some() {
+        match BOUND_TO
+            .run(client, &[provider.into(), digest.into()])?
+            .next()
+        {
+            Some(row) => Some((row.get::<String>(1)?, row.get::<Vec<u8>>(2)?)),
+            None => None,
+        }
+    } else {
+        match BOUND_TO_ID
+            .run(client, &[provider.into(), digest.into()])?
+            .next()
+        {
+            Some(row) => Some((row.get::<String>(1)?, None)),
+            None => None,
+        }
     };
     match bound_to {
-        Some(first) => {
+        Some((event_id, body)) => {
             lock.release();
-            Ok(if first == event_id {
+            let same =
+                event_id.as_deref() == Some(vouched.event_id) && body.as_deref() == vouched.body;
+            Ok(if same {
                 Binding::Bound
             } else {
-                Binding::ToAnotherId
+                Binding::ToAnotherDelivery
             })
         }
         None => {
-            BIND.run(client, &[provider.into(), digest.into(), event_id.into()])?;
+            match vouched.body {
+                Some(body) => BIND.run(
+                    client,
+                    &[
+                        provider.into(),
+                        digest.into(),
+                        vouched.event_id.into(),
+                        body.into(),
+                    ],
+                )?,
+                None => BIND_ID.run(
+                    client,
+                    &[provider.into(), digest.into(), vouched.event_id.into()],
+                )?,
+            };
             Ok(Binding::Bound)
         }
     }

@@ -9,7 +9,7 @@ use crate::claim::Outcome;
 use crate::errors::Result;
 use crate::jsonb::RawJsonb;
 use crate::registry::Provider;
-use crate::schemes::{handshake, Headers};
+use crate::schemes::handshake;
 use crate::status::ClaimStatus;
 use pgrx::spi::SpiClient;
 
@@ -19,7 +19,6 @@ use pgrx::spi::SpiClient;
 pub fn recognise(
     provider: &Provider,
     secret: usize,
-    headers: &Headers<'_>,
     body: &serde_json::Value,
 ) -> Option<handshake::Handshake> {
     let key = provider
@@ -27,7 +26,7 @@ pub fn recognise(
         .get(secret)
         .and_then(Option::as_deref)
         .and_then(|secret| provider.scheme.hmac_key(secret));
-    handshake::recognise(&provider.scheme, headers, body, key.as_deref())
+    handshake::recognise(&provider.scheme, body, key.as_deref())
 }
 
 /// Archive a verified handshake and answer it.

@@ -167,23 +167,20 @@ fn flow(
     let Some((body_text, body_json)) = sources::document(&provider.scheme, body) else {
         return reject(client, &request, 400, "malformed_body", None);
     };
-    if let Some(handshake) =
-        handshakes::recognise(&provider, authentic.secret, &parsed_headers, &body_json)
-    {
+    if let Some(handshake) = handshakes::recognise(&provider, authentic.secret, &body_json) {
         let payload = jsonb::from_text(FUNCTION, "body", &body_text)?;
         return handshakes::answer(client, &request, payload, handshake);
     }
-    let covered = authentic.covered_headers;
     let event_id = sources::extract(
         &provider.event_id_from,
         &parsed_headers,
-        covered,
+        &authentic,
         &body_json,
     );
     let event_type = sources::extract(
         &provider.event_type_from,
         &parsed_headers,
-        covered,
+        &authentic,
         &body_json,
     );
     let (Some(event_id), Some(event_type)) = (event_id, event_type) else {
@@ -227,16 +224,22 @@ fn flow(
         }
     };
 
-    // Bind an unsigned id to the signed bytes, or refuse them under any
-    // other id.
-    if !event_id.signed {
-        let digest = authentic.signed_digest(body);
-        match bindings::bind(client, name, &digest, &event_id.value, inbox)? {
+    // Bind the signed bytes to the one delivery they may vouch for, where
+    // the signature does not cover its id or its body; refuse them with
+    // any other.
+    let unvouched_body = authentic.unvouched_body_digest(body);
+    if !event_id.signed || unvouched_body.is_some() {
+        let signed = authentic.signed_digest(body);
+        let vouched = bindings::Vouched {
+            event_id: &event_id.value,
+            body: unvouched_body.as_ref().map(|digest| &digest[..]),
+        };
+        match bindings::bind(client, name, &signed, vouched, inbox)? {
             Binding::Bound => {}
             // Another open transaction is receiving these very bytes: a
             // concurrent redelivery, answered as any in-progress event is.
             Binding::Busy => return Ok(answer(claim::observe_in_progress(client, &delivery)?)),
-            Binding::ToAnotherId => {
+            Binding::ToAnotherDelivery => {
                 return reject(client, &request, 401, "replayed", Some(&event_id.value))
             }
         }

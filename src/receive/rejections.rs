@@ -1,9 +1,10 @@
 //! A delivery that cannot be trusted or read is archived as `rejected`
 //! with its reason and claims nothing, so forgeries and misconfigurations
-//! show up in `webhook.rejected_deliveries` instead of vanishing. Only a
-//! bounded prefix of a rejected body is kept, with its size and SHA-256
-//! (`webhook.rejected_body_bytes`): a flood of forgeries cannot fill the
-//! disk.
+//! show up in `webhook.rejected_deliveries` instead of vanishing. What a
+//! rejection stores is bounded: a prefix of the body, with its size and
+//! SHA-256 (`webhook.rejected_body_bytes`), headers of a real request's size
+//! at most, and a signature of a real one's: a flood of forgeries cannot
+//! fill the disk.
 
 use super::answer::Answer;
 use crate::archive::{self, Rejection};
@@ -21,6 +22,14 @@ pub struct Request<'a> {
     /// Once verified: the fingerprint of the key that did it.
     pub verified_by: Option<&'a str>,
 }
+
+/// The most header bytes a rejection keeps: a real request's are a few
+/// kilobytes. Larger, none are kept.
+const MAX_REJECTED_HEADER_BYTES: usize = 8 * 1024;
+
+/// The longest signature a rejection keeps (an RSA-4096 one in base64 is
+/// 684 characters). Longer, none is kept.
+const MAX_REJECTED_SIGNATURE_BYTES: usize = 1024;
 
 /// Archive the request as rejected for `reason`, and answer `http_status`.
 /// `event_id`: the id it claimed to carry, when it was read (a replay's).
@@ -40,8 +49,12 @@ pub fn reject(
             event_id,
             body: request.body,
             kept: crate::gucs::rejected_body_bytes(),
-            signature: request.signature,
-            headers: request.headers,
+            signature: request
+                .signature
+                .filter(|s| s.len() <= MAX_REJECTED_SIGNATURE_BYTES),
+            headers: request
+                .headers
+                .filter(|h| h.size() <= MAX_REJECTED_HEADER_BYTES),
             reason,
         },
     )?;

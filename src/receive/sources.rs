@@ -9,7 +9,7 @@
 use super::FUNCTION;
 use crate::input;
 use crate::jsonb;
-use crate::schemes::{catalog::Body, Headers, Scheme};
+use crate::schemes::{catalog::Body, Authentic, HeaderTrust, Headers, Scheme};
 use std::borrow::Cow;
 
 /// A value read off a delivery, and whether its signature covers it.
@@ -20,30 +20,39 @@ pub struct Sourced {
 
 /// Where a provider puts a value: `header:<name>` or `body:<dotted.path>`,
 /// alternatives separated by `|`. The first present *signed* alternative
-/// wins; only if none is present, the first present unsigned one. The
-/// body is always signed; a header only if the scheme's signature covers
-/// it (`covered`). Strings are taken as they are, numbers in their exact
-/// JSON digits.
+/// wins; only if none is present, the first present unsigned one. What is
+/// signed is what the delivery's signature covers (`authentic`): the body
+/// only where the scheme vouches for it by a digest, a header only if this
+/// delivery's signature covers it. A header the scheme signs in another
+/// family than the one verified is not read at all: a relay added it.
+/// Strings are taken as they are, numbers in their exact JSON digits.
 pub fn extract(
     source: &str,
     headers: &Headers<'_>,
-    covered: &[&str],
+    authentic: &Authentic,
     body: &serde_json::Value,
 ) -> Option<Sourced> {
     let read = |alternative: &str| -> Option<Sourced> {
         let (kind, path) = alternative.split_once(':')?;
         match kind {
-            "header" => headers
-                .get(path)
-                .ok()
-                .filter(|v| !v.is_empty())
-                .map(|v| Sourced {
-                    value: v.to_string(),
-                    signed: covered.iter().any(|c| c.eq_ignore_ascii_case(path)),
-                }),
+            "header" => {
+                let signed = match authentic.header(path) {
+                    HeaderTrust::Signed => true,
+                    HeaderTrust::Unsigned => false,
+                    HeaderTrust::Foreign => return None,
+                };
+                headers
+                    .get(path)
+                    .ok()
+                    .filter(|v| !v.is_empty())
+                    .map(|v| Sourced {
+                        value: v.to_string(),
+                        signed,
+                    })
+            }
             "body" => jsonb::body_value(body, path).map(|value| Sourced {
                 value,
-                signed: true,
+                signed: authentic.body_vouched(),
             }),
             _ => None,
         }

@@ -15,16 +15,13 @@ pub struct Entry {
     pub event_id_from: Option<&'static str>,
     /// Where the event type is, as a registry source; None: the DBA says.
     pub event_type_from: Option<&'static str>,
-    /// Whether the default event id is covered by the signature. When it
-    /// is not, the delivery's signed bytes are bound to the id at first
-    /// sight, so they cannot be replayed under another one.
-    pub event_id_signed: bool,
-    /// Whether the default event type is covered by the signature.
-    pub event_type_signed: bool,
     /// For schemes that sign a timestamp, how far from now it may be, in
     /// seconds, unless the provider's registry entry (or the call) says
     /// otherwise. None: the scheme signs no timestamp.
     pub tolerance: Option<i64>,
+    /// What the signature covers: what a delivery's values may be
+    /// trusted for. Everything read from anything else is unsigned.
+    pub covers: Covers,
     /// What the signature covers, for people.
     pub signs: &'static str,
     /// Ordering's preset (`ordering => true`): where the entity an event
@@ -38,6 +35,84 @@ pub struct Entry {
     pub make: Make,
     /// What its bodies are.
     pub body: Body,
+}
+
+/// What a scheme's signature covers of a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Covers {
+    /// How much of the body it vouches for.
+    pub body: BodyCover,
+    /// The headers (lower case) it covers, in every header family the
+    /// scheme has; a delivery is covered only by the family it was
+    /// verified with (`Signed::covered_headers`).
+    pub headers: &'static [&'static str],
+}
+
+/// How much of the body a signature vouches for. Only a digest makes the
+/// body's values (event id and type, entity key, order value) the
+/// signer's; under the others, the body a signature first arrives with is
+/// bound to it (`webhook.signature_bindings`), and no other body is
+/// accepted under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyCover {
+    /// Every byte: the MAC or signature is computed over the body, or over
+    /// a cryptographic digest of it.
+    Digest,
+    /// The form fields, concatenated without separators (Twilio's form
+    /// callbacks): another body with the boundaries moved signs alike.
+    Unframed,
+    /// A checksum (PayPal's CRC32): anyone holding one delivery can build
+    /// any number of other bodies with the same one.
+    Checksum,
+    /// Nothing of the body (Mailgun signs a timestamp and a token).
+    Nothing,
+}
+
+impl BodyCover {
+    /// As `webhook_schemes().body_covered` shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BodyCover::Digest => "digest",
+            BodyCover::Unframed => "fields_unframed",
+            BodyCover::Checksum => "checksum",
+            BodyCover::Nothing => "none",
+        }
+    }
+
+    /// Whether values read from the body are the signer's.
+    pub fn vouches(self) -> bool {
+        self == BodyCover::Digest
+    }
+}
+
+impl Covers {
+    /// Whether every alternative of a registry source (`header:…|body:…`)
+    /// is covered, in the family that carries it.
+    pub fn source(&self, source: &str) -> bool {
+        source
+            .split('|')
+            .all(|alternative| match alternative.split_once(':') {
+                Some(("body", _)) => self.body.vouches(),
+                Some(("header", name)) => self.headers.iter().any(|h| h.eq_ignore_ascii_case(name)),
+                _ => false,
+            })
+    }
+}
+
+impl Entry {
+    /// Whether the default event id is covered by the signature; None when
+    /// the scheme has no default (the DBA names the source). Where it is
+    /// not, the delivery's signed bytes are bound to the id at first
+    /// sight, so they cannot be replayed under another one.
+    pub fn event_id_signed(&self) -> Option<bool> {
+        self.event_id_from.map(|source| self.covers.source(source))
+    }
+
+    /// Whether the default event type is covered by the signature.
+    pub fn event_type_signed(&self) -> Option<bool> {
+        self.event_type_from
+            .map(|source| self.covers.source(source))
+    }
 }
 
 /// How a scheme is made from its entry.
@@ -99,9 +174,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:id"),
         event_type_from: Some("body:type"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "timestamp and body",
         entity_key_from: Some("body:data.object.id"),
         // Unix seconds: events of the same second tie.
@@ -114,9 +191,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("header:X-GitHub-Delivery"),
         event_type_from: Some("header:X-GitHub-Event"),
-        event_id_signed: false,
-        event_type_signed: false,
         tolerance: None,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "body only",
         entity_key_from: None,
         // The resource's own updated_at; which resource depends on the event.
@@ -137,9 +216,16 @@ pub const CATALOG: &[Entry] = &[
         // a signed source is always preferred over an unsigned one).
         event_id_from: Some("header:webhook-id|header:svix-id"),
         event_type_from: Some("body:type"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[
+                "webhook-id",
+                "webhook-timestamp",
+                "svix-id",
+                "svix-timestamp",
+            ],
+        },
         signs: "id, timestamp and body",
         entity_key_from: None,
         // The payload's own timestamp: webhook-timestamp changes on every retry.
@@ -152,9 +238,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:event_id"),
         event_type_from: Some("body:event_type"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "timestamp and body",
         entity_key_from: Some("body:data.id"),
         order_from: Some("body:occurred_at"),
@@ -168,9 +256,11 @@ pub const CATALOG: &[Entry] = &[
         // deduplicating on it processes the event once.
         event_id_from: Some("header:X-Shopify-Event-Id"),
         event_type_from: Some("header:X-Shopify-Topic"),
-        event_id_signed: false,
-        event_type_signed: false,
         tolerance: None,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "body only",
         entity_key_from: None,
         order_from: Some("body:updated_at"),
@@ -182,9 +272,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:event_id"),
         event_type_from: Some("body:event.type"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &["x-slack-request-timestamp"],
+        },
         signs: "timestamp and body",
         entity_key_from: None,
         order_from: Some("body:event_time"),
@@ -196,9 +288,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:event_id"),
         event_type_from: Some("body:event_type"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: None,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "body only",
         entity_key_from: None,
         order_from: None,
@@ -214,9 +308,16 @@ pub const CATALOG: &[Entry] = &[
         // secrets); the payload names the action in different places.
         event_id_from: Some("header:webhook-id"),
         event_type_from: Some("body:type|body:email_data.email_action_type"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[
+                "webhook-id",
+                "webhook-timestamp",
+                "svix-id",
+                "svix-timestamp",
+            ],
+        },
         signs: "id, timestamp and body",
         entity_key_from: None,
         order_from: None,
@@ -228,9 +329,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:id"),
         event_type_from: Some("body:type"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &["x-signature-timestamp"],
+        },
         signs: "timestamp and body, Ed25519",
         entity_key_from: None,
         order_from: None,
@@ -242,9 +345,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &["twilio-sendgrid"],
         event_id_from: Some("body:0.sg_event_id"),
         event_type_from: Some("body:0.event"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &["x-twilio-email-event-webhook-timestamp"],
+        },
         signs: "timestamp and body, ECDSA P-256",
         entity_key_from: None,
         order_from: None,
@@ -256,11 +361,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:id"),
         event_type_from: Some("body:event_type"),
-        // The body is covered by a CRC32 only: treated as unsigned, so
-        // the signed bytes are bound to the id at first sight.
-        event_id_signed: false,
-        event_type_signed: false,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Checksum,
+            headers: &["paypal-transmission-id", "paypal-transmission-time"],
+        },
         signs: "transmission id and time, webhook id, CRC32 of the body; RSA-SHA256",
         entity_key_from: Some("body:resource.id"),
         order_from: Some("body:create_time"),
@@ -275,9 +380,11 @@ pub const CATALOG: &[Entry] = &[
         event_type_from: Some(
             "body:MessageStatus|body:SmsStatus|body:CallStatus|body:EventType|body:type",
         ),
-        event_id_signed: false,
-        event_type_signed: true,
         tolerance: None,
+        covers: Covers {
+            body: BodyCover::Unframed,
+            headers: &[],
+        },
         signs: "URL and form fields (or URL with the body's SHA-256)",
         entity_key_from: None,
         order_from: None,
@@ -289,9 +396,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:event_id"),
         event_type_from: Some("body:type"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: None,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "URL and body",
         entity_key_from: Some("body:data.id"),
         order_from: Some("body:created_at"),
@@ -304,9 +413,11 @@ pub const CATALOG: &[Entry] = &[
         // Zoom's events carry no id of their own: the DBA names one.
         event_id_from: None,
         event_type_from: Some("body:event"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &["x-zm-request-timestamp"],
+        },
         signs: "timestamp and body",
         entity_key_from: None,
         order_from: Some("body:event_ts"),
@@ -318,10 +429,15 @@ pub const CATALOG: &[Entry] = &[
         aliases: &["eventsub"],
         event_id_from: Some("header:Twitch-Eventsub-Message-Id"),
         event_type_from: Some("body:subscription.type"),
-        event_id_signed: true,
-        event_type_signed: true,
         // Twitch: refuse messages more than 10 minutes old.
         tolerance: Some(600),
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[
+                "twitch-eventsub-message-id",
+                "twitch-eventsub-message-timestamp",
+            ],
+        },
         signs: "message id, timestamp and body",
         entity_key_from: None,
         order_from: None,
@@ -333,10 +449,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:event-data.id"),
         event_type_from: Some("body:event-data.event"),
-        // The signature covers the timestamp and token, not the event.
-        event_id_signed: false,
-        event_type_signed: false,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Nothing,
+            headers: &[],
+        },
         signs: "timestamp and token in the body, not the event",
         entity_key_from: None,
         order_from: None,
@@ -348,10 +465,12 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("header:Linear-Delivery"),
         event_type_from: Some("body:type"),
-        event_id_signed: false,
-        event_type_signed: true,
         // Linear: refuse a webhookTimestamp more than a minute away.
         tolerance: Some(60),
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "body only (its webhookTimestamp in it)",
         entity_key_from: Some("body:data.id"),
         order_from: Some("body:webhookTimestamp"),
@@ -363,9 +482,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("body:0.eventId"),
         event_type_from: Some("body:0.subscriptionType"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: FIVE_MINUTES,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &["x-hubspot-request-timestamp"],
+        },
         signs: "method, URL, body and timestamp (v3)",
         entity_key_from: None,
         order_from: None,
@@ -378,9 +499,11 @@ pub const CATALOG: &[Entry] = &[
         // Calendly's payloads carry no event id: the DBA names one.
         event_id_from: None,
         event_type_from: Some("body:event"),
-        event_id_signed: true,
-        event_type_signed: true,
         tolerance: Some(180),
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "timestamp and body",
         entity_key_from: None,
         order_from: None,
@@ -392,9 +515,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: Some("header:X-WC-Webhook-Delivery-ID"),
         event_type_from: Some("header:X-WC-Webhook-Topic"),
-        event_id_signed: false,
-        event_type_signed: false,
         tolerance: None,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "body only",
         entity_key_from: None,
         order_from: None,
@@ -408,9 +533,11 @@ pub const CATALOG: &[Entry] = &[
         aliases: &[],
         event_id_from: None,
         event_type_from: None,
-        event_id_signed: false,
-        event_type_signed: false,
         tolerance: None,
+        covers: Covers {
+            body: BodyCover::Digest,
+            headers: &[],
+        },
         signs: "body only",
         entity_key_from: None,
         order_from: None,
@@ -480,7 +607,25 @@ mod tests {
                 Some(other) => panic!("document a tolerance of {other} s"),
                 None => "—",
             };
-            assert_eq!(cells[6], tolerance, "documented tolerance of {name}");
+            assert_eq!(cells[7], tolerance, "documented tolerance of {name}");
+            let body = match entry.covers.body {
+                BodyCover::Digest => "a digest",
+                BodyCover::Unframed => "unframed fields",
+                BodyCover::Checksum => "a checksum",
+                BodyCover::Nothing => "nothing",
+            };
+            assert_eq!(cells[6], body, "documented body coverage of {name}");
+            // A default source the signature does not cover says so.
+            for (cell, signed) in [
+                (cells[3], entry.event_id_signed()),
+                (cells[4], entry.event_type_signed()),
+            ] {
+                assert_eq!(
+                    cell.contains("(unsigned"),
+                    signed == Some(false),
+                    "{name}: \"{cell}\" is marked unsigned exactly when it is"
+                );
+            }
             let aliases: Vec<&str> = cells[2]
                 .split(',')
                 .map(|a| a.trim().trim_matches('`'))

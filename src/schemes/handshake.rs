@@ -3,9 +3,11 @@
 //! particular answer, which `webhook_receive` returns in its `response`
 //! column (with `response_type`) for the handler to send back as it is.
 //! They are recognised only once the request is verified, like any
-//! delivery, and only for their provider's scheme.
+//! delivery, only for their provider's scheme, and only from the signed
+//! body: a header the signature does not cover must not turn an event
+//! into a handshake, or a handshake into an event.
 
-use super::{Headers, Kind, Scheme};
+use super::{Kind, Scheme};
 use serde_json::{json, Value};
 
 pub struct Handshake {
@@ -19,12 +21,7 @@ const JSON: &str = "application/json";
 
 /// The handshake this verified request is, if it is one. `hmac_key`: the
 /// key of the secret that verified it (Zoom answers with an HMAC under it).
-pub fn recognise(
-    scheme: &Scheme,
-    headers: &Headers<'_>,
-    body: &Value,
-    hmac_key: Option<&[u8]>,
-) -> Option<Handshake> {
+pub fn recognise(scheme: &Scheme, body: &Value, hmac_key: Option<&[u8]>) -> Option<Handshake> {
     let text = |value: &Value| value.as_str().filter(|s| !s.is_empty()).map(str::to_string);
     match scheme {
         // Slack's Events API: echo the challenge.
@@ -45,24 +42,21 @@ pub fn recognise(
                 content_type: JSON,
             })
         }
-        // Twitch: the raw challenge, as plain text.
-        Scheme::Plain(Kind::Twitch)
-            if headers.get("Twitch-Eventsub-Message-Type").ok()?
-                == "webhook_callback_verification" =>
-        {
-            Some(Handshake {
-                kind: "webhook_callback_verification",
-                response: text(body.get("challenge")?)?,
-                content_type: "text/plain",
-            })
-        }
+        // Twitch: the raw challenge, as plain text. Its message-type
+        // header is not signed; a challenge is only ever in a
+        // verification's body, never in a notification's or revocation's.
+        Scheme::Plain(Kind::Twitch) if body.get("challenge").is_some() => Some(Handshake {
+            kind: "webhook_callback_verification",
+            response: text(body.get("challenge")?)?,
+            content_type: "text/plain",
+        }),
         // Discord: a PING (type 1) is answered with a PONG.
         Scheme::Plain(Kind::Discord) if body.get("type")?.as_i64()? == 1 => Some(Handshake {
             kind: "ping",
             response: json!({ "type": 1 }).to_string(),
             content_type: JSON,
         }),
-        Scheme::Preset(_, inner) => recognise(inner, headers, body, hmac_key),
+        Scheme::Preset(_, inner) => recognise(inner, body, hmac_key),
         _ => None,
     }
 }

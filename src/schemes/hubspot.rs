@@ -21,7 +21,8 @@ pub fn read(request: &Request<'_, '_>) -> Result<Signed, Reason> {
     let millis: i64 = sent.parse().map_err(|_| Reason::MalformedHeader)?;
     let mut signed = Signed::hmac(Algorithm::Sha256, vec![digest])
         .prefix(format!("POST{}", decode_uri(request.url()?)))
-        .at(millis / 1000);
+        .at(millis / 1000)
+        .covering(&["x-hubspot-request-timestamp"]);
     signed.suffix = sent.as_bytes().to_vec();
     Ok(signed)
 }

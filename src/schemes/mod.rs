@@ -15,6 +15,8 @@ mod calendly;
 pub mod catalog;
 mod discord;
 mod generic;
+#[cfg(any(test, feature = "pg_test"))]
+pub mod genuine;
 mod github;
 pub mod handshake;
 mod headers;
@@ -194,19 +196,60 @@ impl Signed {
     }
 }
 
-/// What an authentic delivery proves beyond its body.
+/// What an authentic delivery proves: which bytes its signature covers,
+/// and so which of its values are the signer's.
 pub struct Authentic {
     pub signed_at: Option<i64>,
     /// The signed bytes around the body (timestamp, id, URL…) as verified.
     pub prefix: Vec<u8>,
     pub body_signed: bool,
     pub suffix: Vec<u8>,
+    /// The headers this delivery's signature covers (its family's).
     pub covered_headers: &'static [&'static str],
+    /// What the scheme's signature can cover, in every family.
+    pub covers: catalog::Covers,
     /// Which of the secrets given verified it (its index).
     pub secret: usize,
 }
 
+/// Whether a header of an authentic delivery is the signer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderTrust {
+    /// Covered by this delivery's signature.
+    Signed,
+    /// A header the scheme never signs: present, but anyone could have set it.
+    Unsigned,
+    /// A header the scheme signs in another family than the one this
+    /// delivery was verified with: whoever relayed the request added it,
+    /// and it is not read at all.
+    Foreign,
+}
+
 impl Authentic {
+    pub fn header(&self, name: &str) -> HeaderTrust {
+        let named = |list: &[&str]| list.iter().any(|h| h.eq_ignore_ascii_case(name));
+        if named(self.covered_headers) {
+            HeaderTrust::Signed
+        } else if named(self.covers.headers) {
+            HeaderTrust::Foreign
+        } else {
+            HeaderTrust::Unsigned
+        }
+    }
+
+    /// Whether values read from the body are the signer's.
+    pub fn body_vouched(&self) -> bool {
+        self.covers.body.vouches()
+    }
+
+    /// The body's SHA-256 where the signature does not vouch for the body
+    /// (a checksum, unframed fields, nothing): the one body its signed
+    /// bytes may come with, bound to them at first sight.
+    pub fn unvouched_body_digest(&self, body: &[u8]) -> Option<[u8; 32]> {
+        use sha2::{Digest, Sha256};
+        (!self.body_vouched()).then(|| Sha256::digest(body).into())
+    }
+
     /// SHA-256 of everything the signature covers: the same bytes signed
     /// again are the same delivery, whatever unsigned headers say.
     pub fn signed_digest(&self, body: &[u8]) -> [u8; 32] {
@@ -397,6 +440,15 @@ impl Scheme {
     }
 }
 
+/// The most signatures one delivery may carry. Rotation needs two or three;
+/// each costs a verification (a public-key one is about a hundred times an
+/// HMAC), so a header stuffed with them is malformed, not worked through.
+pub const MAX_CANDIDATES: usize = 8;
+
+/// The most keys a delivery is checked against: a provider's active
+/// secrets, or `webhook_verify`'s array.
+pub const MAX_KEYS: usize = 16;
+
 /// Verify one delivery. `now` and `tolerance` in seconds; `url` is the
 /// public URL the provider called, for the schemes that sign it.
 pub fn verify(
@@ -451,9 +503,16 @@ pub fn authenticate(
     if given.is_empty() {
         return verdict(Reason::NoSecret);
     }
+    if signed.candidates.len() > MAX_CANDIDATES {
+        return verdict(Reason::MalformedHeader);
+    }
     let mut keys: Vec<(usize, Registered)> = given
         .iter()
-        .filter_map(|&(i, s)| scheme.key(s).map(|key| (i, key)))
+        .take(MAX_KEYS)
+        .filter_map(|&(i, s)| {
+            crate::input::check_for_interrupts();
+            scheme.key(s).map(|key| (i, key))
+        })
         .collect();
     if keys.is_empty() {
         return verdict(Reason::InvalidSecret);
@@ -472,7 +531,10 @@ pub fn authenticate(
     let found = signed.prefixes.iter().find_map(|prefix| {
         let parts: [&[u8]; 3] = [prefix, body, &signed.suffix];
         keys.iter()
-            .find(|(_, key)| key.key.verifies(&signed.candidates, &parts))
+            .find(|(_, key)| {
+                crate::input::check_for_interrupts();
+                key.key.verifies(&signed.candidates, &parts)
+            })
             .map(|(i, _)| (*i, prefix))
     });
     let Some((secret, prefix)) = found else {
@@ -487,6 +549,7 @@ pub fn authenticate(
             body_signed: signed.body_signed,
             suffix: signed.suffix.clone(),
             covered_headers: signed.covered_headers,
+            covers: scheme.entry().covers,
             secret,
         }),
     }

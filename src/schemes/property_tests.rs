@@ -2,14 +2,12 @@
 //! input: no panic, no false accept, and every correctly signed request
 //! accepted until one byte of it changes.
 
+use super::genuine::{b64, hmac_sha256, rfc3339, URL};
 use super::*;
-use hmac::{Hmac, Mac};
 use proptest::prelude::*;
 use serde_json::json;
 
 const NOW: i64 = 1_700_000_000;
-/// The public URL, for the schemes that sign it.
-const URL: &str = "https://hooks.example.com/in?x=1";
 const TOLERANCE: i64 = 300;
 
 fn all_schemes() -> Vec<Scheme> {
@@ -139,19 +137,6 @@ fn as_refs(secrets: &[Option<String>]) -> Vec<Option<&str>> {
     secrets.iter().map(Option::as_deref).collect()
 }
 
-fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
-    for part in parts {
-        mac.update(part);
-    }
-    mac.finalize().into_bytes().to_vec()
-}
-
-fn b64(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
 /// A request signed exactly as each provider documents it, built here
 /// independently of the scheme modules.
 fn signed_request(scheme: &str, secret: &str, body: &[u8], ts: i64) -> serde_json::Value {
@@ -260,28 +245,6 @@ const SIGNED_SCHEMES: [&str; 13] = [
 const TIMESTAMPED: [&str; 7] = [
     "stripe", "standard", "paddle", "slack", "zoom", "twitch", "hubspot",
 ];
-
-/// Unix seconds as RFC 3339 with nanoseconds, as Twitch sends them.
-fn rfc3339(ts: i64) -> String {
-    let days = ts.div_euclid(86_400);
-    let secs = ts.rem_euclid(86_400);
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.123456789Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
-}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]

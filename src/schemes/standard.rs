@@ -60,7 +60,10 @@ pub fn key(secret: &str) -> Option<Registered> {
     if let Some(public) = secret.strip_prefix("whpk_") {
         return keys::ed25519(&decode_base64_any(public)?).map(Registered::from);
     }
-    let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
+    // Only in its whsec_ form: a bare base64 key could be a public key
+    // pasted without its whpk_, and an HMAC keyed with a public key is a
+    // signature anyone can make.
+    let encoded = secret.strip_prefix("whsec_")?;
     decode_base64_any(encoded)
         .filter(|k| !k.is_empty())
         .map(|k| Key::Hmac(k).into())

@@ -3,6 +3,7 @@
 //! (OpenSSL for PayPal's RSA, Python's `hmac` for the HMAC schemes, the
 //! RustCrypto signers for Ed25519 and P-256), then tampered with.
 
+use super::genuine::b64;
 use super::*;
 use serde_json::json;
 
@@ -167,11 +168,6 @@ fn ed25519_signer(seed: u8) -> (ed25519_dalek::SigningKey, [u8; 32]) {
     let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
     let public = key.verifying_key().to_bytes();
     (key, public)
-}
-
-fn b64(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 #[test]
@@ -432,11 +428,9 @@ fn hmac_presets_as_documented() {
 
 #[test]
 fn handshakes_are_recognised_for_their_scheme_only() {
-    let headers_json = json!({ "Twitch-Eventsub-Message-Type": "webhook_callback_verification" });
-    let headers = Headers::from_json(&headers_json).unwrap();
     let zoom = Scheme::parse("t", "scheme", "zoom").unwrap();
     let body = json!({ "event": "endpoint.url_validation", "payload": { "plainToken": "qgg8vlvZRS6UYooatFL8Aw" } });
-    let answer = handshake::recognise(&zoom, &headers, &body, Some(b"zoom_secret")).unwrap();
+    let answer = handshake::recognise(&zoom, &body, Some(b"zoom_secret")).unwrap();
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&answer.response).unwrap(),
         json!({ "plainToken": "qgg8vlvZRS6UYooatFL8Aw",
@@ -445,7 +439,6 @@ fn handshakes_are_recognised_for_their_scheme_only() {
     let twitch = Scheme::parse("t", "scheme", "twitch").unwrap();
     let answer = handshake::recognise(
         &twitch,
-        &headers,
         &json!({ "challenge": "pogchamp-kappa-360noscope-vohiyo" }),
         None,
     )
@@ -457,7 +450,6 @@ fn handshakes_are_recognised_for_their_scheme_only() {
     let slack = Scheme::parse("t", "scheme", "slack").unwrap();
     let answer = handshake::recognise(
         &slack,
-        &headers,
         &json!({ "type": "url_verification", "challenge": "3eZbrw1aB" }),
         None,
     )
@@ -465,17 +457,24 @@ fn handshakes_are_recognised_for_their_scheme_only() {
     assert_eq!(answer.response, r#"{"challenge":"3eZbrw1aB"}"#);
     let discord = Scheme::parse("t", "scheme", "discord").unwrap();
     assert_eq!(
-        handshake::recognise(&discord, &headers, &json!({ "type": 1 }), None)
+        handshake::recognise(&discord, &json!({ "type": 1 }), None)
             .unwrap()
             .response,
         r#"{"type":1}"#
     );
+    // A Twitch notification is an event whatever its unsigned
+    // message-type header says: only a verification's body has a challenge.
+    assert!(handshake::recognise(
+        &twitch,
+        &json!({ "subscription": { "type": "channel.follow" }, "event": {} }),
+        None
+    )
+    .is_none());
     // Not for another provider's scheme, and not an event.
-    assert!(handshake::recognise(&slack, &headers, &body, None).is_none());
-    assert!(handshake::recognise(&discord, &headers, &json!({ "type": 2 }), None).is_none());
+    assert!(handshake::recognise(&slack, &body, None).is_none());
+    assert!(handshake::recognise(&discord, &json!({ "type": 2 }), None).is_none());
     assert!(handshake::recognise(
         &Scheme::Plain(Kind::Stripe),
-        &headers,
         &json!({ "type": "url_verification", "challenge": "x" }),
         None
     )

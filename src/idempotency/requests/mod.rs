@@ -62,6 +62,9 @@ pub(super) const MAX_METHOD_BYTES: usize = 32;
 /// A recovery point's output is a step's result (an order id, a charge
 /// id), not a document.
 pub(super) const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+/// All of a request's recovery points together, as stored (compressed):
+/// rewritten by every checkpoint, so bounded.
+pub(super) const MAX_RECOVERY_BYTES: usize = 256 * 1024;
 /// Failure messages are kept whole up to this size, then cut.
 pub(super) const MAX_ERROR_BYTES: usize = 2048;
 

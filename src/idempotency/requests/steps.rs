@@ -2,7 +2,7 @@
 //! finish, or fail. Each is one UPDATE fenced by the request id under the
 //! key's lock (see `fence`).
 
-use super::{MAX_ERROR_BYTES, MAX_OUTPUT_BYTES, MAX_STEP_BYTES};
+use super::{MAX_ERROR_BYTES, MAX_OUTPUT_BYTES, MAX_RECOVERY_BYTES, MAX_STEP_BYTES};
 use crate::errors::{Owner, PgResult, Result, Standing, WebhookError};
 use crate::event_lock::EventLock;
 use crate::fence::Fence;
@@ -52,6 +52,23 @@ fn checkpoint_request(
             request_id,
             &CHECKPOINT,
             &[request_id.into(), step.into(), output.into()],
+            |row| {
+                // Every step's output is rewritten with each checkpoint:
+                // bounded, so that a request with many steps cannot make
+                // each one cost more than the last without end. Over the
+                // bound, the error rolls the checkpoint back.
+                let size = row.get::<i32>(1)?.unwrap_or(0);
+                let size = usize::try_from(size).unwrap_or(0);
+                if size > MAX_RECOVERY_BYTES {
+                    return Err(WebhookError::ArgumentTooLong {
+                        function: F,
+                        arg: "output",
+                        limit: MAX_RECOVERY_BYTES,
+                        actual: size,
+                    });
+                }
+                Ok(())
+            },
         )
     })?)
 }
@@ -63,7 +80,7 @@ static CHECKPOINT: Statement = Statement {
                  locked_until = pg_catalog.clock_timestamp() + lease,
                  updated_at = pg_catalog.now()
            WHERE request_id = $1 AND status = 'in_progress'
-       RETURNING 1",
+       RETURNING pg_catalog.pg_column_size(recovery)",
     arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID, pg_sys::JSONBOID],
 };
 
@@ -153,6 +170,7 @@ fn fail_request(
             request_id,
             &RELEASE,
             &[request_id.into(), error.as_ref().into()],
+            |_| Ok(()),
         ),
         Some(response) => response.store(client, F, request_id, Some(&error)),
     })?)
@@ -183,6 +201,7 @@ fn update_owned(
     request_id: pgrx::Uuid,
     statement: &'static Statement,
     args: &[DatumWithOid<'_>],
+    read: impl FnOnce(&crate::plans::Row<'_>) -> Result<()>,
 ) -> Result<()> {
     let fence = Fence {
         function,
@@ -207,33 +226,27 @@ fn update_owned(
         return Err(fence.refused(gone()));
     };
     EventLock::for_idempotency_key(&scope, &key).acquire();
-    fence.update(
-        client,
-        statement,
-        args,
-        |_| Ok(()),
-        |client| {
-            let status = OWNER
-                .run(client, &[request_id.into()])?
-                .next()
-                .map(|row| row.get::<String>(3))
-                .transpose()?
-                .flatten()
-                .map(|label| KeyStatus::parse(&label))
-                .transpose()?;
-            Ok(match status {
-                Some(KeyStatus::Finished) => Standing::Finished {
-                    status: "finished".into(),
-                },
-                Some(KeyStatus::Retryable) => Standing::Finished {
-                    status: "failed".into(),
-                },
-                // Still this request's and in progress, yet not changed:
-                // a takeover committed meanwhile; or taken over already.
-                Some(KeyStatus::InProgress) | None => gone(),
-            })
-        },
-    )
+    fence.update(client, statement, args, read, |client| {
+        let status = OWNER
+            .run(client, &[request_id.into()])?
+            .next()
+            .map(|row| row.get::<String>(3))
+            .transpose()?
+            .flatten()
+            .map(|label| KeyStatus::parse(&label))
+            .transpose()?;
+        Ok(match status {
+            Some(KeyStatus::Finished) => Standing::Finished {
+                status: "finished".into(),
+            },
+            Some(KeyStatus::Retryable) => Standing::Finished {
+                status: "failed".into(),
+            },
+            // Still this request's and in progress, yet not changed:
+            // a takeover committed meanwhile; or taken over already.
+            Some(KeyStatus::InProgress) | None => gone(),
+        })
+    })
 }
 
 /// A response to store: a real HTTP status, and a body and headers within
@@ -306,6 +319,7 @@ impl<'a> Response<'a> {
                 self.body.into(),
                 error.into(),
             ],
+            |_| Ok(()),
         )
     }
 }

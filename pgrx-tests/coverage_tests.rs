@@ -1,0 +1,333 @@
+//! The scheme coverage matrix. For every scheme in the catalog: a genuine
+//! delivery, claimed (or queued); then every change a sender holding it
+//! can make — another body under the same signature, other id and type
+//! headers, the signature moved into another header family, a stale
+//! timestamp, a tampered signature, the delivery sent again. None may
+//! yield a new claimed or queued event, in claim mode or in inbox mode.
+//!
+//! The senders (`schemes::genuine`) sign independently of the scheme
+//! modules; a scheme added to the catalog without one fails here.
+
+#[pgrx::pg_schema]
+mod tests {
+    use crate::schemes::genuine::{Delivery, Sender};
+    use crate::schemes::now_unix;
+    use pgrx::prelude::*;
+    use serde_json::Value;
+
+    struct Answer {
+        status: String,
+        reason: String,
+    }
+
+    fn receive(provider: &str, delivery: &Delivery, inbox: bool) -> Answer {
+        Spi::connect_mut(|client| {
+            let rows = client.update(
+                "SELECT status::text, reason
+                   FROM webhook_receive($1, $2::jsonb, $3, inbox => $4, url => $5)",
+                None,
+                &[
+                    provider.into(),
+                    delivery.headers.to_string().into(),
+                    delivery.body.as_slice().into(),
+                    inbox.into(),
+                    delivery.url.into(),
+                ],
+            )?;
+            let row = rows.first();
+            Ok::<_, pgrx::spi::Error>(Answer {
+                status: row.get::<String>(1)?.unwrap(),
+                reason: row.get::<String>(2)?.unwrap_or_default(),
+            })
+        })
+        .expect("webhook_receive answers")
+    }
+
+    fn register(provider: &str, sender: &Sender) {
+        let registration = sender.registration();
+        Spi::run_with_args(
+            "SELECT webhook_register_provider($1, secret => $2, scheme => $3,
+                     event_id_from => $4, event_type_from => $5)",
+            &[
+                provider.into(),
+                registration.secret.as_str().into(),
+                registration.scheme.as_str().into(),
+                registration.event_id_from.into(),
+                registration.event_type_from.into(),
+            ],
+        )
+        .expect("the scheme registers");
+    }
+
+    fn events(provider: &str) -> i64 {
+        Spi::get_one_with_args::<i64>(
+            "SELECT count(DISTINCT event_id) FROM (
+                    SELECT event_id FROM webhook.events WHERE provider = $1
+                    UNION ALL
+                    SELECT event_id FROM webhook.inbox WHERE provider = $1) e",
+            &[provider.into()],
+        )
+        .unwrap()
+        .unwrap_or(0)
+    }
+
+    /// The headers the provider's registered sources name, and those the
+    /// scheme's signature can cover.
+    fn identity_headers(provider: &str, sender: &Sender) -> Vec<String> {
+        let (id_from, type_from) = Spi::get_two_with_args::<String, String>(
+            "SELECT event_id_from, event_type_from FROM webhook.providers WHERE name = $1",
+            &[provider.into()],
+        )
+        .unwrap();
+        let mut names: Vec<String> = [id_from, type_from]
+            .into_iter()
+            .flatten()
+            .flat_map(|source| {
+                source
+                    .split('|')
+                    .filter_map(|alt| alt.strip_prefix("header:").map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        names.extend(sender.entry.covers.headers.iter().map(|h| h.to_string()));
+        names
+    }
+
+    fn set_header(headers: &mut Value, name: &str, value: &str) {
+        let object = headers.as_object_mut().unwrap();
+        object.retain(|k, _| !k.eq_ignore_ascii_case(name));
+        object.insert(name.to_string(), Value::from(value));
+    }
+
+    /// Another value for every id, type and covered header present.
+    fn other_headers(genuine: &Delivery, names: &[String]) -> Delivery {
+        let mut forged = genuine.clone();
+        for name in names {
+            let present = genuine
+                .headers
+                .as_object()
+                .unwrap()
+                .keys()
+                .any(|k| k.eq_ignore_ascii_case(name));
+            if present || !name.contains("timestamp") {
+                set_header(&mut forged.headers, name, &format!("forged-{name}"));
+            }
+        }
+        forged
+    }
+
+    /// The same signature in another of the scheme's header families, with
+    /// the family it came in refilled with unsigned ids by a relay.
+    fn other_family(sender: &Sender, genuine: &Delivery, names: &[String]) -> Option<Delivery> {
+        let registration = sender.registration();
+        let scheme = crate::schemes::Scheme::parse("t", "scheme", &registration.scheme).unwrap();
+        let families = scheme.signature_headers();
+        let object = genuine.headers.as_object().unwrap();
+        let present = families
+            .iter()
+            .find(|f| object.keys().any(|k| k.eq_ignore_ascii_case(f)))?;
+        let other = families.iter().find(|f| *f != present)?;
+        let prefix_of =
+            |h: &str| h[..h.to_ascii_lowercase().find("signature").unwrap()].to_string();
+        let (from, to) = (prefix_of(present), prefix_of(other));
+        let mut moved = serde_json::Map::new();
+        for (key, value) in object {
+            let renamed = if key.eq_ignore_ascii_case(present) {
+                other.to_string()
+            } else if from != to
+                && key
+                    .to_ascii_lowercase()
+                    .starts_with(&from.to_ascii_lowercase())
+            {
+                format!("{to}{}", &key[from.len()..])
+            } else {
+                key.clone()
+            };
+            moved.insert(renamed, value.clone());
+        }
+        let mut forged = Delivery {
+            headers: Value::Object(moved),
+            ..genuine.clone()
+        };
+        for name in names {
+            if name
+                .to_ascii_lowercase()
+                .starts_with(&from.to_ascii_lowercase())
+                && !name.contains("timestamp")
+            {
+                set_header(&mut forged.headers, name, &format!("forged-{name}"));
+            }
+        }
+        Some(forged)
+    }
+
+    /// One character of the signature changed, its format kept.
+    fn tampered(sender: &Sender, mut delivery: Delivery) -> Delivery {
+        fn flip(text: &str) -> String {
+            let mut chars: Vec<char> = text.chars().collect();
+            let at = chars
+                .iter()
+                .rposition(|c| c.is_ascii_alphanumeric())
+                .unwrap()
+                - 4;
+            chars[at] = if chars[at] == '0' { '1' } else { '0' };
+            chars.into_iter().collect()
+        }
+        if sender.name() == "mailgun" {
+            let mut body: Value = serde_json::from_slice(&delivery.body).unwrap();
+            let sig = body["signature"]["signature"].as_str().unwrap().to_string();
+            body["signature"]["signature"] = Value::from(flip(&sig));
+            delivery.body = body.to_string().into_bytes();
+            return delivery;
+        }
+        let registration = sender.registration();
+        let scheme = crate::schemes::Scheme::parse("t", "scheme", &registration.scheme).unwrap();
+        let object = delivery.headers.as_object_mut().unwrap();
+        for header in scheme.signature_headers() {
+            for (key, value) in object.iter_mut() {
+                if key.eq_ignore_ascii_case(header) {
+                    *value = Value::from(flip(value.as_str().unwrap()));
+                }
+            }
+        }
+        delivery
+    }
+
+    #[pg_test]
+    fn no_change_a_sender_can_make_yields_a_new_event_under_any_scheme() {
+        let mut failures = Vec::new();
+        let mut refused_bodies = 0;
+        for sender in Sender::all() {
+            for inbox in [false, true] {
+                let provider = format!(
+                    "m-{}-{}",
+                    sender.name(),
+                    if inbox { "inbox" } else { "claim" }
+                );
+                register(&provider, &sender);
+                let now = now_unix();
+                let genuine = sender.deliver("evt-genuine", "thing.created", now);
+                let first = receive(&provider, &genuine, inbox);
+                let expected = if inbox { "queued" } else { "claimed" };
+                assert_eq!(
+                    (first.status.as_str(), events(&provider)),
+                    (expected, 1),
+                    "{provider}: the genuine delivery ({})",
+                    first.reason
+                );
+
+                let names = identity_headers(&provider, &sender);
+                let mut changes = vec![
+                    (
+                        "another body under the same signature",
+                        sender.other_body(&genuine, "evt-forged", "thing.refunded", now),
+                    ),
+                    ("other id and type headers", other_headers(&genuine, &names)),
+                    (
+                        "a tampered signature",
+                        tampered(
+                            &sender,
+                            sender.deliver("evt-tampered", "thing.created", now),
+                        ),
+                    ),
+                    ("the same delivery again", genuine.clone()),
+                ];
+                if let Some(moved) = other_family(&sender, &genuine, &names) {
+                    changes.push(("the signature in another header family", moved));
+                }
+                if let Some(tolerance) = sender.tolerance() {
+                    changes.push((
+                        "a stale timestamp",
+                        sender.deliver("evt-stale", "thing.created", now - tolerance - 120),
+                    ));
+                }
+                for (change, delivery) in changes {
+                    let answer = receive(&provider, &delivery, inbox);
+                    let new_event =
+                        matches!(answer.status.as_str(), "claimed" | "queued" | "retry");
+                    if new_event || events(&provider) != 1 {
+                        failures.push(format!(
+                            "{provider}: {change} was answered {} ({})",
+                            answer.status, answer.reason
+                        ));
+                    }
+                    if change.starts_with("another body") && answer.reason == "replayed" {
+                        refused_bodies += 1;
+                    }
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        // The schemes whose signature does not vouch for the body verify the
+        // other body, and refuse it by its binding: PayPal, Twilio, Mailgun,
+        // in both modes.
+        let unvouched = Sender::all()
+            .iter()
+            .filter(|s| !s.entry.covers.body.vouches())
+            .count();
+        assert_eq!(refused_bodies, 2 * unvouched);
+        assert!(unvouched >= 3);
+    }
+
+    /// What `webhook_schemes()` says each signature covers follows from the
+    /// catalog: the body by a digest or not, the headers, and the
+    /// signedness of the default sources derived from them.
+    #[pg_test]
+    fn webhook_schemes_shows_what_each_signature_covers() {
+        let rows = Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT scheme, body_covered, event_id_signed, event_type_signed,
+                            array_to_string(headers_covered, ',')
+                       FROM webhook_schemes() ORDER BY scheme",
+                    None,
+                    &[],
+                )?
+                .map(|row| {
+                    Ok((
+                        row.get::<String>(1)?.unwrap(),
+                        row.get::<String>(2)?.unwrap(),
+                        row.get::<bool>(3)?,
+                        row.get::<bool>(4)?,
+                        row.get::<String>(5)?.unwrap_or_default(),
+                    ))
+                })
+                .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+        })
+        .unwrap();
+        let find = |name: &str| rows.iter().find(|r| r.0 == name).unwrap().clone();
+        assert_eq!(
+            find("paypal"),
+            (
+                "paypal".into(),
+                "checksum".into(),
+                Some(false),
+                Some(false),
+                "paypal-transmission-id,paypal-transmission-time".into()
+            )
+        );
+        assert_eq!(find("mailgun").1, "none");
+        assert_eq!(
+            (find("mailgun").2, find("mailgun").3),
+            (Some(false), Some(false))
+        );
+        assert_eq!(find("twilio").1, "fields_unframed");
+        assert_eq!(find("twilio").3, Some(false));
+        assert_eq!(find("stripe").1, "digest");
+        assert_eq!(
+            (find("stripe").2, find("stripe").3),
+            (Some(true), Some(true))
+        );
+        assert_eq!(
+            (find("github").2, find("github").3),
+            (Some(false), Some(false))
+        );
+        assert_eq!(
+            (find("standard").2, find("standard").3),
+            (Some(true), Some(true))
+        );
+        // No default source: the DBA names one, and it is judged then.
+        assert_eq!(find("zoom").2, None);
+        assert_eq!(rows.len(), crate::schemes::catalog::CATALOG.len());
+    }
+}
