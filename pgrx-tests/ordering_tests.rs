@@ -412,6 +412,57 @@ mod tests {
         );
     }
 
+    /// webhook_claim and webhook_enqueue order a registered provider's
+    /// events too, reading the entity key and order value from the payload
+    /// they are given (their caller verified it), as webhook_receive reads
+    /// them from the body.
+    #[pg_test]
+    fn claims_and_enqueues_of_an_ordered_provider_are_ordered_too() {
+        ordered_stripe("");
+        let claim = |id: &str, created: i64| {
+            one_text(&format!(
+                "SELECT status::text || ' ' || id FROM webhook_claim('stripe', '{id}', 'customer.subscription.updated',
+                     '{}'::jsonb, NULL)",
+                event(id, "sub_c", created)
+            ))
+        };
+        let newer = claim("c2", 2);
+        assert!(newer.starts_with("claimed "), "{newer}");
+        let id = newer.split(' ').nth(1).unwrap();
+        Spi::run(&format!("SELECT webhook_complete('{id}')")).unwrap();
+        assert!(
+            claim("c1", 1).starts_with("stale"),
+            "the older claim is stale"
+        );
+        // An event without the entity key is claimed unordered.
+        assert!(one_text(
+            "SELECT status::text FROM webhook_claim('stripe', 'c-none', 't', '{\"id\": \"c-none\"}'::jsonb, NULL)"
+        )
+        .starts_with("claimed"));
+
+        // Queued through webhook_enqueue with FIFO: the older one waits
+        // behind the newer one's lease, then is parked as stale.
+        ordered_stripe(", inbox => true, fifo => true");
+        let enqueue = |id: &str, created: i64| {
+            one_text(&format!(
+                "SELECT status::text FROM webhook_enqueue('stripe', '{id}', 'customer.subscription.updated',
+                     '{}'::jsonb)",
+                event(id, "sub_e", created)
+            ))
+        };
+        assert_eq!(enqueue("e2", 2), "queued");
+        let (lease, id) = next().unwrap();
+        assert_eq!(id, "e2");
+        assert_eq!(enqueue("e1", 1), "queued");
+        assert_eq!(next(), None, "e1 waits while e2 is leased");
+        run("SELECT webhook_complete($1)", lease);
+        assert_eq!(next(), None);
+        assert_eq!(
+            one_text("SELECT status::text FROM webhook.inbox WHERE event_id = 'e1'"),
+            "stale"
+        );
+    }
+
     /// "Never two at a time" whatever the arrival order: an older event
     /// that arrives while a newer one of its entity is leased waits for
     /// it, and is then parked as stale (the newer one moved the

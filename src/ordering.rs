@@ -63,6 +63,28 @@ pub fn read(entity_key_from: &str, order_from: &str, body: &serde_json::Value) -
     Some(Order { entity_key, value })
 }
 
+/// The entity key and order value of an event given to `webhook_claim` or
+/// `webhook_enqueue`, when its provider is registered with ordering: read
+/// from the payload as `webhook_receive` reads them from the body (those
+/// calls trust their caller, who verified it, for the event id as well).
+/// None: not ordered, or this event has no entity key or order value.
+pub fn of_payload(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    provider: &str,
+    payload: &crate::jsonb::RawJsonb,
+) -> crate::errors::Result<Option<Order>> {
+    let Some(registered) = crate::registry::registered(client, provider)? else {
+        return Ok(None);
+    };
+    let Some((entity_key_from, order_from)) = &registered.ordering else {
+        return Ok(None);
+    };
+    let Some(document) = payload.to_json() else {
+        return Ok(None);
+    };
+    Ok(read(entity_key_from, order_from, &document))
+}
+
 /// The first present `body:` alternative of a registry source.
 fn first_in_body(source: &str, body: &serde_json::Value) -> Option<String> {
     source

@@ -155,13 +155,18 @@ unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid)
 
 /// The provider `name`, from the cache when nothing changed since it was
 /// read.
-pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
+/// Register the relcache callback, once per backend.
+fn ensure_callback() {
     if !CALLBACK_REGISTERED.get() {
         // SAFETY: registered once per backend, with a callback that lives
         // as long as the library; PostgreSQL has room for many.
         unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(invalidated), pg_sys::Datum::from(0)) };
         CALLBACK_REGISTERED.set(true);
     }
+}
+
+pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
+    ensure_callback();
     // Take in the invalidations committed since this transaction last
     // looked: a statement in an open transaction that already holds its
     // locks would otherwise not see them before the cache is consulted.
@@ -196,6 +201,96 @@ pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> 
         });
     }
     Ok(provider)
+}
+
+thread_local! {
+    /// Provider names read and found unregistered, under the generation
+    /// they were read in: `webhook_claim` and `webhook_enqueue` serve
+    /// providers nobody registered, and must not query for them each time.
+    static ABSENT: RefCell<(u64, std::collections::HashSet<String>)> =
+        RefCell::new((0, std::collections::HashSet::new()));
+}
+
+/// The provider `name` if it is registered, None if not; both answers
+/// kept until the registry changes.
+pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Provider>>> {
+    ensure_callback();
+    // SAFETY: as in `provider`.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    let generation = GENERATION.get();
+    let known_absent = ABSENT.with(|absent| {
+        let mut absent = absent.borrow_mut();
+        if absent.0 != generation {
+            absent.1.clear();
+            absent.0 = generation;
+        }
+        absent.1.contains(name)
+    });
+    if known_absent {
+        return Ok(None);
+    }
+    match provider(client, name) {
+        Ok(provider) => Ok(Some(provider)),
+        Err(WebhookError::UnknownProvider { .. }) => {
+            // SAFETY: reads the session's isolation level.
+            let fresh_snapshots =
+                unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+            if fresh_snapshots
+                && GENERATION.get() == generation
+                && WATCHED.get() != [pg_sys::InvalidOid; 2]
+            {
+                ABSENT.with(|absent| {
+                    let mut absent = absent.borrow_mut();
+                    if absent.0 == generation {
+                        absent.1.insert(name.to_string());
+                    }
+                });
+            }
+            Ok(None)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Whether any provider is registered with `fifo`: `webhook_next` takes
+/// FIFO lines' locks only then. Kept like the providers, until the
+/// registry changes.
+static ANY_FIFO: Statement = Statement {
+    sql: "SELECT EXISTS (SELECT FROM webhook.providers WHERE fifo),
+                 'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
+                 'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid",
+    arg_types: &[],
+};
+
+thread_local! {
+    /// (the invalidation generation it was read in, the answer).
+    static FIFO_KNOWN: Cell<Option<(u64, bool)>> = const { Cell::new(None) };
+}
+
+pub fn any_fifo(client: &mut SpiClient<'_>) -> Result<bool> {
+    ensure_callback();
+    // SAFETY: as in `provider`.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    let generation = GENERATION.get();
+    if let Some((seen, answer)) = FIFO_KNOWN.get() {
+        if seen == generation {
+            return Ok(answer);
+        }
+    }
+    let Some(row) = ANY_FIFO.run(client, &[])?.next() else {
+        return Ok(false);
+    };
+    let answer = row.get::<bool>(1)?.unwrap_or(false);
+    WATCHED.set([
+        row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
+        row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid),
+    ]);
+    // SAFETY: reads the session's isolation level.
+    let fresh_snapshots = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    if fresh_snapshots && GENERATION.get() == generation {
+        FIFO_KNOWN.set(Some((generation, answer)));
+    }
+    Ok(answer)
 }
 
 /// The trigger lives apart from this module's `Result`, which its macro

@@ -200,8 +200,7 @@ pub(crate) fn delivery<'a>(
         signature: input::optional_text(function, "signature", signature, MAX_SIGNATURE_BYTES)?,
         headers: None,
         lease: claims.lease(),
-        // The registry's order is read by webhook_receive only, from a
-        // body it verified itself.
+        // Set by the caller once the registry is read (ordering::of_payload).
         order: None,
         verified_by: None,
     })
@@ -220,5 +219,12 @@ pub(crate) fn claim(
     let delivery = delivery(
         FUNCTION, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;
-    Spi::connect_mut(|client| super::claim(client, &delivery))
+    Spi::connect_mut(|client| {
+        let order = crate::ordering::of_payload(client, delivery.provider, &delivery.payload)?;
+        let delivery = super::Delivery {
+            order: order.as_ref(),
+            ..delivery
+        };
+        super::claim(client, &delivery)
+    })
 }

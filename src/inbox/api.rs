@@ -132,7 +132,14 @@ pub(crate) fn enqueue(
     let d = delivery(
         ENQUEUE, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;
-    let Outcome { id, status, .. } = Spi::connect_mut(|client| super::enqueue(client, &d))?;
+    let Outcome { id, status, .. } = Spi::connect_mut(|client| {
+        let order = crate::ordering::of_payload(client, d.provider, &d.payload)?;
+        let d = crate::claim::Delivery {
+            order: order.as_ref(),
+            ..d
+        };
+        super::enqueue(client, &d)
+    })?;
     Ok(Queued { id, status })
 }
 
@@ -449,6 +456,9 @@ fn lines(
     batch: i32,
 ) -> Result<(Vec<String>, Vec<String>)> {
     let mut held = (Vec::new(), Vec::new());
+    if !crate::registry::any_fifo(client)? {
+        return Ok(held);
+    }
     let heads = FIFO_HEADS.run(
         client,
         &[
