@@ -330,4 +330,31 @@ mod tests {
         assert_eq!(find("zoom").2, None);
         assert_eq!(rows.len(), crate::schemes::catalog::CATALOG.len());
     }
+
+    /// A binding made by a release that bound ids only (Twilio's) keeps
+    /// answering the provider's retries after the update: the first body
+    /// seen since is bound, and another one refused.
+    #[pg_test]
+    fn a_binding_made_before_bodies_were_bound_takes_the_next_body() {
+        let sender = Sender::of("twilio");
+        register("m-twilio-old", &sender);
+        let now = now_unix();
+        let genuine = sender.deliver("evt-old", "delivered", now);
+        assert_eq!(receive("m-twilio-old", &genuine, true).status, "queued");
+        Spi::run("UPDATE webhook.signature_bindings SET body_digest = NULL WHERE provider = 'm-twilio-old'")
+            .unwrap();
+        let again = receive("m-twilio-old", &genuine, true);
+        assert_eq!(
+            (again.status.as_str(), again.reason.as_str()),
+            ("duplicate", "ok")
+        );
+        assert_eq!(
+            Spi::get_one::<bool>(
+                "SELECT body_digest IS NOT NULL FROM webhook.signature_bindings WHERE provider = 'm-twilio-old'"
+            ),
+            Ok(Some(true))
+        );
+        let recut = sender.other_body(&genuine, "evt-old", "delivered", now);
+        assert_eq!(receive("m-twilio-old", &recut, true).reason, "replayed");
+    }
 }

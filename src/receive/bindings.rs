@@ -69,6 +69,14 @@ static BIND: Statement = Statement {
     ],
 };
 
+/// The body a binding made by an earlier release (by id only) vouches
+/// for from now on.
+static BIND_BODY: Statement = Statement {
+    sql: "UPDATE webhook.signature_bindings SET body_digest = $3
+           WHERE provider = $1 AND digest = $2 AND body_digest IS NULL",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID, pg_sys::BYTEAOID],
+};
+
 /// The same two for signed bytes that cover the body (their digest does):
 /// only the event id is bound. These run on the previous release's table
 /// as well, so a library installed before `ALTER EXTENSION … UPDATE`
@@ -144,14 +152,27 @@ pub fn bind(
     };
     match bound_to {
         Some((event_id, body)) => {
-            lock.release();
-            let same =
-                event_id.as_deref() == Some(vouched.event_id) && body.as_deref() == vouched.body;
-            Ok(if same {
-                Binding::Bound
-            } else {
-                Binding::ToAnotherDelivery
-            })
+            if event_id.as_deref() != Some(vouched.event_id) {
+                lock.release();
+                return Ok(Binding::ToAnotherDelivery);
+            }
+            match (body.as_deref(), vouched.body) {
+                (bound, given) if bound == given => {
+                    lock.release();
+                    Ok(Binding::Bound)
+                }
+                // Bound by a release that did not bind bodies yet (Twilio's
+                // deliveries were bound by id only): the first body seen
+                // since is the one. The lock stays until commit.
+                (None, Some(given)) => {
+                    BIND_BODY.run(client, &[provider.into(), digest.into(), given.into()])?;
+                    Ok(Binding::Bound)
+                }
+                _ => {
+                    lock.release();
+                    Ok(Binding::ToAnotherDelivery)
+                }
+            }
         }
         None => {
             match vouched.body {
