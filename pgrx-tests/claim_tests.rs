@@ -427,4 +427,31 @@ mod tests {
             .unwrap();
         assert!(!crate::uuid::may_be_delivery(&lease));
     }
+
+    /// The registry is read once per backend for a provider, registered or
+    /// not, until it changes: a claim looks up its provider's ordering
+    /// without querying the registry on every call.
+    #[pg_test]
+    fn the_registry_is_not_read_on_every_call() {
+        // Heap and index scans of the registry's table, in this transaction.
+        let scans = || {
+            Spi::get_one::<i64>(
+                "SELECT sum(pg_stat_get_xact_numscans(c.oid))::bigint
+                   FROM pg_class c
+                  WHERE c.oid = 'webhook.providers'::regclass
+                     OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'webhook.providers'::regclass)",
+            )
+            .unwrap()
+            .unwrap_or(0)
+        };
+        let call = |sql: &str| Spi::run(sql).unwrap();
+        call("SELECT webhook_claim('nobody', 'warm', 't', '{}'::jsonb, NULL)");
+        let before = scans();
+        for i in 0..10 {
+            call(&format!(
+                "SELECT webhook_claim('nobody', 'e{i}', 't', '{{}}'::jsonb, NULL)"
+            ));
+        }
+        assert_eq!(scans() - before, 0, "scans of webhook.providers by claims");
+    }
 }

@@ -232,6 +232,11 @@ pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Pr
     match provider(client, name) {
         Ok(provider) => Ok(Some(provider)),
         Err(WebhookError::UnknownProvider { .. }) => {
+            // An absent provider's row names no tables: learn them once, or
+            // nothing could tell this answer when to expire.
+            if WATCHED.get() == [pg_sys::InvalidOid; 2] {
+                learn_tables(client)?;
+            }
             // SAFETY: reads the session's isolation level.
             let fresh_snapshots =
                 unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
@@ -250,6 +255,23 @@ pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Pr
         }
         Err(err) => Err(err),
     }
+}
+
+/// The registry's two tables, which the relcache callback watches.
+static TABLES: Statement = Statement {
+    sql: "SELECT 'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
+                 'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid",
+    arg_types: &[],
+};
+
+fn learn_tables(client: &mut SpiClient<'_>) -> Result<()> {
+    if let Some(row) = TABLES.run(client, &[])?.next() {
+        WATCHED.set([
+            row.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid),
+            row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
+        ]);
+    }
+    Ok(())
 }
 
 /// Whether any provider is registered with `fifo`: `webhook_next` takes
