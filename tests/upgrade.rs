@@ -135,6 +135,8 @@ fn catalog(client: &mut Client) -> BTreeSet<String> {
 }
 
 fn roles(admin: &mut Client) {
+    // The tests here create and grant the same roles, also at once.
+    let _turn = one_at_a_time();
     ensure_role(admin, "upgrade_app", true);
     ensure_role(admin, "upgrade_ops", true);
     admin
