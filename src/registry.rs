@@ -165,14 +165,35 @@ fn ensure_callback() {
     }
 }
 
-pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
+/// The generation the cache stands at, once the invalidations committed
+/// since this transaction last looked are taken in: a statement in an open
+/// transaction that already holds its locks would otherwise not see them
+/// before the cache is consulted.
+fn current_generation() -> u64 {
     ensure_callback();
-    // Take in the invalidations committed since this transaction last
-    // looked: a statement in an open transaction that already holds its
-    // locks would otherwise not see them before the cache is consulted.
     // SAFETY: processes pending shared invalidation messages, as every
     // lock acquisition does.
     unsafe { pg_sys::AcceptInvalidationMessages() };
+    GENERATION.get()
+}
+
+/// Whether what was read in `generation` may be kept: read with a fresh
+/// snapshot (under REPEATABLE READ or SERIALIZABLE the transaction's may
+/// predate a change), no invalidation arrived since, and the registry's
+/// tables are known, so that the callback can tell when it expires.
+fn may_keep(generation: u64) -> bool {
+    // SAFETY: reads the session's isolation level.
+    let fresh_snapshots = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
+    fresh_snapshots && GENERATION.get() == generation && WATCHED.get() != [pg_sys::InvalidOid; 2]
+}
+
+pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
+    current_generation();
+    cached_provider(client, name)
+}
+
+/// `provider`, once the invalidations are taken in.
+fn cached_provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
     let cached = CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         if cache.generation != GENERATION.get() {
@@ -188,9 +209,7 @@ pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> 
     let (provider, tables) = load(client, name)?;
     let provider = Rc::new(provider);
     WATCHED.set(tables);
-    // SAFETY: reads the session's isolation level.
-    let fresh_snapshots = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
-    if fresh_snapshots && GENERATION.get() == before {
+    if may_keep(before) {
         CACHE.with(|cache| {
             let mut cache = cache.borrow_mut();
             if cache.generation == before {
@@ -214,10 +233,7 @@ thread_local! {
 /// The provider `name` if it is registered, None if not; both answers
 /// kept until the registry changes.
 pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Provider>>> {
-    ensure_callback();
-    // SAFETY: as in `provider`.
-    unsafe { pg_sys::AcceptInvalidationMessages() };
-    let generation = GENERATION.get();
+    let generation = current_generation();
     let known_absent = ABSENT.with(|absent| {
         let mut absent = absent.borrow_mut();
         if absent.0 != generation {
@@ -229,7 +245,7 @@ pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Pr
     if known_absent {
         return Ok(None);
     }
-    match provider(client, name) {
+    match cached_provider(client, name) {
         Ok(provider) => Ok(Some(provider)),
         Err(WebhookError::UnknownProvider { .. }) => {
             // An absent provider's row names no tables: learn them once, or
@@ -237,13 +253,7 @@ pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Pr
             if WATCHED.get() == [pg_sys::InvalidOid; 2] {
                 learn_tables(client)?;
             }
-            // SAFETY: reads the session's isolation level.
-            let fresh_snapshots =
-                unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
-            if fresh_snapshots
-                && GENERATION.get() == generation
-                && WATCHED.get() != [pg_sys::InvalidOid; 2]
-            {
+            if may_keep(generation) {
                 ABSENT.with(|absent| {
                     let mut absent = absent.borrow_mut();
                     if absent.0 == generation {
@@ -290,10 +300,7 @@ thread_local! {
 }
 
 pub fn any_fifo(client: &mut SpiClient<'_>) -> Result<bool> {
-    ensure_callback();
-    // SAFETY: as in `provider`.
-    unsafe { pg_sys::AcceptInvalidationMessages() };
-    let generation = GENERATION.get();
+    let generation = current_generation();
     if let Some((seen, answer)) = FIFO_KNOWN.get() {
         if seen == generation {
             return Ok(answer);
@@ -307,9 +314,7 @@ pub fn any_fifo(client: &mut SpiClient<'_>) -> Result<bool> {
         row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
         row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid),
     ]);
-    // SAFETY: reads the session's isolation level.
-    let fresh_snapshots = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
-    if fresh_snapshots && GENERATION.get() == generation {
+    if may_keep(generation) {
         FIFO_KNOWN.set(Some((generation, answer)));
     }
     Ok(answer)
