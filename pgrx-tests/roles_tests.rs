@@ -188,4 +188,263 @@ mod tests {
             Ok(Some(0))
         );
     }
+
+    /// A role granted the application functions, scoped to `providers`
+    /// (and `consumers`, an SQL array or NULL).
+    fn scoped_app(role: &str, providers: &str, consumers: &str) {
+        Spi::run(&format!(
+            "CREATE ROLE {role} NOLOGIN; SELECT webhook_grant_app('{role}');
+             GRANT EXECUTE ON FUNCTION error_of(text) TO {role};
+             SELECT webhook_scope_app('{role}', {providers}, {consumers});"
+        ))
+        .unwrap();
+    }
+
+    fn status_of(provider: &str, event_id: &str) -> Option<String> {
+        Spi::get_one_with_args::<String>(
+            "SELECT (SELECT status::text FROM webhook.events WHERE provider = $1 AND event_id = $2)",
+            &[provider.into(), event_id.into()],
+        )
+        .unwrap()
+    }
+
+    #[pg_test]
+    fn a_scoped_role_takes_in_and_finishes_its_providers_events_only() {
+        roles();
+        scoped_app("wh_team_a", "'{stripe}'", "NULL");
+        // Another team's claim, made by the owner.
+        let (theirs, ..) = claim("github", "evt_theirs", None);
+        as_role("wh_team_a");
+        let (mine, claimed, ..) = claim("stripe", "evt_mine", None);
+        assert!(claimed);
+        let refused = "role \"wh_team_a\" may not use provider \"github\"";
+        for sql in [
+            "SELECT * FROM webhook_claim('github', 'evt_squat', 't', '{}'::jsonb, NULL)",
+            "SELECT * FROM webhook_claim('github', 'evt_squat', 't', '{}'::bytea, NULL)",
+            "SELECT * FROM webhook_enqueue('github', 'evt_squat', 't', '{}'::jsonb, NULL)",
+            "SELECT * FROM webhook_receive('github', '{}'::jsonb, '\\x7b7d'::bytea)",
+            "SELECT * FROM webhook_next(provider => 'github')",
+        ] {
+            assert_error(sql, "42501", &format!("argument \"provider\": {refused}"));
+        }
+        for sql in [
+            format!("SELECT webhook_complete('{theirs}')"),
+            format!("SELECT webhook_fail('{theirs}', 'sabotage')"),
+            format!("SELECT webhook_extend('{theirs}', '1 minute')"),
+        ] {
+            assert_error(&sql, "42501", &format!("argument \"id\": {refused}"));
+        }
+        assert_error(
+            "SELECT * FROM webhook_next()",
+            "42501",
+            "argument \"provider\" must name a provider",
+        );
+        run("SELECT webhook_complete($1)", mine);
+        Spi::run("RESET ROLE").unwrap();
+        assert_eq!(status_of("github", "evt_squat"), None, "nothing squatted");
+        assert_eq!(
+            status_of("github", "evt_theirs").as_deref(),
+            Some("processing")
+        );
+        assert_eq!(
+            status_of("stripe", "evt_mine").as_deref(),
+            Some("processed")
+        );
+        assert_eq!(
+            crate::in_db_tests::count(
+                "SELECT count(*) FROM webhook.delivery_log WHERE provider = 'github' AND event_id = 'evt_squat'"
+            ),
+            0,
+            "a refusal archives nothing"
+        );
+        run("SELECT webhook_complete($1)", theirs);
+    }
+
+    #[pg_test]
+    fn scopes_bind_the_roles_inheriting_them_and_name_consumers() {
+        roles();
+        Spi::run(
+            "SELECT webhook_register_provider('shop', scheme => 'github', secret => 's',
+                                              consumers => '{billing,analytics}');
+             SELECT webhook_enqueue('shop', 'evt_1', 't', '{}'::jsonb, NULL);",
+        )
+        .unwrap();
+        scoped_app("wh_billing", "'{shop}'", "'{billing}'");
+        scoped_app("wh_payments", "'{stripe}'", "NULL");
+        Spi::run(
+            "CREATE ROLE wh_worker NOLOGIN IN ROLE wh_billing, wh_payments;
+             CREATE ROLE wh_unscoped NOLOGIN; SELECT webhook_grant_app('wh_unscoped');",
+        )
+        .unwrap();
+        // The analytics consumer's lease, taken by the owner.
+        let analytics = Spi::get_one::<pgrx::Uuid>(
+            "SELECT id FROM webhook_next(provider => 'shop', consumer => 'analytics')",
+        )
+        .unwrap()
+        .unwrap();
+        as_role("wh_worker");
+        // Bound by both scopes: each allows what it lists.
+        let (claimed_stripe, claimed, ..) = claim("stripe", "evt_pay", None);
+        assert!(claimed);
+        run("SELECT webhook_complete($1)", claimed_stripe);
+        let billing = Spi::get_one::<pgrx::Uuid>(
+            "SELECT id FROM webhook_next(provider => 'shop', consumer => 'billing')",
+        )
+        .unwrap()
+        .expect("billing's lease");
+        assert_error(
+            "SELECT * FROM webhook_next(provider => 'shop', consumer => 'analytics')",
+            "42501",
+            "argument \"consumer\": role \"wh_worker\" may not use consumer \"analytics\" of provider \"shop\"",
+        );
+        assert_error(
+            "SELECT * FROM webhook_next(provider => 'github', consumer => 'billing')",
+            "42501",
+            "argument \"provider\": role \"wh_worker\" may not use provider \"github\"",
+        );
+        for sql in [
+            format!("SELECT webhook_complete('{analytics}')"),
+            format!("SELECT webhook_fail('{analytics}', 'x', '1 second')"),
+            format!("SELECT webhook_extend('{analytics}', '1 minute')"),
+        ] {
+            assert_error(&sql, "42501", "argument \"id\"");
+        }
+        run("SELECT webhook_complete($1)", billing);
+        Spi::run("RESET ROLE").unwrap();
+        assert_eq!(
+            Spi::get_one::<String>(
+                "SELECT string_agg(consumer || ' ' || status, ', ' ORDER BY consumer)
+                   FROM webhook.inbox WHERE event_id = 'evt_1'"
+            )
+            .unwrap()
+            .as_deref(),
+            Some("analytics leased, billing processed")
+        );
+        // A role outside every scope, and the owner, are not bound.
+        as_role("wh_unscoped");
+        run("SELECT webhook_complete($1)", analytics);
+        Spi::run("RESET ROLE").unwrap();
+        // Unscoped again: every consumer.
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT webhook_unscope_app('wh_billing')"),
+            Ok(Some(true))
+        );
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT webhook_unscope_app('wh_billing')"),
+            Ok(Some(false))
+        );
+        Spi::run("SELECT webhook_enqueue('shop', 'evt_2', 't', '{}'::jsonb, NULL)").unwrap();
+        as_role("wh_worker");
+        // Still bound by the scope it inherits from wh_payments.
+        assert_error(
+            "SELECT * FROM webhook_next(provider => 'shop', consumer => 'analytics')",
+            "42501",
+            "may not use provider \"shop\"",
+        );
+        Spi::run("RESET ROLE").unwrap();
+        Spi::run("SELECT webhook_unscope_app('wh_payments')").unwrap();
+        as_role("wh_worker");
+        assert_eq!(
+            crate::in_db_tests::count(
+                "SELECT count(*) FROM webhook_next(provider => 'shop', consumer => 'analytics')"
+            ),
+            1
+        );
+    }
+
+    #[pg_test]
+    fn a_scope_change_applies_to_the_next_call() {
+        roles();
+        scoped_app("wh_team", "'{stripe}'", "NULL");
+        as_role("wh_team");
+        assert!(claim("stripe", "evt_1", None).1);
+        Spi::run("RESET ROLE").unwrap();
+        Spi::run("SELECT webhook_scope_app('wh_team', '{github}')").unwrap();
+        as_role("wh_team");
+        assert_error(
+            "SELECT * FROM webhook_claim('stripe', 'evt_2', 't', '{}'::jsonb, NULL)",
+            "42501",
+            "may not use provider \"stripe\"",
+        );
+        assert!(claim("github", "evt_3", None).1);
+    }
+
+    #[pg_test]
+    fn scoping_refuses_bad_arguments() {
+        roles();
+        Spi::run("CREATE ROLE wh_root SUPERUSER NOLOGIN").unwrap();
+        for (sql, sqlstate, needle) in [
+            (
+                "SELECT webhook_scope_app(NULL, '{stripe}')",
+                "22004",
+                "argument \"role\"",
+            ),
+            (
+                "SELECT webhook_scope_app('wh_app', NULL)",
+                "22004",
+                "argument \"providers\"",
+            ),
+            (
+                "SELECT webhook_scope_app('wh_app', '{}')",
+                "22023",
+                "argument \"providers\"",
+            ),
+            (
+                "SELECT webhook_scope_app('wh_app', '{stripe,\"\"}')",
+                "22023",
+                "argument \"providers\"",
+            ),
+            (
+                "SELECT webhook_scope_app('wh_app', ARRAY['stripe', NULL])",
+                "22023",
+                "argument \"providers\"",
+            ),
+            (
+                "SELECT webhook_scope_app('wh_app', '{stripe}', '{}')",
+                "22023",
+                "argument \"consumers\"",
+            ),
+            (
+                "SELECT webhook_scope_app('wh_root', '{stripe}')",
+                "22023",
+                "superuser",
+            ),
+            (
+                "SELECT webhook_scope_app('no_such_role', '{stripe}')",
+                "42704",
+                "no_such_role",
+            ),
+        ] {
+            assert_error(sql, sqlstate, needle);
+        }
+        assert_eq!(
+            crate::in_db_tests::count("SELECT count(*) FROM webhook.app_scopes"),
+            0
+        );
+        // Kept sorted, without repeats; a second call replaces the first.
+        Spi::run(
+            "SELECT webhook_scope_app('wh_app', '{stripe,github,stripe}', '{b,a}');
+             SELECT webhook_scope_app('wh_app', '{stripe,github,stripe}');",
+        )
+        .unwrap();
+        assert_eq!(
+            Spi::get_one::<String>(
+                "SELECT role::text || ' ' || providers::text || ' ' || coalesce(consumers::text, 'all')
+                   FROM webhook.app_scopes"
+            )
+            .unwrap()
+            .as_deref(),
+            Some("wh_app {github,stripe} all")
+        );
+        // An application role can neither read nor change scopes.
+        as_role("wh_app");
+        for sql in [
+            "SELECT * FROM webhook.app_scopes",
+            "DELETE FROM webhook.app_scopes",
+            "SELECT webhook_unscope_app('wh_app')",
+            "SELECT webhook_scope_app('wh_app', '{github,stripe,paypal}')",
+        ] {
+            assert_error(sql, "42501", "permission denied");
+        }
+    }
 }

@@ -197,7 +197,7 @@ mod tests {
         );
         assert_eq!(
             dumped,
-            "webhook.delivery_failures, webhook.delivery_log_default, webhook.events, \
+            "webhook.app_scopes, webhook.delivery_failures, webhook.delivery_log_default, webhook.events, \
              webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
              webhook.provider_secrets, webhook.providers, webhook.requeues, \
              webhook.signature_bindings, webhook.watermarks"

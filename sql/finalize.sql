@@ -80,12 +80,17 @@ CREATE TRIGGER registry_changed
     AFTER INSERT OR UPDATE OF provider, secret, fingerprint, added_at, retired_at OR DELETE OR TRUNCATE
     ON webhook.provider_secrets
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+-- Application roles' scopes are cached the same way.
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.app_scopes
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
 -- Always: a change made under session_replication_role = replica (a
 -- restore, a logical replication apply) must reach the caches as well.
 ALTER TABLE webhook.providers ENABLE ALWAYS TRIGGER registry_changed;
 ALTER TABLE webhook.provider_secrets ENABLE ALWAYS TRIGGER registry_changed;
+ALTER TABLE webhook.app_scopes ENABLE ALWAYS TRIGGER registry_changed;
 COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
-    'Trigger on the provider registry: drops every backend''s cached copy of it once the change commits';
+    'Trigger on the provider registry and the application roles'' scopes: drops every backend''s cached copy of them once the change commits';
 
 -- The privilege rule (roles.sql).
 SELECT webhook._restrict_privileges();
@@ -108,5 +113,6 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.inbox_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.requeues', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.watermarks', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.idempotency_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.app_scopes', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

@@ -516,5 +516,144 @@ BEGIN
 END
 $$;
 
+-- Application roles scoped to some providers (and inbox consumers), for a
+-- DBA serving several teams from one database. Written through
+-- webhook_scope_app() and webhook_unscope_app(); a role listed nowhere is
+-- not scoped. Read by every application function, cached per backend
+-- like the registry (src/registry.rs).
+CREATE TABLE webhook.app_scopes (
+    role      regrole     NOT NULL CONSTRAINT app_scopes_pkey PRIMARY KEY,
+    providers text[]      NOT NULL CONSTRAINT app_scopes_providers_check
+              CHECK (pg_catalog.cardinality(providers) BETWEEN 1 AND 1000
+                     AND pg_catalog.array_position(providers, NULL) IS NULL
+                     AND '' <> ALL (providers)),
+    -- NULL: every consumer of those providers.
+    consumers text[]      CONSTRAINT app_scopes_consumers_check
+              CHECK (pg_catalog.cardinality(consumers) BETWEEN 1 AND 1000
+                     AND pg_catalog.array_position(consumers, NULL) IS NULL
+                     AND '' <> ALL (consumers)),
+    scoped_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    scoped_by name        NOT NULL DEFAULT SESSION_USER
+);
+
+COMMENT ON TABLE webhook.app_scopes IS
+    'Application roles scoped to some providers and consumers (webhook_scope_app); a session acting as such a role, or inheriting its privileges, may use only these';
+
+COMMENT ON COLUMN webhook.app_scopes.role IS 'The scoped role';
+COMMENT ON COLUMN webhook.app_scopes.providers IS 'The providers it may receive, claim, queue, lease and finish events of';
+COMMENT ON COLUMN webhook.app_scopes.consumers IS 'The inbox consumers it may lease and finish events of; NULL for every consumer';
+COMMENT ON COLUMN webhook.app_scopes.scoped_at IS 'When the scope was set';
+COMMENT ON COLUMN webhook.app_scopes.scoped_by IS 'Who set it (the session user)';
+
+REVOKE ALL ON TABLE webhook.app_scopes FROM PUBLIC;
+
+-- Scope an application role to some providers and, for inbox workers,
+-- consumers: a DBA serving several teams from one database gives each
+-- team's role its own. From then on a session acting as the role, or as
+-- any role inheriting its privileges, may receive, claim and queue events
+-- of these providers only, and lease and finish only their events for
+-- these consumers; webhook_next must name the provider. A session bound
+-- by several scopes may use each. Superusers are never bound. Replaces
+-- the role's scope; webhook_unscope_app removes it.
+CREATE FUNCTION @extschema@.webhook_scope_app(role regrole, providers text[], consumers text[] DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF webhook_scope_app.role IS NULL THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "role" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF webhook_scope_app.providers IS NULL THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "providers" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'To let the role use every provider again: webhook_unscope_app(role).';
+    END IF;
+    IF (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = webhook_scope_app.role) THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "role": % is a superuser, which no scope binds', webhook_scope_app.role
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The table's checks say the same; here the error names the argument.
+    IF pg_catalog.cardinality(webhook_scope_app.providers) NOT BETWEEN 1 AND 1000
+       OR pg_catalog.array_position(webhook_scope_app.providers, NULL) IS NOT NULL
+       OR '' = ANY (webhook_scope_app.providers) THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "providers" must list 1 to 1000 names, none NULL or empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.cardinality(webhook_scope_app.consumers) NOT BETWEEN 1 AND 1000
+       OR pg_catalog.array_position(webhook_scope_app.consumers, NULL) IS NOT NULL
+       OR '' = ANY (webhook_scope_app.consumers) THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "consumers" must be NULL (every consumer) or list 1 to 1000 names, none NULL or empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO webhook.app_scopes AS s (role, providers, consumers)
+    VALUES (webhook_scope_app.role,
+            ARRAY(SELECT DISTINCT p FROM pg_catalog.unnest(webhook_scope_app.providers) AS p ORDER BY p),
+            CASE WHEN webhook_scope_app.consumers IS NOT NULL THEN
+                ARRAY(SELECT DISTINCT c FROM pg_catalog.unnest(webhook_scope_app.consumers) AS c ORDER BY c)
+            END)
+    ON CONFLICT ON CONSTRAINT app_scopes_pkey
+    DO UPDATE SET providers = excluded.providers, consumers = excluded.consumers,
+                  scoped_at = excluded.scoped_at, scoped_by = excluded.scoped_by;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_scope_app(regrole, text[], text[]) IS
+    'Scope an application role (and the roles inheriting its privileges) to these providers and, for the inbox, consumers (NULL: all of theirs); replaces its scope';
+
+-- Let a scoped role use every provider again.
+CREATE FUNCTION @extschema@.webhook_unscope_app(role regrole)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH removed AS (
+        DELETE FROM webhook.app_scopes s WHERE s.role = webhook_unscope_app.role RETURNING 1
+    )
+    SELECT EXISTS (SELECT FROM removed)
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_unscope_app(regrole) IS
+    'Remove an application role''s scope: it may use every provider and consumer again; false if it had none';
+
+-- Grant an operator role the archive, the views and the maintenance
+-- functions; never the secrets.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_operator(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
+    EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
+        webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
+        webhook.provider_summary, webhook.recent_failures, webhook.stuck_claims,
+        webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
+        webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
+        webhook.requeues, webhook.watermarks, webhook.blocked_entities,
+        webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions,
+        webhook.app_scopes TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_requeue(text, text, text),
+        @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
+        @extschema@.webhook_purge(interval, integer, integer),
+        @extschema@.webhook_create_partitions(integer),
+        @extschema@.webhook_reset_watermark(text, text, text),
+        @extschema@.webhook_providers(),
+        @extschema@.idempotency_purge(interval)
+        TO %s', role);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
+
+-- Scopes are cached like the registry, and kept across pg_dump.
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.app_scopes
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+ALTER TABLE webhook.app_scopes ENABLE ALWAYS TRIGGER registry_changed;
+COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
+    'Trigger on the provider registry and the application roles'' scopes: drops every backend''s cached copy of them once the change commits';
+SELECT pg_catalog.pg_extension_config_dump('webhook.app_scopes', '');
+
 -- Last: whatever this script created gets the extension's privileges.
 SELECT webhook._restrict_privileges();

@@ -64,7 +64,8 @@ BEGIN
         webhook.rejected_deliveries, webhook.dead_letters, webhook.payload_mismatches,
         webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
         webhook.requeues, webhook.watermarks, webhook.blocked_entities,
-        webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions TO %s', role);
+        webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions,
+        webhook.app_scopes TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -77,7 +78,75 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
+
+-- Scope an application role to some providers and, for inbox workers,
+-- consumers: a DBA serving several teams from one database gives each
+-- team's role its own. From then on a session acting as the role, or as
+-- any role inheriting its privileges, may receive, claim and queue events
+-- of these providers only, and lease and finish only their events for
+-- these consumers; webhook_next must name the provider. A session bound
+-- by several scopes may use each. Superusers are never bound. Replaces
+-- the role's scope; webhook_unscope_app removes it.
+CREATE FUNCTION @extschema@.webhook_scope_app(role regrole, providers text[], consumers text[] DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF webhook_scope_app.role IS NULL THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "role" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF webhook_scope_app.providers IS NULL THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "providers" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'To let the role use every provider again: webhook_unscope_app(role).';
+    END IF;
+    IF (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = webhook_scope_app.role) THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "role": % is a superuser, which no scope binds', webhook_scope_app.role
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The table's checks say the same; here the error names the argument.
+    IF pg_catalog.cardinality(webhook_scope_app.providers) NOT BETWEEN 1 AND 1000
+       OR pg_catalog.array_position(webhook_scope_app.providers, NULL) IS NOT NULL
+       OR '' = ANY (webhook_scope_app.providers) THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "providers" must list 1 to 1000 names, none NULL or empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.cardinality(webhook_scope_app.consumers) NOT BETWEEN 1 AND 1000
+       OR pg_catalog.array_position(webhook_scope_app.consumers, NULL) IS NOT NULL
+       OR '' = ANY (webhook_scope_app.consumers) THEN
+        RAISE EXCEPTION 'webhook_scope_app: argument "consumers" must be NULL (every consumer) or list 1 to 1000 names, none NULL or empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO webhook.app_scopes AS s (role, providers, consumers)
+    VALUES (webhook_scope_app.role,
+            ARRAY(SELECT DISTINCT p FROM pg_catalog.unnest(webhook_scope_app.providers) AS p ORDER BY p),
+            CASE WHEN webhook_scope_app.consumers IS NOT NULL THEN
+                ARRAY(SELECT DISTINCT c FROM pg_catalog.unnest(webhook_scope_app.consumers) AS c ORDER BY c)
+            END)
+    ON CONFLICT ON CONSTRAINT app_scopes_pkey
+    DO UPDATE SET providers = excluded.providers, consumers = excluded.consumers,
+                  scoped_at = excluded.scoped_at, scoped_by = excluded.scoped_by;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_scope_app(regrole, text[], text[]) IS
+    'Scope an application role (and the roles inheriting its privileges) to these providers and, for the inbox, consumers (NULL: all of theirs); replaces its scope';
+
+-- Let a scoped role use every provider again.
+CREATE FUNCTION @extschema@.webhook_unscope_app(role regrole)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH removed AS (
+        DELETE FROM webhook.app_scopes s WHERE s.role = webhook_unscope_app.role RETURNING 1
+    )
+    SELECT EXISTS (SELECT FROM removed)
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_unscope_app(regrole) IS
+    'Remove an application role''s scope: it may use every provider and consumer again; false if it had none';
 
 -- The rule, rather than a list that could miss a new object, applied by
 -- finalize.sql and at the end of every upgrade script (which may add

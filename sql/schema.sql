@@ -697,6 +697,35 @@ COMMENT ON COLUMN webhook.provider_secrets.added_at IS 'When it was added (the n
 COMMENT ON COLUMN webhook.provider_secrets.retired_at IS 'When it was retired; NULL while active';
 COMMENT ON COLUMN webhook.provider_secrets.last_used_at IS 'When it last verified a delivery (kept to the minute); NULL if never';
 
+-- Application roles scoped to some providers (and inbox consumers), for a
+-- DBA serving several teams from one database. Written through
+-- webhook_scope_app() and webhook_unscope_app(); a role listed nowhere is
+-- not scoped. Read by every application function, cached per backend
+-- like the registry (src/registry.rs).
+CREATE TABLE webhook.app_scopes (
+    role      regrole     NOT NULL CONSTRAINT app_scopes_pkey PRIMARY KEY,
+    providers text[]      NOT NULL CONSTRAINT app_scopes_providers_check
+              CHECK (pg_catalog.cardinality(providers) BETWEEN 1 AND 1000
+                     AND pg_catalog.array_position(providers, NULL) IS NULL
+                     AND '' <> ALL (providers)),
+    -- NULL: every consumer of those providers.
+    consumers text[]      CONSTRAINT app_scopes_consumers_check
+              CHECK (pg_catalog.cardinality(consumers) BETWEEN 1 AND 1000
+                     AND pg_catalog.array_position(consumers, NULL) IS NULL
+                     AND '' <> ALL (consumers)),
+    scoped_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    scoped_by name        NOT NULL DEFAULT SESSION_USER
+);
+
+COMMENT ON TABLE webhook.app_scopes IS
+    'Application roles scoped to some providers and consumers (webhook_scope_app); a session acting as such a role, or inheriting its privileges, may use only these';
+
+COMMENT ON COLUMN webhook.app_scopes.role IS 'The scoped role';
+COMMENT ON COLUMN webhook.app_scopes.providers IS 'The providers it may receive, claim, queue, lease and finish events of';
+COMMENT ON COLUMN webhook.app_scopes.consumers IS 'The inbox consumers it may lease and finish events of; NULL for every consumer';
+COMMENT ON COLUMN webhook.app_scopes.scoped_at IS 'When the scope was set';
+COMMENT ON COLUMN webhook.app_scopes.scoped_by IS 'Who set it (the session user)';
+
 -- Nobody but the extension's functions writes here. (New tables grant
 -- nothing to PUBLIC; these statements make that explicit for DBAs.)
 REVOKE ALL ON SCHEMA webhook FROM PUBLIC;

@@ -154,8 +154,29 @@ pub enum WebhookError {
         arg: &'static str,
         detail: String,
     },
+    /// The session's role is scoped (`scopes`) and what was asked lies
+    /// outside its scope.
+    OutOfScope {
+        function: &'static str,
+        arg: &'static str,
+        role: String,
+        denied: Denied,
+        /// What the role's scopes allow, for the detail.
+        allowed: String,
+    },
     /// An SPI failure: a bug or a broken installation, never the caller's input.
     Internal(String),
+}
+
+/// What a scoped role was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denied {
+    /// Events of this provider.
+    Provider(String),
+    /// This provider's events for this consumer.
+    Consumer { provider: String, consumer: String },
+    /// Every provider's events at once (`webhook_next` without one).
+    AnyProvider,
 }
 
 /// Who a fenced update (see `fence`) names as the owner of what it
@@ -239,6 +260,7 @@ impl WebhookError {
             Self::NotAnObject { .. } => ERRCODE_SQL_JSON_OBJECT_NOT_FOUND, // 2203C
             Self::UnknownDelivery { .. } => ERRCODE_NO_DATA_FOUND,       // P0002
             Self::NotOwner { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,     // 42501
+            Self::OutOfScope { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,   // 42501
             Self::Fenced { standing, .. } => match standing {
                 Standing::Lost { .. } => ERRCODE_OBJECT_IN_USE, // 55006
                 Standing::Finished { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
@@ -270,6 +292,7 @@ impl WebhookError {
             | Self::Stale { detail, .. }
             | Self::MalformedSignature { detail, .. }
             | Self::BadSchemeOption { detail, .. } => Some(detail.clone()),
+            Self::OutOfScope { allowed, .. } => Some(format!("Its scope allows {allowed}.")),
             Self::Fenced {
                 standing: Standing::Lost { detail },
                 ..
@@ -303,6 +326,14 @@ impl WebhookError {
                  an inbox lease of it is parked as stale.",
             ),
             Self::UnknownAlgorithm { .. } => Some("Use one of: sha256, sha1, sha512."),
+            Self::OutOfScope {
+                denied: Denied::AnyProvider,
+                ..
+            } => Some("Name one of them: webhook_next(provider => '<name>', ...)."),
+            Self::OutOfScope { .. } => Some(
+                "A DBA sets application roles' scopes with webhook_scope_app(role, providers, consumers); \
+                 webhook.app_scopes lists them.",
+            ),
             Self::TooManyEventsInTransaction { .. } => Some(
                 "Each event holds a lock until its transaction commits: commit in batches, or queue \
                  a backfill with CALL webhook_enqueue_batches(provider, events), which commits every \
@@ -415,6 +446,20 @@ impl fmt::Display for WebhookError {
                 f,
                 "{function}: argument \"event_id\": the event is {status}; only dead or failed events can be requeued"
             ),
+            Self::OutOfScope { function, arg, role, denied, .. } => match denied {
+                Denied::Provider(provider) => write!(
+                    f,
+                    "{function}: argument \"{arg}\": role \"{role}\" may not use provider \"{provider}\""
+                ),
+                Denied::Consumer { provider, consumer } => write!(
+                    f,
+                    "{function}: argument \"{arg}\": role \"{role}\" may not use consumer \"{consumer}\" of provider \"{provider}\""
+                ),
+                Denied::AnyProvider => write!(
+                    f,
+                    "{function}: argument \"{arg}\" must name a provider: role \"{role}\" is scoped to some providers"
+                ),
+            },
             Self::UnknownProvider { function, arg, given } => {
                 write!(f, "{function}: argument \"{arg}\": no provider \"{given}\" is registered")
             }

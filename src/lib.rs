@@ -13,6 +13,7 @@
 //! * `ordering` — per-entity watermarks: stale events never overwrite
 //!   newer state;
 //! * `requeue` — `webhook_requeue` and `webhook_requeue_dead`, for operators;
+//! * `scopes` — application roles scoped to some providers and consumers;
 //! * `idempotency` — idempotency keys both ways: `webhook_outbound_key` for
 //!   the calls a handler makes, and `idempotency_begin` … `_finish` for
 //!   the application's own API;
@@ -64,6 +65,7 @@ mod receive;
 mod registry;
 mod requeue;
 mod schemes;
+mod scopes;
 mod session_claims;
 mod signature;
 mod status;

@@ -341,6 +341,8 @@ fn take_ownership(
     id: pgrx::Uuid,
 ) -> Result<Option<Owned>> {
     if let Some(claimed) = crate::session_claims::get(id) {
+        // Claimed by this session, maybe as another role (SET ROLE).
+        crate::scopes::check_provider(client, function, "id", &claimed.provider)?;
         EventLock::for_event(&claimed.provider, &claimed.event_id).acquire();
         return Ok(Some(Owned {
             completed_here: claimed.completes_in_this_transaction(),
@@ -358,6 +360,7 @@ fn take_ownership(
     let provider: String = row.get(1)?.unwrap_or_default();
     let event_id: String = row.get(2)?.unwrap_or_default();
     let claim_status = ClaimStatus::parse(&row.get::<String>(3)?.unwrap_or_default())?;
+    crate::scopes::check_provider(client, function, "id", &provider)?;
     if !claim_status.owns_event() {
         return Err(WebhookError::NotOwner {
             function,

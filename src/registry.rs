@@ -1,11 +1,13 @@
-//! The provider registry as `webhook_receive` reads it, cached per backend.
+//! The provider registry as `webhook_receive` reads it, and the
+//! application roles' scopes (`scopes`), cached per backend.
 //!
 //! Reading a provider (its entry, and its active secrets aggregated newest
 //! first) costs a join and a GROUP BY; the registry changes a few times a
 //! year. Each backend keeps what it read, until the registry changes:
 //!
-//! * a statement trigger on `webhook.providers` and
-//!   `webhook.provider_secrets` (`webhook_registry_changed`, enabled
+//! * a statement trigger on `webhook.providers`,
+//!   `webhook.provider_secrets` and `webhook.app_scopes`
+//!   (`webhook_registry_changed`, enabled
 //!   ALWAYS, so that it fires under `session_replication_role = replica`
 //!   too: a restore, a logical replication apply) sends a relcache
 //!   invalidation for the table it fired on, which PostgreSQL delivers to
@@ -15,7 +17,7 @@
 //!   invalidations committed since it last did, also in the middle of a
 //!   transaction;
 //! * each backend's relcache callback (`invalidated`) drops the cache
-//!   when that invalidation names one of the two tables, or is a reset of
+//!   when that invalidation names one of these tables, or is a reset of
 //!   every relation (after a backend fell too far behind).
 //!
 //! A backend keeps only what it read with a snapshot taken after every
@@ -41,6 +43,34 @@ use std::rc::Rc;
 
 const FUNCTION: &str = "webhook_receive";
 
+/// The tables whose changes drop what a backend kept, as oids, in SQL:
+/// the registry's two, and the application roles' scopes (NULL until the
+/// release that made that table is installed).
+macro_rules! watched_tables {
+    () => {
+        "'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
+         'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid,
+         pg_catalog.to_regclass('webhook.app_scopes')::pg_catalog.oid"
+    };
+}
+
+/// How many tables `watched_tables!` names.
+const WATCHED_TABLES: usize = 3;
+type Watched = [pg_sys::Oid; WATCHED_TABLES];
+const UNKNOWN: Watched = [pg_sys::InvalidOid; WATCHED_TABLES];
+
+/// The watched tables' oids, from the columns of a row starting at
+/// `first` (1-based).
+fn watched_from(row: &crate::plans::Row<'_>, first: usize) -> Result<Watched> {
+    let mut tables = UNKNOWN;
+    for (n, table) in tables.iter_mut().enumerate() {
+        *table = row
+            .get::<pg_sys::Oid>(first + n)?
+            .unwrap_or(pg_sys::InvalidOid);
+    }
+    Ok(tables)
+}
+
 /// A provider as webhook_receive uses it: its registry entry and its
 /// active secrets, newest first.
 pub struct Provider {
@@ -59,10 +89,10 @@ pub struct Provider {
 }
 
 /// The provider's registry entry and active secrets, newest first, with
-/// the oids of the two tables it was read from (what the relcache
-/// callback watches).
+/// the oids of the watched tables (what the relcache callback watches).
 static LOAD_PROVIDER: Statement = Statement {
-    sql: "SELECT p.scheme,
+    sql: concat!(
+        "SELECT p.scheme,
                  pg_catalog.date_part('epoch', p.tolerance)::int8,
                  p.event_id_from,
                  p.event_type_from,
@@ -72,18 +102,19 @@ static LOAD_PROVIDER: Statement = Statement {
                      FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL),
                  p.inbox,
                  p.entity_key_from,
-                 p.order_from,
-                 'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
-                 'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid
+                 p.order_from, ",
+        watched_tables!(),
+        "
             FROM webhook.providers p
             LEFT JOIN webhook.provider_secrets s ON s.provider = p.name
            WHERE p.name = $1
-           GROUP BY p.name",
+           GROUP BY p.name"
+    ),
     arg_types: &[pg_sys::TEXTOID],
 };
 
-/// Read a provider from the registry, with the tables it was read from.
-fn load(client: &mut SpiClient<'_>, name: &str) -> Result<(Provider, [pg_sys::Oid; 2])> {
+/// Read a provider from the registry, with the watched tables.
+fn load(client: &mut SpiClient<'_>, name: &str) -> Result<(Provider, Watched)> {
     let rows = LOAD_PROVIDER.run(client, &[name.into()])?;
     let row = rows
         .into_iter()
@@ -103,10 +134,7 @@ fn load(client: &mut SpiClient<'_>, name: &str) -> Result<(Provider, [pg_sys::Oi
     let tolerance = row
         .get::<i64>(2)?
         .unwrap_or_else(|| scheme.default_tolerance());
-    let tables = [
-        row.get::<pg_sys::Oid>(10)?.unwrap_or(pg_sys::InvalidOid),
-        row.get::<pg_sys::Oid>(11)?.unwrap_or(pg_sys::InvalidOid),
-    ];
+    let tables = watched_from(&row, 10)?;
     let provider = Provider {
         scheme,
         tolerance,
@@ -132,9 +160,9 @@ thread_local! {
     /// only bumps it: it runs inside PostgreSQL's invalidation processing,
     /// where nothing may fail or be borrowed twice.
     static GENERATION: Cell<u64> = const { Cell::new(0) };
-    /// The registry's two tables, once known; until then every relcache
+    /// The watched tables, once known; until then every relcache
     /// invalidation counts.
-    static WATCHED: Cell<[pg_sys::Oid; 2]> = const { Cell::new([pg_sys::InvalidOid; 2]) };
+    static WATCHED: Cell<Watched> = const { Cell::new(UNKNOWN) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
     static CACHE: RefCell<Cache> = RefCell::new(Cache {
         generation: 0,
@@ -147,7 +175,7 @@ thread_local! {
 #[pg_guard]
 unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
     let watched = WATCHED.get();
-    let unknown = watched == [pg_sys::InvalidOid; 2];
+    let unknown = watched == UNKNOWN;
     if unknown || relid == pg_sys::InvalidOid || watched.contains(&relid) {
         GENERATION.set(GENERATION.get().wrapping_add(1));
     }
@@ -184,7 +212,7 @@ fn current_generation() -> u64 {
 fn may_keep(generation: u64) -> bool {
     // SAFETY: reads the session's isolation level.
     let fresh_snapshots = unsafe { pg_sys::XactIsoLevel } < pg_sys::XACT_REPEATABLE_READ as i32;
-    fresh_snapshots && GENERATION.get() == generation && WATCHED.get() != [pg_sys::InvalidOid; 2]
+    fresh_snapshots && GENERATION.get() == generation && WATCHED.get() != UNKNOWN
 }
 
 pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
@@ -250,7 +278,7 @@ pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Pr
         Err(WebhookError::UnknownProvider { .. }) => {
             // An absent provider's row names no tables: learn them once, or
             // nothing could tell this answer when to expire.
-            if WATCHED.get() == [pg_sys::InvalidOid; 2] {
+            if WATCHED.get() == UNKNOWN {
                 learn_tables(client)?;
             }
             if may_keep(generation) {
@@ -267,19 +295,15 @@ pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Pr
     }
 }
 
-/// The registry's two tables, which the relcache callback watches.
+/// The tables the relcache callback watches.
 static TABLES: Statement = Statement {
-    sql: "SELECT 'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
-                 'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid",
+    sql: concat!("SELECT ", watched_tables!()),
     arg_types: &[],
 };
 
 fn learn_tables(client: &mut SpiClient<'_>) -> Result<()> {
     if let Some(row) = TABLES.run(client, &[])?.next() {
-        WATCHED.set([
-            row.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid),
-            row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
-        ]);
+        WATCHED.set(watched_from(&row, 1)?);
     }
     Ok(())
 }
@@ -288,9 +312,10 @@ fn learn_tables(client: &mut SpiClient<'_>) -> Result<()> {
 /// FIFO lines' locks only then. Kept like the providers, until the
 /// registry changes.
 static ANY_FIFO: Statement = Statement {
-    sql: "SELECT EXISTS (SELECT FROM webhook.providers WHERE fifo),
-                 'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
-                 'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid",
+    sql: concat!(
+        "SELECT EXISTS (SELECT FROM webhook.providers WHERE fifo), ",
+        watched_tables!()
+    ),
     arg_types: &[],
 };
 
@@ -310,14 +335,68 @@ pub fn any_fifo(client: &mut SpiClient<'_>) -> Result<bool> {
         return Ok(false);
     };
     let answer = row.get::<bool>(1)?.unwrap_or(false);
-    WATCHED.set([
-        row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
-        row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid),
-    ]);
+    WATCHED.set(watched_from(&row, 2)?);
     if may_keep(generation) {
         FIFO_KNOWN.set(Some((generation, answer)));
     }
     Ok(answer)
+}
+
+/// An application role's scope (`webhook.app_scopes`, see `scopes`).
+#[derive(Clone)]
+pub struct AppScope {
+    pub role: pg_sys::Oid,
+    pub providers: Vec<String>,
+    /// None: every consumer of those providers.
+    pub consumers: Option<Vec<String>>,
+}
+
+static LOAD_SCOPES: Statement = Statement {
+    sql: "SELECT role::pg_catalog.oid, providers, consumers FROM webhook.app_scopes",
+    arg_types: &[],
+};
+
+thread_local! {
+    /// (the invalidation generation they were read in, the scopes).
+    static SCOPES: RefCell<Option<(u64, Rc<Vec<AppScope>>)>> = const { RefCell::new(None) };
+}
+
+/// Every application role's scope, kept like the providers until the
+/// registry or the scopes change. Usually none: then every application
+/// function pays one look at this cache.
+pub fn app_scopes(client: &mut SpiClient<'_>) -> Result<Rc<Vec<AppScope>>> {
+    let generation = current_generation();
+    let kept = SCOPES.with(|scopes| match &*scopes.borrow() {
+        Some((seen, scopes)) if *seen == generation => Some(Rc::clone(scopes)),
+        _ => None,
+    });
+    if let Some(scopes) = kept {
+        return Ok(scopes);
+    }
+    if WATCHED.get()[2] == pg_sys::InvalidOid {
+        // Until `ALTER EXTENSION … UPDATE` brings the table, nobody is
+        // scoped; looked for again each time, since its creation sends no
+        // invalidation this backend would be watching for.
+        learn_tables(client)?;
+        if WATCHED.get()[2] == pg_sys::InvalidOid {
+            return Ok(Rc::new(Vec::new()));
+        }
+    }
+    let scopes = LOAD_SCOPES
+        .run(client, &[])?
+        .map(|row| {
+            Ok(AppScope {
+                role: row.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid),
+                providers: row.get::<Vec<String>>(2)?.unwrap_or_default(),
+                consumers: row.get::<Vec<String>>(3)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let scopes = Rc::new(scopes);
+    if may_keep(generation) {
+        SCOPES.with(|kept| *kept.borrow_mut() = Some((generation, Rc::clone(&scopes))));
+    }
+    Ok(scopes)
 }
 
 /// The trigger lives apart from this module's `Result`, which its macro
@@ -326,9 +405,10 @@ mod trigger {
     use pgrx::pg_sys;
     use pgrx::prelude::*;
 
-    /// The registry changed (a statement trigger on `webhook.providers` and
-    /// `webhook.provider_secrets`): every backend's cache of it is dropped
-    /// once the change commits, and this backend's at once.
+    /// The registry changed (a statement trigger on `webhook.providers`,
+    /// `webhook.provider_secrets` and `webhook.app_scopes`): every
+    /// backend's cache of it is dropped once the change commits, and this
+    /// backend's at once.
     #[pg_trigger]
     fn webhook_registry_changed<'a>(
         trigger: &'a pgrx::PgTrigger<'a>,

@@ -57,10 +57,13 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
     let source_db = "pgwi_dump_source";
     let mut source = empty_database(source_db);
     ensure_role(&mut source, "dump_app", true);
+    ensure_role(&mut source, "dump_scoped", true);
     source
         .batch_execute(
             "CREATE EXTENSION pg_webhook_inbox;
              SELECT webhook_grant_app('dump_app');
+             SELECT webhook_grant_app('dump_scoped');
+             SELECT webhook_scope_app('dump_scoped', '{github}');
              -- The archive's days: the database's tables, dumped as such.
              SELECT webhook_create_partitions(1);",
         )
@@ -226,4 +229,9 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
         .batch_execute("SELECT secret FROM webhook.provider_secrets")
         .unwrap_err();
     assert_eq!(sql_state(&err), Some("42501"));
+    // A scoped role is still scoped.
+    let err = connect_as(restored_db, "dump_scoped")
+        .batch_execute("SELECT webhook_claim('stripe', 'evt_scoped', 't', '{}'::jsonb, NULL)")
+        .unwrap_err();
+    assert_eq!(sql_state(&err), Some("42501"), "{}", message(&err));
 }

@@ -991,3 +991,161 @@ fn leases_error_details_and_ids_are_bounded() {
     }
     attack.finish();
 }
+
+/// One database serving two teams: each team's application role is scoped
+/// to its own providers and consumers. From its own live connection, each
+/// tries to squat, lease and finish the other's events; the scopes are set,
+/// changed and set again (once under `session_replication_role = replica`,
+/// as a restore applies them) while those connections stay open.
+#[test]
+fn a_teams_role_cannot_reach_another_teams_events() {
+    let _turn = one_at_a_time();
+    let db = database(DB);
+    let mut admin = setup();
+    admin
+        .batch_execute(
+            "SELECT webhook_register_provider('orders', scheme => 'github', secret => 'orders-secret',
+                                              inbox => true, consumers => '{fulfil,audit}');
+             DELETE FROM webhook.app_scopes;",
+        )
+        .unwrap();
+    for team in ["team_a_app", "team_b_app"] {
+        ensure_role(&mut admin, team, true);
+        admin
+            .execute("SELECT webhook_grant_app($1::text::regrole)", &[&team])
+            .unwrap();
+    }
+    let mut team_a = connect_as(db, "team_a_app");
+    let mut team_b = connect_as(db, "team_b_app");
+    let enqueue =
+        "SELECT queued FROM webhook_enqueue('orders', $1, 'order.paid', '{}'::jsonb, NULL)";
+    // Unscoped, one trust domain: team A's session reads (and keeps) that
+    // nobody is scoped.
+    let unscoped: bool = team_a
+        .query_one(enqueue, &[&"ord_before_scopes"])
+        .unwrap()
+        .get(0);
+    assert!(unscoped);
+    admin
+        .batch_execute(
+            "SELECT webhook_scope_app('team_a_app', '{github}');
+             SELECT webhook_scope_app('team_b_app', '{orders}', '{fulfil}');",
+        )
+        .unwrap();
+
+    // Team B's work in flight: a lease for fulfil, and one for audit that
+    // the owner's tooling holds.
+    team_b.query_one(enqueue, &[&"ord_1"]).unwrap();
+    let lease = |client: &mut Client, consumer: &str| -> String {
+        client
+            .query_one(
+                "SELECT id::text FROM webhook_next(10, provider => 'orders', consumer => $1)
+                  WHERE event_id = 'ord_1'",
+                &[&consumer],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let fulfil = lease(&mut team_b, "fulfil");
+    let audit = lease(&mut admin, "audit");
+    // Team A's claim.
+    let body = r#"{"action":"opened"}"#;
+    let headers = github("gh-team-a-1", "issues", body, GITHUB_SECRET);
+    let claim_a: String = receive(&mut team_a, "github", &headers, body.as_bytes())
+        .unwrap()
+        .get("id_text");
+
+    let mut attack = Attack::start("a team's role on another team's events");
+    let (fulfil, audit, claim_a) = (fulfil.as_str(), audit.as_str(), claim_a.as_str());
+    for (sql, param) in [
+        (enqueue, "ord_squat"),
+        (
+            "SELECT * FROM webhook_claim('orders', $1, 't', '{}'::jsonb, NULL)",
+            "ord_squat",
+        ),
+        ("SELECT * FROM webhook_next(provider => $1)", "orders"),
+        ("SELECT * FROM webhook_next(event_type => $1)", "order.paid"),
+        ("SELECT webhook_complete($1::text::uuid)", fulfil),
+        (
+            "SELECT webhook_fail($1::text::uuid, 'sabotage', '1 hour')",
+            fulfil,
+        ),
+        ("SELECT webhook_extend($1::text::uuid, '1 hour')", fulfil),
+        ("SELECT webhook_complete($1::text::uuid)", audit),
+    ] {
+        refused(&mut attack, &mut team_a, sql, param);
+    }
+    for (sql, param) in [
+        (
+            "SELECT * FROM webhook_claim('github', $1, 't', '{}'::jsonb, NULL)",
+            "gh-team-a-2",
+        ),
+        (
+            "SELECT * FROM webhook_next(provider => 'orders', consumer => $1)",
+            "audit",
+        ),
+        ("SELECT webhook_complete($1::text::uuid)", audit),
+        ("SELECT webhook_complete($1::text::uuid)", claim_a),
+        ("SELECT webhook_fail($1::text::uuid, 'sabotage')", claim_a),
+    ] {
+        refused(&mut attack, &mut team_b, sql, param);
+    }
+    // Team A's genuine delivery, captured and sent by team B.
+    let forged = attack.attempt(
+        || receive(&mut team_b, "github", &headers, body.as_bytes()),
+        |r| r.is_ok(),
+    );
+    assert_eq!(sql_state(&forged.unwrap_err()), Some("42501"));
+
+    // Each team's own work is untouched and finishes.
+    team_b
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&fulfil])
+        .unwrap();
+    team_a
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&claim_a])
+        .unwrap();
+    admin
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&audit])
+        .unwrap();
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.events WHERE event_id IN ('ord_squat', 'gh-team-a-2')"
+        ),
+        0,
+        "nothing squatted"
+    );
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.inbox WHERE event_id = 'ord_1' AND status = 'processed'"
+        ),
+        2
+    );
+
+    // Unscoped, then scoped again under session_replication_role =
+    // replica: both reach the open sessions at their next call.
+    admin
+        .batch_execute("SELECT webhook_unscope_app('team_a_app')")
+        .unwrap();
+    team_a.query_one(enqueue, &[&"ord_unscoped"]).unwrap();
+    admin
+        .batch_execute(
+            "SET session_replication_role = replica;
+             INSERT INTO webhook.app_scopes (role, providers) VALUES ('team_a_app', '{github}');
+             RESET session_replication_role;",
+        )
+        .unwrap();
+    refused(&mut attack, &mut team_a, enqueue, "ord_restored_scope");
+    attack.finish();
+    admin
+        .batch_execute("DELETE FROM webhook.app_scopes")
+        .unwrap();
+}
+
+/// One attempt that must be refused as out of the role's scope (42501).
+fn refused(attack: &mut Attack, client: &mut Client, sql: &str, param: &str) {
+    let outcome = attack.attempt(|| client.query(sql, &[&param]), |r| r.is_ok());
+    let err = outcome.unwrap_err();
+    assert_eq!(sql_state(&err), Some("42501"), "{sql}: {}", message(&err));
+}

@@ -220,6 +220,7 @@ pub(crate) fn claim(
         FUNCTION, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;
     Spi::connect_mut(|client| {
+        crate::scopes::check_provider(client, FUNCTION, "provider", delivery.provider)?;
         let order = crate::ordering::of_payload(client, delivery.provider, &delivery.payload)?;
         let delivery = super::Delivery {
             order: order.as_ref(),

@@ -133,6 +133,7 @@ pub(crate) fn enqueue(
         ENQUEUE, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;
     let Outcome { id, status, .. } = Spi::connect_mut(|client| {
+        crate::scopes::check_provider(client, ENQUEUE, "provider", d.provider)?;
         let order = crate::ordering::of_payload(client, d.provider, &d.payload)?;
         let d = crate::claim::Delivery {
             order: order.as_ref(),
@@ -223,6 +224,11 @@ fn next(
     let lease = input::lease(NEXT, "lease", lease)?;
     let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
     let rows = Spi::connect_mut(|client| -> Result<Vec<_>> {
+        let scope = crate::scopes::of_session(client)?;
+        match provider {
+            Some(provider) => scope.consumer(NEXT, ("provider", "consumer"), provider, consumer)?,
+            None => scope.every_provider(NEXT, "provider")?,
+        }
         // A round that only parked rows (stale, or out of attempts) says
         // nothing about what is ready behind them, least of all in a FIFO
         // line whose head it parked: try again rather than answer "none".

@@ -84,6 +84,32 @@ static DIAGNOSE: Statement = Statement {
     arg_types: &[pg_sys::UUIDOID],
 };
 
+/// Whose events a lease id names, live or failed.
+static PROVIDER_AND_CONSUMER: Statement = Statement {
+    sql: "SELECT provider, consumer FROM webhook.inbox WHERE claim_id = $1
+          UNION ALL
+          SELECT provider, consumer FROM webhook.inbox_failures WHERE claim_id = $1
+          LIMIT 1",
+    arg_types: &[pg_sys::UUIDOID],
+};
+
+/// Refuse a lease of a provider or consumer outside the session's scope
+/// (see `scopes`), before anything is changed or diagnosed. Looked up
+/// only when the session is scoped.
+fn in_scope(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -> Result<()> {
+    let scope = crate::scopes::of_session(client)?;
+    if !scope.is_bound() {
+        return Ok(());
+    }
+    let Some(row) = PROVIDER_AND_CONSUMER.run(client, &[id.into()])?.next() else {
+        // No such lease: refused as unknown, as for anyone.
+        return Ok(());
+    };
+    let provider = row.get::<String>(1)?.unwrap_or_default();
+    let consumer = row.get::<String>(2)?.unwrap_or_default();
+    scope.consumer(function, ("id", "id"), &provider, &consumer)
+}
+
 /// `webhook_complete` of a lease: an ordered event moves its entity's
 /// watermark for the lease's consumer (see `ordering::advance`).
 pub fn complete(
@@ -92,6 +118,7 @@ pub fn complete(
     id: pgrx::Uuid,
     result: Option<RawJsonb>,
 ) -> Result<()> {
+    in_scope(client, function, id)?;
     let finished = fence(function, id).update(
         client,
         &COMPLETE,
@@ -128,6 +155,7 @@ pub fn fail(
     retry_in: Option<Interval>,
     permanent: bool,
 ) -> Result<()> {
+    in_scope(client, function, id)?;
     let fence = fence(function, id);
     let attempt = match ATTEMPT.run(client, &[id.into()])?.next() {
         Some(row) => row.get::<i32>(1)?.unwrap_or(0),
@@ -155,6 +183,7 @@ pub fn extend(
     id: pgrx::Uuid,
     lease: Interval,
 ) -> Result<TimestampWithTimeZone> {
+    in_scope(client, function, id)?;
     fence(function, id).update(
         client,
         &EXTEND,

@@ -118,6 +118,7 @@ fn flow(
         body,
         url,
     } = incoming;
+    crate::scopes::check_provider(client, FUNCTION, "provider", name)?;
     let provider = registry::provider(client, name)?;
     let inbox = mode.queues(provider.inbox);
 
