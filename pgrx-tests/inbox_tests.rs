@@ -460,4 +460,195 @@ mod tests {
         assert_eq!(delay_micros(i32::MAX, 1000, 5000, 0.0), 5_000_000);
         assert_eq!(delay_micros(0, 1000, 5000, 0.0), 1_000_000);
     }
+
+    /// Index entries and heap rows the inbox's scans returned so far in
+    /// this transaction: what a call read, not how long it took. (A TID
+    /// scan returns none; a sequential scan returns every row.)
+    fn inbox_reads() -> i64 {
+        count(
+            "SELECT sum(pg_stat_get_xact_tuples_returned(c))::bigint
+               FROM unnest(ARRAY(SELECT indexrelid FROM pg_index WHERE indrelid = 'webhook.inbox'::regclass)
+                           || 'webhook.inbox'::regclass::oid) c",
+        )
+    }
+
+    /// What one webhook_next call read, and the providers it leased, in
+    /// lease order.
+    fn next_reading(call: &str) -> (i64, Vec<String>) {
+        let before = inbox_reads();
+        let leased: Vec<String> = Spi::connect_mut(|c| {
+            c.update(&format!("SELECT provider FROM {call}"), None, &[])?
+                .map(|row| row.get::<String>(1).map(Option::unwrap_or_default))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .unwrap();
+        (inbox_reads() - before, leased)
+    }
+
+    #[pg_test]
+    fn each_call_reads_its_own_queue_whatever_else_is_queued() {
+        // Another provider's backlog, queued first (written directly: one
+        // transaction could not queue it through webhook_enqueue), with a
+        // rare type in it.
+        Spi::run(
+            "INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id, run_at)
+             SELECT 'big', 'b' || n, 'default', CASE WHEN n % 12500 = 0 THEN 'rare' ELSE 'common' END,
+                    gen_random_uuid(), clock_timestamp() - interval '1 hour'
+               FROM generate_series(1, 50000) n;
+             SELECT webhook_enqueue('small', 's' || n, 'common', '{}'::jsonb) FROM generate_series(1, 6) n;
+             -- As autovacuum would have: a table the planner knows nothing
+             -- of is read whole, whatever its indexes.
+             ANALYZE webhook.inbox;",
+        )
+        .unwrap();
+        // A few probes per provider and the rows leased, on any major: the
+        // backlogs here are 50,000 and 20,000 rows.
+        let bound = 200;
+        let (read, leased) = next_reading("webhook_next(2, provider => 'small')");
+        assert_eq!(leased, ["small", "small"]);
+        assert!(
+            read < bound,
+            "behind another provider's backlog: {read} read"
+        );
+        let (read, leased) =
+            next_reading("webhook_next(10, provider => 'big', event_type => 'rare')");
+        assert_eq!(leased.len(), 4);
+        assert!(read < bound, "past other event types: {read} read");
+        // A provider whose own queue is mostly leased (for minutes) or
+        // failed and backing off: those rows are never read.
+        Spi::run(
+            "INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id, status,
+                                       run_at, claim_id, attempts)
+             SELECT 'busy', 'b' || n, 'default', 'common', gen_random_uuid(),
+                    CASE WHEN n % 2 = 0 THEN 'ready' ELSE 'leased' END::webhook.inbox_status,
+                    clock_timestamp() + interval '10 minutes', gen_random_uuid(), 1
+               FROM generate_series(1, 20000) n;
+             ANALYZE webhook.inbox;
+             SELECT webhook_enqueue('busy', 'late' || n, 'common', '{}'::jsonb) FROM generate_series(1, 4) n;",
+        )
+        .unwrap();
+        let (read, leased) = next_reading("webhook_next(10, provider => 'busy')");
+        assert_eq!(leased.len(), 4);
+        assert!(
+            read < bound,
+            "past leased and backing-off rows: {read} read"
+        );
+        // Without a provider, the providers take turns ('busy', with
+        // nothing ready, passes its turn to the next): 'small', with 4
+        // ready, is served as often as 'big', with 50,000.
+        let mut served = Vec::new();
+        for _ in 0..6 {
+            let (read, leased) = next_reading("webhook_next(1)");
+            assert!(read < bound, "without a filter: {read} read");
+            served.extend(leased);
+        }
+        let small = served.iter().filter(|p| *p == "small").count();
+        assert_eq!(served.len(), 6);
+        assert!((2..=4).contains(&small), "turns: {served:?}");
+    }
+
+    /// Three leases of the default consumer, as an SQL array literal.
+    fn three_leases(prefix: &str) -> (Vec<pgrx::Uuid>, String) {
+        for n in 1..=3 {
+            enqueue("stripe", &format!("{prefix}{n}"));
+        }
+        let ids: Vec<pgrx::Uuid> = (0..3).map(|_| next("default").unwrap().0).collect();
+        let array = uuid_array(&ids);
+        (ids, array)
+    }
+
+    fn uuid_array(ids: &[pgrx::Uuid]) -> String {
+        let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        format!("ARRAY['{}']::uuid[]", ids.join("','"))
+    }
+
+    #[pg_test]
+    fn a_batch_of_leases_completes_in_one_call_fenced_as_each_alone() {
+        let (ids, all) = three_leases("evt_b");
+        // One of them ran out and was taken over: the batch is refused
+        // whole, naming it, and nothing of it is written.
+        Spi::run("UPDATE webhook.inbox SET run_at = clock_timestamp() - interval '1 s' WHERE event_id = 'evt_b2'")
+            .unwrap();
+        let (second, ..) = next("default").unwrap();
+        assert_error(
+            &format!("SELECT webhook_complete_batch({all})"),
+            "55006",
+            &format!("{} lost its lease", ids[1]),
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox WHERE status = 'processed'"),
+            0
+        );
+        // The live ones (one given twice) and the new lease: processed.
+        Spi::run(&format!(
+            "SELECT webhook_complete_batch({})",
+            uuid_array(&[ids[0], ids[2], second, ids[0]])
+        ))
+        .unwrap();
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox WHERE status = 'processed' AND processed_at IS NOT NULL"),
+            3
+        );
+        assert_error(
+            &format!("SELECT webhook_complete_batch(ARRAY['{}']::uuid[])", ids[0]),
+            "55000",
+            "already processed",
+        );
+        for (sql, sqlstate, needle) in [
+            ("SELECT webhook_complete_batch(NULL)", "22004", "argument \"ids\""),
+            ("SELECT webhook_complete_batch('{}')", "22023", "argument \"ids\""),
+            ("SELECT webhook_complete_batch(ARRAY[NULL]::uuid[])", "22004", "argument \"ids\""),
+            (
+                "SELECT webhook_complete_batch(ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 1001)))",
+                "22023",
+                "1 to 1000",
+            ),
+            ("SELECT webhook_complete_batch(ARRAY[gen_random_uuid()])", "P0002", "no delivery or lease"),
+        ] {
+            assert_error(sql, sqlstate, needle);
+        }
+    }
+
+    #[pg_test]
+    fn a_batch_of_leases_fails_in_one_call_each_with_its_backoff() {
+        let (ids, all) = three_leases("evt_f");
+        Spi::run(&format!(
+            "SELECT webhook_fail_batch({all}, 'downstream 503')"
+        ))
+        .unwrap();
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM webhook.inbox
+                  WHERE status = 'ready' AND run_at > clock_timestamp() AND last_error = 'downstream 503'"
+            ),
+            3
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox_failures WHERE error_message = 'downstream 503'"),
+            3
+        );
+        // Failed already: refused, as webhook_fail would.
+        assert_error(
+            &format!("SELECT webhook_fail_batch({all}, 'again')"),
+            "55000",
+            &ids[0].to_string(),
+        );
+        // Permanent: dead at once; retry_in bounded as for webhook_fail.
+        Spi::run("UPDATE webhook.inbox SET run_at = clock_timestamp() - interval '1 s'").unwrap();
+        let again: Vec<pgrx::Uuid> = (0..3).map(|_| next("default").unwrap().0).collect();
+        let again = uuid_array(&again);
+        assert_error(
+            &format!("SELECT webhook_fail_batch({again}, 'x', '100 years')"),
+            "22023",
+            "webhook.backoff_max",
+        );
+        Spi::run(&format!(
+            "SELECT webhook_fail_batch({again}, 'gone', permanent => true)"
+        ))
+        .unwrap();
+        assert_eq!(
+            count("SELECT count(*) FROM webhook.inbox WHERE status = 'dead'"),
+            3
+        );
+    }
 }

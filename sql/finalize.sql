@@ -21,6 +21,10 @@ COMMENT ON FUNCTION @extschema@.webhook_complete(uuid, jsonb) IS
     'Mark a claimed delivery''s event (or a lease''s inbox row) processed, in the transaction of its work; result is returned to later duplicates; an ordered event moves its entity''s watermark';
 COMMENT ON FUNCTION @extschema@.webhook_fail(uuid, text, interval, boolean) IS
     'Record a failed attempt: a claimed event''s next delivery is a retry, a leased one is ready again after retry_in or the backoff; dead after webhook.max_attempts, or at once if permanent';
+COMMENT ON FUNCTION @extschema@.webhook_complete_batch(uuid[]) IS
+    'Mark a batch of inbox leases (from webhook_next) processed in one call, each fenced as by webhook_complete; one lease that may not finish refuses the whole call';
+COMMENT ON FUNCTION @extschema@.webhook_fail_batch(uuid[], text, interval, boolean) IS
+    'Record a failed attempt for a batch of inbox leases in one call, each ready again after retry_in or its own backoff (dead after webhook.max_attempts, or at once if permanent); one lease that may not fail refuses the whole call';
 COMMENT ON FUNCTION @extschema@.webhook_extend(uuid, interval) IS
     'Renew a live claim''s lease, from now (at most webhook.max_lease); returns the new expiry. A claim that completes on commit has no lease';
 COMMENT ON FUNCTION @extschema@.webhook_requeue(text, text, text) IS

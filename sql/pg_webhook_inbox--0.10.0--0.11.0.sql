@@ -418,6 +418,8 @@ BEGIN
         @extschema@.webhook_next(integer, text, text, text, interval),
         @extschema@.webhook_complete(uuid, jsonb),
         @extschema@.webhook_fail(uuid, text, interval, boolean),
+        @extschema@.webhook_complete_batch(uuid[]),
+        @extschema@.webhook_fail_batch(uuid[], text, interval, boolean),
         @extschema@.webhook_extend(uuid, interval),
         @extschema@.webhook_outbound_key(uuid, text),
         @extschema@.webhook_outbound_key(text, text, text),
@@ -434,7 +436,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_next, webhook_complete, webhook_fail, webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
 
 -- The privilege rule names routines, so that it covers procedures too.
 CREATE OR REPLACE FUNCTION webhook._restrict_privileges() RETURNS void
@@ -654,6 +656,39 @@ ALTER TABLE webhook.app_scopes ENABLE ALWAYS TRIGGER registry_changed;
 COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
     'Trigger on the provider registry and the application roles'' scopes: drops every backend''s cached copy of them once the change commits';
 SELECT pg_catalog.pg_extension_config_dump('webhook.app_scopes', '');
+
+-- One queue per consumer and provider (and event type) in the inbox's
+-- pending index: webhook_next never walks past another provider's or
+-- type's backlog. Built while the update holds the inbox: on a large
+-- backlog, update when it is drained.
+DROP INDEX webhook.inbox_pending_idx;
+CREATE INDEX inbox_pending_idx ON webhook.inbox (consumer, provider, run_at)
+    WHERE status IN ('ready', 'leased');
+CREATE INDEX inbox_pending_type_idx ON webhook.inbox (consumer, provider, event_type, run_at)
+    WHERE status IN ('ready', 'leased');
+
+-- Finishing a batch of leases in one call.
+CREATE  FUNCTION "webhook_complete_batch"(
+	"ids" uuid[] /* :: std :: option :: Option < Vec < Option < pgrx :: Uuid > > > */
+) RETURNS VOID /* PgResult < () > */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'webhook_complete_batch_wrapper';
+CREATE  FUNCTION "webhook_fail_batch"(
+	"ids" uuid[], /* :: std :: option :: Option < Vec < Option < pgrx :: Uuid > > > */
+	"err" TEXT, /* Option < & str > */
+	"retry_in" interval DEFAULT NULL, /* Option < Interval > */
+	"permanent" bool DEFAULT false /* Option < bool > */
+) RETURNS VOID /* PgResult < () > */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'webhook_fail_batch_wrapper';
+COMMENT ON FUNCTION @extschema@.webhook_complete_batch(uuid[]) IS
+    'Mark a batch of inbox leases (from webhook_next) processed in one call, each fenced as by webhook_complete; one lease that may not finish refuses the whole call';
+COMMENT ON FUNCTION @extschema@.webhook_fail_batch(uuid[], text, interval, boolean) IS
+    'Record a failed attempt for a batch of inbox leases in one call, each ready again after retry_in or its own backoff (dead after webhook.max_attempts, or at once if permanent); one lease that may not fail refuses the whole call';
 
 -- Last: whatever this script created gets the extension's privileges.
 SELECT webhook._restrict_privileges();

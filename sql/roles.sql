@@ -31,6 +31,8 @@ BEGIN
         @extschema@.webhook_next(integer, text, text, text, interval),
         @extschema@.webhook_complete(uuid, jsonb),
         @extschema@.webhook_fail(uuid, text, interval, boolean),
+        @extschema@.webhook_complete_batch(uuid[]),
+        @extschema@.webhook_fail_batch(uuid[], text, interval, boolean),
         @extschema@.webhook_extend(uuid, interval),
         @extschema@.webhook_outbound_key(uuid, text),
         @extschema@.webhook_outbound_key(text, text, text),
@@ -47,7 +49,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_next, webhook_complete, webhook_fail, webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
 
 -- Grant an operator role the archive, the views and the maintenance
 -- functions; never the secrets.

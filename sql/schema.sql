@@ -367,8 +367,14 @@ CREATE TABLE webhook.inbox (
     CONSTRAINT inbox_claim_id_key UNIQUE (claim_id)
 )
 WITH (fillfactor = 80);
--- What webhook_next scans, in run order, kept to the rows not finished.
-CREATE INDEX inbox_pending_idx ON webhook.inbox (consumer, run_at)
+-- What webhook_next scans, in run order, kept to the rows not finished:
+-- one queue per consumer and provider, and within it one per event type,
+-- so that no filter walks past another provider's or type's backlog.
+-- (Without a provider filter, webhook_next finds the providers with a
+-- loose scan of the first and takes from each in turn.)
+CREATE INDEX inbox_pending_idx ON webhook.inbox (consumer, provider, run_at)
+    WHERE status IN ('ready', 'leased');
+CREATE INDEX inbox_pending_type_idx ON webhook.inbox (consumer, provider, event_type, run_at)
     WHERE status IN ('ready', 'leased');
 CREATE INDEX inbox_dead_idx ON webhook.inbox (queued_at) WHERE status = 'dead';
 -- Each entity's line of unfinished events, in order: what per-entity FIFO

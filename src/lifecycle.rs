@@ -124,25 +124,7 @@ pub(crate) fn fail_attempt(
     let id = input::required(F, "id", id)?;
     let err = input::required(F, "err", err)?;
     let permanent = input::required(F, "permanent", permanent)?;
-    if retry_in.is_some_and(|r| r.as_micros() < 0) {
-        return Err(WebhookError::InvalidArgument {
-            function: F,
-            arg: "retry_in",
-            rule: "must not be negative",
-        }
-        .into());
-    }
-    // The longest delay between two attempts is the DBA's to set: an
-    // application cannot hide an event for a century.
-    let longest = i128::from(crate::gucs::BACKOFF_MAX.get()) * 1000;
-    if retry_in.is_some_and(|r| r.as_micros() > longest) {
-        return Err(WebhookError::InvalidArgument {
-            function: F,
-            arg: "retry_in",
-            rule: "must not exceed webhook.backoff_max",
-        }
-        .into());
-    }
+    check_retry_in(F, retry_in)?;
     // Kept forever with the event: cut, not refused, since failing must
     // not fail.
     let err = input::truncated(err, MAX_ERROR_BYTES);
@@ -165,6 +147,93 @@ pub(crate) fn fail_attempt(
         None => inbox::lease::fail(client, F, id, &err, retry_in, permanent),
     })?;
     crate::session_claims::forget(id);
+    Ok(())
+}
+
+/// Most leases one batch call finishes: as many as `webhook_next` hands
+/// out at once.
+const MAX_BATCH: usize = 1000;
+
+/// The leases of a batch call: 1 to 1000 ids, none NULL, each once.
+fn batch_of_leases(
+    function: &'static str,
+    ids: Option<Vec<Option<pgrx::Uuid>>>,
+) -> Result<Vec<pgrx::Uuid>> {
+    let ids = input::required(function, "ids", ids)?;
+    if ids.is_empty() || ids.len() > MAX_BATCH {
+        return Err(WebhookError::InvalidArgument {
+            function,
+            arg: "ids",
+            rule: "must hold 1 to 1000 leases",
+        });
+    }
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    let mut leases = Vec::with_capacity(ids.len());
+    for id in ids {
+        let id = input::required(function, "ids", id)?;
+        if seen.insert(*id.as_bytes()) {
+            leases.push(id);
+        }
+    }
+    Ok(leases)
+}
+
+/// `webhook_complete` for a batch of inbox leases from `webhook_next`, in
+/// one call: each is fenced as alone (a lease taken over is refused with
+/// 55006, one already finished with 55000, an unknown id with P0002), and
+/// one refusal refuses the whole call, so that the transaction holding
+/// the batch's work rolls it back. Ordered events move their watermarks.
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_complete_batch(ids: Option<Vec<Option<pgrx::Uuid>>>) -> PgResult<()> {
+    const F: &str = "webhook_complete_batch";
+    let ids = batch_of_leases(F, ids)?;
+    Ok(Spi::connect_mut(|client| {
+        inbox::lease::complete_batch(client, F, &ids)
+    })?)
+}
+
+/// `webhook_fail` for a batch of inbox leases, in one call: each is ready
+/// again after `retry_in` or its own backoff, or dead when `permanent` or
+/// out of attempts; refused whole like `webhook_complete_batch`.
+#[pg_extern(volatile, security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn webhook_fail_batch(
+    ids: Option<Vec<Option<pgrx::Uuid>>>,
+    err: Option<&str>,
+    retry_in: default!(Option<Interval>, "NULL"),
+    permanent: default!(Option<bool>, false),
+) -> PgResult<()> {
+    const F: &str = "webhook_fail_batch";
+    let ids = batch_of_leases(F, ids)?;
+    let err = input::required(F, "err", err)?;
+    let permanent = input::required(F, "permanent", permanent)?;
+    check_retry_in(F, retry_in)?;
+    let err = input::truncated(err, MAX_ERROR_BYTES);
+    Ok(Spi::connect_mut(|client| {
+        inbox::lease::fail_batch(client, F, &ids, &err, retry_in, permanent)
+    })?)
+}
+
+/// `retry_in`: not negative, and at most `webhook.backoff_max`, the
+/// longest delay between two attempts, which is the DBA's to set: an
+/// application cannot hide an event for a century.
+fn check_retry_in(function: &'static str, retry_in: Option<Interval>) -> Result<()> {
+    if retry_in.is_some_and(|r| r.as_micros() < 0) {
+        return Err(WebhookError::InvalidArgument {
+            function,
+            arg: "retry_in",
+            rule: "must not be negative",
+        });
+    }
+    let longest = i128::from(crate::gucs::BACKOFF_MAX.get()) * 1000;
+    if retry_in.is_some_and(|r| r.as_micros() > longest) {
+        return Err(WebhookError::InvalidArgument {
+            function,
+            arg: "retry_in",
+            rule: "must not exceed webhook.backoff_max",
+        });
+    }
     Ok(())
 }
 

@@ -234,7 +234,13 @@ fn next(
         // line whose head it parked: try again rather than answer "none".
         for _ in 0..MAX_PARKING_ROUNDS {
             let (line_providers, line_keys) = lines(client, consumer, provider, event_type, batch)?;
-            let rows = LEASE.run(
+            let lease_statement = match event_type {
+                None => &LEASE_ANY_TYPE,
+                Some(_) => &LEASE_OF_TYPE,
+            };
+            let turn = TURN.get();
+            TURN.set(turn.wrapping_add(1) & i64::MAX);
+            let rows = lease_statement.run(
                 client,
                 &[
                     consumer.into(),
@@ -245,6 +251,7 @@ fn next(
                     max_attempts.into(),
                     line_providers.into(),
                     line_keys.into(),
+                    turn.into(),
                 ],
             )?;
             let picked = rows.len();
@@ -318,12 +325,42 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
 /// the key would be planned blind (the pick's row count is a parameter)
 /// and could scan the whole inbox. `SET` reads each row as it was.
 ///
+/// The pick reads one queue at a time, each an index range
+/// (`inbox_pending_idx`, or `inbox_pending_type_idx` with an event type):
+/// the given provider's, or, without one, every provider's with
+/// unfinished rows for the consumer (found by a loose scan, one probe
+/// each) in turns that rotate from call to call (`$9`), so that a
+/// provider with a million queued events does not starve one with ten.
+/// Another provider's backlog, and another type's, is never walked past;
+/// the pick stops reading (and locking) once the batch is full.
+///
 /// Ordering: each row's entity's watermark is `w`; for providers with
 /// `fifo`, only the head of each entity's line is picked; a row older than
 /// its watermark (or as old, where ties are stale) is parked as stale.
-static LEASE: Statement = Statement {
-    sql: concat!(
-            "WITH picked AS (
+macro_rules! lease {
+    ($type_filter:literal) => {
+        concat!(
+            "WITH RECURSIVE found (provider) AS (
+                  (SELECT i.provider FROM webhook.inbox i
+                    WHERE i.consumer = $1 AND i.status IN ('ready', 'leased') AND $2::text IS NULL
+                    ORDER BY i.provider LIMIT 1)
+                  UNION ALL
+                  SELECT (SELECT i.provider FROM webhook.inbox i
+                           WHERE i.consumer = $1 AND i.status IN ('ready', 'leased')
+                             AND i.provider > f.provider
+                           ORDER BY i.provider LIMIT 1)
+                    FROM found f WHERE f.provider IS NOT NULL
+              ), queues AS (
+                  SELECT $2::text AS provider, 0::int8 AS place WHERE $2::text IS NOT NULL
+                  UNION ALL
+                  SELECT q.provider, (q.n + $9) % q.total
+                    FROM (SELECT f.provider, pg_catalog.row_number() OVER (ORDER BY f.provider) AS n,
+                                 pg_catalog.count(*) OVER () AS total
+                            FROM found f WHERE f.provider IS NOT NULL) q
+              ), picked AS (
+                  SELECT c.*
+                    FROM (SELECT q.provider FROM queues q ORDER BY q.place) q
+                   CROSS JOIN LATERAL (
                   SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.status AS was,
                          i.claim_id AS previous, i.attempts,
                          CASE WHEN ",
@@ -341,10 +378,13 @@ static LEASE: Statement = Statement {
                 ON w.provider = i.provider AND w.consumer = i.consumer
                AND w.entity_key = i.entity_key AND w.event_id <> i.event_id",
             "
-                   WHERE i.status IN ('ready', 'leased') AND i.run_at <= pg_catalog.clock_timestamp()
-                     AND i.consumer = $1
-                     AND ($2::text IS NULL OR i.provider = $2)
-                     AND ($3::text IS NULL OR i.event_type = $3) ",
+                   WHERE i.consumer = $1 AND i.provider = q.provider ",
+            $type_filter,
+            "
+                     AND i.status IN ('ready', 'leased')
+                     -- Read once (an init plan): a bound of the index range,
+                     -- so rows backing off and leased ones are never read.
+                     AND i.run_at <= (SELECT pg_catalog.clock_timestamp()) ",
             "AND (i.entity_key IS NULL
               OR NOT EXISTS (SELECT FROM webhook.providers f WHERE f.name = i.provider AND f.fifo)
               OR ((i.provider, i.entity_key) IN (SELECT * FROM unnest($7::text[], $8::text[]))
@@ -355,6 +395,8 @@ static LEASE: Statement = Statement {
                    ORDER BY i.run_at
                    LIMIT $4
                      FOR UPDATE OF i SKIP LOCKED
+                  ) c
+                   LIMIT $4
               ), lost AS (
                   INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message,
                                                       lease_expired)
@@ -386,13 +428,24 @@ static LEASE: Statement = Statement {
                      l.delivery_id, l.queued_at, l.run_at, l.status = 'leased'
                 FROM leased l
                ORDER BY l.queued_at"
-        ),
+        )
+    };
+}
+
+/// LEASE of any event type, and of one (`$3`).
+static LEASE_ANY_TYPE: Statement = Statement {
+    sql: lease!(""),
+    arg_types: LEASE_ARGUMENTS,
+};
+static LEASE_OF_TYPE: Statement = Statement {
+    sql: lease!("AND i.event_type = $3"),
     arg_types: LEASE_ARGUMENTS,
 };
 
 /// The arguments of LEASE: consumer, provider, event type, batch, lease,
-/// webhook.max_attempts, and the FIFO lines this transaction holds
-/// (providers and entity keys, pairwise).
+/// webhook.max_attempts, the FIFO lines this transaction holds
+/// (providers and entity keys, pairwise), and the turn (which provider's
+/// queue is read first, without a provider filter).
 const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -402,7 +455,13 @@ const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::INT4OID,
     pg_sys::TEXTARRAYOID,
     pg_sys::TEXTARRAYOID,
+    pg_sys::INT8OID,
 ];
+
+thread_local! {
+    /// This backend's calls of `webhook_next`, for the providers' turns.
+    static TURN: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
 
 /// Whether inbox row `i` is the head of its entity's FIFO line: no
 /// earlier event of the entity is ready, backing off or leased, and no
@@ -422,29 +481,47 @@ macro_rules! fifo_head {
 use fifo_head;
 
 /// The FIFO lines whose heads LEASE would pick: what `lines` locks before
-/// LEASE runs.
-static FIFO_HEADS: Statement = Statement {
-    sql: concat!(
-        "SELECT i.provider, i.entity_key
-           FROM webhook.inbox i
-           JOIN webhook.providers f ON f.name = i.provider AND f.fifo
-          WHERE i.status IN ('ready', 'leased') AND i.run_at <= pg_catalog.clock_timestamp()
-            AND i.consumer = $1
-            AND ($2::text IS NULL OR i.provider = $2)
-            AND ($3::text IS NULL OR i.event_type = $3)
-            AND i.entity_key IS NOT NULL AND ",
-        fifo_head!(),
-        "
-          ORDER BY i.run_at
-          LIMIT $4"
-    ),
-    arg_types: &[
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::TEXTOID,
-        pg_sys::INT4OID,
-    ],
+/// LEASE runs. Read per FIFO provider, each from its own queue.
+macro_rules! fifo_heads {
+    ($type_filter:literal) => {
+        concat!(
+            "SELECT h.provider, h.entity_key
+               FROM webhook.providers f
+              CROSS JOIN LATERAL (
+                    SELECT i.provider, i.entity_key, i.run_at
+                      FROM webhook.inbox i
+                     WHERE i.consumer = $1 AND i.provider = f.name ",
+            $type_filter,
+            "
+                       AND i.status IN ('ready', 'leased') AND i.run_at <= (SELECT pg_catalog.clock_timestamp())
+                       AND i.entity_key IS NOT NULL AND ",
+            fifo_head!(),
+            "
+                     ORDER BY i.run_at
+                     LIMIT $4) h
+              WHERE f.fifo AND ($2::text IS NULL OR f.name = $2)
+              ORDER BY h.run_at
+              LIMIT $4"
+        )
+    };
+}
+
+static FIFO_HEADS_ANY_TYPE: Statement = Statement {
+    sql: fifo_heads!(""),
+    arg_types: FIFO_HEADS_ARGUMENTS,
 };
+static FIFO_HEADS_OF_TYPE: Statement = Statement {
+    sql: fifo_heads!("AND i.event_type = $3"),
+    arg_types: FIFO_HEADS_ARGUMENTS,
+};
+
+/// consumer, provider, event type, batch.
+const FIFO_HEADS_ARGUMENTS: &[pg_sys::Oid] = &[
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::INT4OID,
+];
 
 /// The FIFO lines this transaction may lease from: "never two events of
 /// an entity at once" cannot be decided from one statement's snapshot,
@@ -465,7 +542,11 @@ fn lines(
     if !crate::registry::any_fifo(client)? {
         return Ok(held);
     }
-    let heads = FIFO_HEADS.run(
+    let heads = match event_type {
+        None => &FIFO_HEADS_ANY_TYPE,
+        Some(_) => &FIFO_HEADS_OF_TYPE,
+    }
+    .run(
         client,
         &[
             consumer.into(),

@@ -93,21 +93,24 @@ static PROVIDER_AND_CONSUMER: Statement = Statement {
     arg_types: &[pg_sys::UUIDOID],
 };
 
-/// Refuse a lease of a provider or consumer outside the session's scope
+/// Refuse leases of a provider or consumer outside the session's scope
 /// (see `scopes`), before anything is changed or diagnosed. Looked up
 /// only when the session is scoped.
-fn in_scope(client: &mut SpiClient<'_>, function: &'static str, id: pgrx::Uuid) -> Result<()> {
+fn in_scope(client: &mut SpiClient<'_>, function: &'static str, ids: &[pgrx::Uuid]) -> Result<()> {
     let scope = crate::scopes::of_session(client)?;
     if !scope.is_bound() {
         return Ok(());
     }
-    let Some(row) = PROVIDER_AND_CONSUMER.run(client, &[id.into()])?.next() else {
-        // No such lease: refused as unknown, as for anyone.
-        return Ok(());
-    };
-    let provider = row.get::<String>(1)?.unwrap_or_default();
-    let consumer = row.get::<String>(2)?.unwrap_or_default();
-    scope.consumer(function, ("id", "id"), &provider, &consumer)
+    for id in ids {
+        let Some(row) = PROVIDER_AND_CONSUMER.run(client, &[(*id).into()])?.next() else {
+            // No such lease: refused as unknown, as for anyone.
+            continue;
+        };
+        let provider = row.get::<String>(1)?.unwrap_or_default();
+        let consumer = row.get::<String>(2)?.unwrap_or_default();
+        scope.consumer(function, ("id", "id"), &provider, &consumer)?;
+    }
+    Ok(())
 }
 
 /// `webhook_complete` of a lease: an ordered event moves its entity's
@@ -118,7 +121,7 @@ pub fn complete(
     id: pgrx::Uuid,
     result: Option<RawJsonb>,
 ) -> Result<()> {
-    in_scope(client, function, id)?;
+    in_scope(client, function, &[id])?;
     let finished = fence(function, id).update(
         client,
         &COMPLETE,
@@ -145,6 +148,139 @@ pub fn complete(
     )
 }
 
+/// Mark a batch of leases' rows processed, returning what moves their
+/// entities' watermarks.
+static COMPLETE_BATCH: Statement = Statement {
+    sql: "UPDATE webhook.inbox
+             SET status = 'processed', processed_at = pg_catalog.now(), result = NULL
+           WHERE claim_id = ANY ($1) AND status = 'leased'
+       RETURNING claim_id, provider, consumer, event_id, entity_key, order_value::text",
+    arg_types: &[pg_sys::UUIDARRAYOID],
+};
+
+/// `webhook_complete_batch`: every lease as `complete` would, in one
+/// statement. One lease that may not finish refuses the whole call, with
+/// its own error (the first in `ids` order), so the caller's transaction
+/// rolls back the batch's work rather than commit one event's twice.
+pub fn complete_batch(
+    client: &mut SpiClient<'_>,
+    function: &'static str,
+    ids: &[pgrx::Uuid],
+) -> Result<()> {
+    in_scope(client, function, ids)?;
+    let mut finished = std::collections::HashSet::with_capacity(ids.len());
+    let mut ordered = Vec::new();
+    for row in COMPLETE_BATCH.run(client, &[ids.to_vec().into()])? {
+        let id = row
+            .get::<pgrx::Uuid>(1)?
+            .ok_or_else(|| WebhookError::Internal(format!("{function}: a lease without id")))?;
+        finished.insert(*id.as_bytes());
+        if let Some((entity_key, value)) = row.get::<String>(5)?.zip(row.get::<String>(6)?) {
+            ordered.push((
+                id,
+                row.get::<String>(2)?.unwrap_or_default(),
+                row.get::<String>(3)?.unwrap_or_default(),
+                row.get::<String>(4)?.unwrap_or_default(),
+                Order { entity_key, value },
+            ));
+        }
+    }
+    refuse_unfinished(client, function, ids, &finished)?;
+    for (id, provider, consumer, event_id, order) in ordered {
+        ordering::advance(
+            client, function, id, &provider, &consumer, &event_id, &order,
+        )?;
+    }
+    Ok(())
+}
+
+/// The first of `ids` that a batch statement did not finish, refused
+/// with where it stands.
+fn refuse_unfinished(
+    client: &mut SpiClient<'_>,
+    function: &'static str,
+    ids: &[pgrx::Uuid],
+    finished: &std::collections::HashSet<[u8; 16]>,
+) -> Result<()> {
+    match ids.iter().find(|id| !finished.contains(id.as_bytes())) {
+        Some(id) => Err(fence(function, *id).refused(standing(client, *id)?)),
+        None => Ok(()),
+    }
+}
+
+/// The attempts live leases are on.
+static ATTEMPTS: Statement = Statement {
+    sql: "SELECT claim_id, attempts FROM webhook.inbox WHERE claim_id = ANY ($1) AND status = 'leased'",
+    arg_types: &[pg_sys::UUIDARRAYOID],
+};
+
+/// FAIL for a batch: each lease with its own delay (microseconds) and
+/// verdict (dead or not).
+static FAIL_BATCH: Statement = Statement {
+    sql: "WITH given AS (
+              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::bool[]) AS g (claim_id, delay, dead)
+          ), failed AS (
+              UPDATE webhook.inbox i
+                 SET status = CASE WHEN g.dead THEN 'dead' ELSE 'ready' END::webhook.inbox_status,
+                     run_at = pg_catalog.clock_timestamp() + g.delay * interval '1 microsecond',
+                     last_error = $4
+                FROM given g
+               WHERE i.claim_id = g.claim_id AND i.status = 'leased'
+           RETURNING i.claim_id, i.provider, i.event_id, i.consumer, i.attempts
+          )
+          INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message)
+          SELECT claim_id, provider, event_id, consumer, attempts, $4 FROM failed
+       RETURNING claim_id",
+    arg_types: &[
+        pg_sys::UUIDARRAYOID,
+        pg_sys::INT8ARRAYOID,
+        pg_sys::BOOLARRAYOID,
+        pg_sys::TEXTOID,
+    ],
+};
+
+/// `webhook_fail_batch`: every lease as `fail` would (each with its own
+/// backoff), in one statement; refused whole like `complete_batch`.
+pub fn fail_batch(
+    client: &mut SpiClient<'_>,
+    function: &'static str,
+    ids: &[pgrx::Uuid],
+    err: &str,
+    retry_in: Option<Interval>,
+    permanent: bool,
+) -> Result<()> {
+    in_scope(client, function, ids)?;
+    let mut attempts = std::collections::HashMap::with_capacity(ids.len());
+    for row in ATTEMPTS.run(client, &[ids.to_vec().into()])? {
+        if let Some(id) = row.get::<pgrx::Uuid>(1)? {
+            attempts.insert(*id.as_bytes(), row.get::<i32>(2)?.unwrap_or(0));
+        }
+    }
+    let live: std::collections::HashSet<[u8; 16]> = attempts.keys().copied().collect();
+    refuse_unfinished(client, function, ids, &live)?;
+    let max_attempts = crate::gucs::MAX_ATTEMPTS.get();
+    let (mut delays, mut dead) = (Vec::with_capacity(ids.len()), Vec::with_capacity(ids.len()));
+    for id in ids {
+        let attempt = attempts[id.as_bytes()];
+        dead.push(permanent || (max_attempts > 0 && attempt >= max_attempts));
+        delays.push(match retry_in {
+            Some(delay) => delay.as_micros() as i64,
+            None => super::backoff::delay_after(attempt, *id),
+        });
+    }
+    let mut failed = std::collections::HashSet::with_capacity(ids.len());
+    for row in FAIL_BATCH.run(
+        client,
+        &[ids.to_vec().into(), delays.into(), dead.into(), err.into()],
+    )? {
+        if let Some(id) = row.get::<pgrx::Uuid>(1)? {
+            failed.insert(*id.as_bytes());
+        }
+    }
+    // A lease taken over between the read and the UPDATE.
+    refuse_unfinished(client, function, ids, &failed)
+}
+
 /// `webhook_fail` of a lease: ready again after `retry_in` (default: the
 /// backoff), or dead when `permanent` or out of `webhook.max_attempts`.
 pub fn fail(
@@ -155,7 +291,7 @@ pub fn fail(
     retry_in: Option<Interval>,
     permanent: bool,
 ) -> Result<()> {
-    in_scope(client, function, id)?;
+    in_scope(client, function, &[id])?;
     let fence = fence(function, id);
     let attempt = match ATTEMPT.run(client, &[id.into()])?.next() {
         Some(row) => row.get::<i32>(1)?.unwrap_or(0),
@@ -183,7 +319,7 @@ pub fn extend(
     id: pgrx::Uuid,
     lease: Interval,
 ) -> Result<TimestampWithTimeZone> {
-    in_scope(client, function, id)?;
+    in_scope(client, function, &[id])?;
     fence(function, id).update(
         client,
         &EXTEND,
