@@ -269,6 +269,43 @@ mod tests {
         assert!(unvouched >= 3);
     }
 
+    /// The first attempt failed halfway (its handler recorded the failure):
+    /// the provider's redelivery, the same bytes under the same binding, is
+    /// retried under every scheme, never refused as a replay.
+    #[pg_test]
+    fn a_redelivery_after_a_failed_attempt_is_retried_under_every_scheme() {
+        let mut failures = Vec::new();
+        for sender in Sender::all() {
+            let provider = format!("r-{}", sender.name());
+            register(&provider, &sender);
+            let genuine = sender.deliver("evt-failed", "thing.created", now_unix());
+            let id = Spi::get_one_with_args::<pgrx::Uuid>(
+                "SELECT id FROM webhook_receive($1, $2::jsonb, $3, inbox => false, url => $4)",
+                &[
+                    provider.as_str().into(),
+                    genuine.headers.to_string().into(),
+                    genuine.body.as_slice().into(),
+                    genuine.url.into(),
+                ],
+            )
+            .unwrap()
+            .expect("the genuine delivery is claimed");
+            Spi::run_with_args(
+                "SELECT webhook_fail($1, 'downstream timeout')",
+                &[id.into()],
+            )
+            .unwrap();
+            let again = receive(&provider, &genuine, false);
+            if again.status != "retry" {
+                failures.push(format!(
+                    "{provider}: the redelivery was answered {} ({})",
+                    again.status, again.reason
+                ));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
     /// What `webhook_schemes()` says each signature covers follows from the
     /// catalog: the body by a digest or not, the headers, and the
     /// signedness of the default sources derived from them.

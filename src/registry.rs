@@ -148,11 +148,50 @@ fn load(client: &mut SpiClient<'_>, name: &str) -> Result<(Provider, Watched)> {
     Ok((provider, tables))
 }
 
-/// What a backend keeps: the providers it read, under the invalidation
-/// generation they were read in.
-struct Cache {
+/// Something a backend read from the watched tables, under the
+/// invalidation generation it was read in: looked at in a later one, it is
+/// empty again.
+struct Kept<T> {
     generation: u64,
-    providers: HashMap<String, Rc<Provider>>,
+    value: T,
+}
+
+impl<T: Default> Kept<T> {
+    fn empty() -> Self {
+        Kept {
+            generation: 0,
+            value: T::default(),
+        }
+    }
+
+    /// The value as of `generation`: emptied if an invalidation came since
+    /// it was read.
+    fn at(&mut self, generation: u64) -> &mut T {
+        if self.generation != generation {
+            self.generation = generation;
+            self.value = T::default();
+        }
+        &mut self.value
+    }
+}
+
+type Cache<T> = std::thread::LocalKey<RefCell<Kept<T>>>;
+
+/// Look at what `cache` holds as of `generation`.
+fn look<T: Default, R>(
+    cache: &'static Cache<T>,
+    generation: u64,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
+    cache.with(|kept| f(kept.borrow_mut().at(generation)))
+}
+
+/// Keep in `cache` what was read in `generation`, if it may be kept
+/// (`may_keep`).
+fn keep<T: Default>(cache: &'static Cache<T>, generation: u64, f: impl FnOnce(&mut T)) {
+    if may_keep(generation) {
+        look(cache, generation, f);
+    }
 }
 
 thread_local! {
@@ -164,10 +203,8 @@ thread_local! {
     /// invalidation counts.
     static WATCHED: Cell<Watched> = const { Cell::new(UNKNOWN) };
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
-    static CACHE: RefCell<Cache> = RefCell::new(Cache {
-        generation: 0,
-        providers: HashMap::new(),
-    });
+    /// The providers read, by name.
+    static PROVIDERS: RefCell<Kept<HashMap<String, Rc<Provider>>>> = RefCell::new(Kept::empty());
 }
 
 /// The relcache callback: a change to a registry table (or a reset of all
@@ -181,8 +218,6 @@ unsafe extern "C-unwind" fn invalidated(_arg: pg_sys::Datum, relid: pg_sys::Oid)
     }
 }
 
-/// The provider `name`, from the cache when nothing changed since it was
-/// read.
 /// Register the relcache callback, once per backend.
 fn ensure_callback() {
     if !CALLBACK_REGISTERED.get() {
@@ -215,6 +250,8 @@ fn may_keep(generation: u64) -> bool {
     fresh_snapshots && GENERATION.get() == generation && WATCHED.get() != UNKNOWN
 }
 
+/// The provider `name`, from the cache when nothing changed since it was
+/// read.
 pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
     current_generation();
     cached_provider(client, name)
@@ -222,55 +259,33 @@ pub fn provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> 
 
 /// `provider`, once the invalidations are taken in.
 fn cached_provider(client: &mut SpiClient<'_>, name: &str) -> Result<Rc<Provider>> {
-    let cached = CACHE.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        if cache.generation != GENERATION.get() {
-            cache.providers.clear();
-            cache.generation = GENERATION.get();
-        }
-        cache.providers.get(name).cloned()
-    });
-    if let Some(provider) = cached {
+    let generation = GENERATION.get();
+    if let Some(provider) = look(&PROVIDERS, generation, |providers| {
+        providers.get(name).cloned()
+    }) {
         return Ok(provider);
     }
-    let before = GENERATION.get();
     let (provider, tables) = load(client, name)?;
     let provider = Rc::new(provider);
     WATCHED.set(tables);
-    if may_keep(before) {
-        CACHE.with(|cache| {
-            let mut cache = cache.borrow_mut();
-            if cache.generation == before {
-                cache
-                    .providers
-                    .insert(name.to_string(), Rc::clone(&provider));
-            }
-        });
-    }
+    keep(&PROVIDERS, generation, |providers| {
+        providers.insert(name.to_string(), Rc::clone(&provider));
+    });
     Ok(provider)
 }
 
 thread_local! {
-    /// Provider names read and found unregistered, under the generation
-    /// they were read in: `webhook_claim` and `webhook_enqueue` serve
-    /// providers nobody registered, and must not query for them each time.
-    static ABSENT: RefCell<(u64, std::collections::HashSet<String>)> =
-        RefCell::new((0, std::collections::HashSet::new()));
+    /// Provider names read and found unregistered: `webhook_claim` and
+    /// `webhook_enqueue` serve providers nobody registered, and must not
+    /// query for them each time.
+    static ABSENT: RefCell<Kept<std::collections::HashSet<String>>> = RefCell::new(Kept::empty());
 }
 
 /// The provider `name` if it is registered, None if not; both answers
 /// kept until the registry changes.
 pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Provider>>> {
     let generation = current_generation();
-    let known_absent = ABSENT.with(|absent| {
-        let mut absent = absent.borrow_mut();
-        if absent.0 != generation {
-            absent.1.clear();
-            absent.0 = generation;
-        }
-        absent.1.contains(name)
-    });
-    if known_absent {
+    if look(&ABSENT, generation, |absent| absent.contains(name)) {
         return Ok(None);
     }
     match cached_provider(client, name) {
@@ -281,14 +296,9 @@ pub fn registered(client: &mut SpiClient<'_>, name: &str) -> Result<Option<Rc<Pr
             if WATCHED.get() == UNKNOWN {
                 learn_tables(client)?;
             }
-            if may_keep(generation) {
-                ABSENT.with(|absent| {
-                    let mut absent = absent.borrow_mut();
-                    if absent.0 == generation {
-                        absent.1.insert(name.to_string());
-                    }
-                });
-            }
+            keep(&ABSENT, generation, |absent| {
+                absent.insert(name.to_string());
+            });
             Ok(None)
         }
         Err(err) => Err(err),
@@ -320,25 +330,20 @@ static ANY_FIFO: Statement = Statement {
 };
 
 thread_local! {
-    /// (the invalidation generation it was read in, the answer).
-    static FIFO_KNOWN: Cell<Option<(u64, bool)>> = const { Cell::new(None) };
+    static ANY_FIFO_KNOWN: RefCell<Kept<Option<bool>>> = RefCell::new(Kept::empty());
 }
 
 pub fn any_fifo(client: &mut SpiClient<'_>) -> Result<bool> {
     let generation = current_generation();
-    if let Some((seen, answer)) = FIFO_KNOWN.get() {
-        if seen == generation {
-            return Ok(answer);
-        }
+    if let Some(answer) = look(&ANY_FIFO_KNOWN, generation, |known| *known) {
+        return Ok(answer);
     }
     let Some(row) = ANY_FIFO.run(client, &[])?.next() else {
         return Ok(false);
     };
     let answer = row.get::<bool>(1)?.unwrap_or(false);
     WATCHED.set(watched_from(&row, 2)?);
-    if may_keep(generation) {
-        FIFO_KNOWN.set(Some((generation, answer)));
-    }
+    keep(&ANY_FIFO_KNOWN, generation, |known| *known = Some(answer));
     Ok(answer)
 }
 
@@ -357,8 +362,7 @@ static LOAD_SCOPES: Statement = Statement {
 };
 
 thread_local! {
-    /// (the invalidation generation they were read in, the scopes).
-    static SCOPES: RefCell<Option<(u64, Rc<Vec<AppScope>>)>> = const { RefCell::new(None) };
+    static SCOPES: RefCell<Kept<Option<Rc<Vec<AppScope>>>>> = RefCell::new(Kept::empty());
 }
 
 /// Every application role's scope, kept like the providers until the
@@ -366,11 +370,7 @@ thread_local! {
 /// function pays one look at this cache.
 pub fn app_scopes(client: &mut SpiClient<'_>) -> Result<Rc<Vec<AppScope>>> {
     let generation = current_generation();
-    let kept = SCOPES.with(|scopes| match &*scopes.borrow() {
-        Some((seen, scopes)) if *seen == generation => Some(Rc::clone(scopes)),
-        _ => None,
-    });
-    if let Some(scopes) = kept {
+    if let Some(scopes) = look(&SCOPES, generation, |scopes| scopes.clone()) {
         return Ok(scopes);
     }
     if WATCHED.get()[2] == pg_sys::InvalidOid {
@@ -393,9 +393,7 @@ pub fn app_scopes(client: &mut SpiClient<'_>) -> Result<Rc<Vec<AppScope>>> {
         })
         .collect::<Result<Vec<_>>>()?;
     let scopes = Rc::new(scopes);
-    if may_keep(generation) {
-        SCOPES.with(|kept| *kept.borrow_mut() = Some((generation, Rc::clone(&scopes))));
-    }
+    keep(&SCOPES, generation, |kept| *kept = Some(Rc::clone(&scopes)));
     Ok(scopes)
 }
 

@@ -168,6 +168,15 @@ pub enum Body {
 /// use by default.
 const FIVE_MINUTES: Option<i64> = Some(300);
 
+/// What a Standard Webhooks signature covers besides the body, in either
+/// header family (`webhook-*`, or Svix's `svix-*`).
+const STANDARD_SIGNED_HEADERS: &[&str] = &[
+    "webhook-id",
+    "webhook-timestamp",
+    "svix-id",
+    "svix-timestamp",
+];
+
 pub const CATALOG: &[Entry] = &[
     Entry {
         name: "stripe",
@@ -219,12 +228,7 @@ pub const CATALOG: &[Entry] = &[
         tolerance: FIVE_MINUTES,
         covers: Covers {
             body: BodyCover::Digest,
-            headers: &[
-                "webhook-id",
-                "webhook-timestamp",
-                "svix-id",
-                "svix-timestamp",
-            ],
+            headers: STANDARD_SIGNED_HEADERS,
         },
         signs: "id, timestamp and body",
         entity_key_from: None,
@@ -311,12 +315,7 @@ pub const CATALOG: &[Entry] = &[
         tolerance: FIVE_MINUTES,
         covers: Covers {
             body: BodyCover::Digest,
-            headers: &[
-                "webhook-id",
-                "webhook-timestamp",
-                "svix-id",
-                "svix-timestamp",
-            ],
+            headers: STANDARD_SIGNED_HEADERS,
         },
         signs: "id, timestamp and body",
         entity_key_from: None,
