@@ -205,6 +205,13 @@ mod tests {
     }
 
     #[pg_test]
+    fn webhook_next_is_never_jit_compiled() {
+        let config: String = one("SELECT array_to_string(proconfig, ',') FROM pg_proc
+              WHERE oid = 'webhook_next(integer, text, text, text, interval)'::regprocedure");
+        assert!(config.split(',').any(|c| c == "jit=off"), "{config}");
+    }
+
+    #[pg_test]
     fn settings_exist_with_their_defaults() {
         let value: String = one("SELECT current_setting('webhook.lease_timeout')");
         assert_eq!(value, "5min");

@@ -74,6 +74,11 @@ COMMENT ON FUNCTION @extschema@.idempotency_fingerprint(text, text, text) IS
 COMMENT ON FUNCTION @extschema@.idempotency_purge(interval) IS
     'Remove idempotency keys first used longer ago than older_than (default webhook.idempotency_retention), never one still in progress; returns how many';
 
+-- A lease is a few index probes, but its generic plan is costed for whole
+-- queues: past jit_above_cost, every call would compile it with LLVM
+-- (most of a second) before leasing anything.
+ALTER FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) SET jit = off;
+
 -- webhook_receive caches the registry in each backend (src/registry.rs);
 -- a change to it, committed, drops every backend's copy. Touching a
 -- secret's last_used_at changes nothing webhook_receive reads.

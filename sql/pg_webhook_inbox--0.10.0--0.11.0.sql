@@ -690,5 +690,10 @@ COMMENT ON FUNCTION @extschema@.webhook_complete_batch(uuid[]) IS
 COMMENT ON FUNCTION @extschema@.webhook_fail_batch(uuid[], text, interval, boolean) IS
     'Record a failed attempt for a batch of inbox leases in one call, each ready again after retry_in or its own backoff (dead after webhook.max_attempts, or at once if permanent); one lease that may not fail refuses the whole call';
 
+-- A lease is a few index probes, but its generic plan is costed for whole
+-- queues: past jit_above_cost, every call would compile it with LLVM
+-- (most of a second) before leasing anything.
+ALTER FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) SET jit = off;
+
 -- Last: whatever this script created gets the extension's privileges.
 SELECT webhook._restrict_privileges();
