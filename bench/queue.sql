@@ -1,7 +1,8 @@
 -- The inbox a careful user writes by hand: a dedup table, a job table
--- with the payload, leases taken with FOR UPDATE SKIP LOCKED, fenced by a
--- lease id, a failure scheduled with exponential backoff. The benchmark
--- compares the extension's inbox against this.
+-- with the payload, one queue per provider (an index led by it), leases
+-- taken with FOR UPDATE SKIP LOCKED, fenced by a lease id, a batch of
+-- leases finished in one statement, a failure scheduled with exponential
+-- backoff. The benchmark compares the extension's inbox against this.
 CREATE SCHEMA handqueue;
 
 CREATE TABLE handqueue.events (
@@ -22,7 +23,7 @@ CREATE TABLE handqueue.jobs (
     lease_id    uuid,
     last_error  text
 );
-CREATE INDEX ON handqueue.jobs (run_at) WHERE status IN ('ready', 'leased');
+CREATE INDEX ON handqueue.jobs (provider, run_at) WHERE status IN ('ready', 'leased');
 CREATE UNIQUE INDEX ON handqueue.jobs (lease_id);
 
 CREATE FUNCTION handqueue.enqueue(p_provider text, p_event_id text, p_event_type text, p_payload jsonb)
@@ -38,7 +39,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION handqueue.next(p_batch integer, p_lease interval DEFAULT '5 minutes')
+CREATE FUNCTION handqueue.next(p_batch integer, p_provider text, p_lease interval DEFAULT '5 minutes')
 RETURNS TABLE (lease_id uuid, provider text, event_id text, payload jsonb, attempts integer)
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -47,7 +48,8 @@ BEGIN
        SET status = 'leased', attempts = j.attempts + 1, lease_id = gen_random_uuid(),
            run_at = clock_timestamp() + p_lease
      WHERE j.id IN (SELECT q.id FROM handqueue.jobs q
-                     WHERE q.status IN ('ready', 'leased') AND q.run_at <= clock_timestamp()
+                     WHERE q.provider = p_provider
+                       AND q.status IN ('ready', 'leased') AND q.run_at <= clock_timestamp()
                      ORDER BY q.run_at LIMIT p_batch
                        FOR UPDATE SKIP LOCKED)
     RETURNING j.lease_id, j.provider, j.event_id, j.payload, j.attempts;
@@ -60,6 +62,18 @@ BEGIN
     UPDATE handqueue.jobs SET status = 'done' WHERE lease_id = p_lease AND status = 'leased';
     IF NOT FOUND THEN
         RAISE EXCEPTION 'lease % lost or finished', p_lease;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION handqueue.complete_batch(p_leases uuid[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE finished bigint;
+BEGIN
+    UPDATE handqueue.jobs SET status = 'done' WHERE lease_id = ANY (p_leases) AND status = 'leased';
+    GET DIAGNOSTICS finished = ROW_COUNT;
+    IF finished <> cardinality(p_leases) THEN
+        RAISE EXCEPTION 'a lease of % lost or finished', p_leases;
     END IF;
 END
 $$;

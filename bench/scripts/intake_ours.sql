@@ -1,2 +1,0 @@
-\set id random(1, 9000000000000000)
-SELECT queued FROM webhook_enqueue('intake', 'in_' || :id, 'invoice.paid', (SELECT payload FROM bench.payloads WHERE name = '1k'));
