@@ -659,8 +659,11 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.app_scopes', '');
 
 -- One queue per consumer and provider (and event type) in the inbox's
 -- pending index: webhook_next never walks past another provider's or
--- type's backlog. Built while the update holds the inbox: on a large
--- backlog, update when it is drained.
+-- type's backlog; and leases indexed without the queued rows' NULLs.
+-- Built while the update holds the inbox: on a large backlog, update when
+-- it is drained.
+ALTER TABLE webhook.inbox DROP CONSTRAINT inbox_claim_id_key;
+CREATE UNIQUE INDEX inbox_lease_idx ON webhook.inbox (claim_id) WHERE claim_id IS NOT NULL;
 DROP INDEX webhook.inbox_pending_idx;
 CREATE INDEX inbox_pending_idx ON webhook.inbox (consumer, provider, run_at)
     WHERE status IN ('ready', 'leased');

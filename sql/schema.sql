@@ -363,10 +363,13 @@ CREATE TABLE webhook.inbox (
     -- Ordering, as on the event row: one line per entity and consumer.
     entity_key    text,
     order_value   numeric,
-    CONSTRAINT inbox_pkey PRIMARY KEY (provider, event_id, consumer),
-    CONSTRAINT inbox_claim_id_key UNIQUE (claim_id)
+    CONSTRAINT inbox_pkey PRIMARY KEY (provider, event_id, consumer)
 )
 WITH (fillfactor = 80);
+-- Leases, found by their id. A queued row has none yet and is left out:
+-- queueing then writes no entry, where a NULL one would land with every
+-- other new row's on the index's last page.
+CREATE UNIQUE INDEX inbox_lease_idx ON webhook.inbox (claim_id) WHERE claim_id IS NOT NULL;
 -- What webhook_next scans, in run order, kept to the rows not finished:
 -- one queue per consumer and provider, and within it one per event type,
 -- so that no filter walks past another provider's or type's backlog.

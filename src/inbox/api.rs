@@ -234,9 +234,11 @@ fn next(
         // line whose head it parked: try again rather than answer "none".
         for _ in 0..MAX_PARKING_ROUNDS {
             let (line_providers, line_keys) = lines(client, consumer, provider, event_type, batch)?;
-            let lease_statement = match event_type {
-                None => &LEASE_ANY_TYPE,
-                Some(_) => &LEASE_OF_TYPE,
+            let lease_statement = match (provider, event_type) {
+                (Some(_), None) => &LEASE_ONE_QUEUE,
+                (Some(_), Some(_)) => &LEASE_ONE_QUEUE_OF_TYPE,
+                (None, None) => &LEASE_EVERY_QUEUE,
+                (None, Some(_)) => &LEASE_EVERY_QUEUE_OF_TYPE,
             };
             let turn = TURN.get();
             TURN.set(turn.wrapping_add(1) & i64::MAX);
@@ -327,37 +329,20 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
 ///
 /// The pick reads one queue at a time, each an index range
 /// (`inbox_pending_idx`, or `inbox_pending_type_idx` with an event type):
-/// the given provider's, or, without one, every provider's with
-/// unfinished rows for the consumer (found by a loose scan, one probe
-/// each) in turns that rotate from call to call (`$9`), so that a
-/// provider with a million queued events does not starve one with ten.
-/// Another provider's backlog, and another type's, is never walked past;
-/// the pick stops reading (and locking) once the batch is full.
+/// the given provider's (`one_queue!`), or, without one, every provider's
+/// with unfinished rows for the consumer (`every_queue!`). Another
+/// provider's backlog, and another type's, is never walked past; the pick
+/// stops reading (and locking) once the batch is full.
 ///
 /// Ordering: each row's entity's watermark is `w`; for providers with
 /// `fifo`, only the head of each entity's line is picked; a row older than
 /// its watermark (or as old, where ties are stale) is parked as stale.
 macro_rules! lease {
-    ($type_filter:literal) => {
+    ($queues:expr, $type_filter:literal) => {
         concat!(
-            "WITH RECURSIVE found (provider) AS (
-                  (SELECT i.provider FROM webhook.inbox i
-                    WHERE i.consumer = $1 AND i.status IN ('ready', 'leased') AND $2::text IS NULL
-                    ORDER BY i.provider LIMIT 1)
-                  UNION ALL
-                  SELECT (SELECT i.provider FROM webhook.inbox i
-                           WHERE i.consumer = $1 AND i.status IN ('ready', 'leased')
-                             AND i.provider > f.provider
-                           ORDER BY i.provider LIMIT 1)
-                    FROM found f WHERE f.provider IS NOT NULL
-              ), queues AS (
-                  SELECT $2::text AS provider, 0::int8 AS place WHERE $2::text IS NOT NULL
-                  UNION ALL
-                  SELECT q.provider, (q.n + $9) % q.total
-                    FROM (SELECT f.provider, pg_catalog.row_number() OVER (ORDER BY f.provider) AS n,
-                                 pg_catalog.count(*) OVER () AS total
-                            FROM found f WHERE f.provider IS NOT NULL) q
-              ), picked AS (
+            "WITH RECURSIVE ",
+            $queues,
+            ", picked AS (
                   SELECT c.*
                     FROM (SELECT q.provider FROM queues q ORDER BY q.place) q
                    CROSS JOIN LATERAL (
@@ -432,13 +417,56 @@ macro_rules! lease {
     };
 }
 
-/// LEASE of any event type, and of one (`$3`).
-static LEASE_ANY_TYPE: Statement = Statement {
-    sql: lease!(""),
+/// The queue of the given provider (`$2`): a statement of its own, so
+/// that a worker pool serving one provider plans and starts none of the
+/// loose scan below on every call.
+macro_rules! one_queue {
+    () => {
+        "queues (provider, place) AS (SELECT $2::text, 0::int8)"
+    };
+}
+
+/// Without a provider: every provider with unfinished rows for the
+/// consumer, found by a loose scan (one probe each), in turns that rotate
+/// from call to call (`$9`), so that a provider with a million queued
+/// events does not starve one with ten.
+macro_rules! every_queue {
+    () => {
+        "found (provider) AS (
+             (SELECT i.provider FROM webhook.inbox i
+               WHERE i.consumer = $1 AND i.status IN ('ready', 'leased')
+               ORDER BY i.provider LIMIT 1)
+             UNION ALL
+             SELECT (SELECT i.provider FROM webhook.inbox i
+                      WHERE i.consumer = $1 AND i.status IN ('ready', 'leased')
+                        AND i.provider > f.provider
+                      ORDER BY i.provider LIMIT 1)
+               FROM found f WHERE f.provider IS NOT NULL
+         ), queues (provider, place) AS (
+             SELECT q.provider, (q.n + $9) % q.total
+               FROM (SELECT f.provider, pg_catalog.row_number() OVER (ORDER BY f.provider) AS n,
+                            pg_catalog.count(*) OVER () AS total
+                       FROM found f WHERE f.provider IS NOT NULL) q
+         )"
+    };
+}
+
+/// LEASE from one provider's queue or every provider's, of any event type
+/// or of one (`$3`).
+static LEASE_ONE_QUEUE: Statement = Statement {
+    sql: lease!(one_queue!(), ""),
     arg_types: LEASE_ARGUMENTS,
 };
-static LEASE_OF_TYPE: Statement = Statement {
-    sql: lease!("AND i.event_type = $3"),
+static LEASE_ONE_QUEUE_OF_TYPE: Statement = Statement {
+    sql: lease!(one_queue!(), "AND i.event_type = $3"),
+    arg_types: LEASE_ARGUMENTS,
+};
+static LEASE_EVERY_QUEUE: Statement = Statement {
+    sql: lease!(every_queue!(), ""),
+    arg_types: LEASE_ARGUMENTS,
+};
+static LEASE_EVERY_QUEUE_OF_TYPE: Statement = Statement {
+    sql: lease!(every_queue!(), "AND i.event_type = $3"),
     arg_types: LEASE_ARGUMENTS,
 };
 
