@@ -1,11 +1,12 @@
-// An inbox worker in pg: leases events from webhook_next, does the work,
-// completes or fails each one.
+// An inbox worker in pg: leases a batch of events from webhook_next, does
+// the work, and completes the batch in one call.
 //
 // Per event: one external side effect (an email through an HTTP API, with an
 // idempotency key derived from the event by webhook_outbound_key, so a retry
-// after a crash cannot send it twice) and one database write, committed together with
-// webhook_complete (so it happens exactly once). A failure is recorded with
-// webhook_fail and retried after the backoff. It polls, and LISTENs on a
+// after a crash cannot send it twice) and one database write. The batch's
+// writes commit together with webhook_complete_batch (so each happens
+// exactly once). A failed event is recorded with webhook_fail in the same
+// transaction and retried after the backoff. It polls, and LISTENs on a
 // connection of its own to wake up as soon as something is queued (LISTEN
 // needs a direct or session-pooled connection; behind PgBouncer in
 // transaction mode, poll only).
@@ -50,39 +51,57 @@ async function process1(client, { id, provider, event_id: eventId, event_type: e
 
 // One batch. Returns how many events it leased. The lease commits on its
 // own, so operators see the events as leased (webhook.inbox_stats,
-// webhook.blocked_entities); each event's work then commits together with
-// its webhook_complete, in a transaction of its own. A lease that ran out
-// and was taken over refuses the completion (55006), and that event's work
-// rolls back with it.
+// webhook.blocked_entities). The batch's work then commits in one
+// transaction with one webhook_complete_batch, each event in a savepoint,
+// so that a failing event undoes only its own work. A lease that ran out
+// and was taken over refuses the batch (55006) and its work rolls back: the
+// events are then done one transaction each, so the others still commit.
 async function workOnce(client) {
   const { rows } = await client.query(
     'SELECT id, provider, event_id, event_type, payload, attempts FROM webhook_next($1, $2, lease => $3)',
     [BATCH, CONSUMER, LEASE]);
-  for (const row of rows) {
-    if (stopping) {
-      await client.query("SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')", [row.id]);
-      continue;
+  try {
+    await finish(client, rows);
+  } catch (err) {
+    if (err.code !== '55006') throw err;
+    for (const row of rows) {
+      try {
+        await finish(client, [row]);
+      } catch (err1) {
+        // 55006: this one was taken over; its work rolled back.
+        if (err1.code !== '55006') throw err1;
+      }
     }
-    await client.query('BEGIN');
-    try {
+  }
+  return rows.length;
+}
+
+// Work the events and finish their leases, in one transaction.
+async function finish(client, rows) {
+  await client.query('BEGIN');
+  try {
+    const done = [];
+    for (const row of rows) {
+      if (stopping) {
+        await client.query("SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')", [row.id]);
+        continue;
+      }
       await client.query('SAVEPOINT event'); // a failure undoes this event's work only
       try {
         await process1(client, row);
-        await client.query('SELECT webhook_complete($1)', [row.id]);
+        done.push(row.id);
       } catch (err) {
         if (err.code === '55006') throw err;
         await client.query('ROLLBACK TO SAVEPOINT event');
         await client.query('SELECT webhook_fail($1, $2)', [row.id, String(err.message ?? err)]);
       }
-      await client.query('COMMIT');
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => {});
-      // 55006: the lease ran out and another worker took the event; this
-      // attempt's work rolled back with its transaction.
-      if (err.code !== '55006') throw err;
     }
+    if (done.length > 0) await client.query('SELECT webhook_complete_batch($1::uuid[])', [done]);
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw err;
   }
-  return rows.length;
 }
 
 // Sleep until notified, or until the next poll.

@@ -1,11 +1,12 @@
-"""An inbox worker in psycopg 3: leases events from webhook_next, does the
-work, completes or fails each one.
+"""An inbox worker in psycopg 3: leases a batch of events from webhook_next,
+does the work, and completes the batch in one call.
 
 Per event: one external side effect (an email through an HTTP API, with an
 idempotency key derived from the event by webhook_outbound_key, so a retry
-after a crash cannot send it twice) and one database write, committed together with
-webhook_complete (so it happens exactly once). A failure is recorded with
-webhook_fail and retried after the backoff.
+after a crash cannot send it twice) and one database write. The batch's
+writes commit together with webhook_complete_batch (so each happens exactly
+once). A failed event is recorded with webhook_fail in the same
+transaction and retried after the backoff.
 
 Workers poll, and LISTEN webhook_inbox to wake up as soon as something is
 queued (LISTEN needs a direct or session-pooled connection; behind
@@ -71,10 +72,12 @@ def work_once(conn) -> int:
     """One batch. Returns how many events it leased.
 
     The lease commits on its own, so operators see the events as leased
-    (webhook.inbox_stats, webhook.blocked_entities); each event's work then
-    commits together with its webhook_complete, in a transaction of its
-    own. A lease that ran out and was taken over refuses the completion
-    (55006), and that event's work rolls back with it.
+    (webhook.inbox_stats, webhook.blocked_entities). The batch's work then
+    commits in one transaction with one webhook_complete_batch, each event
+    in a savepoint, so that a failing event undoes only its own work. A
+    lease that ran out and was taken over refuses the batch (55006) and
+    its work rolls back: the events are then done one transaction each, so
+    the others still commit.
     """
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(
@@ -82,25 +85,36 @@ def work_once(conn) -> int:
             (BATCH, CONSUMER, LEASE),
         )
         leased = cur.fetchall()
-    for lease, provider, event_id, event_type, payload, attempts in leased:
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                if stopping:
-                    cur.execute("SELECT webhook_fail(%s, 'worker shut down', retry_in => '0 s')", (lease,))
-                    continue
-                try:
-                    with conn.transaction():  # a savepoint: a failure undoes this event's work only
-                        process(cur, lease, provider, event_id, event_type, payload, attempts)
-                        cur.execute("SELECT webhook_complete(%s)", (lease,))
-                except (psycopg.OperationalError, psycopg.errors.ObjectInUse):
-                    raise
-                except Exception as exc:  # noqa: BLE001 - recorded, then retried after the backoff
-                    cur.execute("SELECT webhook_fail(%s, %s)", (lease, str(exc)))
-        except psycopg.errors.ObjectInUse:
-            # 55006: the lease ran out and another worker took the event;
-            # this attempt's work rolled back with its transaction.
-            continue
+    try:
+        finish(conn, leased)
+    except psycopg.errors.ObjectInUse:
+        for event in leased:
+            try:
+                finish(conn, [event])
+            except psycopg.errors.ObjectInUse:
+                # 55006: this one was taken over; its work rolled back.
+                continue
     return len(leased)
+
+
+def finish(conn, events):
+    """Work the events and finish their leases, in one transaction."""
+    with conn.transaction(), conn.cursor() as cur:
+        done = []
+        for lease, provider, event_id, event_type, payload, attempts in events:
+            if stopping:
+                cur.execute("SELECT webhook_fail(%s, 'worker shut down', retry_in => '0 s')", (lease,))
+                continue
+            try:
+                with conn.transaction():  # a savepoint: a failure undoes this event's work only
+                    process(cur, lease, provider, event_id, event_type, payload, attempts)
+                done.append(lease)
+            except (psycopg.OperationalError, psycopg.errors.ObjectInUse):
+                raise
+            except Exception as exc:  # noqa: BLE001 - recorded, then retried after the backoff
+                cur.execute("SELECT webhook_fail(%s, %s)", (lease, str(exc)))
+        if done:
+            cur.execute("SELECT webhook_complete_batch(%s)", (done,))
 
 
 def run(url):

@@ -300,10 +300,7 @@ async fn main() {
             recycling_method: RecyclingMethod::Verified,
         },
     );
-    let pool = Pool::builder(manager)
-        .max_size(8)
-        .build()
-        .expect("pool");
+    let pool = Pool::builder(manager).max_size(8).build().expect("pool");
     let app = App {
         pool,
         email_url: std::env::var("EMAIL_URL")

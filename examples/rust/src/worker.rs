@@ -1,11 +1,12 @@
-//! An inbox worker in tokio-postgres: leases events from `webhook_next`,
-//! does the work, completes or fails each one.
+//! An inbox worker in tokio-postgres: leases a batch of events from
+//! `webhook_next`, does the work, and completes the batch in one call.
 //!
 //! Per event: one external side effect (an email through an HTTP API, with
 //! an idempotency key derived from the event by `webhook_outbound_key`, so
-//! a retry after a crash cannot send it twice) and one database write, committed together with
-//! `webhook_complete` (so it happens exactly once). A failure is recorded
-//! with `webhook_fail` and retried after the backoff. It polls for work
+//! a retry after a crash cannot send it twice) and one database write. The
+//! batch's writes commit together with `webhook_complete_batch` (so each
+//! happens exactly once). A failed event is recorded with `webhook_fail` in
+//! the same transaction and retried after the backoff. It polls for work
 //! (`LISTEN webhook_inbox` would wake it sooner; see the Python and Node
 //! workers).
 //!
@@ -79,11 +80,12 @@ impl Worker {
 
     /// One batch. Returns how many events it leased. The lease commits on
     /// its own, so operators see the events as leased
-    /// (`webhook.inbox_stats`, `webhook.blocked_entities`); each event's
-    /// work then commits together with its `webhook_complete`, in a
-    /// transaction of its own. A lease that ran out and was taken over
-    /// refuses the completion (55006), and that event's work rolls back
-    /// with it.
+    /// (`webhook.inbox_stats`, `webhook.blocked_entities`). The batch's work
+    /// then commits in one transaction with one `webhook_complete_batch`,
+    /// each event in a savepoint, so that a failing event undoes only its
+    /// own work. A lease that ran out and was taken over refuses the batch
+    /// (55006) and its work rolls back: the events are then done one
+    /// transaction each, so the others still commit.
     async fn work_once(&self, client: &mut tokio_postgres::Client) -> Result<usize, Error> {
         let leased = client
             .query(
@@ -92,55 +94,54 @@ impl Worker {
                 &[&BATCH, &self.consumer, &LEASE],
             )
             .await?;
-        for row in &leased {
-            let lease: uuid::Uuid = row.get(0);
-            if self.stopping.load(Ordering::SeqCst) {
-                client
-                    .execute(
-                        "SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')",
-                        &[&lease],
-                    )
-                    .await?;
-                continue;
+        match self.finish(client, &leased).await {
+            Err(err) if lost_lease(&err) => {
+                for row in &leased {
+                    match self.finish(client, std::slice::from_ref(row)).await {
+                        // 55006: this one was taken over; its work rolled
+                        // back.
+                        Err(err) if !lost_lease(&err) => return Err(err),
+                        _ => {}
+                    }
+                }
             }
-            match self.one(client, row, lease).await {
-                Ok(()) => {}
-                // 55006: the lease ran out and another worker took the
-                // event; this attempt's work rolled back with its
-                // transaction.
-                Err(err) if lost_lease(&err) => {}
-                Err(err) => return Err(err),
-            }
+            done => done?,
         }
         Ok(leased.len())
     }
 
-    /// One event: its work and its completion (or its failure) commit
-    /// together.
-    async fn one(
-        &self,
-        client: &mut tokio_postgres::Client,
-        row: &Row,
-        lease: uuid::Uuid,
-    ) -> Result<(), Error> {
+    /// Work the events and finish their leases, in one transaction.
+    async fn finish(&self, client: &mut tokio_postgres::Client, rows: &[Row]) -> Result<(), Error> {
         let mut tx = client.transaction().await?;
-        // A savepoint: a failure undoes this event's work only.
-        let sp = tx.savepoint("event").await?;
-        let done = match self.process(&sp, row).await {
-            Ok(()) => sp
-                .execute("SELECT webhook_complete($1)", &[&lease])
-                .await
-                .map_err(Error::from),
-            Err(err) => Err(err),
-        };
-        match done {
-            Ok(_) => sp.commit().await?,
-            Err(err) if lost_lease(&err) => return Err(err),
-            Err(err) => {
-                sp.rollback().await?;
-                tx.execute("SELECT webhook_fail($1, $2)", &[&lease, &err.to_string()])
-                    .await?;
+        let mut done: Vec<uuid::Uuid> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let lease: uuid::Uuid = row.get(0);
+            if self.stopping.load(Ordering::SeqCst) {
+                tx.execute(
+                    "SELECT webhook_fail($1, 'worker shut down', retry_in => '0 s')",
+                    &[&lease],
+                )
+                .await?;
+                continue;
             }
+            // A savepoint: a failure undoes this event's work only.
+            let sp = tx.savepoint("event").await?;
+            match self.process(&sp, row).await {
+                Ok(()) => {
+                    sp.commit().await?;
+                    done.push(lease);
+                }
+                Err(err) if lost_lease(&err) => return Err(err),
+                Err(err) => {
+                    sp.rollback().await?;
+                    tx.execute("SELECT webhook_fail($1, $2)", &[&lease, &err.to_string()])
+                        .await?;
+                }
+            }
+        }
+        if !done.is_empty() {
+            tx.execute("SELECT webhook_complete_batch($1)", &[&done])
+                .await?;
         }
         tx.commit().await?;
         Ok(())
