@@ -558,6 +558,41 @@ mod tests {
         }
     }
 
+    #[pg_test]
+    fn lease_ids_are_made_in_time_order_and_never_taken_for_a_delivery() {
+        let (ids, _) = three_leases("evt_order");
+        for id in &ids {
+            // Version 8, with the time it was made in its first 48 bits
+            // (so the leases' index grows at its right edge).
+            let (version, age_ms) = Spi::get_two_with_args::<i32, i64>(
+                "SELECT pg_catalog.get_byte(uuid_send($1), 6) >> 4,
+                        (extract(epoch FROM clock_timestamp()) * 1000)::int8
+                        - ('x' || substr(replace($1::text, '-', ''), 1, 12))::bit(48)::int8",
+                &[(*id).into()],
+            )
+            .unwrap();
+            assert_eq!(version, Some(8), "{id}");
+            let age_ms = age_ms.unwrap();
+            assert!((0..60_000).contains(&age_ms), "{id}: made {age_ms} ms ago");
+            assert!(!crate::uuid::may_be_delivery(id));
+        }
+        // And a lease finishes as a lease.
+        let done = ids
+            .iter()
+            .map(|id| id.to_string())
+            .collect::<Vec<_>>()
+            .join("','");
+        Spi::run(&format!(
+            "SELECT webhook_complete_batch(ARRAY['{done}']::uuid[])"
+        ))
+        .unwrap();
+        let processed = Spi::get_one::<i64>(
+            "SELECT count(*) FROM webhook.inbox WHERE event_id LIKE 'evt_order%' AND status = 'processed'",
+        )
+        .unwrap();
+        assert_eq!(processed, Some(3));
+    }
+
     /// Three leases of the default consumer, as an SQL array literal.
     fn three_leases(prefix: &str) -> (Vec<pgrx::Uuid>, String) {
         for n in 1..=3 {

@@ -1,9 +1,10 @@
 //! Delivery ids: UUID version 7 (RFC 9562), a millisecond Unix timestamp
 //! followed by random bits from PostgreSQL's strong random source. Ids
 //! sort by arrival, so the archive's primary key grows at its right edge
-//! instead of touching a random index page per delivery.
+//! instead of touching a random index page per delivery. Inbox lease ids
+//! are made the same way, with version 8.
 //!
-//! An id is all it takes to complete or fail a claim, so its random bits
+//! An id is all it takes to complete or fail a claim or a lease, so its random bits
 //! come from the strong source; drawing them a few kilobytes at a time
 //! makes that source cost one call per hundreds of ids instead of one per
 //! delivery (it was a twentieth of a read-only duplicate's time). The
@@ -53,7 +54,21 @@ fn random_bytes() -> [u8; RANDOM_BYTES] {
     })
 }
 
+/// A delivery id: version 7.
 pub fn new_v7() -> pgrx::Uuid {
+    time_ordered(0x70)
+}
+
+/// An inbox lease id (`webhook_next`'s `id`): laid out as a delivery id,
+/// time first, so that the leases' unique index also grows at its right
+/// edge instead of taking a random page (and, after each checkpoint, a
+/// full-page image) per lease; with version 8 (RFC 9562's vendor-specific
+/// version), so that it is never taken for a delivery.
+pub fn new_lease_id() -> pgrx::Uuid {
+    time_ordered(0x80)
+}
+
+fn time_ordered(version: u8) -> pgrx::Uuid {
     let mut bytes = [0u8; 16];
     bytes[6..].copy_from_slice(&random_bytes());
     let millis = std::time::SystemTime::now()
@@ -61,15 +76,16 @@ pub fn new_v7() -> pgrx::Uuid {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
     bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
-    bytes[6] = (bytes[6] & 0x0f) | 0x70; // version 7
+    bytes[6] = (bytes[6] & 0x0f) | version;
     bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 9562 variant
     pgrx::Uuid::from_bytes(bytes)
 }
 
 /// Whether `id` can be a delivery's: every delivery id is version 7 (made
-/// here), while inbox leases are version 4 (`gen_random_uuid`). Finishing
-/// a lease then skips looking for it among the archive's deliveries, a
-/// lookup planned anew on each call (`plans::Statement::run_pruned`).
+/// here), while inbox leases are version 8 (`new_lease_id`; version 4,
+/// from `gen_random_uuid`, before 0.11.0). Finishing a lease then skips
+/// looking for it among the archive's deliveries, a lookup planned anew on
+/// each call (`plans::Statement::run_pruned`).
 pub fn may_be_delivery(id: &pgrx::Uuid) -> bool {
     id.as_bytes()[6] >> 4 == 7
 }

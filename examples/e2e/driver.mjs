@@ -7,11 +7,12 @@
 // deliveries to the receiver's inbox endpoint, all answered 200 at once
 // (bursts and redeliveries included) but forgeries, processed by the
 // language's worker (some failing their first attempt, retried after the
-// backoff), one business row and one email per event, and a worker that
-// stops cleanly on SIGTERM. In the middle, the database restarts under the
-// running receiver and worker: the receiver answers the very next GitHub
-// delivery 200 (GitHub never redelivers), and the worker reconnects and
-// processes it. Prints a table.
+// backoff), one business row and one email per event, a worker that stops
+// cleanly on SIGTERM, and a batch whose leases ran out and were taken over
+// by another worker (its work commits once). In the middle, the database
+// restarts under the running receiver and worker: the receiver answers the
+// very next GitHub delivery 200 (GitHub never redelivers), and the worker
+// reconnects and processes it. Prints a table.
 //
 // The Python receiver's own API, POST /orders, is driven with
 // Idempotency-Keys: bursts, replays, a reused key, and requests that die
@@ -168,8 +169,14 @@ function emailStub() {
   const server = http.createServer((req, res) => {
     const key = req.headers['idempotency-key'];
     sends.set(key, (sends.get(key) ?? 0) + 1);
-    req.resume();
-    res.writeHead(200, { 'content-type': 'application/json' }).end('{"sent":true}');
+    let body = '';
+    req.on('data', (d) => { body += d; });
+    req.on('end', () => {
+      // An email about a "slow" event hangs for six seconds.
+      const slow = String(JSON.parse(body || '{}').event ?? '').includes('_slow_');
+      setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"sent":true}'),
+        slow ? 6000 : 0);
+    });
   });
   return new Promise((resolve) => server.listen(8025, '127.0.0.1', () => resolve({ server, sends })));
 }
@@ -333,11 +340,12 @@ async function post(port, path, delivery, extraHeaders = {}) {
   return res.status;
 }
 
-function start(language, command, port = 0) {
+function start(language, command, port = 0, env = {}) {
   const [cmd, ...args] = command;
   const child = spawn(cmd, args, {
     env: {
       ...process.env,
+      ...env,
       PORT: String(port),
       DATABASE_URL: `postgresql://webhook_example_app@${base.host}:${base.port}/${DB}`,
       EMAIL_URL: 'http://127.0.0.1:8025/send',
@@ -424,6 +432,54 @@ async function exercise(language, port, stats) {
   return answers;
 }
 
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A batch's leases taken over: with no other worker running, a worker
+// whose leases last 2 seconds leases four events, the first of which
+// hangs in its email for 6 seconds; once the leases ran out a second
+// worker takes the four over and processes them. The first worker's
+// completion of the batch is refused, and so is each event's when it
+// redoes them one by one: every event's work commits once, the second
+// worker's. Returns the events sent and what went wrong.
+async function exerciseTakeover(language, port, stats, db) {
+  const sent = [];
+  const problems = [];
+  const tag = crypto.randomBytes(4).toString('hex');
+  for (let n = 0; n < 4; n++) {
+    const eventId = `${language}_takeover_${n === 0 ? 'slow_' : ''}${n}_${tag}`;
+    sent.push({ provider: 'github', eventId });
+    stats.events++;
+    stats.deliveries++;
+    const status = await post(port, '/inbox/github', await signed('github', eventId));
+    if (status !== 200) problems.push(`${eventId} answered ${status}`);
+  }
+  const ids = sent.map((e) => e.eventId);
+  const first = start(`${language} worker`, workers[language], 0, { WORKER_LEASE: '2 seconds' });
+  let second = null;
+  try {
+    for (let i = 0; ; i++) {
+      const { rows: [{ held }] } = await db.query(
+        "SELECT count(*)::int AS held FROM webhook.inbox WHERE event_id = ANY($1) AND status = 'leased'", [ids]);
+      if (held === ids.length) break;
+      if (i > 300) throw new Error(`${language}: the first worker never leased the batch`);
+      await sleep(50);
+    }
+    await sleep(2500); // its leases run out while its first email hangs
+    second = start(`${language} worker`, workers[language]);
+    await processed(db, language, ids);
+    await sleep(5000); // the first worker redoes the batch event by event, each refused
+    if (first.exitCode !== null) problems.push(`the first worker died (${first.exitCode})`);
+  } finally {
+    first.kill('SIGTERM');
+    second?.kill('SIGTERM');
+  }
+  const { rows: [{ taken }] } = await db.query(
+    'SELECT count(DISTINCT event_id)::int AS taken FROM webhook.inbox_failures WHERE event_id = ANY($1) AND lease_expired',
+    [ids]);
+  if (taken !== ids.length) problems.push(`${taken} of ${ids.length} leases taken over`);
+  return { sent, problems };
+}
+
 // The inbox: every genuine delivery answered 200 as soon as it is stored,
 // then processed by the worker. Returns the event ids sent.
 async function exerciseInbox(language, port, stats) {
@@ -506,6 +562,8 @@ async function main() {
     const receiver = start(language, command, inboxPort);
     const inbox = { deliveries: 0, events: 0, wrong: 0 };
     let sent = [];
+    let takenOver = [];
+    let takeoverProblems = [];
     try {
       await waitHealthy(inboxPort);
       sent = await exerciseInbox(language, inboxPort, inbox);
@@ -520,6 +578,13 @@ async function main() {
         inbox.wrong++;
         console.error(`${language}: the ${receiver.exitCode !== null ? 'receiver' : 'worker'} died in the restart`);
       }
+      // The worker stops (its exit is checked below); then a batch taken over.
+      worker.kill('SIGTERM');
+      await Promise.race([exited, sleep(10000)]);
+      const takeover = await exerciseTakeover(language, inboxPort, inbox, db);
+      sent.push(...takeover.sent);
+      takenOver = takeover.sent.map((e) => e.eventId);
+      takeoverProblems = takeover.problems;
     } finally {
       receiver.kill('SIGTERM');
       worker.kill('SIGTERM');
@@ -530,9 +595,14 @@ async function main() {
               (SELECT max(attempts)::int FROM webhook.inbox WHERE event_id = ANY($2)) AS max_attempts
          FROM orders WHERE language = $1 AND event_id = ANY($2)`,
       [`${language}-worker`, sent.map((e) => e.eventId)]);
+    // One email per event, under its key; an event taken over was emailed
+    // by both workers under the same key, which the email API sends once.
     const inboxEmails = [];
-    for (const e of sent) inboxEmails.push(sends.get(await outboundKey(db, e.provider, e.eventId, 'email/default')) ?? 0);
-    const inboxProblems = [];
+    for (const e of sent) {
+      const n = sends.get(await outboundKey(db, e.provider, e.eventId, 'email/default')) ?? 0;
+      inboxEmails.push(takenOver.includes(e.eventId) ? Math.min(n, 1) : n);
+    }
+    const inboxProblems = [...takeoverProblems];
     if (work.side_effects !== inbox.events || work.distinct_events !== inbox.events) {
       inboxProblems.push(`${work.side_effects} side effects (${work.distinct_events} distinct) for ${inbox.events} events`);
     }

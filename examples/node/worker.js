@@ -26,7 +26,7 @@ const EMAIL_URL = process.env.EMAIL_URL ?? 'http://127.0.0.1:8025/send';
 const BATCH = 10;
 // How long a batch's leases last: after a crash, its events wait this long
 // before another worker takes them.
-const LEASE = '1 minute';
+const LEASE = process.env.WORKER_LEASE ?? '1 minute';
 const POLL_MS = 500;
 
 let stopping = false;

@@ -36,7 +36,7 @@ EMAIL_URL = os.environ.get("EMAIL_URL", "http://127.0.0.1:8025/send")
 BATCH = 10
 # How long a batch's leases last: after a crash, its events wait this long
 # before another worker takes them.
-LEASE = "1 minute"
+LEASE = os.environ.get("WORKER_LEASE", "1 minute")
 POLL_SECONDS = 1.0
 
 stopping = False

@@ -242,6 +242,8 @@ fn next(
             };
             let turn = TURN.get();
             TURN.set(turn.wrapping_add(1) & i64::MAX);
+            let lease_ids: Vec<pgrx::Uuid> =
+                (0..batch).map(|_| crate::uuid::new_lease_id()).collect();
             let rows = lease_statement.run(
                 client,
                 &[
@@ -254,6 +256,7 @@ fn next(
                     line_providers.into(),
                     line_keys.into(),
                     turn.into(),
+                    lease_ids.into(),
                 ],
             )?;
             let picked = rows.len();
@@ -322,7 +325,8 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
 
 /// Lease ready rows: pick them without waiting (`SKIP LOCKED`), record a
 /// lease that ran out as a failed attempt, park a row whose expired lease
-/// was its last attempt, and lease the rest with a fresh, random id. The
+/// was its last attempt, and lease the rest, each with a fresh id of `$10`
+/// (`uuid::new_lease_id`, one per row the batch may take). The
 /// picked rows are updated by their row ids (a TID scan): a join back on
 /// the key would be planned blind (the pick's row count is a parameter)
 /// and could scan the whole inbox. `SET` reads each row as it was.
@@ -395,7 +399,7 @@ macro_rules! lease {
                   UPDATE webhook.inbox i
                      SET status = p.verdict::webhook.inbox_status,
                          attempts = CASE WHEN p.verdict = 'leased' THEN i.attempts + 1 ELSE i.attempts END,
-                         claim_id = CASE WHEN p.verdict = 'leased' THEN pg_catalog.gen_random_uuid()
+                         claim_id = CASE WHEN p.verdict = 'leased' THEN ($10::uuid[])[p.n]
                                          ELSE i.claim_id END,
                          run_at = pg_catalog.clock_timestamp() + $5,
                          last_error = CASE WHEN p.verdict = 'stale' THEN p.stale_reason
@@ -404,7 +408,7 @@ macro_rules! lease {
             "' ELSE i.last_error END,
                          processed_at = CASE WHEN p.verdict = 'stale' THEN pg_catalog.now()
                                              ELSE i.processed_at END
-                    FROM picked p
+                    FROM (SELECT q.*, pg_catalog.row_number() OVER () AS n FROM picked q) p
                    WHERE i.ctid = ANY (ARRAY(SELECT q.row_id FROM picked q)) AND i.ctid = p.row_id
                RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer,
                          i.delivery_id, i.queued_at, i.run_at, i.status
@@ -472,8 +476,8 @@ static LEASE_EVERY_QUEUE_OF_TYPE: Statement = Statement {
 
 /// The arguments of LEASE: consumer, provider, event type, batch, lease,
 /// webhook.max_attempts, the FIFO lines this transaction holds
-/// (providers and entity keys, pairwise), and the turn (which provider's
-/// queue is read first, without a provider filter).
+/// (providers and entity keys, pairwise), the turn (which provider's
+/// queue is read first, without a provider filter), and the new lease ids.
 const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -484,6 +488,7 @@ const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTARRAYOID,
     pg_sys::TEXTARRAYOID,
     pg_sys::INT8OID,
+    pg_sys::UUIDARRAYOID,
 ];
 
 thread_local! {

@@ -26,15 +26,15 @@ use tokio_postgres::{GenericClient, Row};
 
 const LANGUAGE: &str = "rust-worker";
 const BATCH: i32 = 10;
-/// How long a batch's leases last: after a crash, its events wait this
-/// long before another worker takes them.
-const LEASE: &str = "1 minute";
 const POLL: Duration = Duration::from_millis(500);
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 struct Worker {
     consumer: String,
+    /// How long a batch's leases last: after a crash, its events wait this
+    /// long before another worker takes them.
+    lease: String,
     email_url: String,
     http: reqwest::Client,
     stopping: Arc<AtomicBool>,
@@ -91,7 +91,7 @@ impl Worker {
             .query(
                 "SELECT id, provider, event_id, event_type, payload, attempts
                    FROM webhook_next($1, $2, lease => $3::text::interval)",
-                &[&BATCH, &self.consumer, &LEASE],
+                &[&BATCH, &self.consumer, &self.lease],
             )
             .await?;
         match self.finish(client, &leased).await {
@@ -183,6 +183,7 @@ async fn main() -> Result<(), Error> {
     });
     let worker = Worker {
         consumer: std::env::var("WORKER_CONSUMER").unwrap_or_else(|_| "default".into()),
+        lease: std::env::var("WORKER_LEASE").unwrap_or_else(|_| "1 minute".into()),
         email_url: std::env::var("EMAIL_URL")
             .unwrap_or_else(|_| "http://127.0.0.1:8025/send".into()),
         http: reqwest::Client::new(),
