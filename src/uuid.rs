@@ -4,12 +4,12 @@
 //! instead of touching a random index page per delivery. Inbox lease ids
 //! are made the same way, with version 8.
 //!
-//! An id is all it takes to complete or fail a claim or a lease, so its random bits
-//! come from the strong source; drawing them a few kilobytes at a time
-//! makes that source cost one call per hundreds of ids instead of one per
-//! delivery (it was a twentieth of a read-only duplicate's time). The
-//! bytes are drawn in the backend that uses them, never before a fork,
-//! and each is handed out once.
+//! An id is all it takes to complete or fail a claim or a lease, so its
+//! random bits come from the strong source; drawing them a few kilobytes
+//! at a time makes that source cost one call per hundreds of ids instead
+//! of one per delivery (it was a twentieth of a read-only duplicate's
+//! time). The bytes are drawn in the backend that uses them, never before
+//! a fork, and each is handed out once.
 
 use pgrx::pg_sys;
 use std::cell::RefCell;
