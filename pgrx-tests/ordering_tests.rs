@@ -412,6 +412,49 @@ mod tests {
         );
     }
 
+    /// One `webhook_next(10)`: (lease, event id) in event id order.
+    fn lease_ten() -> Vec<(pgrx::Uuid, String)> {
+        Spi::connect_mut(|c| {
+            let rows = c.update(
+                "SELECT id, event_id FROM webhook_next(10) ORDER BY event_id",
+                None,
+                &[],
+            )?;
+            rows.map(|row| Ok((row.get::<pgrx::Uuid>(1)?.unwrap(), row.get::<String>(2)?.unwrap())))
+                .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+        })
+        .unwrap()
+    }
+
+    #[pg_test]
+    fn a_fifo_line_passed_over_is_leased_when_its_turn_comes_however_far_others_went() {
+        // Picks start where the backend's last one did (past the entries
+        // its leases left behind), except in a FIFO queue: an event passed
+        // over there, not its line's head yet, is older than what later
+        // picks take, and is found when its line lets it through.
+        ordered_stripe(", inbox => true, fifo => true");
+        deliver("q1", "sub_q", 1);
+        deliver("q2", "sub_q", 2);
+        for n in 1..=25 {
+            deliver(&format!("r{n:02}"), &format!("sub_r{n}"), 10 + n);
+        }
+        let first = lease_ten();
+        let names: Vec<&str> = first.iter().map(|(_, e)| e.as_str()).collect();
+        assert_eq!(names[0], "q1");
+        assert!(!names.contains(&"q2"), "{names:?}");
+        for (lease, _) in &first[1..] {
+            run("SELECT webhook_complete($1)", *lease);
+        }
+        let second = lease_ten();
+        assert_eq!(second.len(), 10);
+        assert!(second.iter().all(|(_, e)| e.starts_with('r')), "{second:?}");
+        for (lease, _) in second.iter().chain(&first[..1]) {
+            run("SELECT webhook_complete($1)", *lease);
+        }
+        let third = lease_ten();
+        assert!(third.iter().any(|(_, e)| e == "q2"), "{third:?}");
+    }
+
     /// webhook_claim and webhook_enqueue order a registered provider's
     /// events too, reading the entity key and order value from the payload
     /// they are given (their caller verified it), as webhook_receive reads

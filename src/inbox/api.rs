@@ -2,6 +2,7 @@
 //! deliveries themselves, and `webhook_next`, which workers lease events
 //! with. (`webhook_receive` queues in inbox mode too; see `receive`.)
 
+use super::heads;
 use super::lease;
 use crate::claim::api::{checked_payload, delivery, payload_of_body, Claims};
 use crate::claim::Outcome;
@@ -232,6 +233,7 @@ fn next(
         // A round that only parked rows (stale, or out of attempts) says
         // nothing about what is ready behind them, least of all in a FIFO
         // line whose head it parked: try again rather than answer "none".
+        let mut from_start = false;
         for _ in 0..MAX_PARKING_ROUNDS {
             let (line_providers, line_keys) = lines(client, consumer, provider, event_type, batch)?;
             let lease_statement = match (provider, event_type) {
@@ -244,6 +246,11 @@ fn next(
             TURN.set(turn.wrapping_add(1) & i64::MAX);
             let lease_ids: Vec<pgrx::Uuid> =
                 (0..batch).map(|_| crate::uuid::new_lease_id()).collect();
+            let (start_providers, starts) = match from_start {
+                true => Default::default(),
+                false => heads::starts(consumer, provider, event_type),
+            };
+            let from_heads = !starts.is_empty();
             let rows = lease_statement.run(
                 client,
                 &[
@@ -257,17 +264,30 @@ fn next(
                     line_keys.into(),
                     turn.into(),
                     lease_ids.into(),
+                    start_providers.into(),
+                    starts.into(),
                 ],
             )?;
-            let picked = rows.len();
-            let mut leased = rows
-                .filter_map(|row| match row.get::<bool>(11) {
-                    Ok(Some(true)) => Some(leased_row(&row)),
-                    Ok(_) => None,
-                    Err(e) => Some(Err(e)),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            if !leased.is_empty() || picked == 0 {
+            let mut picked = Vec::with_capacity(rows.len());
+            let mut leased = Vec::with_capacity(rows.len());
+            for row in rows {
+                let missing = || WebhookError::Internal("webhook_next: NULL in a picked row".into());
+                picked.push((
+                    row.get::<String>(2)?.ok_or_else(missing)?,
+                    row.get::<TimestampWithTimeZone>(12)?.ok_or_else(missing)?,
+                ));
+                if row.get::<bool>(11)? == Some(true) {
+                    leased.push(leased_row(&row)?);
+                }
+            }
+            heads::record(consumer, provider, event_type, &picked, picked.len() == batch as usize);
+            if picked.is_empty() && from_heads {
+                // Nothing after the heads: look once from the start, past
+                // whatever appeared before them, before answering "none".
+                from_start = true;
+                continue;
+            }
+            if !leased.is_empty() || picked.is_empty() {
                 read_payloads(client, &mut leased)?;
                 return Ok(leased);
             }
@@ -348,10 +368,23 @@ macro_rules! lease {
             $queues,
             ", picked AS (
                   SELECT c.*
-                    FROM (SELECT q.provider FROM queues q ORDER BY q.place) q
+                    FROM (SELECT q.provider,
+                                 -- Where the queue's ready rows start, as
+                                 -- this backend last found them (see
+                                 -- `heads`); a FIFO queue from its start.
+                                 CASE WHEN EXISTS (SELECT FROM webhook.providers f
+                                                    WHERE f.name = q.provider AND f.fifo)
+                                      THEN '-infinity'::timestamptz
+                                      ELSE coalesce((SELECT h.since
+                                                       FROM unnest($11::text[], $12::timestamptz[])
+                                                            AS h (provider, since)
+                                                      WHERE h.provider = q.provider),
+                                                    '-infinity')
+                                 END AS since
+                            FROM queues q ORDER BY q.place) q
                    CROSS JOIN LATERAL (
                   SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.status AS was,
-                         i.claim_id AS previous, i.attempts,
+                         i.claim_id AS previous, i.attempts, i.run_at AS due,
                          CASE WHEN ",
             "(w.order_value > i.order_value
           OR (w.order_value = i.order_value
@@ -371,8 +404,10 @@ macro_rules! lease {
             $type_filter,
             "
                      AND i.status IN ('ready', 'leased')
-                     -- Read once (an init plan): a bound of the index range,
-                     -- so rows backing off and leased ones are never read.
+                     -- The index range: from the queue's head, up to now
+                     -- (read once, an init plan), so that entries leased
+                     -- before, rows backing off and leased ones are never read.
+                     AND i.run_at >= q.since
                      AND i.run_at <= (SELECT pg_catalog.clock_timestamp()) ",
             "AND (i.entity_key IS NULL
               OR NOT EXISTS (SELECT FROM webhook.providers f WHERE f.name = i.provider AND f.fifo)
@@ -411,10 +446,10 @@ macro_rules! lease {
                     FROM (SELECT q.*, pg_catalog.row_number() OVER () AS n FROM picked q) p
                    WHERE i.ctid = ANY (ARRAY(SELECT q.row_id FROM picked q)) AND i.ctid = p.row_id
                RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer,
-                         i.delivery_id, i.queued_at, i.run_at, i.status
+                         i.delivery_id, i.queued_at, i.run_at, i.status, p.due
               )
               SELECT l.claim_id, l.provider, l.event_id, l.event_type, NULL::jsonb, l.attempts, l.consumer,
-                     l.delivery_id, l.queued_at, l.run_at, l.status = 'leased'
+                     l.delivery_id, l.queued_at, l.run_at, l.status = 'leased', l.due
                 FROM leased l
                ORDER BY l.queued_at"
         )
@@ -431,14 +466,19 @@ macro_rules! one_queue {
 }
 
 /// Without a provider: every provider with unfinished rows for the
-/// consumer, found by a loose scan (one probe each), in turns that rotate
-/// from call to call (`$9`), so that a provider with a million queued
-/// events does not starve one with ten.
+/// consumer, in turns that rotate from call to call (`$9`), so that a
+/// provider with a million queued events does not starve one with ten.
+/// The providers are those whose heads this backend knows for the filter
+/// (`$11`, see `heads`), or, when it knows none, those a loose scan finds
+/// (one probe each): each probe lands at the head of a provider's index
+/// range, where the entries of its leased rows stay until a vacuum, so
+/// it runs only when the picks start from the start of every range.
 macro_rules! every_queue {
     () => {
         "found (provider) AS (
              (SELECT i.provider FROM webhook.inbox i
                WHERE i.consumer = $1 AND i.status IN ('ready', 'leased')
+                 AND pg_catalog.cardinality($11::text[]) = 0
                ORDER BY i.provider LIMIT 1)
              UNION ALL
              SELECT (SELECT i.provider FROM webhook.inbox i
@@ -450,7 +490,9 @@ macro_rules! every_queue {
              SELECT q.provider, (q.n + $9) % q.total
                FROM (SELECT f.provider, pg_catalog.row_number() OVER (ORDER BY f.provider) AS n,
                             pg_catalog.count(*) OVER () AS total
-                       FROM found f WHERE f.provider IS NOT NULL) q
+                       FROM (SELECT f.provider FROM found f WHERE f.provider IS NOT NULL
+                             UNION ALL
+                             SELECT h.provider FROM unnest($11::text[]) AS h (provider)) f) q
          )"
     };
 }
@@ -477,7 +519,9 @@ static LEASE_EVERY_QUEUE_OF_TYPE: Statement = Statement {
 /// The arguments of LEASE: consumer, provider, event type, batch, lease,
 /// webhook.max_attempts, the FIFO lines this transaction holds
 /// (providers and entity keys, pairwise), the turn (which provider's
-/// queue is read first, without a provider filter), and the new lease ids.
+/// queue is read first, without a provider filter), the new lease ids,
+/// and where the queues' ready rows start (providers and points in time,
+/// pairwise: `heads`).
 const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -489,6 +533,8 @@ const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTARRAYOID,
     pg_sys::INT8OID,
     pg_sys::UUIDARRAYOID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::TIMESTAMPTZARRAYOID,
 ];
 
 thread_local! {
