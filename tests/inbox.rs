@@ -116,6 +116,113 @@ fn eight_workers_drain_twenty_thousand_events_while_deliveries_keep_arriving() {
 }
 
 #[test]
+fn workers_that_roll_back_leave_nothing_behind_for_the_others() {
+    // Each worker's pick starts where its last one did, past the entries
+    // its leases left; a batch another worker rolls back is ready again
+    // before that point. Every worker stops at its first empty answer, so
+    // an event passed over there would stay queued. Half the workers serve
+    // the provider, half every provider of their consumer.
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute(
+            "SELECT webhook_register_provider('rollback', scheme => 'stripe', secret => 'whsec_r',
+                                              consumers => '{rollback_worker}')",
+        )
+        .unwrap();
+    enqueue_many(&mut admin, "rollback", "rb_", 6_000);
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut client = worker_connection(db);
+                let provider = (w % 2 == 0).then_some("rollback");
+                let (mut batches, mut rolled_back) = (0, 0);
+                loop {
+                    let mut tx = client.transaction().unwrap();
+                    let leased: Vec<(String, String)> = tx
+                        .query(
+                            "SELECT id::text, event_id FROM webhook_next(10, 'rollback_worker', $1)",
+                            &[&provider],
+                        )
+                        .unwrap()
+                        .iter()
+                        .map(|row| (row.get(0), row.get(1)))
+                        .collect();
+                    if leased.is_empty() {
+                        break;
+                    }
+                    batches += 1;
+                    if batches % 4 == 0 {
+                        // A worker that dies before it commits.
+                        tx.rollback().unwrap();
+                        rolled_back += 1;
+                        continue;
+                    }
+                    let (ids, events): (Vec<String>, Vec<String>) = leased.into_iter().unzip();
+                    tx.execute(
+                        "INSERT INTO side_effects (provider, event_id) SELECT 'rollback', unnest($1::text[])",
+                        &[&events],
+                    )
+                    .unwrap();
+                    tx.execute("SELECT webhook_complete_batch($1::text[]::uuid[])", &[&ids])
+                        .unwrap();
+                    tx.commit().unwrap();
+                }
+                rolled_back
+            })
+        })
+        .collect();
+    let rolled_back: i32 = workers.into_iter().map(|w| w.join().expect("worker")).sum();
+    assert!(rolled_back > 50, "{rolled_back} batches rolled back");
+    assert_eq!(unfinished(&mut admin, "rollback"), 0);
+    let row = admin
+        .query_one(
+            "SELECT count(DISTINCT event_id), count(*) FROM side_effects WHERE provider = 'rollback'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (6_000, 6_000),
+        "each event's side effect exactly once"
+    );
+}
+
+#[test]
+fn a_batch_rolled_back_behind_a_workers_picks_is_leased_by_its_next_call() {
+    // A worker holds the ten oldest events and dies (its transaction rolls
+    // back) after another has drained everything else, in full batches:
+    // the ten are ready again before where the drainer's picks start. Its
+    // next call must lease them, not answer "none".
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute(
+            "SELECT webhook_register_provider('behind', scheme => 'stripe', secret => 'whsec_b',
+                                              consumers => '{behind_worker}')",
+        )
+        .unwrap();
+    for (round, provider) in [Some("behind"), None].into_iter().enumerate() {
+        enqueue_many(&mut admin, "behind", &format!("bh{round}_"), 1_010);
+        let mut dying = worker_connection(db);
+        let mut dying_tx = dying.transaction().unwrap();
+        let held = dying_tx
+            .query("SELECT id FROM webhook_next(10, 'behind_worker', $1)", &[&provider])
+            .unwrap();
+        assert_eq!(held.len(), 10);
+        let mut drainer = worker_connection(db);
+        for _ in 0..100 {
+            let done = work_once_of(&mut drainer, provider, "behind_worker", 10).unwrap();
+            assert_eq!(done.len(), 10);
+        }
+        dying_tx.rollback().unwrap();
+        let done = work_once_of(&mut drainer, provider, "behind_worker", 10).unwrap();
+        assert_eq!(done.len(), 10, "{provider:?}: the rolled-back batch");
+        assert_eq!(unfinished(&mut admin, "behind"), 0);
+    }
+}
+
+#[test]
 fn consumers_each_process_each_event_once_and_one_failing_holds_no_one_back() {
     let db = database(DB);
     let mut admin = connect(db);

@@ -711,6 +711,16 @@ pub fn work_once(
     consumer: &str,
     batch: i32,
 ) -> Result<Vec<String>, postgres::Error> {
+    work_once_of(client, Some(provider), consumer, batch)
+}
+
+/// `work_once` of one provider's queue, or of every provider's (`None`).
+pub fn work_once_of(
+    client: &mut Client,
+    provider: Option<&str>,
+    consumer: &str,
+    batch: i32,
+) -> Result<Vec<String>, postgres::Error> {
     let mut tx = client.transaction()?;
     let leased = tx.query(
         "SELECT id::text, provider, event_id FROM webhook_next($1, $2, $3)",
