@@ -583,11 +583,7 @@ mod tests {
                 ids.push(row.get::<pgrx::Uuid>(1)?.unwrap());
                 events.push(row.get::<String>(2)?.unwrap());
             }
-            c.update(
-                "SELECT webhook_complete_batch($1)",
-                None,
-                &[ids.into()],
-            )?;
+            c.update("SELECT webhook_complete_batch($1)", None, &[ids.into()])?;
             Ok::<_, pgrx::spi::Error>(events)
         })
         .unwrap();
@@ -604,10 +600,7 @@ mod tests {
         for _ in 0..200 {
             drain_reading("webhook_next(10, provider => 'deep')");
         }
-        for call in [
-            "webhook_next(10, provider => 'deep')",
-            "webhook_next(10)",
-        ] {
+        for call in ["webhook_next(10, provider => 'deep')", "webhook_next(10)"] {
             // A filter's first call reads from the start, on purpose.
             drain_reading(call);
             let mut read = 0;
@@ -632,10 +625,7 @@ mod tests {
             ))
             .unwrap();
         };
-        for call in [
-            "webhook_next(10, provider => 'deep')",
-            "webhook_next(10)",
-        ] {
+        for call in ["webhook_next(10, provider => 'deep')", "webhook_next(10)"] {
             // Nothing ready after where the picks start: the same call
             // looks again from the start rather than answer "none".
             Spi::run("DELETE FROM webhook.inbox WHERE provider = 'deep'").unwrap();

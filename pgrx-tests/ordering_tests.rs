@@ -420,8 +420,13 @@ mod tests {
                 None,
                 &[],
             )?;
-            rows.map(|row| Ok((row.get::<pgrx::Uuid>(1)?.unwrap(), row.get::<String>(2)?.unwrap())))
-                .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+            rows.map(|row| {
+                Ok((
+                    row.get::<pgrx::Uuid>(1)?.unwrap(),
+                    row.get::<String>(2)?.unwrap(),
+                ))
+            })
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
         })
         .unwrap()
     }

@@ -207,7 +207,10 @@ fn a_batch_rolled_back_behind_a_workers_picks_is_leased_by_its_next_call() {
         let mut dying = worker_connection(db);
         let mut dying_tx = dying.transaction().unwrap();
         let held = dying_tx
-            .query("SELECT id FROM webhook_next(10, 'behind_worker', $1)", &[&provider])
+            .query(
+                "SELECT id FROM webhook_next(10, 'behind_worker', $1)",
+                &[&provider],
+            )
             .unwrap();
         assert_eq!(held.len(), 10);
         let mut drainer = worker_connection(db);

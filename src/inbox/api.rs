@@ -271,7 +271,8 @@ fn next(
             let mut picked = Vec::with_capacity(rows.len());
             let mut leased = Vec::with_capacity(rows.len());
             for row in rows {
-                let missing = || WebhookError::Internal("webhook_next: NULL in a picked row".into());
+                let missing =
+                    || WebhookError::Internal("webhook_next: NULL in a picked row".into());
                 picked.push((
                     row.get::<String>(2)?.ok_or_else(missing)?,
                     row.get::<TimestampWithTimeZone>(12)?.ok_or_else(missing)?,
@@ -280,7 +281,13 @@ fn next(
                     leased.push(leased_row(&row)?);
                 }
             }
-            heads::record(consumer, provider, event_type, &picked, picked.len() == batch as usize);
+            heads::record(
+                consumer,
+                provider,
+                event_type,
+                &picked,
+                picked.len() == batch as usize,
+            );
             if picked.is_empty() && from_heads {
                 // Nothing after the heads: look once from the start, past
                 // whatever appeared before them, before answering "none".
