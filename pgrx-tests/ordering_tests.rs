@@ -361,21 +361,7 @@ mod tests {
         }
         deliver("r1", "sub_r", 7);
         // One per entity: the earliest of each line.
-        let leased: Vec<(pgrx::Uuid, String)> = Spi::connect_mut(|c| {
-            let rows = c.update(
-                "SELECT id, event_id FROM webhook_next(10) ORDER BY event_id",
-                None,
-                &[],
-            )?;
-            rows.map(|row| {
-                Ok((
-                    row.get::<pgrx::Uuid>(1)?.unwrap(),
-                    row.get::<String>(2)?.unwrap(),
-                ))
-            })
-            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
-        })
-        .unwrap();
+        let leased = lease_ten();
         let names: Vec<&str> = leased.iter().map(|(_, e)| e.as_str()).collect();
         assert_eq!(names, ["q1", "r1"]);
         assert_eq!(next(), None, "q2 waits for q1");

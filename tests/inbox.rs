@@ -21,6 +21,18 @@ fn worker_connection(db: &str) -> postgres::Client {
     client
 }
 
+/// Register a Stripe-signed provider whose events go to `consumers` (an
+/// array literal).
+fn register_with_consumers(admin: &mut postgres::Client, provider: &str, consumers: &str) {
+    admin
+        .execute(
+            "SELECT webhook_register_provider($1, scheme => 'stripe', secret => 'whsec_' || $1,
+                                              consumers => $2::text[])",
+            &[&provider, &consumers],
+        )
+        .unwrap();
+}
+
 #[test]
 fn eight_workers_drain_twenty_thousand_events_while_deliveries_keep_arriving() {
     let db = database(DB);
@@ -124,12 +136,7 @@ fn workers_that_roll_back_leave_nothing_behind_for_the_others() {
     // the provider, half every provider of their consumer.
     let db = database(DB);
     let mut admin = connect(db);
-    admin
-        .batch_execute(
-            "SELECT webhook_register_provider('rollback', scheme => 'stripe', secret => 'whsec_r',
-                                              consumers => '{rollback_worker}')",
-        )
-        .unwrap();
+    register_with_consumers(&mut admin, "rollback", "{rollback_worker}");
     enqueue_many(&mut admin, "rollback", "rb_", 6_000);
     let workers: Vec<_> = (0..4)
         .map(|w| {
@@ -196,12 +203,7 @@ fn a_batch_rolled_back_behind_a_workers_picks_is_leased_by_its_next_call() {
     // next call must lease them, not answer "none".
     let db = database(DB);
     let mut admin = connect(db);
-    admin
-        .batch_execute(
-            "SELECT webhook_register_provider('behind', scheme => 'stripe', secret => 'whsec_b',
-                                              consumers => '{behind_worker}')",
-        )
-        .unwrap();
+    register_with_consumers(&mut admin, "behind", "{behind_worker}");
     for (round, provider) in [Some("behind"), None].into_iter().enumerate() {
         enqueue_many(&mut admin, "behind", &format!("bh{round}_"), 1_010);
         let mut dying = worker_connection(db);
@@ -229,12 +231,7 @@ fn a_batch_rolled_back_behind_a_workers_picks_is_leased_by_its_next_call() {
 fn consumers_each_process_each_event_once_and_one_failing_holds_no_one_back() {
     let db = database(DB);
     let mut admin = connect(db);
-    admin
-        .batch_execute(
-            "SELECT webhook_register_provider('multi', scheme => 'stripe', secret => 'whsec_m',
-                                              consumers => '{billing,analytics}')",
-        )
-        .unwrap();
+    register_with_consumers(&mut admin, "multi", "{billing,analytics}");
     enqueue_many(&mut admin, "multi", "m_", 300);
 
     // Billing is down: every attempt fails and is retried at once.
