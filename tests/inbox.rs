@@ -27,7 +27,7 @@ fn register_with_consumers(admin: &mut postgres::Client, provider: &str, consume
     admin
         .execute(
             "SELECT webhook_register_provider($1, scheme => 'stripe', secret => 'whsec_' || $1,
-                                              consumers => $2::text[])",
+                                              consumers => $2::text::text[])",
             &[&provider, &consumers],
         )
         .unwrap();
