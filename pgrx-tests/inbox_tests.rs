@@ -385,6 +385,42 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_queued_events_inbox_rows_are_found_from_its_event_row_whatever_comes_later() {
+        // The inbox is keyed by the delivery that queued each event, and
+        // found by event id through the event row's claim_id: that must
+        // stay the queueing delivery through duplicates, a claim of the
+        // same event, failures, parking and requeueing.
+        let found = || {
+            count(
+                "SELECT count(*) FROM webhook.events e
+                   JOIN webhook.inbox i ON i.delivery_id = e.claim_id
+                  WHERE e.provider = 'stripe' AND e.event_id = 'evt_key'",
+            )
+        };
+        enqueue("stripe", "evt_key");
+        assert_eq!(found(), 1);
+        assert_eq!(enqueue("stripe", "evt_key"), (false, "duplicate".into()));
+        let answer = one_text(
+            "SELECT status::text FROM webhook_claim('stripe', 'evt_key', 'invoice.paid', '{}'::jsonb, NULL)",
+        );
+        assert_ne!(answer, "claimed", "a queued event is not taken over by a claim");
+        assert_eq!(found(), 1);
+        let (lease, _, _) = next("default").unwrap();
+        run("SELECT webhook_fail($1, 'down', permanent => true)", lease);
+        assert_eq!(found(), 1);
+        Spi::run("SELECT webhook_requeue('stripe', 'evt_key')").unwrap();
+        assert_eq!(status_of("evt_key", "default"), "ready");
+        let (lease, _, _) = next("default").unwrap();
+        run("SELECT webhook_complete($1)", lease);
+        assert_eq!(found(), 1);
+        assert_error(
+            "SELECT webhook_requeue('stripe', 'evt_key')",
+            "55000",
+            "the event is processed by every consumer",
+        );
+    }
+
+    #[pg_test]
     fn the_purge_keeps_the_payload_of_every_unfinished_event() {
         enqueue("stripe", "evt_p1");
         enqueue("stripe", "evt_p2");

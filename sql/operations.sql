@@ -103,7 +103,8 @@ SELECT e.provider,
               END AS status,
               pg_catalog.sum(GREATEST(i.attempts - 1, 0)) AS retries
          FROM webhook.inbox i
-        WHERE e.status = 'queued' AND i.provider = e.provider AND i.event_id = e.event_id
+        WHERE e.status = 'queued' AND i.delivery_id = e.claim_id
+          AND i.provider = e.provider AND i.event_id = e.event_id
        ) q ON true
  CROSS JOIN LATERAL (
        SELECT CASE WHEN e.status = 'queued' THEN coalesce(q.status, 'queued') ELSE e.status::text END AS status,
@@ -264,7 +265,8 @@ DECLARE
         NOT (e.status IN ('processed', 'stale')
              OR (e.status = 'queued'
                  AND NOT EXISTS (SELECT FROM webhook.inbox i
-                                  WHERE i.provider = e.provider AND i.event_id = e.event_id
+                                  WHERE i.delivery_id = e.claim_id
+                                    AND i.provider = e.provider AND i.event_id = e.event_id
                                     AND i.status NOT IN ('processed', 'stale'))))$rule$;
     columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
                              'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
@@ -350,8 +352,10 @@ BEGIN
 
     DELETE FROM webhook.inbox_failures f
      WHERE f.failed_at < cutoff
-       AND EXISTS (SELECT FROM webhook.inbox i
-                    WHERE (i.provider, i.event_id, i.consumer) = (f.provider, f.event_id, f.consumer)
+       AND EXISTS (SELECT FROM webhook.events e
+                      JOIN webhook.inbox i ON i.delivery_id = e.claim_id AND i.consumer = f.consumer
+                    WHERE e.provider = f.provider AND e.event_id = f.event_id
+                      AND i.provider = f.provider AND i.event_id = f.event_id
                       AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
     DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
 

@@ -111,7 +111,8 @@ DECLARE
         NOT (e.status IN ('processed', 'stale')
              OR (e.status = 'queued'
                  AND NOT EXISTS (SELECT FROM webhook.inbox i
-                                  WHERE i.provider = e.provider AND i.event_id = e.event_id
+                                  WHERE i.delivery_id = e.claim_id
+                                    AND i.provider = e.provider AND i.event_id = e.event_id
                                     AND i.status NOT IN ('processed', 'stale'))))$rule$;
     columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
                              'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
@@ -197,8 +198,10 @@ BEGIN
 
     DELETE FROM webhook.inbox_failures f
      WHERE f.failed_at < cutoff
-       AND EXISTS (SELECT FROM webhook.inbox i
-                    WHERE (i.provider, i.event_id, i.consumer) = (f.provider, f.event_id, f.consumer)
+       AND EXISTS (SELECT FROM webhook.events e
+                      JOIN webhook.inbox i ON i.delivery_id = e.claim_id AND i.consumer = f.consumer
+                    WHERE e.provider = f.provider AND e.event_id = f.event_id
+                      AND i.provider = f.provider AND i.event_id = f.event_id
                       AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
     DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
 
@@ -278,7 +281,8 @@ SELECT e.provider,
               END AS status,
               pg_catalog.sum(GREATEST(i.attempts - 1, 0)) AS retries
          FROM webhook.inbox i
-        WHERE e.status = 'queued' AND i.provider = e.provider AND i.event_id = e.event_id
+        WHERE e.status = 'queued' AND i.delivery_id = e.claim_id
+          AND i.provider = e.provider AND i.event_id = e.event_id
        ) q ON true
  CROSS JOIN LATERAL (
        SELECT CASE WHEN e.status = 'queued' THEN coalesce(q.status, 'queued') ELSE e.status::text END AS status,
@@ -669,6 +673,53 @@ CREATE INDEX inbox_pending_idx ON webhook.inbox (consumer, provider, run_at)
     WHERE status IN ('ready', 'leased');
 CREATE INDEX inbox_pending_type_idx ON webhook.inbox (consumer, provider, event_type, run_at)
     WHERE status IN ('ready', 'leased');
+
+-- The inbox keyed by the delivery that queued each event, in queue
+-- order, instead of by event id: each lease and completion adds an entry
+-- to every index of the row, and one in event-id order took them at
+-- random pages. Its rows are found by event id through the event's
+-- claim_id, which is that delivery for as long as the event is queued.
+-- Rebuilt while the update holds the inbox, like the indexes above.
+ALTER TABLE webhook.inbox DROP CONSTRAINT inbox_pkey,
+    ADD CONSTRAINT inbox_pkey PRIMARY KEY (delivery_id, consumer);
+CREATE OR REPLACE VIEW webhook.deliveries AS
+SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.signature, l.headers,
+       l.claim_status,
+       CASE
+           WHEN l.claim_status = 'rejected' THEN 'REJECTED'
+           WHEN l.claim_status::text = 'handshake' THEN 'HANDSHAKE'
+           WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') OR l.claim_status::text = 'stale'
+               THEN 'SKIPPED'
+           -- Queued for the inbox: done when every consumer is; skipped
+           -- when every consumer found it stale.
+           WHEN l.claim_status::text = 'queued' THEN
+               CASE
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.delivery_id = l.id AND i.status = 'dead') THEN 'FAILED'
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.delivery_id = l.id
+                                   AND i.status::text NOT IN ('processed', 'stale')) THEN 'QUEUED'
+                   WHEN EXISTS (SELECT FROM webhook.inbox i
+                                 WHERE i.delivery_id = l.id AND i.status = 'processed') THEN 'PROCESSED'
+                   ELSE 'SKIPPED'
+               END
+           WHEN f.delivery_id IS NOT NULL THEN 'FAILED'
+           WHEN e.claim_id = l.id AND e.status = 'processed' THEN 'PROCESSED'
+           WHEN e.claim_id = l.id AND e.status = 'processing' THEN 'PENDING'
+           -- Every way an owner loses its event records a failure; an
+           -- archive edited by hand lands here.
+           ELSE 'FAILED'
+       END AS processing_status,
+       coalesce(f.error_message, l.reject_reason) AS error_message,
+       l.payload_mismatch,
+       l.created_at,
+       CASE
+           WHEN f.delivery_id IS NOT NULL THEN f.failed_at
+           WHEN e.claim_id = l.id AND e.status = 'processed' THEN e.processed_at
+       END AS finished_at
+  FROM webhook.delivery_log l
+  LEFT JOIN webhook.delivery_failures f ON f.delivery_id = l.id
+  LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id;
 
 -- Finishing a batch of leases in one call.
 CREATE  FUNCTION "webhook_complete_batch"(

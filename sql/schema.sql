@@ -363,7 +363,15 @@ CREATE TABLE webhook.inbox (
     -- Ordering, as on the event row: one line per entity and consumer.
     entity_key    text,
     order_value   numeric,
-    CONSTRAINT inbox_pkey PRIMARY KEY (provider, event_id, consumer)
+    -- Keyed by the delivery that queued the event (a time-ordered id, so
+    -- in queue order) rather than by event id: each lease and completion
+    -- adds an entry to every index of the row (PostgreSQL cannot update it
+    -- in place), and an index in event-id order takes those at random
+    -- pages, each a page image in the WAL in a deep queue. The event's
+    -- row in webhook.events has it as claim_id for as long as the event
+    -- is queued (a queued event is never taken over), which is how its
+    -- inbox rows are found by event id.
+    CONSTRAINT inbox_pkey PRIMARY KEY (delivery_id, consumer)
 )
 WITH (fillfactor = 80);
 -- Leases, found by their id. A queued row has none yet and is left out:
@@ -556,14 +564,12 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
            WHEN l.claim_status::text = 'queued' THEN
                CASE
                    WHEN EXISTS (SELECT FROM webhook.inbox i
-                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
-                                   AND i.status = 'dead') THEN 'FAILED'
+                                 WHERE i.delivery_id = l.id AND i.status = 'dead') THEN 'FAILED'
                    WHEN EXISTS (SELECT FROM webhook.inbox i
-                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
+                                 WHERE i.delivery_id = l.id
                                    AND i.status::text NOT IN ('processed', 'stale')) THEN 'QUEUED'
                    WHEN EXISTS (SELECT FROM webhook.inbox i
-                                 WHERE i.provider = l.provider AND i.event_id = l.event_id
-                                   AND i.status = 'processed') THEN 'PROCESSED'
+                                 WHERE i.delivery_id = l.id AND i.status = 'processed') THEN 'PROCESSED'
                    ELSE 'SKIPPED'
                END
            WHEN f.delivery_id IS NOT NULL THEN 'FAILED'

@@ -108,7 +108,9 @@ static CONSUMERS_DONE: Statement = Statement {
     sql: "SELECT pg_catalog.bool_and(status IN ('processed', 'stale')),
                  pg_catalog.bool_and(status = 'stale')
             FROM webhook.inbox
-           WHERE provider = $1 AND event_id = $2 AND ($3::text IS NULL OR consumer = $3)",
+           WHERE delivery_id = (SELECT e.claim_id FROM webhook.events e
+                                 WHERE e.provider = $1 AND e.event_id = $2)
+             AND provider = $1 AND event_id = $2 AND ($3::text IS NULL OR consumer = $3)",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
