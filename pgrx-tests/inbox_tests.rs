@@ -403,7 +403,10 @@ mod tests {
         let answer = one_text(
             "SELECT status::text FROM webhook_claim('stripe', 'evt_key', 'invoice.paid', '{}'::jsonb, NULL)",
         );
-        assert_ne!(answer, "claimed", "a queued event is not taken over by a claim");
+        assert_ne!(
+            answer, "claimed",
+            "a queued event is not taken over by a claim"
+        );
         assert_eq!(found(), 1);
         let (lease, _, _) = next("default").unwrap();
         run("SELECT webhook_fail($1, 'down', permanent => true)", lease);
