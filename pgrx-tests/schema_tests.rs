@@ -197,8 +197,10 @@ mod tests {
         );
         assert_eq!(
             dumped,
-            "webhook.app_scopes, webhook.delivery_failures, webhook.delivery_log_default, webhook.events, \
+            "webhook.alert_rules, webhook.alerts, webhook.alerts_id_seq, \
+             webhook.app_scopes, webhook.delivery_failures, webhook.delivery_log_default, webhook.events, \
              webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
+             webhook.metric_marks, webhook.metric_minutes, webhook.metric_open, webhook.metric_totals, \
              webhook.provider_secrets, webhook.providers, webhook.requeues, \
              webhook.signature_bindings, webhook.watermarks"
         );
@@ -227,6 +229,8 @@ mod tests {
         assert_eq!(value, "1d");
         let value: String = one("SELECT current_setting('webhook.idempotency_max_response')");
         assert_eq!(value, "1MB");
+        let value: String = one("SELECT current_setting('webhook.metrics_retention')");
+        assert_eq!(value, "14d");
         let value: String = one("SELECT current_setting('webhook.redact_headers')");
         assert!(
             value.starts_with("authorization, proxy-authorization, cookie"),

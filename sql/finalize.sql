@@ -123,5 +123,12 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.requeues', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.watermarks', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.idempotency_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.app_scopes', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_minutes', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_totals', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_marks', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.alert_rules', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.alerts', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.alerts_id_seq', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

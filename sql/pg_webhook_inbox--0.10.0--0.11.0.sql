@@ -637,7 +637,8 @@ BEGIN
         webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
         webhook.requeues, webhook.watermarks, webhook.blocked_entities,
         webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions,
-        webhook.app_scopes TO %s', role);
+        webhook.app_scopes, webhook.metric_minutes, webhook.metric_totals, webhook.alerts,
+        webhook.alert_rules, webhook.alert_rules_in_effect TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -645,12 +646,37 @@ BEGIN
         @extschema@.webhook_create_partitions(integer),
         @extschema@.webhook_reset_watermark(text, text, text),
         @extschema@.webhook_providers(),
-        @extschema@.idempotency_purge(interval)
+        @extschema@.idempotency_purge(interval),
+        @extschema@.webhook_metrics(),
+        @extschema@.webhook_metrics_prometheus(),
+        @extschema@.webhook_metrics_rollup(),
+        @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text),
+        @extschema@.webhook_alerts_evaluate(),
+        @extschema@.webhook_alert_acknowledge(bigint),
+        @extschema@.webhook_alert_silence(bigint, interval)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes) and the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence); never the secrets';
+
+-- Grant a monitoring role (the one a Prometheus exporter logs in as) the
+-- metrics and nothing else: no payload, no event id, no table.
+CREATE FUNCTION @extschema@.webhook_grant_monitor(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_metrics(),
+        @extschema@.webhook_metrics_prometheus(),
+        @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text)
+        TO %s', role);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_grant_monitor(regrole) IS
+    'Grant a monitoring role (a Prometheus exporter''s) EXECUTE on webhook_metrics, webhook_metrics_prometheus and webhook_metric_quantile: counts by provider, consumer and status only, no table';
 
 -- Scopes are cached like the registry, and kept across pg_dump.
 CREATE TRIGGER registry_changed
@@ -748,6 +774,906 @@ COMMENT ON FUNCTION @extschema@.webhook_fail_batch(uuid[], text, interval, boole
 -- queues: past jit_above_cost, every call would compile it with LLVM
 -- (most of a second) before leasing anything.
 ALTER FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) SET jit = off;
+
+-- Metrics over time (metrics.sql) and alerts (alerts.sql), rolled up
+-- from what claims, leases and failures already write; the failures since
+-- a rollup are found by time.
+CREATE INDEX inbox_failures_failed_at_idx ON webhook.inbox_failures (failed_at);
+
+-- pg_webhook_inbox: metrics over time.
+--
+-- Nothing here runs on the path of a delivery. Claims, leases, completions
+-- and failures already leave a time-ordered trace: the archive's ids and
+-- the inbox's lease ids are UUIDv7/v8 (their first 48 bits are the
+-- millisecond they were made), failures carry their time. A rollup reads
+-- what was written since its last run, counts it per minute, provider and
+-- consumer into webhook.metric_minutes (kept webhook.metrics_retention)
+-- and into webhook.metric_totals (kept for good: Prometheus counters never
+-- go down), and moves its marks. A counter row updated by each claim would
+-- make every claim of a provider wait for the one before it; the rollup is
+-- one writer, once a minute or once a scrape, whatever the traffic.
+--
+-- Exactness. A row is counted once its transaction has committed, and a
+-- rolled-back claim or lease is never seen at all. The rollup counts only
+-- up to a bound that no transaction still running can write below: the
+-- start of the oldest transaction of this database that holds a
+-- transaction id (it has written) or is running a statement (it may be
+-- about to), and nothing past the previous bound while a prepared
+-- transaction waits. Attempts that have begun but not finished (a claim
+-- being handled, a lease being worked) are kept in webhook.metric_open and
+-- looked at again by each rollup until they end.
+
+
+CREATE TABLE webhook.metric_minutes (
+    minute    timestamptz      NOT NULL,
+    provider  text             NOT NULL,
+    -- The inbox consumer; '' for claims, deliveries and rejections.
+    consumer  text             NOT NULL,
+    metric    text             NOT NULL,
+    -- The status, the rejection reason, or a histogram bucket's upper
+    -- bound; '' when the metric has none.
+    label     text             NOT NULL,
+    count     bigint           NOT NULL,
+    -- Histograms: the sum of the observations (seconds, or attempts).
+    sum       double precision NOT NULL DEFAULT 0,
+    CONSTRAINT metric_minutes_pkey PRIMARY KEY (minute, provider, consumer, metric, label)
+);
+COMMENT ON TABLE webhook.metric_minutes IS
+    'Metrics per minute, provider and consumer, kept webhook.metrics_retention: what happened in each minute (rolled up from the archive, the inbox and the failures)';
+COMMENT ON COLUMN webhook.metric_minutes.minute IS 'The minute it happened in (a completion: when it completed)';
+COMMENT ON COLUMN webhook.metric_minutes.consumer IS 'The inbox consumer; empty for claims, deliveries and rejections';
+COMMENT ON COLUMN webhook.metric_minutes.metric IS 'deliveries, rejections, completions, failures, dead_letters, latency, processing or attempts (see docs/observability.md)';
+COMMENT ON COLUMN webhook.metric_minutes.label IS 'deliveries: the claim status; rejections: the reason; histograms: the upper bound of the bucket (seconds, attempts, or +Inf)';
+COMMENT ON COLUMN webhook.metric_minutes.count IS 'How many';
+COMMENT ON COLUMN webhook.metric_minutes.sum IS 'Histograms: the sum of the observations';
+
+CREATE TABLE webhook.metric_totals (
+    provider  text             NOT NULL,
+    consumer  text             NOT NULL,
+    metric    text             NOT NULL,
+    label     text             NOT NULL,
+    count     bigint           NOT NULL,
+    sum       double precision NOT NULL DEFAULT 0,
+    CONSTRAINT metric_totals_pkey PRIMARY KEY (provider, consumer, metric, label)
+);
+COMMENT ON TABLE webhook.metric_totals IS
+    'Metrics since counting began, never pruned: the counters webhook_metrics() exports';
+COMMENT ON COLUMN webhook.metric_totals.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.metric_totals.consumer IS 'The inbox consumer; empty for claims, deliveries and rejections';
+COMMENT ON COLUMN webhook.metric_totals.metric IS 'As in webhook.metric_minutes';
+COMMENT ON COLUMN webhook.metric_totals.label IS 'As in webhook.metric_minutes';
+COMMENT ON COLUMN webhook.metric_totals.count IS 'How many, in all';
+COMMENT ON COLUMN webhook.metric_totals.sum IS 'Histograms: the sum of all observations';
+
+-- Where the last rollup stopped. One row.
+CREATE TABLE webhook.metric_marks (
+    only_row      boolean     NOT NULL DEFAULT true CONSTRAINT metric_marks_only_row_check CHECK (only_row),
+    -- Everything written before this time is counted: deliveries and
+    -- leases whose id was made before it, failures that happened before it.
+    counted_until timestamptz NOT NULL,
+    rolled_up_at  timestamptz,
+    CONSTRAINT metric_marks_pkey PRIMARY KEY (only_row)
+);
+COMMENT ON TABLE webhook.metric_marks IS 'Where the metrics rollup stopped: everything before counted_until is counted';
+COMMENT ON COLUMN webhook.metric_marks.only_row IS 'Always true: the table has one row';
+COMMENT ON COLUMN webhook.metric_marks.counted_until IS 'Deliveries and leases whose id was made before it, and failures before it, are counted';
+COMMENT ON COLUMN webhook.metric_marks.rolled_up_at IS 'When the last rollup ran';
+
+-- Attempts begun but not finished when a rollup looked: a claim still
+-- processing, a lease still held. Each rollup looks at them again.
+CREATE TABLE webhook.metric_open (
+    -- The claim's delivery id, or the lease's id.
+    id         uuid        NOT NULL,
+    provider   text        NOT NULL,
+    event_id   text        NOT NULL,
+    -- '' for a claim; the consumer for a lease.
+    consumer   text        NOT NULL,
+    started_at timestamptz NOT NULL,
+    CONSTRAINT metric_open_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE webhook.metric_open IS 'Attempts the metrics rollup saw begun and not yet finished; looked at again by every rollup';
+COMMENT ON COLUMN webhook.metric_open.id IS 'The claim''s delivery id, or the lease''s id';
+COMMENT ON COLUMN webhook.metric_open.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.metric_open.event_id IS 'The event''s id';
+COMMENT ON COLUMN webhook.metric_open.consumer IS 'Empty for a claim; the consumer for a lease';
+COMMENT ON COLUMN webhook.metric_open.started_at IS 'When the attempt began';
+COMMENT ON COLUMN webhook.metric_minutes.provider IS 'Provider name';
+
+-- The time in the first 48 bits of a delivery or lease id.
+CREATE FUNCTION webhook._id_time(id uuid) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(id::text, '-', ''), 1, 12))::bit(48)::bigint
+                               / 1000.0)
+$$;
+COMMENT ON FUNCTION webhook._id_time(uuid) IS 'Internal: when a delivery or lease id was made (its first 48 bits)';
+
+-- The histograms' buckets: fixed, so that Prometheus (histogram_quantile)
+-- and SQL (webhook_metric_quantile) compute quantiles from the same counts.
+CREATE FUNCTION webhook._metric_buckets(metric text) RETURNS double precision[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE metric
+       -- From receipt to processed: sub-second for a handler, hours for
+       -- an event retried or backed off.
+       WHEN 'latency' THEN '{0.01,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,900,3600,21600,86400,Infinity}'::float8[]
+       -- One attempt, from its claim or lease to its end.
+       WHEN 'processing' THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,Infinity}'::float8[]
+       WHEN 'attempts' THEN '{1,2,3,4,5,10,25,Infinity}'::float8[]
+       END
+$$;
+COMMENT ON FUNCTION webhook._metric_buckets(text) IS 'Internal: the upper bounds of a histogram''s buckets';
+
+-- The bucket an observation falls in, as its label: Prometheus's `le`.
+CREATE FUNCTION webhook._metric_bucket(metric text, value double precision) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN u.bound = 'Infinity' THEN '+Inf' ELSE u.bound::text END
+  FROM pg_catalog.unnest(webhook._metric_buckets(_metric_bucket.metric)) AS u (bound)
+ WHERE _metric_bucket.value <= u.bound
+ ORDER BY u.bound
+ LIMIT 1
+$$;
+COMMENT ON FUNCTION webhook._metric_bucket(text, double precision) IS 'Internal: the label of the histogram bucket a value falls in';
+
+-- Count what one query observed: each row is (at, provider, consumer,
+-- metric, label, value), a histogram's value the observation. Added to its
+-- minute and to the totals. `ctes` are common table expressions the query
+-- reads (some delete or insert: they run in the same snapshot as it).
+CREATE FUNCTION webhook._metrics_count(ctes text, observations text, lower_bound timestamptz, upper_bound timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    counted bigint;
+BEGIN
+    EXECUTE 'WITH ' || coalesce(ctes || ', ', '') || 'observed AS (' || observations || '),
+        observed_labeled AS (
+            SELECT at, provider, consumer, metric,
+                   CASE WHEN webhook._metric_buckets(metric) IS NULL THEN label
+                        ELSE webhook._metric_bucket(metric, value) END AS label,
+                   coalesce(value, 0) AS value
+              FROM observed
+        ), minutes AS (
+            INSERT INTO webhook.metric_minutes AS m (minute, provider, consumer, metric, label, count, sum)
+            SELECT pg_catalog.date_trunc(''minute'', at), provider, consumer, metric, label, count(*), sum(value)
+              FROM observed_labeled
+             GROUP BY 1, 2, 3, 4, 5
+            ON CONFLICT (minute, provider, consumer, metric, label)
+            DO UPDATE SET count = m.count + excluded.count, sum = m.sum + excluded.sum
+        ), totals AS (
+            INSERT INTO webhook.metric_totals AS t (provider, consumer, metric, label, count, sum)
+            SELECT provider, consumer, metric, label, count(*), sum(value)
+              FROM observed_labeled
+             GROUP BY 1, 2, 3, 4
+            ON CONFLICT (provider, consumer, metric, label)
+            DO UPDATE SET count = t.count + excluded.count, sum = t.sum + excluded.sum
+        )
+        SELECT count(*) FROM observed'
+      INTO counted
+      USING webhook._archive_bound(lower_bound), webhook._archive_bound(upper_bound), lower_bound, upper_bound;
+    RETURN counted;
+END
+$$;
+COMMENT ON FUNCTION webhook._metrics_count(text, text, timestamptz, timestamptz) IS
+    'Internal: add what a query observed (at, provider, consumer, metric, label, value) to webhook.metric_minutes and webhook.metric_totals';
+
+-- What a finished attempt adds: a completion, its latency from receipt,
+-- its own duration, and the attempts its event took. Reads `done` (at,
+-- provider, consumer, received_at, started_at, attempts).
+CREATE FUNCTION webhook._completion_observations() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT 'SELECT d.at, d.provider, d.consumer, o.metric, '''' AS label, o.value
+          FROM done d
+         CROSS JOIN LATERAL (VALUES
+               (''completions'', NULL::float8),
+               (''latency'', GREATEST(pg_catalog.date_part(''epoch'', d.at - d.received_at), 0)),
+               (''processing'', GREATEST(pg_catalog.date_part(''epoch'', d.at - d.started_at), 0)),
+               (''attempts'', d.attempts::float8)) AS o (metric, value)'
+$$;
+COMMENT ON FUNCTION webhook._completion_observations() IS 'Internal: the observations of finished attempts, for webhook._metrics_count';
+
+-- What a failed attempt adds: a failure, its duration, and a dead letter
+-- when it parked its event. Reads `failed` (at, provider, consumer,
+-- started_at, parked).
+CREATE FUNCTION webhook._failure_observations() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT 'SELECT f.at, f.provider, f.consumer, o.metric, '''' AS label, o.value
+          FROM failed f
+         CROSS JOIN LATERAL (VALUES
+               (''failures'', NULL::float8, true),
+               (''processing'', GREATEST(pg_catalog.date_part(''epoch'', f.at - f.started_at), 0), true),
+               (''dead_letters'', NULL::float8, f.parked)) AS o (metric, value, counts)
+         WHERE o.counts'
+$$;
+COMMENT ON FUNCTION webhook._failure_observations() IS 'Internal: the observations of failed attempts, for webhook._metrics_count';
+
+-- Roll up everything written since the last run. Cheap when nothing
+-- happened; safe to call from many sessions (one rolls up, the others
+-- return at once). webhook_metrics() and webhook_alerts_evaluate() call it.
+CREATE FUNCTION @extschema@.webhook_metrics_rollup()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    since   timestamptz;
+    bound   timestamptz := pg_catalog.clock_timestamp();
+    counted bigint := 0;
+    retention interval;
+BEGIN
+    -- One rollup at a time; whoever comes second has nothing to add.
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox.metrics')) THEN
+        RETURN 0;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') THEN
+        RAISE EXCEPTION 'webhook_metrics_rollup: the extension''s owner (%) cannot see other sessions'' transactions', current_user
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('GRANT pg_read_all_stats TO %I; the rollup counts only what no running transaction can still write.', current_user);
+    END IF;
+    -- Counting starts when the first rollup runs (after an install, an
+    -- upgrade or a restore that brought no marks).
+    INSERT INTO webhook.metric_marks (counted_until) VALUES (pg_catalog.now()) ON CONFLICT DO NOTHING;
+    SELECT counted_until INTO STRICT since FROM webhook.metric_marks FOR UPDATE;
+
+    -- The bound (see the top of this file): taken after the clock, so a
+    -- transaction that starts writing after this read writes above it.
+    SELECT LEAST(bound, pg_catalog.min(a.xact_start)) INTO bound
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datname = pg_catalog.current_database()
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       AND a.backend_type IN ('client backend', 'background worker')
+       AND (a.backend_xid IS NOT NULL OR a.state IN ('active', 'fastpath function call'));
+    IF EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts p WHERE p.database = pg_catalog.current_database()) THEN
+        bound := since;
+    END IF;
+    bound := GREATEST(bound, since);
+
+    -- Claims: those still open from before, and those begun since.
+    counted := counted + webhook._metrics_count(
+        $q$attempts AS (
+               SELECT o.id, o.provider, o.event_id, o.started_at FROM webhook.metric_open o WHERE o.consumer = ''
+               UNION ALL
+               SELECT l.id, l.provider, l.event_id, l.created_at FROM webhook.delivery_log l
+                WHERE l.id >= $1 AND l.id < $2 AND l.claim_status IN ('claimed', 'retry')
+           ), seen AS (
+               SELECT a.*, e.status, e.processed_at, e.first_seen_at, e.attempts, e.claim_id = a.id AS owner
+                 FROM attempts a JOIN webhook.events e ON e.provider = a.provider AND e.event_id = a.event_id
+           ), closed AS (
+               DELETE FROM webhook.metric_open o USING seen s
+                WHERE o.id = s.id AND NOT (s.owner AND s.status = 'processing')
+           ), opened AS (
+               INSERT INTO webhook.metric_open (id, provider, event_id, consumer, started_at)
+               SELECT s.id, s.provider, s.event_id, '', s.started_at FROM seen s
+                WHERE s.owner AND s.status = 'processing'
+               ON CONFLICT (id) DO NOTHING
+           ), done AS (
+               SELECT s.processed_at AS at, s.provider, ''::text AS consumer, s.first_seen_at AS received_at,
+                      s.started_at, s.attempts
+                 FROM seen s WHERE s.owner AND s.status = 'processed'
+           )$q$,
+        webhook._completion_observations(), since, bound);
+
+    -- Inbox leases: those still held before, and those taken since.
+    counted := counted + webhook._metrics_count(
+        $q$attempts AS (
+               SELECT o.id FROM webhook.metric_open o WHERE o.consumer <> ''
+               UNION ALL
+               SELECT i.claim_id FROM webhook.inbox i WHERE i.claim_id >= $1 AND i.claim_id < $2
+           ), seen AS (
+               SELECT a.id, i.provider, i.event_id, i.consumer, i.status, i.processed_at, i.queued_at, i.attempts
+                 FROM attempts a LEFT JOIN webhook.inbox i ON i.claim_id = a.id
+           ), closed AS (
+               DELETE FROM webhook.metric_open o USING seen s
+                WHERE o.id = s.id AND s.status IS DISTINCT FROM 'leased'
+           ), opened AS (
+               INSERT INTO webhook.metric_open (id, provider, event_id, consumer, started_at)
+               SELECT s.id, s.provider, s.event_id, s.consumer, webhook._id_time(s.id) FROM seen s
+                WHERE s.status = 'leased'
+               ON CONFLICT (id) DO NOTHING
+           ), done AS (
+               SELECT s.processed_at AS at, s.provider, s.consumer, s.queued_at AS received_at,
+                      webhook._id_time(s.id) AS started_at, s.attempts
+                 FROM seen s WHERE s.status = 'processed'
+           )$q$,
+        webhook._completion_observations(), since, bound);
+
+    -- Failed attempts, of claims and of leases, and the dead letters they
+    -- made: a failure whose event (or inbox row) is parked under the same
+    -- claim or lease.
+    counted := counted + webhook._metrics_count(
+        $q$failed AS (
+               SELECT f.failed_at AS at, l.provider, ''::text AS consumer, l.created_at AS started_at,
+                      (e.status = 'dead' AND e.claim_id = f.delivery_id) AS parked
+                 FROM webhook.delivery_failures f
+                 JOIN webhook.delivery_log l ON l.id = f.delivery_id
+                 JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
+                WHERE f.failed_at >= $3 AND f.failed_at < $4
+               UNION ALL
+               SELECT f.failed_at, f.provider, f.consumer, webhook._id_time(f.claim_id),
+                      coalesce(i.status = 'dead', false)
+                 FROM webhook.inbox_failures f
+                 LEFT JOIN webhook.inbox i ON i.claim_id = f.claim_id
+                WHERE f.failed_at >= $3 AND f.failed_at < $4
+           )$q$,
+        webhook._failure_observations(), since, bound);
+
+    -- Deliveries by what they were answered, and rejections by reason.
+    counted := counted + webhook._metrics_count(NULL,
+        $q$SELECT l.created_at AS at, l.provider, ''::text AS consumer, 'deliveries'::text AS metric,
+                  l.claim_status::text AS label, NULL::float8 AS value
+             FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2
+           UNION ALL
+           SELECT l.created_at, l.provider, '', 'rejections', coalesce(l.reject_reason, 'unknown'), NULL
+             FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2 AND l.claim_status = 'rejected'$q$,
+        since, bound);
+
+    UPDATE webhook.metric_marks SET counted_until = bound, rolled_up_at = pg_catalog.clock_timestamp();
+
+    -- In minutes, its unit, whatever unit it was set in.
+    SELECT pg_catalog.make_interval(mins => s.setting::integer) INTO retention
+      FROM pg_catalog.pg_settings s WHERE s.name = 'webhook.metrics_retention';
+    DELETE FROM webhook.metric_minutes WHERE minute < pg_catalog.now() - retention;
+    RETURN counted;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_metrics_rollup() IS
+    'Count what was written since the last rollup into webhook.metric_minutes and webhook.metric_totals; returns the observations added (0 when another session is rolling up)';
+
+-- The metric families webhook_metrics() exports: Prometheus name, type,
+-- and what it says.
+CREATE FUNCTION webhook._metric_families()
+RETURNS TABLE (family text, kind text, help text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+VALUES
+    ('webhook_deliveries_total', 'counter', 'Deliveries received, by what they were answered (claimed and queued: new events; duplicate; retry; in_progress; dead; rejected; stale; handshake)'),
+    ('webhook_rejections_total', 'counter', 'Deliveries refused before claiming, by reason'),
+    ('webhook_completions_total', 'counter', 'Attempts completed (webhook_complete), per consumer for the inbox'),
+    ('webhook_failures_total', 'counter', 'Attempts failed (webhook_fail, or a lease that ran out)'),
+    ('webhook_dead_letters_total', 'counter', 'Events parked as dead by a failed attempt'),
+    ('webhook_latency_seconds', 'histogram', 'From the first delivery of an event to its completion'),
+    ('webhook_processing_seconds', 'histogram', 'One attempt, from its claim or lease to its completion or failure'),
+    ('webhook_attempts', 'histogram', 'Attempts an event took, counted at its completion'),
+    ('webhook_inbox_events', 'gauge', 'Inbox events per consumer by state: ready, scheduled (backing off), leased, dead'),
+    ('webhook_inbox_oldest_ready_seconds', 'gauge', 'Age of the oldest ready inbox event per consumer (a backing-off event is not ready)'),
+    ('webhook_oldest_unfinished_claim_seconds', 'gauge', 'Age of the oldest claim neither completed nor failed'),
+    ('webhook_alerts_open', 'gauge', 'Alerts open or acknowledged, by rule'),
+    ('webhook_metrics_lag_seconds', 'gauge', 'How far behind the clock the counters are (the oldest running writing transaction holds them back)')
+$$;
+COMMENT ON FUNCTION webhook._metric_families() IS 'Internal: the metric families webhook_metrics() exports, with their type and help';
+
+-- Every metric now, one row per series: the counters and histograms since
+-- installation, and the gauges read at once. Rolls up first. Labels are
+-- bounded: provider, consumer, and one of status, reason, le, state, rule.
+CREATE FUNCTION @extschema@.webhook_metrics()
+RETURNS TABLE (metric text, kind text, provider text, consumer text, label text, label_value text, value double precision)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM @extschema@.webhook_metrics_rollup();
+    RETURN QUERY
+    WITH counters (family, metric, label) AS (VALUES
+            ('webhook_deliveries_total', 'deliveries', 'status'),
+            ('webhook_rejections_total', 'rejections', 'reason'),
+            ('webhook_completions_total', 'completions', NULL),
+            ('webhook_failures_total', 'failures', NULL),
+            ('webhook_dead_letters_total', 'dead_letters', NULL)),
+         histograms (family, metric) AS (VALUES
+            ('webhook_latency_seconds', 'latency'),
+            ('webhook_processing_seconds', 'processing'),
+            ('webhook_attempts', 'attempts')),
+         series AS (
+            SELECT c.family AS metric, 'counter' AS kind, t.provider, t.consumer, c.label,
+                   CASE WHEN c.label IS NULL THEN NULL ELSE t.label END AS label_value, t.count::float8 AS value
+              FROM counters c JOIN webhook.metric_totals t ON t.metric = c.metric
+            UNION ALL
+            -- Histograms: every bucket, cumulative, then sum and count.
+            SELECT h.family || '_bucket', 'histogram', p.provider, p.consumer, 'le',
+                   CASE WHEN b = 'Infinity' THEN '+Inf' ELSE b::text END,
+                   (SELECT coalesce(sum(t.count), 0) FROM webhook.metric_totals t
+                     WHERE t.metric = h.metric AND t.provider = p.provider AND t.consumer = p.consumer
+                       AND (t.label = '+Inf' AND b = 'Infinity' OR t.label <> '+Inf' AND t.label::float8 <= b))::float8
+              FROM histograms h
+              JOIN (SELECT DISTINCT t.metric, t.provider, t.consumer FROM webhook.metric_totals t) p ON p.metric = h.metric
+             CROSS JOIN LATERAL pg_catalog.unnest(webhook._metric_buckets(h.metric)) AS b
+            UNION ALL
+            SELECT h.family || s.suffix, 'histogram', t.provider, t.consumer, NULL, NULL,
+                   CASE s.suffix WHEN '_sum' THEN sum(t.sum) ELSE sum(t.count)::float8 END
+              FROM histograms h JOIN webhook.metric_totals t ON t.metric = h.metric
+             CROSS JOIN (VALUES ('_sum'), ('_count')) AS s (suffix)
+             GROUP BY h.family, s.suffix, t.provider, t.consumer
+            UNION ALL
+            SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, g.n::float8
+              FROM webhook.inbox_stats st
+             CROSS JOIN LATERAL (VALUES ('ready', st.ready), ('scheduled', st.scheduled),
+                                        ('leased', st.leased), ('dead', st.dead)) AS g (state, n)
+            UNION ALL
+            SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', st.provider, st.consumer, NULL, NULL,
+                   coalesce(pg_catalog.date_part('epoch', st.oldest_ready_age), 0)
+              FROM webhook.inbox_stats st
+            UNION ALL
+            SELECT 'webhook_oldest_unfinished_claim_seconds', 'gauge', o.provider, '', NULL, NULL,
+                   pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - pg_catalog.min(o.started_at))
+              FROM webhook.metric_open o WHERE o.consumer = ''
+             GROUP BY o.provider
+            UNION ALL
+            SELECT 'webhook_alerts_open', 'gauge', '', '', 'rule', r.name,
+                   (SELECT count(*) FROM webhook.alerts a WHERE a.rule = r.name AND a.status <> 'resolved')::float8
+              FROM webhook.alert_rules_in_effect r
+            UNION ALL
+            SELECT 'webhook_metrics_lag_seconds', 'gauge', '', '', NULL, NULL,
+                   pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - m.counted_until)
+              FROM webhook.metric_marks m)
+    SELECT * FROM series s ORDER BY s.metric, s.provider, s.consumer, s.label_value;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_metrics() IS
+    'Every metric now, one row per series (counters since installation, histogram buckets cumulative, gauges read at once); rolls up first';
+
+CREATE FUNCTION webhook._prometheus_escape(value text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(value, '\', '\\'), '"', '\"'), E'\n', '\n')
+$$;
+COMMENT ON FUNCTION webhook._prometheus_escape(text) IS 'Internal: a label value escaped for the Prometheus text format';
+
+-- The same in the Prometheus text exposition format (version 0.0.4), for
+-- an exporter or a scrape endpoint to pass through as it is.
+CREATE FUNCTION @extschema@.webhook_metrics_prometheus()
+RETURNS text
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH m AS (SELECT * FROM @extschema@.webhook_metrics()),
+     lines AS (
+        SELECT f.family, 0 AS part, NULL::text AS metric, NULL::text AS labels, NULL::float8 AS bound,
+               '# HELP ' || f.family || ' ' || f.help || E'\n# TYPE ' || f.family || ' ' || f.kind AS line
+          FROM webhook._metric_families() f
+        UNION ALL
+        SELECT f.family, 1, m.metric, m.provider || ',' || m.consumer,
+               CASE WHEN m.label = 'le' THEN pg_catalog.replace(m.label_value, '+Inf', 'Infinity')::float8 END,
+               m.metric || '{' || pg_catalog.concat_ws(',',
+                   CASE WHEN m.provider <> '' THEN 'provider="' || webhook._prometheus_escape(m.provider) || '"' END,
+                   CASE WHEN m.consumer <> '' THEN 'consumer="' || webhook._prometheus_escape(m.consumer) || '"' END,
+                   CASE WHEN m.label IS NOT NULL THEN m.label || '="' || webhook._prometheus_escape(m.label_value) || '"' END)
+               || '} ' || CASE WHEN m.value = 'Infinity' THEN '+Inf' ELSE m.value::text END
+          FROM m JOIN webhook._metric_families() f
+            ON m.metric = f.family OR (f.kind = 'histogram' AND m.metric IN (f.family || '_bucket', f.family || '_sum', f.family || '_count')))
+SELECT pg_catalog.string_agg(line, E'\n' ORDER BY family, part, metric, labels, bound, line) || E'\n' FROM lines
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_metrics_prometheus() IS
+    'webhook_metrics() in the Prometheus text exposition format';
+
+-- A quantile of a histogram over a period, from the per-minute counts,
+-- interpolated within its bucket the way Prometheus's histogram_quantile
+-- does. NULL when nothing was observed.
+CREATE FUNCTION @extschema@.webhook_metric_quantile(
+    quantile double precision,
+    metric   text,
+    since    timestamptz DEFAULT pg_catalog.now() - interval '1 hour',
+    provider text DEFAULT NULL,
+    consumer text DEFAULT NULL)
+RETURNS double precision
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bounds float8[] := webhook._metric_buckets(webhook_metric_quantile.metric);
+    total  float8;
+    rank   float8;
+    below  float8 := 0;
+    lower  float8 := 0;
+    upper  float8;
+    n      float8;
+BEGIN
+    IF webhook_metric_quantile.quantile IS NULL OR webhook_metric_quantile.quantile < 0 OR webhook_metric_quantile.quantile > 1 THEN
+        RAISE EXCEPTION 'webhook_metric_quantile: argument "quantile" must be between 0 and 1' USING ERRCODE = '22023';
+    END IF;
+    IF bounds IS NULL THEN
+        RAISE EXCEPTION 'webhook_metric_quantile: argument "metric" must be latency, processing or attempts, not %',
+            coalesce(pg_catalog.quote_literal(webhook_metric_quantile.metric), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    SELECT sum(m.count) INTO total
+      FROM webhook.metric_minutes m
+     WHERE m.metric = webhook_metric_quantile.metric AND m.minute >= pg_catalog.date_trunc('minute', since)
+       AND (webhook_metric_quantile.provider IS NULL OR m.provider = webhook_metric_quantile.provider)
+       AND (webhook_metric_quantile.consumer IS NULL OR m.consumer = webhook_metric_quantile.consumer);
+    IF total IS NULL OR total = 0 THEN
+        RETURN NULL;
+    END IF;
+    rank := webhook_metric_quantile.quantile * total;
+    FOREACH upper IN ARRAY bounds LOOP
+        SELECT coalesce(sum(m.count), 0) INTO n
+          FROM webhook.metric_minutes m
+         WHERE m.metric = webhook_metric_quantile.metric AND m.minute >= pg_catalog.date_trunc('minute', since)
+           AND m.label = CASE WHEN upper = 'Infinity' THEN '+Inf' ELSE upper::text END
+           AND (webhook_metric_quantile.provider IS NULL OR m.provider = webhook_metric_quantile.provider)
+           AND (webhook_metric_quantile.consumer IS NULL OR m.consumer = webhook_metric_quantile.consumer);
+        IF below + n >= rank AND n > 0 THEN
+            -- As Prometheus: the highest finite bound for the last bucket.
+            IF upper = 'Infinity' THEN
+                RETURN lower;
+            END IF;
+            RETURN lower + (upper - lower) * (rank - below) / n;
+        END IF;
+        below := below + n;
+        IF upper <> 'Infinity' THEN
+            lower := upper;
+        END IF;
+    END LOOP;
+    RETURN lower;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text) IS
+    'A quantile (0 to 1) of latency, processing or attempts since a time, from the per-minute histograms, interpolated as Prometheus''s histogram_quantile does';
+
+-- pg_webhook_inbox: alerts raised inside the database.
+--
+-- Rules are set centrally (webhook.alert_rules, one row each, with sane
+-- defaults). webhook_alerts_evaluate(), run every minute by pg_cron or any
+-- scheduler, rolls the metrics up, finds which rules fire for which
+-- provider and consumer, and keeps one alert per rule and subject: opened
+-- when it starts firing, its value and last sighting updated while it
+-- fires, resolved when it stops. Each change is sent as
+-- NOTIFY webhook_alert with a JSON payload, unless the alert is silenced.
+-- Operators list alerts (webhook.alerts), acknowledge and silence them.
+
+
+CREATE TYPE webhook.alert_kind AS ENUM (
+    -- Events parked as dead in the window: more than threshold.
+    'dead_letters',
+    -- The oldest ready inbox event of a consumer has waited longer than
+    -- threshold seconds.
+    'oldest_ready',
+    -- Failed attempts / (failed + completed) over the window, above
+    -- threshold (0 to 1), once min_events attempts were seen.
+    'failure_rate',
+    -- Deliveries refused for their signature or secret (bad_signature,
+    -- no_secret, invalid_secret, unknown_certificate) / all deliveries over
+    -- the window, above threshold: a forgery campaign, or a secret
+    -- rotated on one side only.
+    'rejection_spike',
+    -- No delivery for the window from a provider that sent at least
+    -- threshold deliveries in the seven windows before it.
+    'silence',
+    -- An older secret still verifying deliveries longer than the window
+    -- after a newer one was added: the sender never switched, and retiring
+    -- the old one will reject everything.
+    'secret_rotation'
+);
+COMMENT ON TYPE webhook.alert_kind IS
+    'What an alert rule watches: dead_letters, oldest_ready, failure_rate, rejection_spike, silence, secret_rotation (see docs/observability.md)';
+
+CREATE TYPE webhook.alert_status AS ENUM ('open', 'acknowledged', 'resolved');
+COMMENT ON TYPE webhook.alert_status IS
+    'open (firing), acknowledged (firing, an operator is on it), resolved (its condition cleared)';
+
+CREATE TABLE webhook.alert_rules (
+    name       text             NOT NULL
+               CONSTRAINT alert_rules_name_check CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'),
+    kind       webhook.alert_kind NOT NULL,
+    -- NULL: every provider (every consumer).
+    provider   text,
+    consumer   text,
+    threshold  double precision NOT NULL CONSTRAINT alert_rules_threshold_check CHECK (threshold >= 0),
+    "window"   interval         NOT NULL CONSTRAINT alert_rules_window_check CHECK ("window" > interval '0'),
+    -- Rates: the fewest observations in the window worth judging.
+    min_events bigint           NOT NULL DEFAULT 0 CONSTRAINT alert_rules_min_events_check CHECK (min_events >= 0),
+    enabled    boolean          NOT NULL DEFAULT true,
+    CONSTRAINT alert_rules_pkey PRIMARY KEY (name),
+    CONSTRAINT alert_rules_rate_check CHECK (kind NOT IN ('failure_rate', 'rejection_spike') OR threshold <= 1)
+);
+COMMENT ON TABLE webhook.alert_rules IS 'The alert rules the DBA set: each adds a rule, or replaces the built-in default of its name (webhook.alert_rules_in_effect)';
+COMMENT ON COLUMN webhook.alert_rules.name IS 'The rule''s name, as alerts and notifications show it';
+COMMENT ON COLUMN webhook.alert_rules.kind IS 'What it watches (webhook.alert_kind)';
+COMMENT ON COLUMN webhook.alert_rules.provider IS 'The provider it watches; NULL: each provider';
+COMMENT ON COLUMN webhook.alert_rules.consumer IS 'The inbox consumer it watches; NULL: each consumer';
+COMMENT ON COLUMN webhook.alert_rules.threshold IS 'dead_letters: a count; oldest_ready: seconds; failure_rate, rejection_spike: a share from 0 to 1; silence: deliveries before the silence that make a provider one that normally sends; secret_rotation: unused (0)';
+COMMENT ON COLUMN webhook.alert_rules."window" IS 'The period the rule looks at (silence: how long without a delivery; secret_rotation: the grace after a newer secret was added)';
+COMMENT ON COLUMN webhook.alert_rules.min_events IS 'Rates: the fewest attempts or deliveries in the window worth judging';
+COMMENT ON COLUMN webhook.alert_rules.enabled IS 'A disabled rule raises nothing, and its open alerts resolve';
+
+-- The rules in effect: the table's, and each built-in default whose name
+-- no row of the table takes. The defaults are not rows, so that the
+-- table holds only what the DBA set (and pg_dump keeps exactly that); a
+-- row named as a default replaces it, and one with enabled = false turns
+-- it off.
+CREATE VIEW webhook.alert_rules_in_effect AS
+SELECT r.name, r.kind, r.provider, r.consumer, r.threshold, r."window", r.min_events, r.enabled, false AS builtin
+  FROM webhook.alert_rules r
+UNION ALL
+SELECT d.name, d.kind::webhook.alert_kind, NULL, NULL, d.threshold, d."window", d.min_events, true, true
+  FROM (VALUES ('dead_letters', 'dead_letters', 0::float8, interval '1 hour', 0::bigint),
+               ('oldest_ready', 'oldest_ready', 300, interval '5 minutes', 0),
+               ('failure_rate', 'failure_rate', 0.1, interval '15 minutes', 20),
+               ('rejection_spike', 'rejection_spike', 0.5, interval '15 minutes', 10),
+               ('silence', 'silence', 20, interval '6 hours', 0),
+               ('secret_rotation', 'secret_rotation', 0, interval '7 days', 0))
+       AS d (name, kind, threshold, "window", min_events)
+ WHERE NOT EXISTS (SELECT FROM webhook.alert_rules r WHERE r.name = d.name);
+COMMENT ON VIEW webhook.alert_rules_in_effect IS
+    'The alert rules evaluated: the rows of webhook.alert_rules, and the built-in defaults (builtin) none of them replaces';
+
+CREATE TABLE webhook.alerts (
+    id              bigint GENERATED ALWAYS AS IDENTITY,
+    rule            text             NOT NULL,
+    kind            webhook.alert_kind NOT NULL,
+    -- What it is about; '' when the rule's subject has no consumer.
+    provider        text             NOT NULL,
+    consumer        text             NOT NULL,
+    status          webhook.alert_status NOT NULL DEFAULT 'open',
+    value           double precision NOT NULL,
+    threshold       double precision NOT NULL,
+    message         text             NOT NULL,
+    first_seen_at   timestamptz      NOT NULL DEFAULT pg_catalog.now(),
+    last_seen_at    timestamptz      NOT NULL DEFAULT pg_catalog.now(),
+    acknowledged_at timestamptz,
+    acknowledged_by text,
+    resolved_at     timestamptz,
+    -- No notification about it before this time.
+    silenced_until  timestamptz,
+    CONSTRAINT alerts_pkey PRIMARY KEY (id)
+);
+-- One alert per rule and subject until it resolves: a condition that
+-- keeps firing updates its alert instead of raising another.
+CREATE UNIQUE INDEX alerts_unresolved_idx ON webhook.alerts (rule, provider, consumer) WHERE status <> 'resolved';
+COMMENT ON TABLE webhook.alerts IS 'Alerts: open, acknowledged or resolved; one unresolved alert per rule and subject';
+COMMENT ON COLUMN webhook.alerts.id IS 'The alert''s id, for webhook_alert_acknowledge and webhook_alert_silence';
+COMMENT ON COLUMN webhook.alerts.rule IS 'The rule that raised it';
+COMMENT ON COLUMN webhook.alerts.kind IS 'What the rule watches';
+COMMENT ON COLUMN webhook.alerts.provider IS 'The provider it is about';
+COMMENT ON COLUMN webhook.alerts.consumer IS 'The inbox consumer it is about; empty when none';
+COMMENT ON COLUMN webhook.alerts.status IS 'open, acknowledged (an operator is on it), resolved (the condition cleared)';
+COMMENT ON COLUMN webhook.alerts.value IS 'What was measured at its last sighting';
+COMMENT ON COLUMN webhook.alerts.threshold IS 'The rule''s threshold then';
+COMMENT ON COLUMN webhook.alerts.message IS 'What it says, in a sentence';
+COMMENT ON COLUMN webhook.alerts.first_seen_at IS 'When it started firing';
+COMMENT ON COLUMN webhook.alerts.last_seen_at IS 'When it was last seen firing';
+COMMENT ON COLUMN webhook.alerts.acknowledged_at IS 'When an operator acknowledged it';
+COMMENT ON COLUMN webhook.alerts.acknowledged_by IS 'Who acknowledged it (the session user)';
+COMMENT ON COLUMN webhook.alerts.resolved_at IS 'When its condition cleared';
+COMMENT ON COLUMN webhook.alerts.silenced_until IS 'No notification about it before this time';
+
+-- What fires now: one row per rule and subject, with the value measured.
+CREATE FUNCTION webhook._alert_conditions()
+RETURNS TABLE (rule text, kind webhook.alert_kind, provider text, consumer text,
+               value double precision, threshold double precision, message text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH rules AS (
+    SELECT * FROM webhook.alert_rules_in_effect r WHERE r.enabled
+), minutes AS (
+    -- Each rule's window of the per-minute metrics.
+    SELECT r.name, m.provider, m.consumer, m.metric, m.label, m.count
+      FROM rules r
+      JOIN webhook.metric_minutes m
+        ON m.minute >= pg_catalog.date_trunc('minute', pg_catalog.now() - r."window")
+       AND (r.provider IS NULL OR m.provider = r.provider)
+       AND (r.consumer IS NULL OR m.consumer = r.consumer)
+     WHERE r.kind IN ('dead_letters', 'failure_rate', 'rejection_spike')
+), measured AS (
+    SELECT r.name, r.kind, m.provider, m.consumer, r.threshold, r.min_events,
+           sum(m.count) FILTER (WHERE m.metric = 'dead_letters') AS dead,
+           sum(m.count) FILTER (WHERE m.metric = 'failures') AS failures,
+           sum(m.count) FILTER (WHERE m.metric = 'completions') AS completions,
+           sum(m.count) FILTER (WHERE m.metric = 'deliveries') AS deliveries,
+           sum(m.count) FILTER (WHERE m.metric = 'rejections'
+                                  AND m.label IN ('bad_signature', 'no_secret', 'invalid_secret', 'unknown_certificate')) AS forged
+      FROM rules r JOIN minutes m ON m.name = r.name
+     GROUP BY r.name, r.kind, m.provider, m.consumer, r.threshold, r.min_events
+)
+SELECT name, kind, provider, consumer, dead::float8, threshold,
+       pg_catalog.format('%s events of %s%s parked as dead in the last %s', dead, provider,
+                         CASE WHEN consumer <> '' THEN ' (consumer ' || consumer || ')' ELSE '' END,
+                         (SELECT r."window" FROM rules r WHERE r.name = measured.name))
+  FROM measured WHERE kind = 'dead_letters' AND dead > threshold
+UNION ALL
+SELECT name, kind, provider, consumer, failures::float8 / (failures + coalesce(completions, 0)), threshold,
+       pg_catalog.format('%s of %s attempts failed for %s%s', failures, failures + coalesce(completions, 0), provider,
+                         CASE WHEN consumer <> '' THEN ' (consumer ' || consumer || ')' ELSE '' END)
+  FROM measured
+ WHERE kind = 'failure_rate' AND failures > 0 AND failures + coalesce(completions, 0) >= GREATEST(min_events, 1)
+   AND failures::float8 / (failures + coalesce(completions, 0)) > threshold
+UNION ALL
+SELECT name, kind, provider, consumer, coalesce(forged, 0)::float8 / deliveries, threshold,
+       pg_catalog.format('%s of %s deliveries from %s refused for their signature or secret: a forgery, or a secret rotated on one side only',
+                         coalesce(forged, 0), deliveries, provider)
+  FROM measured
+ WHERE kind = 'rejection_spike' AND deliveries >= GREATEST(min_events, 1)
+   AND coalesce(forged, 0)::float8 / deliveries > threshold
+UNION ALL
+SELECT r.name, r.kind, s.provider, s.consumer, pg_catalog.date_part('epoch', s.oldest_ready_age), r.threshold,
+       pg_catalog.format('the oldest ready event of %s for consumer %s has waited %s', s.provider, s.consumer,
+                         pg_catalog.date_trunc('second', s.oldest_ready_age))
+  FROM rules r
+  JOIN webhook.inbox_stats s
+    ON (r.provider IS NULL OR s.provider = r.provider) AND (r.consumer IS NULL OR s.consumer = r.consumer)
+ WHERE r.kind = 'oldest_ready' AND pg_catalog.date_part('epoch', s.oldest_ready_age) > r.threshold
+UNION ALL
+-- Silence: read from the totals of deliveries per minute, up to where the
+-- rollup has counted, so that a lagging rollup is not taken for silence.
+SELECT r.name, r.kind, d.provider, '', pg_catalog.date_part('epoch', mk.counted_until - d.last_minute), r.threshold,
+       pg_catalog.format('no delivery from %s since %s, after %s in the %s before', d.provider,
+                         d.last_minute, d.before, r."window" * 7)
+  FROM rules r
+ CROSS JOIN webhook.metric_marks mk
+ CROSS JOIN LATERAL (
+       SELECT m.provider,
+              pg_catalog.max(m.minute) + interval '1 minute' AS last_minute,
+              sum(m.count) FILTER (WHERE m.minute < mk.counted_until - r."window") AS before,
+              sum(m.count) FILTER (WHERE m.minute >= pg_catalog.date_trunc('minute', mk.counted_until - r."window")) AS recent
+         FROM webhook.metric_minutes m
+        WHERE m.metric = 'deliveries' AND m.minute >= mk.counted_until - r."window" * 8
+          AND (r.provider IS NULL OR m.provider = r.provider)
+        GROUP BY m.provider) d
+ WHERE r.kind = 'silence' AND r.consumer IS NULL AND coalesce(d.recent, 0) = 0 AND coalesce(d.before, 0) >= GREATEST(r.threshold, 1)
+UNION ALL
+SELECT r.name, r.kind, o.provider, '', pg_catalog.date_part('epoch', o.last_used_at - n.added_at), r.threshold,
+       pg_catalog.format('secret %s of %s still verified a delivery at %s, %s after secret %s was added: the sender still signs with the old one',
+                         o.fingerprint, o.provider, o.last_used_at, pg_catalog.date_trunc('second', o.last_used_at - n.added_at), n.fingerprint)
+  FROM rules r
+  JOIN webhook.provider_secrets o ON (r.provider IS NULL OR o.provider = r.provider) AND o.retired_at IS NULL
+  JOIN LATERAL (SELECT s.fingerprint, s.added_at FROM webhook.provider_secrets s
+                 WHERE s.provider = o.provider AND s.retired_at IS NULL AND s.added_at > o.added_at
+                 ORDER BY s.added_at DESC LIMIT 1) n ON true
+ WHERE r.kind = 'secret_rotation' AND r.consumer IS NULL
+   AND o.last_used_at >= n.added_at + r."window"
+   AND o.last_used_at >= pg_catalog.now() - r."window"
+$$;
+COMMENT ON FUNCTION webhook._alert_conditions() IS 'Internal: the rules that fire now, per subject, with the value measured';
+
+-- Tell listeners an alert changed, unless it is silenced.
+CREATE FUNCTION webhook._alert_notify(alert webhook.alerts, change text) RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT pg_catalog.pg_notify('webhook_alert', pg_catalog.json_build_object(
+           'id', alert.id, 'change', change, 'rule', alert.rule, 'kind', alert.kind,
+           'status', alert.status, 'provider', alert.provider, 'consumer', alert.consumer,
+           'value', alert.value, 'threshold', alert.threshold, 'message', alert.message,
+           'first_seen_at', alert.first_seen_at)::text)
+ WHERE alert.silenced_until IS NULL OR alert.silenced_until <= pg_catalog.now()
+$$;
+COMMENT ON FUNCTION webhook._alert_notify(webhook.alerts, text) IS 'Internal: NOTIFY webhook_alert about a change, unless the alert is silenced';
+
+-- Roll up the metrics, then open, update and resolve alerts. Returns the
+-- alerts that changed (opened, resolved) with the change.
+CREATE FUNCTION @extschema@.webhook_alerts_evaluate()
+RETURNS TABLE (id bigint, change text, rule text, provider text, consumer text, status webhook.alert_status, message text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- Two evaluations at once would both open the same alert.
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox.alerts'));
+    PERFORM @extschema@.webhook_metrics_rollup();
+    -- One statement, one snapshot: what fires is measured once, and each
+    -- unresolved alert is either still firing or resolved.
+    RETURN QUERY
+    WITH firing AS (
+        SELECT * FROM webhook._alert_conditions()
+    ), still AS (
+        UPDATE webhook.alerts x
+           SET value = f.value, threshold = f.threshold, message = f.message, last_seen_at = pg_catalog.now()
+          FROM firing f
+         WHERE x.status <> 'resolved' AND x.rule = f.rule AND x.provider = f.provider AND x.consumer = f.consumer
+    ), opened AS (
+        INSERT INTO webhook.alerts AS x (rule, kind, provider, consumer, value, threshold, message)
+        SELECT f.rule, f.kind, f.provider, f.consumer, f.value, f.threshold, f.message
+          FROM firing f
+         WHERE NOT EXISTS (SELECT FROM webhook.alerts y
+                            WHERE y.status <> 'resolved' AND y.rule = f.rule AND y.provider = f.provider
+                              AND y.consumer = f.consumer)
+        RETURNING x.*
+    ), resolved AS (
+        UPDATE webhook.alerts x SET status = 'resolved', resolved_at = pg_catalog.now()
+         WHERE x.status <> 'resolved'
+           AND NOT EXISTS (SELECT FROM firing f
+                            WHERE x.rule = f.rule AND x.provider = f.provider AND x.consumer = f.consumer)
+        RETURNING x.*
+    ), changed AS (
+        SELECT o::webhook.alerts AS a, 'opened' AS change FROM opened o
+        UNION ALL
+        SELECT r::webhook.alerts, 'resolved' FROM resolved r
+    )
+    SELECT (c.a).id, c.change, (c.a).rule, (c.a).provider, (c.a).consumer, (c.a).status, (c.a).message
+      FROM changed c, LATERAL webhook._alert_notify(c.a, c.change)
+     ORDER BY (c.a).id;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_alerts_evaluate() IS
+    'Roll the metrics up, then open, update and resolve alerts (NOTIFY webhook_alert on each change); returns what changed. Run it every minute (pg_cron: see docs/observability.md)';
+
+-- An operator is on it: it stays until its condition clears.
+CREATE FUNCTION @extschema@.webhook_alert_acknowledge(alert_id bigint)
+RETURNS webhook.alerts
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    a webhook.alerts;
+BEGIN
+    IF alert_id IS NULL THEN
+        RAISE EXCEPTION 'webhook_alert_acknowledge: argument "alert_id" must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE webhook.alerts x
+       SET status = 'acknowledged', acknowledged_at = pg_catalog.now(), acknowledged_by = session_user
+     WHERE x.id = alert_id AND x.status = 'open'
+    RETURNING x.* INTO a;
+    IF a.id IS NULL THEN
+        SELECT * INTO a FROM webhook.alerts x WHERE x.id = alert_id;
+        IF a.id IS NULL THEN
+            RAISE EXCEPTION 'webhook_alert_acknowledge: no alert with id %', alert_id USING ERRCODE = 'P0002';
+        END IF;
+        IF a.status = 'resolved' THEN
+            RAISE EXCEPTION 'webhook_alert_acknowledge: alert % is resolved', alert_id USING ERRCODE = '55000';
+        END IF;
+        RETURN a;  -- acknowledged already
+    END IF;
+    PERFORM webhook._alert_notify(a, 'acknowledged');
+    RETURN a;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_alert_acknowledge(bigint) IS
+    'Acknowledge an open alert (an operator is on it); it resolves by itself when its condition clears';
+
+-- No notification about an alert for a while (it is still tracked).
+CREATE FUNCTION @extschema@.webhook_alert_silence(alert_id bigint, duration interval)
+RETURNS webhook.alerts
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    a webhook.alerts;
+BEGIN
+    IF alert_id IS NULL THEN
+        RAISE EXCEPTION 'webhook_alert_silence: argument "alert_id" must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF duration IS NULL OR duration <= interval '0' OR duration > interval '30 days' THEN
+        RAISE EXCEPTION 'webhook_alert_silence: argument "duration" must be more than 0 and at most 30 days'
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE webhook.alerts x SET silenced_until = pg_catalog.now() + duration
+     WHERE x.id = alert_id AND x.status <> 'resolved'
+    RETURNING x.* INTO a;
+    IF a.id IS NULL THEN
+        IF EXISTS (SELECT FROM webhook.alerts x WHERE x.id = alert_id) THEN
+            RAISE EXCEPTION 'webhook_alert_silence: alert % is resolved', alert_id USING ERRCODE = '55000';
+        END IF;
+        RAISE EXCEPTION 'webhook_alert_silence: no alert with id %', alert_id USING ERRCODE = 'P0002';
+    END IF;
+    RETURN a;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_alert_silence(bigint, interval) IS
+    'Send no notification about an unresolved alert for a while (at most 30 days); it is still evaluated, and resolves as usual';
+
+-- Their ACLs recorded as the extension's initial privileges, as a fresh
+-- install's REVOKE ALL ON ALL TABLES does.
+REVOKE ALL ON webhook.metric_minutes, webhook.metric_totals, webhook.metric_marks, webhook.metric_open,
+    webhook.alert_rules, webhook.alert_rules_in_effect, webhook.alerts FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_minutes', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_totals', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_marks', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.alert_rules', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.alerts', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.alerts_id_seq', '');
 
 -- Last: whatever this script created gets the extension's privileges.
 SELECT webhook._restrict_privileges();

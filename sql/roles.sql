@@ -67,7 +67,8 @@ BEGIN
         webhook.provider_stats, webhook.inbox, webhook.inbox_failures, webhook.inbox_stats,
         webhook.requeues, webhook.watermarks, webhook.blocked_entities,
         webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions,
-        webhook.app_scopes TO %s', role);
+        webhook.app_scopes, webhook.metric_minutes, webhook.metric_totals, webhook.alerts,
+        webhook.alert_rules, webhook.alert_rules_in_effect TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -75,12 +76,37 @@ BEGIN
         @extschema@.webhook_create_partitions(integer),
         @extschema@.webhook_reset_watermark(text, text, text),
         @extschema@.webhook_providers(),
-        @extschema@.idempotency_purge(interval)
+        @extschema@.idempotency_purge(interval),
+        @extschema@.webhook_metrics(),
+        @extschema@.webhook_metrics_prometheus(),
+        @extschema@.webhook_metrics_rollup(),
+        @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text),
+        @extschema@.webhook_alerts_evaluate(),
+        @extschema@.webhook_alert_acknowledge(bigint),
+        @extschema@.webhook_alert_silence(bigint, interval)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers and idempotency_purge; never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes) and the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence); never the secrets';
+
+-- Grant a monitoring role (the one a Prometheus exporter logs in as) the
+-- metrics and nothing else: no payload, no event id, no table.
+CREATE FUNCTION @extschema@.webhook_grant_monitor(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_metrics(),
+        @extschema@.webhook_metrics_prometheus(),
+        @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text)
+        TO %s', role);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_grant_monitor(regrole) IS
+    'Grant a monitoring role (a Prometheus exporter''s) EXECUTE on webhook_metrics, webhook_metrics_prometheus and webhook_metric_quantile: counts by provider, consumer and status only, no table';
 
 -- Scope an application role to some providers and, for inbox workers,
 -- consumers: a DBA serving several teams from one database gives each

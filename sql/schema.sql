@@ -427,6 +427,8 @@ CREATE TABLE webhook.inbox_failures (
     CONSTRAINT inbox_failures_pkey PRIMARY KEY (claim_id)
 );
 CREATE INDEX inbox_failures_event_idx ON webhook.inbox_failures (provider, event_id, consumer);
+-- What the metrics rollup reads: the failures since its last run.
+CREATE INDEX inbox_failures_failed_at_idx ON webhook.inbox_failures (failed_at);
 
 COMMENT ON TABLE webhook.inbox_failures IS 'Failed inbox attempts: webhook_fail''s message, or the lease that ran out';
 COMMENT ON COLUMN webhook.inbox_failures.claim_id IS 'The lease that failed';

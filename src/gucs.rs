@@ -55,6 +55,10 @@ pub static INBOX_NOTIFY: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// what needed the lock, says so, and does it on a later run.
 pub static MAINTENANCE_LOCK_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(200);
 
+/// How long the per-minute metrics are kept, in minutes (the totals
+/// Prometheus reads are kept for good).
+pub static METRICS_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(14 * 24 * 60);
+
 /// How long an idempotency key of the application's API is kept, in
 /// seconds, from its first request: Stripe keeps its keys for 24 hours.
 /// Past it, a finished key starts anew and `idempotency_purge` removes it.
@@ -190,6 +194,17 @@ pub fn init() {
         60_000,
         GucContext::Suset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"webhook.metrics_retention",
+        c"How long webhook.metric_minutes keeps each minute.",
+        c"The rollup (webhook_metrics_rollup) deletes older minutes; the alert rules read \
+          windows within it, and the totals webhook_metrics() exports are kept for good.",
+        &METRICS_RETENTION,
+        60,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MIN,
     );
     GucRegistry::define_string_guc(
         c"webhook.redact_headers",

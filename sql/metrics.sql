@@ -1,0 +1,541 @@
+-- pg_webhook_inbox: metrics over time.
+--
+-- Nothing here runs on the path of a delivery. Claims, leases, completions
+-- and failures already leave a time-ordered trace: the archive's ids and
+-- the inbox's lease ids are UUIDv7/v8 (their first 48 bits are the
+-- millisecond they were made), failures carry their time. A rollup reads
+-- what was written since its last run, counts it per minute, provider and
+-- consumer into webhook.metric_minutes (kept webhook.metrics_retention)
+-- and into webhook.metric_totals (kept for good: Prometheus counters never
+-- go down), and moves its marks. A counter row updated by each claim would
+-- make every claim of a provider wait for the one before it; the rollup is
+-- one writer, once a minute or once a scrape, whatever the traffic.
+--
+-- Exactness. A row is counted once its transaction has committed, and a
+-- rolled-back claim or lease is never seen at all. The rollup counts only
+-- up to a bound that no transaction still running can write below: the
+-- start of the oldest transaction of this database that holds a
+-- transaction id (it has written) or is running a statement (it may be
+-- about to), and nothing past the previous bound while a prepared
+-- transaction waits. Attempts that have begun but not finished (a claim
+-- being handled, a lease being worked) are kept in webhook.metric_open and
+-- looked at again by each rollup until they end.
+
+-- Bound to pg_catalog while this file runs (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
+CREATE TABLE webhook.metric_minutes (
+    minute    timestamptz      NOT NULL,
+    provider  text             NOT NULL,
+    -- The inbox consumer; '' for claims, deliveries and rejections.
+    consumer  text             NOT NULL,
+    metric    text             NOT NULL,
+    -- The status, the rejection reason, or a histogram bucket's upper
+    -- bound; '' when the metric has none.
+    label     text             NOT NULL,
+    count     bigint           NOT NULL,
+    -- Histograms: the sum of the observations (seconds, or attempts).
+    sum       double precision NOT NULL DEFAULT 0,
+    CONSTRAINT metric_minutes_pkey PRIMARY KEY (minute, provider, consumer, metric, label)
+);
+COMMENT ON TABLE webhook.metric_minutes IS
+    'Metrics per minute, provider and consumer, kept webhook.metrics_retention: what happened in each minute (rolled up from the archive, the inbox and the failures)';
+COMMENT ON COLUMN webhook.metric_minutes.minute IS 'The minute it happened in (a completion: when it completed)';
+COMMENT ON COLUMN webhook.metric_minutes.consumer IS 'The inbox consumer; empty for claims, deliveries and rejections';
+COMMENT ON COLUMN webhook.metric_minutes.metric IS 'deliveries, rejections, completions, failures, dead_letters, latency, processing or attempts (see docs/observability.md)';
+COMMENT ON COLUMN webhook.metric_minutes.label IS 'deliveries: the claim status; rejections: the reason; histograms: the upper bound of the bucket (seconds, attempts, or +Inf)';
+COMMENT ON COLUMN webhook.metric_minutes.count IS 'How many';
+COMMENT ON COLUMN webhook.metric_minutes.sum IS 'Histograms: the sum of the observations';
+
+CREATE TABLE webhook.metric_totals (
+    provider  text             NOT NULL,
+    consumer  text             NOT NULL,
+    metric    text             NOT NULL,
+    label     text             NOT NULL,
+    count     bigint           NOT NULL,
+    sum       double precision NOT NULL DEFAULT 0,
+    CONSTRAINT metric_totals_pkey PRIMARY KEY (provider, consumer, metric, label)
+);
+COMMENT ON TABLE webhook.metric_totals IS
+    'Metrics since counting began, never pruned: the counters webhook_metrics() exports';
+COMMENT ON COLUMN webhook.metric_totals.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.metric_totals.consumer IS 'The inbox consumer; empty for claims, deliveries and rejections';
+COMMENT ON COLUMN webhook.metric_totals.metric IS 'As in webhook.metric_minutes';
+COMMENT ON COLUMN webhook.metric_totals.label IS 'As in webhook.metric_minutes';
+COMMENT ON COLUMN webhook.metric_totals.count IS 'How many, in all';
+COMMENT ON COLUMN webhook.metric_totals.sum IS 'Histograms: the sum of all observations';
+
+-- Where the last rollup stopped. One row.
+CREATE TABLE webhook.metric_marks (
+    only_row      boolean     NOT NULL DEFAULT true CONSTRAINT metric_marks_only_row_check CHECK (only_row),
+    -- Everything written before this time is counted: deliveries and
+    -- leases whose id was made before it, failures that happened before it.
+    counted_until timestamptz NOT NULL,
+    rolled_up_at  timestamptz,
+    CONSTRAINT metric_marks_pkey PRIMARY KEY (only_row)
+);
+COMMENT ON TABLE webhook.metric_marks IS 'Where the metrics rollup stopped: everything before counted_until is counted';
+COMMENT ON COLUMN webhook.metric_marks.only_row IS 'Always true: the table has one row';
+COMMENT ON COLUMN webhook.metric_marks.counted_until IS 'Deliveries and leases whose id was made before it, and failures before it, are counted';
+COMMENT ON COLUMN webhook.metric_marks.rolled_up_at IS 'When the last rollup ran';
+
+-- Attempts begun but not finished when a rollup looked: a claim still
+-- processing, a lease still held. Each rollup looks at them again.
+CREATE TABLE webhook.metric_open (
+    -- The claim's delivery id, or the lease's id.
+    id         uuid        NOT NULL,
+    provider   text        NOT NULL,
+    event_id   text        NOT NULL,
+    -- '' for a claim; the consumer for a lease.
+    consumer   text        NOT NULL,
+    started_at timestamptz NOT NULL,
+    CONSTRAINT metric_open_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE webhook.metric_open IS 'Attempts the metrics rollup saw begun and not yet finished; looked at again by every rollup';
+COMMENT ON COLUMN webhook.metric_open.id IS 'The claim''s delivery id, or the lease''s id';
+COMMENT ON COLUMN webhook.metric_open.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.metric_open.event_id IS 'The event''s id';
+COMMENT ON COLUMN webhook.metric_open.consumer IS 'Empty for a claim; the consumer for a lease';
+COMMENT ON COLUMN webhook.metric_open.started_at IS 'When the attempt began';
+COMMENT ON COLUMN webhook.metric_minutes.provider IS 'Provider name';
+
+-- The time in the first 48 bits of a delivery or lease id.
+CREATE FUNCTION webhook._id_time(id uuid) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(id::text, '-', ''), 1, 12))::bit(48)::bigint
+                               / 1000.0)
+$$;
+COMMENT ON FUNCTION webhook._id_time(uuid) IS 'Internal: when a delivery or lease id was made (its first 48 bits)';
+
+-- The histograms' buckets: fixed, so that Prometheus (histogram_quantile)
+-- and SQL (webhook_metric_quantile) compute quantiles from the same counts.
+CREATE FUNCTION webhook._metric_buckets(metric text) RETURNS double precision[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE metric
+       -- From receipt to processed: sub-second for a handler, hours for
+       -- an event retried or backed off.
+       WHEN 'latency' THEN '{0.01,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,900,3600,21600,86400,Infinity}'::float8[]
+       -- One attempt, from its claim or lease to its end.
+       WHEN 'processing' THEN '{0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10,30,60,300,Infinity}'::float8[]
+       WHEN 'attempts' THEN '{1,2,3,4,5,10,25,Infinity}'::float8[]
+       END
+$$;
+COMMENT ON FUNCTION webhook._metric_buckets(text) IS 'Internal: the upper bounds of a histogram''s buckets';
+
+-- The bucket an observation falls in, as its label: Prometheus's `le`.
+CREATE FUNCTION webhook._metric_bucket(metric text, value double precision) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN u.bound = 'Infinity' THEN '+Inf' ELSE u.bound::text END
+  FROM pg_catalog.unnest(webhook._metric_buckets(_metric_bucket.metric)) AS u (bound)
+ WHERE _metric_bucket.value <= u.bound
+ ORDER BY u.bound
+ LIMIT 1
+$$;
+COMMENT ON FUNCTION webhook._metric_bucket(text, double precision) IS 'Internal: the label of the histogram bucket a value falls in';
+
+-- Count what one query observed: each row is (at, provider, consumer,
+-- metric, label, value), a histogram's value the observation. Added to its
+-- minute and to the totals. `ctes` are common table expressions the query
+-- reads (some delete or insert: they run in the same snapshot as it).
+CREATE FUNCTION webhook._metrics_count(ctes text, observations text, lower_bound timestamptz, upper_bound timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    counted bigint;
+BEGIN
+    EXECUTE 'WITH ' || coalesce(ctes || ', ', '') || 'observed AS (' || observations || '),
+        observed_labeled AS (
+            SELECT at, provider, consumer, metric,
+                   CASE WHEN webhook._metric_buckets(metric) IS NULL THEN label
+                        ELSE webhook._metric_bucket(metric, value) END AS label,
+                   coalesce(value, 0) AS value
+              FROM observed
+        ), minutes AS (
+            INSERT INTO webhook.metric_minutes AS m (minute, provider, consumer, metric, label, count, sum)
+            SELECT pg_catalog.date_trunc(''minute'', at), provider, consumer, metric, label, count(*), sum(value)
+              FROM observed_labeled
+             GROUP BY 1, 2, 3, 4, 5
+            ON CONFLICT (minute, provider, consumer, metric, label)
+            DO UPDATE SET count = m.count + excluded.count, sum = m.sum + excluded.sum
+        ), totals AS (
+            INSERT INTO webhook.metric_totals AS t (provider, consumer, metric, label, count, sum)
+            SELECT provider, consumer, metric, label, count(*), sum(value)
+              FROM observed_labeled
+             GROUP BY 1, 2, 3, 4
+            ON CONFLICT (provider, consumer, metric, label)
+            DO UPDATE SET count = t.count + excluded.count, sum = t.sum + excluded.sum
+        )
+        SELECT count(*) FROM observed'
+      INTO counted
+      USING webhook._archive_bound(lower_bound), webhook._archive_bound(upper_bound), lower_bound, upper_bound;
+    RETURN counted;
+END
+$$;
+COMMENT ON FUNCTION webhook._metrics_count(text, text, timestamptz, timestamptz) IS
+    'Internal: add what a query observed (at, provider, consumer, metric, label, value) to webhook.metric_minutes and webhook.metric_totals';
+
+-- What a finished attempt adds: a completion, its latency from receipt,
+-- its own duration, and the attempts its event took. Reads `done` (at,
+-- provider, consumer, received_at, started_at, attempts).
+CREATE FUNCTION webhook._completion_observations() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT 'SELECT d.at, d.provider, d.consumer, o.metric, '''' AS label, o.value
+          FROM done d
+         CROSS JOIN LATERAL (VALUES
+               (''completions'', NULL::float8),
+               (''latency'', GREATEST(pg_catalog.date_part(''epoch'', d.at - d.received_at), 0)),
+               (''processing'', GREATEST(pg_catalog.date_part(''epoch'', d.at - d.started_at), 0)),
+               (''attempts'', d.attempts::float8)) AS o (metric, value)'
+$$;
+COMMENT ON FUNCTION webhook._completion_observations() IS 'Internal: the observations of finished attempts, for webhook._metrics_count';
+
+-- What a failed attempt adds: a failure, its duration, and a dead letter
+-- when it parked its event. Reads `failed` (at, provider, consumer,
+-- started_at, parked).
+CREATE FUNCTION webhook._failure_observations() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT 'SELECT f.at, f.provider, f.consumer, o.metric, '''' AS label, o.value
+          FROM failed f
+         CROSS JOIN LATERAL (VALUES
+               (''failures'', NULL::float8, true),
+               (''processing'', GREATEST(pg_catalog.date_part(''epoch'', f.at - f.started_at), 0), true),
+               (''dead_letters'', NULL::float8, f.parked)) AS o (metric, value, counts)
+         WHERE o.counts'
+$$;
+COMMENT ON FUNCTION webhook._failure_observations() IS 'Internal: the observations of failed attempts, for webhook._metrics_count';
+
+-- Roll up everything written since the last run. Cheap when nothing
+-- happened; safe to call from many sessions (one rolls up, the others
+-- return at once). webhook_metrics() and webhook_alerts_evaluate() call it.
+CREATE FUNCTION @extschema@.webhook_metrics_rollup()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    since   timestamptz;
+    bound   timestamptz := pg_catalog.clock_timestamp();
+    counted bigint := 0;
+    retention interval;
+BEGIN
+    -- One rollup at a time; whoever comes second has nothing to add.
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox.metrics')) THEN
+        RETURN 0;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') THEN
+        RAISE EXCEPTION 'webhook_metrics_rollup: the extension''s owner (%) cannot see other sessions'' transactions', current_user
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('GRANT pg_read_all_stats TO %I; the rollup counts only what no running transaction can still write.', current_user);
+    END IF;
+    -- Counting starts when the first rollup runs (after an install, an
+    -- upgrade or a restore that brought no marks).
+    INSERT INTO webhook.metric_marks (counted_until) VALUES (pg_catalog.now()) ON CONFLICT DO NOTHING;
+    SELECT counted_until INTO STRICT since FROM webhook.metric_marks FOR UPDATE;
+
+    -- The bound (see the top of this file): taken after the clock, so a
+    -- transaction that starts writing after this read writes above it.
+    SELECT LEAST(bound, pg_catalog.min(a.xact_start)) INTO bound
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datname = pg_catalog.current_database()
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       AND a.backend_type IN ('client backend', 'background worker')
+       AND (a.backend_xid IS NOT NULL OR a.state IN ('active', 'fastpath function call'));
+    IF EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts p WHERE p.database = pg_catalog.current_database()) THEN
+        bound := since;
+    END IF;
+    bound := GREATEST(bound, since);
+
+    -- Claims: those still open from before, and those begun since.
+    counted := counted + webhook._metrics_count(
+        $q$attempts AS (
+               SELECT o.id, o.provider, o.event_id, o.started_at FROM webhook.metric_open o WHERE o.consumer = ''
+               UNION ALL
+               SELECT l.id, l.provider, l.event_id, l.created_at FROM webhook.delivery_log l
+                WHERE l.id >= $1 AND l.id < $2 AND l.claim_status IN ('claimed', 'retry')
+           ), seen AS (
+               SELECT a.*, e.status, e.processed_at, e.first_seen_at, e.attempts, e.claim_id = a.id AS owner
+                 FROM attempts a JOIN webhook.events e ON e.provider = a.provider AND e.event_id = a.event_id
+           ), closed AS (
+               DELETE FROM webhook.metric_open o USING seen s
+                WHERE o.id = s.id AND NOT (s.owner AND s.status = 'processing')
+           ), opened AS (
+               INSERT INTO webhook.metric_open (id, provider, event_id, consumer, started_at)
+               SELECT s.id, s.provider, s.event_id, '', s.started_at FROM seen s
+                WHERE s.owner AND s.status = 'processing'
+               ON CONFLICT (id) DO NOTHING
+           ), done AS (
+               SELECT s.processed_at AS at, s.provider, ''::text AS consumer, s.first_seen_at AS received_at,
+                      s.started_at, s.attempts
+                 FROM seen s WHERE s.owner AND s.status = 'processed'
+           )$q$,
+        webhook._completion_observations(), since, bound);
+
+    -- Inbox leases: those still held before, and those taken since.
+    counted := counted + webhook._metrics_count(
+        $q$attempts AS (
+               SELECT o.id FROM webhook.metric_open o WHERE o.consumer <> ''
+               UNION ALL
+               SELECT i.claim_id FROM webhook.inbox i WHERE i.claim_id >= $1 AND i.claim_id < $2
+           ), seen AS (
+               SELECT a.id, i.provider, i.event_id, i.consumer, i.status, i.processed_at, i.queued_at, i.attempts
+                 FROM attempts a LEFT JOIN webhook.inbox i ON i.claim_id = a.id
+           ), closed AS (
+               DELETE FROM webhook.metric_open o USING seen s
+                WHERE o.id = s.id AND s.status IS DISTINCT FROM 'leased'
+           ), opened AS (
+               INSERT INTO webhook.metric_open (id, provider, event_id, consumer, started_at)
+               SELECT s.id, s.provider, s.event_id, s.consumer, webhook._id_time(s.id) FROM seen s
+                WHERE s.status = 'leased'
+               ON CONFLICT (id) DO NOTHING
+           ), done AS (
+               SELECT s.processed_at AS at, s.provider, s.consumer, s.queued_at AS received_at,
+                      webhook._id_time(s.id) AS started_at, s.attempts
+                 FROM seen s WHERE s.status = 'processed'
+           )$q$,
+        webhook._completion_observations(), since, bound);
+
+    -- Failed attempts, of claims and of leases, and the dead letters they
+    -- made: a failure whose event (or inbox row) is parked under the same
+    -- claim or lease.
+    counted := counted + webhook._metrics_count(
+        $q$failed AS (
+               SELECT f.failed_at AS at, l.provider, ''::text AS consumer, l.created_at AS started_at,
+                      (e.status = 'dead' AND e.claim_id = f.delivery_id) AS parked
+                 FROM webhook.delivery_failures f
+                 JOIN webhook.delivery_log l ON l.id = f.delivery_id
+                 JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
+                WHERE f.failed_at >= $3 AND f.failed_at < $4
+               UNION ALL
+               SELECT f.failed_at, f.provider, f.consumer, webhook._id_time(f.claim_id),
+                      coalesce(i.status = 'dead', false)
+                 FROM webhook.inbox_failures f
+                 LEFT JOIN webhook.inbox i ON i.claim_id = f.claim_id
+                WHERE f.failed_at >= $3 AND f.failed_at < $4
+           )$q$,
+        webhook._failure_observations(), since, bound);
+
+    -- Deliveries by what they were answered, and rejections by reason.
+    counted := counted + webhook._metrics_count(NULL,
+        $q$SELECT l.created_at AS at, l.provider, ''::text AS consumer, 'deliveries'::text AS metric,
+                  l.claim_status::text AS label, NULL::float8 AS value
+             FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2
+           UNION ALL
+           SELECT l.created_at, l.provider, '', 'rejections', coalesce(l.reject_reason, 'unknown'), NULL
+             FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2 AND l.claim_status = 'rejected'$q$,
+        since, bound);
+
+    UPDATE webhook.metric_marks SET counted_until = bound, rolled_up_at = pg_catalog.clock_timestamp();
+
+    -- In minutes, its unit, whatever unit it was set in.
+    SELECT pg_catalog.make_interval(mins => s.setting::integer) INTO retention
+      FROM pg_catalog.pg_settings s WHERE s.name = 'webhook.metrics_retention';
+    DELETE FROM webhook.metric_minutes WHERE minute < pg_catalog.now() - retention;
+    RETURN counted;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_metrics_rollup() IS
+    'Count what was written since the last rollup into webhook.metric_minutes and webhook.metric_totals; returns the observations added (0 when another session is rolling up)';
+
+-- The metric families webhook_metrics() exports: Prometheus name, type,
+-- and what it says.
+CREATE FUNCTION webhook._metric_families()
+RETURNS TABLE (family text, kind text, help text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+VALUES
+    ('webhook_deliveries_total', 'counter', 'Deliveries received, by what they were answered (claimed and queued: new events; duplicate; retry; in_progress; dead; rejected; stale; handshake)'),
+    ('webhook_rejections_total', 'counter', 'Deliveries refused before claiming, by reason'),
+    ('webhook_completions_total', 'counter', 'Attempts completed (webhook_complete), per consumer for the inbox'),
+    ('webhook_failures_total', 'counter', 'Attempts failed (webhook_fail, or a lease that ran out)'),
+    ('webhook_dead_letters_total', 'counter', 'Events parked as dead by a failed attempt'),
+    ('webhook_latency_seconds', 'histogram', 'From the first delivery of an event to its completion'),
+    ('webhook_processing_seconds', 'histogram', 'One attempt, from its claim or lease to its completion or failure'),
+    ('webhook_attempts', 'histogram', 'Attempts an event took, counted at its completion'),
+    ('webhook_inbox_events', 'gauge', 'Inbox events per consumer by state: ready, scheduled (backing off), leased, dead'),
+    ('webhook_inbox_oldest_ready_seconds', 'gauge', 'Age of the oldest ready inbox event per consumer (a backing-off event is not ready)'),
+    ('webhook_oldest_unfinished_claim_seconds', 'gauge', 'Age of the oldest claim neither completed nor failed'),
+    ('webhook_alerts_open', 'gauge', 'Alerts open or acknowledged, by rule'),
+    ('webhook_metrics_lag_seconds', 'gauge', 'How far behind the clock the counters are (the oldest running writing transaction holds them back)')
+$$;
+COMMENT ON FUNCTION webhook._metric_families() IS 'Internal: the metric families webhook_metrics() exports, with their type and help';
+
+-- Every metric now, one row per series: the counters and histograms since
+-- installation, and the gauges read at once. Rolls up first. Labels are
+-- bounded: provider, consumer, and one of status, reason, le, state, rule.
+CREATE FUNCTION @extschema@.webhook_metrics()
+RETURNS TABLE (metric text, kind text, provider text, consumer text, label text, label_value text, value double precision)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM @extschema@.webhook_metrics_rollup();
+    RETURN QUERY
+    WITH counters (family, metric, label) AS (VALUES
+            ('webhook_deliveries_total', 'deliveries', 'status'),
+            ('webhook_rejections_total', 'rejections', 'reason'),
+            ('webhook_completions_total', 'completions', NULL),
+            ('webhook_failures_total', 'failures', NULL),
+            ('webhook_dead_letters_total', 'dead_letters', NULL)),
+         histograms (family, metric) AS (VALUES
+            ('webhook_latency_seconds', 'latency'),
+            ('webhook_processing_seconds', 'processing'),
+            ('webhook_attempts', 'attempts')),
+         series AS (
+            SELECT c.family AS metric, 'counter' AS kind, t.provider, t.consumer, c.label,
+                   CASE WHEN c.label IS NULL THEN NULL ELSE t.label END AS label_value, t.count::float8 AS value
+              FROM counters c JOIN webhook.metric_totals t ON t.metric = c.metric
+            UNION ALL
+            -- Histograms: every bucket, cumulative, then sum and count.
+            SELECT h.family || '_bucket', 'histogram', p.provider, p.consumer, 'le',
+                   CASE WHEN b = 'Infinity' THEN '+Inf' ELSE b::text END,
+                   (SELECT coalesce(sum(t.count), 0) FROM webhook.metric_totals t
+                     WHERE t.metric = h.metric AND t.provider = p.provider AND t.consumer = p.consumer
+                       AND (t.label = '+Inf' AND b = 'Infinity' OR t.label <> '+Inf' AND t.label::float8 <= b))::float8
+              FROM histograms h
+              JOIN (SELECT DISTINCT t.metric, t.provider, t.consumer FROM webhook.metric_totals t) p ON p.metric = h.metric
+             CROSS JOIN LATERAL pg_catalog.unnest(webhook._metric_buckets(h.metric)) AS b
+            UNION ALL
+            SELECT h.family || s.suffix, 'histogram', t.provider, t.consumer, NULL, NULL,
+                   CASE s.suffix WHEN '_sum' THEN sum(t.sum) ELSE sum(t.count)::float8 END
+              FROM histograms h JOIN webhook.metric_totals t ON t.metric = h.metric
+             CROSS JOIN (VALUES ('_sum'), ('_count')) AS s (suffix)
+             GROUP BY h.family, s.suffix, t.provider, t.consumer
+            UNION ALL
+            SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, g.n::float8
+              FROM webhook.inbox_stats st
+             CROSS JOIN LATERAL (VALUES ('ready', st.ready), ('scheduled', st.scheduled),
+                                        ('leased', st.leased), ('dead', st.dead)) AS g (state, n)
+            UNION ALL
+            SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', st.provider, st.consumer, NULL, NULL,
+                   coalesce(pg_catalog.date_part('epoch', st.oldest_ready_age), 0)
+              FROM webhook.inbox_stats st
+            UNION ALL
+            SELECT 'webhook_oldest_unfinished_claim_seconds', 'gauge', o.provider, '', NULL, NULL,
+                   pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - pg_catalog.min(o.started_at))
+              FROM webhook.metric_open o WHERE o.consumer = ''
+             GROUP BY o.provider
+            UNION ALL
+            SELECT 'webhook_alerts_open', 'gauge', '', '', 'rule', r.name,
+                   (SELECT count(*) FROM webhook.alerts a WHERE a.rule = r.name AND a.status <> 'resolved')::float8
+              FROM webhook.alert_rules_in_effect r
+            UNION ALL
+            SELECT 'webhook_metrics_lag_seconds', 'gauge', '', '', NULL, NULL,
+                   pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - m.counted_until)
+              FROM webhook.metric_marks m)
+    SELECT * FROM series s ORDER BY s.metric, s.provider, s.consumer, s.label_value;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_metrics() IS
+    'Every metric now, one row per series (counters since installation, histogram buckets cumulative, gauges read at once); rolls up first';
+
+CREATE FUNCTION webhook._prometheus_escape(value text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(value, '\', '\\'), '"', '\"'), E'\n', '\n')
+$$;
+COMMENT ON FUNCTION webhook._prometheus_escape(text) IS 'Internal: a label value escaped for the Prometheus text format';
+
+-- The same in the Prometheus text exposition format (version 0.0.4), for
+-- an exporter or a scrape endpoint to pass through as it is.
+CREATE FUNCTION @extschema@.webhook_metrics_prometheus()
+RETURNS text
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH m AS (SELECT * FROM @extschema@.webhook_metrics()),
+     lines AS (
+        SELECT f.family, 0 AS part, NULL::text AS metric, NULL::text AS labels, NULL::float8 AS bound,
+               '# HELP ' || f.family || ' ' || f.help || E'\n# TYPE ' || f.family || ' ' || f.kind AS line
+          FROM webhook._metric_families() f
+        UNION ALL
+        SELECT f.family, 1, m.metric, m.provider || ',' || m.consumer,
+               CASE WHEN m.label = 'le' THEN pg_catalog.replace(m.label_value, '+Inf', 'Infinity')::float8 END,
+               m.metric || '{' || pg_catalog.concat_ws(',',
+                   CASE WHEN m.provider <> '' THEN 'provider="' || webhook._prometheus_escape(m.provider) || '"' END,
+                   CASE WHEN m.consumer <> '' THEN 'consumer="' || webhook._prometheus_escape(m.consumer) || '"' END,
+                   CASE WHEN m.label IS NOT NULL THEN m.label || '="' || webhook._prometheus_escape(m.label_value) || '"' END)
+               || '} ' || CASE WHEN m.value = 'Infinity' THEN '+Inf' ELSE m.value::text END
+          FROM m JOIN webhook._metric_families() f
+            ON m.metric = f.family OR (f.kind = 'histogram' AND m.metric IN (f.family || '_bucket', f.family || '_sum', f.family || '_count')))
+SELECT pg_catalog.string_agg(line, E'\n' ORDER BY family, part, metric, labels, bound, line) || E'\n' FROM lines
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_metrics_prometheus() IS
+    'webhook_metrics() in the Prometheus text exposition format';
+
+-- A quantile of a histogram over a period, from the per-minute counts,
+-- interpolated within its bucket the way Prometheus's histogram_quantile
+-- does. NULL when nothing was observed.
+CREATE FUNCTION @extschema@.webhook_metric_quantile(
+    quantile double precision,
+    metric   text,
+    since    timestamptz DEFAULT pg_catalog.now() - interval '1 hour',
+    provider text DEFAULT NULL,
+    consumer text DEFAULT NULL)
+RETURNS double precision
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bounds float8[] := webhook._metric_buckets(webhook_metric_quantile.metric);
+    total  float8;
+    rank   float8;
+    below  float8 := 0;
+    lower  float8 := 0;
+    upper  float8;
+    n      float8;
+BEGIN
+    IF webhook_metric_quantile.quantile IS NULL OR webhook_metric_quantile.quantile < 0 OR webhook_metric_quantile.quantile > 1 THEN
+        RAISE EXCEPTION 'webhook_metric_quantile: argument "quantile" must be between 0 and 1' USING ERRCODE = '22023';
+    END IF;
+    IF bounds IS NULL THEN
+        RAISE EXCEPTION 'webhook_metric_quantile: argument "metric" must be latency, processing or attempts, not %',
+            coalesce(pg_catalog.quote_literal(webhook_metric_quantile.metric), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    SELECT sum(m.count) INTO total
+      FROM webhook.metric_minutes m
+     WHERE m.metric = webhook_metric_quantile.metric AND m.minute >= pg_catalog.date_trunc('minute', since)
+       AND (webhook_metric_quantile.provider IS NULL OR m.provider = webhook_metric_quantile.provider)
+       AND (webhook_metric_quantile.consumer IS NULL OR m.consumer = webhook_metric_quantile.consumer);
+    IF total IS NULL OR total = 0 THEN
+        RETURN NULL;
+    END IF;
+    rank := webhook_metric_quantile.quantile * total;
+    FOREACH upper IN ARRAY bounds LOOP
+        SELECT coalesce(sum(m.count), 0) INTO n
+          FROM webhook.metric_minutes m
+         WHERE m.metric = webhook_metric_quantile.metric AND m.minute >= pg_catalog.date_trunc('minute', since)
+           AND m.label = CASE WHEN upper = 'Infinity' THEN '+Inf' ELSE upper::text END
+           AND (webhook_metric_quantile.provider IS NULL OR m.provider = webhook_metric_quantile.provider)
+           AND (webhook_metric_quantile.consumer IS NULL OR m.consumer = webhook_metric_quantile.consumer);
+        IF below + n >= rank AND n > 0 THEN
+            -- As Prometheus: the highest finite bound for the last bucket.
+            IF upper = 'Infinity' THEN
+                RETURN lower;
+            END IF;
+            RETURN lower + (upper - lower) * (rank - below) / n;
+        END IF;
+        below := below + n;
+        IF upper <> 'Infinity' THEN
+            lower := upper;
+        END IF;
+    END LOOP;
+    RETURN lower;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text) IS
+    'A quantile (0 to 1) of latency, processing or attempts since a time, from the per-minute histograms, interpolated as Prometheus''s histogram_quantile does';
