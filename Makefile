@@ -88,7 +88,8 @@ test-in-db: setup
 # `cargo pgrx test` leaves its test build installed; put the real one back
 # first, then run the client suites against a fresh throwaway server.
 test-client: install sdk-fixtures
-	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl .ci/pg-temp run $(STATE_DIR)/client-pg $(call port,0) -- \
+	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl PG_TEMP_OPTS="-c max_prepared_transactions=10" \
+		.ci/pg-temp run $(STATE_DIR)/client-pg $(call port,0) -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(CLIENT_SUITES))
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).

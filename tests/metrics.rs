@@ -1,0 +1,733 @@
+//! Metrics over time: what the rollup counts is exactly what committed,
+//! whatever runs beside it (transactions still writing, a report holding
+//! the archive, attempts outliving several rollups, a prepared
+//! transaction, handlers rolling back at random), and what the export
+//! says.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::sign::{now, stripe};
+use common::*;
+use postgres::Client;
+use std::time::Duration;
+
+const DB: &str = "pgwi_metrics";
+
+/// Roll up until everything committed before this call is counted.
+pub fn settle(client: &mut Client) {
+    let since: std::time::SystemTime = client
+        .query_one("SELECT clock_timestamp()", &[])
+        .unwrap()
+        .get(0);
+    wait_for("the metrics rollup to catch up", || {
+        client
+            .query_one("SELECT webhook_metrics_rollup()", &[])
+            .unwrap();
+        let until: std::time::SystemTime = client
+            .query_one("SELECT counted_until FROM webhook.metric_marks", &[])
+            .unwrap()
+            .get(0);
+        until >= since
+    });
+}
+
+/// A counter since counting began (0 when never seen).
+fn total(client: &mut Client, provider: &str, consumer: &str, metric: &str, label: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT coalesce(sum(count), 0)::bigint FROM webhook.metric_totals
+              WHERE provider = $1 AND consumer = $2 AND metric = $3 AND label = $4",
+            &[&provider, &consumer, &metric, &label],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// The observations of a histogram, all buckets together, and their sum.
+fn histogram(client: &mut Client, provider: &str, consumer: &str, metric: &str) -> (i64, f64) {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(count), 0)::bigint, coalesce(sum(sum), 0) FROM webhook.metric_totals
+              WHERE provider = $1 AND consumer = $2 AND metric = $3",
+            &[&provider, &consumer, &metric],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// One series of webhook_metrics(), by its Prometheus name and labels.
+fn series(
+    client: &mut Client,
+    metric: &str,
+    provider: &str,
+    consumer: &str,
+    label_value: Option<&str>,
+) -> Option<f64> {
+    client
+        .query_opt(
+            "SELECT value FROM webhook_metrics()
+              WHERE metric = $1 AND provider = $2 AND consumer = $3 AND label_value IS NOT DISTINCT FROM $4",
+            &[&metric, &provider, &consumer, &label_value],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+fn setup() -> (std::sync::MutexGuard<'static, ()>, Client) {
+    // Each test counts what it did against the database's totals, and the
+    // rollup is one for the whole database: one test at a time.
+    let guard = one_at_a_time();
+    let db = database(DB);
+    (guard, connect(db))
+}
+
+fn claim_one(client: &mut Client, provider: &str, event_id: &str) -> Claim {
+    claim_in(client, provider, event_id, None).unwrap()
+}
+
+#[test]
+fn a_known_mix_of_deliveries_is_counted_by_provider_consumer_status_and_reason() {
+    let (_one, mut c) = setup();
+    c.batch_execute(
+        "SELECT webhook_register_provider('mix_signed', scheme => 'stripe', secret => 'whsec_mix');
+         SELECT webhook_register_provider('mix_queue', scheme => 'stripe', secret => 'whsec_q',
+                                          inbox => true, consumers => ARRAY['billing', 'audit']);",
+    )
+    .unwrap();
+    settle(&mut c);
+
+    // Claims: three new events completed, two duplicates, one failed then
+    // retried and completed, one failed for good (dead).
+    for e in ["m1", "m2", "m3"] {
+        assert_eq!(
+            deliver(&mut c, "mix_claims", e, Duration::ZERO),
+            Answer::Done
+        );
+    }
+    for e in ["m1", "m2"] {
+        assert_eq!(
+            deliver(&mut c, "mix_claims", e, Duration::ZERO),
+            Answer::Duplicate
+        );
+    }
+    let first = claim_one(&mut c, "mix_claims", "m4");
+    c.execute("SELECT webhook_fail($1::text::uuid, 'boom')", &[&first.id])
+        .unwrap();
+    assert_eq!(
+        deliver(&mut c, "mix_claims", "m4", Duration::ZERO),
+        Answer::Done
+    );
+    let doomed = claim_one(&mut c, "mix_claims", "m5");
+    c.execute(
+        "SELECT webhook_fail($1::text::uuid, 'bad data', permanent => true)",
+        &[&doomed.id],
+    )
+    .unwrap();
+
+    // Signed deliveries through webhook_receive: one good, two forged.
+    let body = payload("s1");
+    let good = receive(
+        &mut c,
+        "mix_signed",
+        &stripe(&body, now(), "whsec_mix"),
+        body.as_bytes(),
+    )
+    .unwrap();
+    c.execute(
+        "SELECT webhook_complete($1::text::uuid)",
+        &[&good.get::<_, String>("id_text")],
+    )
+    .unwrap();
+    for forged in ["f1", "f2"] {
+        let body = payload(forged);
+        let row = receive(
+            &mut c,
+            "mix_signed",
+            &stripe(&body, now(), "whsec_wrong"),
+            body.as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(row.get::<_, i32>("http_status"), 401, "{forged}");
+    }
+
+    // The inbox: four events for two consumers. billing completes all;
+    // audit completes two, fails one to retry later, parks one as dead.
+    for e in ["q1", "q2", "q3", "q4"] {
+        let body = payload(e);
+        let row = receive(
+            &mut c,
+            "mix_queue",
+            &stripe(&body, now(), "whsec_q"),
+            body.as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(row.get::<_, String>("status"), "queued");
+    }
+    assert_eq!(
+        work_once(&mut c, "mix_queue", "billing", 10).unwrap().len(),
+        4
+    );
+    let leases: Vec<String> = c
+        .query(
+            "SELECT id::text FROM webhook_next(4, 'audit', 'mix_queue')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(leases.len(), 4);
+    c.execute("SELECT webhook_complete($1::text::uuid)", &[&leases[0]])
+        .unwrap();
+    c.execute("SELECT webhook_complete($1::text::uuid)", &[&leases[1]])
+        .unwrap();
+    c.execute(
+        "SELECT webhook_fail($1::text::uuid, 'later')",
+        &[&leases[2]],
+    )
+    .unwrap();
+    c.execute(
+        "SELECT webhook_fail($1::text::uuid, 'never', permanent => true)",
+        &[&leases[3]],
+    )
+    .unwrap();
+
+    settle(&mut c);
+    let t = |c: &mut Client, p: &str, consumer: &str, m: &str, l: &str| total(c, p, consumer, m, l);
+    assert_eq!(t(&mut c, "mix_claims", "", "deliveries", "claimed"), 5);
+    assert_eq!(t(&mut c, "mix_claims", "", "deliveries", "retry"), 1);
+    assert_eq!(t(&mut c, "mix_claims", "", "deliveries", "duplicate"), 2);
+    assert_eq!(t(&mut c, "mix_claims", "", "completions", ""), 4);
+    assert_eq!(t(&mut c, "mix_claims", "", "failures", ""), 2);
+    assert_eq!(t(&mut c, "mix_claims", "", "dead_letters", ""), 1);
+    assert_eq!(
+        histogram(&mut c, "mix_claims", "", "attempts"),
+        (4, 5.0),
+        "m4 took two attempts"
+    );
+    assert_eq!(
+        histogram(&mut c, "mix_claims", "", "processing").0,
+        6,
+        "every attempt that ended"
+    );
+    assert_eq!(t(&mut c, "mix_signed", "", "deliveries", "claimed"), 1);
+    assert_eq!(t(&mut c, "mix_signed", "", "deliveries", "rejected"), 2);
+    assert_eq!(
+        t(&mut c, "mix_signed", "", "rejections", "bad_signature"),
+        2
+    );
+    assert_eq!(t(&mut c, "mix_queue", "", "deliveries", "queued"), 4);
+    assert_eq!(t(&mut c, "mix_queue", "billing", "completions", ""), 4);
+    assert_eq!(t(&mut c, "mix_queue", "audit", "completions", ""), 2);
+    assert_eq!(t(&mut c, "mix_queue", "audit", "failures", ""), 2);
+    assert_eq!(t(&mut c, "mix_queue", "audit", "dead_letters", ""), 1);
+    assert_eq!(t(&mut c, "mix_queue", "billing", "failures", ""), 0);
+    assert_eq!(histogram(&mut c, "mix_queue", "billing", "latency").0, 4);
+
+    // The same through webhook_metrics(), labels and gauges included.
+    let s = |c: &mut Client, m: &str, p: &str, consumer: &str, l: Option<&str>| {
+        series(c, m, p, consumer, l)
+    };
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_deliveries_total",
+            "mix_claims",
+            "",
+            Some("duplicate")
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_rejections_total",
+            "mix_signed",
+            "",
+            Some("bad_signature")
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_completions_total",
+            "mix_queue",
+            "audit",
+            None
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_dead_letters_total",
+            "mix_queue",
+            "audit",
+            None
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_latency_seconds_count",
+            "mix_queue",
+            "billing",
+            None
+        ),
+        Some(4.0)
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_latency_seconds_bucket",
+            "mix_queue",
+            "billing",
+            Some("+Inf")
+        ),
+        Some(4.0)
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_attempts_bucket",
+            "mix_claims",
+            "",
+            Some("1")
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_attempts_bucket",
+            "mix_claims",
+            "",
+            Some("2")
+        ),
+        Some(4.0),
+        "cumulative"
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_inbox_events",
+            "mix_queue",
+            "audit",
+            Some("dead")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_inbox_events",
+            "mix_queue",
+            "audit",
+            Some("scheduled")
+        ),
+        Some(1.0),
+        "backing off"
+    );
+    assert_eq!(
+        s(
+            &mut c,
+            "webhook_inbox_events",
+            "mix_queue",
+            "audit",
+            Some("ready")
+        ),
+        Some(0.0)
+    );
+
+    // And in the text format, every family with its TYPE, every label bounded.
+    let text: String = c
+        .query_one("SELECT webhook_metrics_prometheus()", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        text.contains("# TYPE webhook_latency_seconds histogram\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("webhook_deliveries_total{provider=\"mix_claims\",status=\"duplicate\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("webhook_completions_total{provider=\"mix_queue\",consumer=\"audit\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("m1") && !text.contains("q1"),
+        "no event id is ever a label"
+    );
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (name_labels, value) = line.rsplit_once(' ').unwrap();
+        assert!(value == "+Inf" || value.parse::<f64>().is_ok(), "{line}");
+        assert!(name_labels.starts_with("webhook_"), "{line}");
+    }
+}
+
+#[test]
+fn a_rolled_back_claim_or_lease_is_never_counted() {
+    let (_one, mut c) = setup();
+    settle(&mut c);
+    let mut tx = c.transaction().unwrap();
+    let claim = claim_in(&mut tx, "rb_claims", "r1", None).unwrap();
+    tx.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+        .unwrap();
+    tx.rollback().unwrap();
+
+    enqueue_many(&mut c, "rb_queue", "r", 3);
+    let mut tx = c.transaction().unwrap();
+    for row in tx
+        .query(
+            "SELECT id::text FROM webhook_next(3, 'default', 'rb_queue')",
+            &[],
+        )
+        .unwrap()
+    {
+        tx.execute(
+            "SELECT webhook_complete($1::text::uuid)",
+            &[&row.get::<_, String>(0)],
+        )
+        .unwrap();
+    }
+    tx.rollback().unwrap();
+
+    settle(&mut c);
+    assert_eq!(total(&mut c, "rb_claims", "", "deliveries", "claimed"), 0);
+    assert_eq!(total(&mut c, "rb_claims", "", "completions", ""), 0);
+    assert_eq!(total(&mut c, "rb_queue", "", "deliveries", "queued"), 3);
+    assert_eq!(total(&mut c, "rb_queue", "default", "completions", ""), 0);
+
+    // The same events done for real are counted once.
+    assert_eq!(
+        deliver(&mut c, "rb_claims", "r1", Duration::ZERO),
+        Answer::Done
+    );
+    assert_eq!(
+        work_once(&mut c, "rb_queue", "default", 10).unwrap().len(),
+        3
+    );
+    settle(&mut c);
+    assert_eq!(total(&mut c, "rb_claims", "", "completions", ""), 1);
+    assert_eq!(total(&mut c, "rb_queue", "default", "completions", ""), 3);
+    assert_eq!(
+        histogram(&mut c, "rb_queue", "default", "attempts"),
+        (3, 3.0),
+        "a rolled-back lease is no attempt"
+    );
+}
+
+#[test]
+fn a_transaction_still_writing_holds_the_count_back_until_it_commits() {
+    let (_one, mut c) = setup();
+    let db = database(DB);
+    settle(&mut c);
+    let mut writer = connect(db);
+    writer.batch_execute("BEGIN").unwrap();
+    let held = claim_in(&mut writer, "hold_claims", "h1", None).unwrap();
+    writer
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&held.id])
+        .unwrap();
+    // Committed after the writer began: counted only once the bound passes
+    // the writer, never skipped.
+    assert_eq!(
+        deliver(&mut c, "hold_claims", "h2", Duration::ZERO),
+        Answer::Done
+    );
+    for _ in 0..3 {
+        c.query_one("SELECT webhook_metrics_rollup()", &[]).unwrap();
+    }
+    assert_eq!(
+        total(&mut c, "hold_claims", "", "deliveries", "claimed"),
+        0,
+        "held back by the writer"
+    );
+    let writer_began: std::time::SystemTime = writer.query_one("SELECT now()", &[]).unwrap().get(0);
+    let until: std::time::SystemTime = c
+        .query_one("SELECT counted_until FROM webhook.metric_marks", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        until <= writer_began,
+        "the bound stays at the writer's start"
+    );
+
+    writer.batch_execute("COMMIT").unwrap();
+    settle(&mut c);
+    assert_eq!(total(&mut c, "hold_claims", "", "deliveries", "claimed"), 2);
+    assert_eq!(total(&mut c, "hold_claims", "", "completions", ""), 2);
+}
+
+#[test]
+fn a_report_holding_the_archive_does_not_hold_the_count_back() {
+    let (_one, mut c) = setup();
+    let db = database(DB);
+    let mut report = connect(db);
+    report
+        .batch_execute(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM webhook.delivery_log;",
+        )
+        .unwrap();
+    assert_eq!(
+        deliver(&mut c, "report_claims", "p1", Duration::ZERO),
+        Answer::Done
+    );
+    // settle() would time out if the idle report held the bound.
+    settle(&mut c);
+    assert_eq!(total(&mut c, "report_claims", "", "completions", ""), 1);
+    report.batch_execute("COMMIT").unwrap();
+}
+
+#[test]
+fn a_prepared_transaction_holds_the_count_back_until_it_is_committed() {
+    let (_one, mut c) = setup();
+    let db = database(DB);
+    settle(&mut c);
+    let mut writer = connect(db);
+    writer.batch_execute("BEGIN").unwrap();
+    let claim = claim_in(&mut writer, "prep_claims", "x1", None).unwrap();
+    writer
+        .execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+        .unwrap();
+    writer
+        .batch_execute("PREPARE TRANSACTION 'metrics_prepared'")
+        .unwrap();
+    assert_eq!(
+        deliver(&mut c, "prep_claims", "x2", Duration::ZERO),
+        Answer::Done
+    );
+    for _ in 0..3 {
+        c.query_one("SELECT webhook_metrics_rollup()", &[]).unwrap();
+    }
+    assert_eq!(total(&mut c, "prep_claims", "", "deliveries", "claimed"), 0);
+    c.batch_execute("COMMIT PREPARED 'metrics_prepared'")
+        .unwrap();
+    settle(&mut c);
+    assert_eq!(total(&mut c, "prep_claims", "", "deliveries", "claimed"), 2);
+    assert_eq!(total(&mut c, "prep_claims", "", "completions", ""), 2);
+}
+
+#[test]
+fn an_attempt_that_outlives_several_rollups_is_counted_once_when_it_ends() {
+    let (_one, mut c) = setup();
+    settle(&mut c);
+    // A claim committed unfinished (its work runs outside the transaction).
+    let claim = claim_one(&mut c, "long_claims", "l1");
+    settle(&mut c);
+    settle(&mut c);
+    assert_eq!(total(&mut c, "long_claims", "", "completions", ""), 0);
+    let open = series(
+        &mut c,
+        "webhook_oldest_unfinished_claim_seconds",
+        "long_claims",
+        "",
+        None,
+    );
+    assert!(open.is_some(), "the open claim is a gauge");
+    c.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+        .unwrap();
+    settle(&mut c);
+    settle(&mut c);
+    assert_eq!(total(&mut c, "long_claims", "", "completions", ""), 1);
+    assert_eq!(
+        series(
+            &mut c,
+            "webhook_oldest_unfinished_claim_seconds",
+            "long_claims",
+            "",
+            None
+        ),
+        None
+    );
+
+    // A lease held across rollups, one that ran out and was leased again.
+    enqueue_many(&mut c, "long_queue", "l", 2);
+    let held: String = c
+        .query_one(
+            "SELECT id::text FROM webhook_next(1, 'default', 'long_queue')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let lapsing: String = c
+        .query_one(
+            "SELECT id::text FROM webhook_next(1, 'default', 'long_queue', lease => '1 second')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    settle(&mut c);
+    std::thread::sleep(Duration::from_millis(1100));
+    let again: String = c
+        .query_one(
+            "SELECT id::text FROM webhook_next(1, 'default', 'long_queue')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_ne!(again, lapsing);
+    settle(&mut c);
+    assert_eq!(
+        total(&mut c, "long_queue", "default", "failures", ""),
+        1,
+        "the lease that ran out"
+    );
+    for lease in [&held, &again] {
+        c.execute("SELECT webhook_complete($1::text::uuid)", &[lease])
+            .unwrap();
+    }
+    settle(&mut c);
+    settle(&mut c);
+    assert_eq!(total(&mut c, "long_queue", "default", "completions", ""), 2);
+    assert_eq!(
+        histogram(&mut c, "long_queue", "default", "attempts"),
+        (2, 3.0)
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM webhook.metric_open WHERE provider LIKE 'long_%'"
+        ),
+        0,
+        "nothing left open"
+    );
+}
+
+#[test]
+fn handlers_and_workers_rolling_back_at_random_are_counted_exactly() {
+    let (_one, mut c) = setup();
+    let db = database(DB);
+    settle(&mut c);
+    enqueue_many(&mut c, "storm_queue", "s", 600);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A rollup running all along, as a scraping exporter would.
+    let roller = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut r = connect(db);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                r.query_one("SELECT webhook_metrics_rollup()", &[]).unwrap();
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        })
+    };
+    let handlers: Vec<_> = (0..6u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut h = connect(db);
+                let (mut committed, mut seed) = (0i64, 0x9e37_79b9 ^ (t + 1));
+                let mut coin = || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed % 4 == 0
+                };
+                for i in 0..150 {
+                    let mut tx = h.transaction().unwrap();
+                    let claim =
+                        claim_in(&mut tx, "storm_claims", &format!("t{t}-{i}"), None).unwrap();
+                    tx.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+                        .unwrap();
+                    if coin() {
+                        tx.rollback().unwrap();
+                    } else {
+                        tx.commit().unwrap();
+                        committed += 1;
+                    }
+                    let mut tx = h.transaction().unwrap();
+                    let leased = tx
+                        .query(
+                            "SELECT id::text FROM webhook_next(2, 'default', 'storm_queue')",
+                            &[],
+                        )
+                        .unwrap();
+                    for row in &leased {
+                        tx.execute(
+                            "SELECT webhook_complete($1::text::uuid)",
+                            &[&row.get::<_, String>(0)],
+                        )
+                        .unwrap();
+                    }
+                    if coin() {
+                        tx.rollback().unwrap();
+                    } else {
+                        tx.commit().unwrap();
+                    }
+                }
+                committed
+            })
+        })
+        .collect();
+    let committed: i64 = handlers.into_iter().map(|h| h.join().unwrap()).sum();
+    while !work_once(&mut c, "storm_queue", "default", 100)
+        .unwrap()
+        .is_empty()
+    {}
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    roller.join().unwrap();
+    settle(&mut c);
+    settle(&mut c);
+    assert!(committed > 500 && committed < 900, "{committed}");
+    assert_eq!(
+        total(&mut c, "storm_claims", "", "deliveries", "claimed"),
+        committed
+    );
+    assert_eq!(
+        total(&mut c, "storm_claims", "", "completions", ""),
+        committed
+    );
+    assert_eq!(
+        total(&mut c, "storm_queue", "default", "completions", ""),
+        600
+    );
+    assert_eq!(
+        histogram(&mut c, "storm_queue", "default", "latency").0,
+        600
+    );
+}
+
+#[test]
+fn a_quantile_is_read_from_the_minutes_and_bad_arguments_are_refused() {
+    let (_one, mut c) = setup();
+    settle(&mut c);
+    for e in 0..20 {
+        deliver(&mut c, "quantile_claims", &format!("qq{e}"), Duration::ZERO);
+    }
+    settle(&mut c);
+    let p50: f64 = c
+        .query_one(
+            "SELECT webhook_metric_quantile(0.5, 'processing', provider => 'quantile_claims')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(p50 > 0.0 && p50 <= 0.1, "a handler of no work: {p50}");
+    let none: Option<f64> = c
+        .query_one(
+            "SELECT webhook_metric_quantile(0.5, 'latency', provider => 'nobody')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(none, None);
+    for (sql, state, words) in [
+        (
+            "SELECT webhook_metric_quantile(1.5, 'latency')",
+            "22023",
+            "\"quantile\"",
+        ),
+        (
+            "SELECT webhook_metric_quantile(0.5, 'deliveries')",
+            "22023",
+            "\"metric\"",
+        ),
+    ] {
+        let err = c.query_one(sql, &[]).unwrap_err();
+        assert_eq!(sql_state(&err), Some(state), "{sql}");
+        assert!(message(&err).contains(words), "{sql}: {}", message(&err));
+    }
+}
