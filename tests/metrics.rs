@@ -13,24 +13,6 @@ use std::time::Duration;
 
 const DB: &str = "pgwi_metrics";
 
-/// Roll up until everything committed before this call is counted.
-pub fn settle(client: &mut Client) {
-    let since: std::time::SystemTime = client
-        .query_one("SELECT clock_timestamp()", &[])
-        .unwrap()
-        .get(0);
-    wait_for("the metrics rollup to catch up", || {
-        client
-            .query_one("SELECT webhook_metrics_rollup()", &[])
-            .unwrap();
-        let until: std::time::SystemTime = client
-            .query_one("SELECT counted_until FROM webhook.metric_marks", &[])
-            .unwrap()
-            .get(0);
-        until >= since
-    });
-}
-
 /// A counter since counting began (0 when never seen).
 fn total(client: &mut Client, provider: &str, consumer: &str, metric: &str, label: &str) -> i64 {
     client

@@ -778,3 +778,25 @@ pub fn shuffle<T>(items: &mut [T], mut seed: u64) {
         items.swap(i, (seed >> 33) as usize % (i + 1));
     }
 }
+
+// ---------------------------------------------------------------------------
+// Metrics.
+
+/// Roll up until everything committed before this call is counted.
+pub fn settle(client: &mut Client) {
+    let since: std::time::SystemTime = client
+        .query_one("SELECT clock_timestamp()", &[])
+        .unwrap()
+        .get(0);
+    wait_for("the metrics rollup to catch up", || {
+        client
+            .query_one("SELECT webhook_metrics_rollup()", &[])
+            .unwrap();
+        let until: std::time::SystemTime = client
+            .query_one("SELECT counted_until FROM webhook.metric_marks", &[])
+            .unwrap()
+            .get(0);
+        // Past the millisecond too: ids of that millisecond sort after its bound.
+        until > since + Duration::from_millis(1)
+    });
+}
