@@ -29,7 +29,8 @@ STATE_DIR  ?= /var/tmp/pg_webhook_inbox/pg$(PG_MAJOR)
 # Test servers listen on 127.0.0.1 at TEST_PORT_BASE + 10 × major + n, so
 # runs on 15 and 18 can share a machine, and none uses `cargo pgrx run`'s
 # 288xx: n is 0 for the client suites, 1 the hardening suites, 2 the
-# benchmark, 3 the examples, 4 the package test, 5 the demo.
+# benchmark, 3 the examples, 4 the package test, 5 the demo, 6 the
+# observability test (and the three ports 100 above it).
 TEST_PORT_BASE ?= 25000
 port = $(shell expr $(TEST_PORT_BASE) + 10 \* $(PG_MAJOR) + $(1))
 
@@ -46,7 +47,7 @@ HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES),$(basename $(notdir $(wildcard tests/*.rs))))
 
 .PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening figures lint \
-        package package-major package-test examples-test bench demo clean
+        package package-major package-test examples-test observability-test bench demo clean
 
 all: build
 
@@ -78,6 +79,7 @@ test:
 	$(MAKE) --no-print-directory test-in-db
 	$(MAKE) --no-print-directory test-client
 	$(MAKE) --no-print-directory hardening
+	$(MAKE) --no-print-directory observability-test
 	$(MAKE) --no-print-directory package-test
 
 test-in-db: setup
@@ -138,6 +140,11 @@ package-major: setup
 # installation, creates the extension and claims.
 package-test: package-major
 	.ci/package-test $(PACKAGE) $(STATE_DIR)/package $(call port,4)
+
+# The metrics and alerts through Prometheus, its PostgreSQL exporter,
+# pg_cron and the example alert relay.
+observability-test: install
+	.ci/observability-test $(STATE_DIR)/observability $(call port,6)
 
 # The example receivers in Python, Node and Rust, end to end, with
 # deliveries signed by the providers' SDKs.

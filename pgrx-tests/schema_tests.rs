@@ -200,7 +200,7 @@ mod tests {
             "webhook.alert_rules, webhook.alerts, webhook.alerts_id_seq, \
              webhook.app_scopes, webhook.delivery_failures, webhook.delivery_log_default, webhook.events, \
              webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
-             webhook.metric_marks, webhook.metric_minutes, webhook.metric_open, webhook.metric_totals, \
+             webhook.metric_minutes, webhook.metric_open, webhook.metric_totals, \
              webhook.provider_secrets, webhook.providers, webhook.requeues, \
              webhook.signature_bindings, webhook.watermarks"
         );

@@ -125,7 +125,6 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.idempotency_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.app_scopes', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_minutes', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_totals', '');
-SELECT pg_catalog.pg_extension_config_dump('webhook.metric_marks', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.alert_rules', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.alerts', '');

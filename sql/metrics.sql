@@ -74,6 +74,10 @@ CREATE TABLE webhook.metric_marks (
     rolled_up_at  timestamptz,
     CONSTRAINT metric_marks_pkey PRIMARY KEY (only_row)
 );
+-- Counting starts with the extension (or the upgrade that brought it).
+-- The row is not kept by pg_dump: a restored database counts from its
+-- restore on, its restored archive counted already in the restored totals.
+INSERT INTO webhook.metric_marks (counted_until) VALUES (pg_catalog.now());
 COMMENT ON TABLE webhook.metric_marks IS 'Where the metrics rollup stopped: everything before counted_until is counted';
 COMMENT ON COLUMN webhook.metric_marks.only_row IS 'Always true: the table has one row';
 COMMENT ON COLUMN webhook.metric_marks.counted_until IS 'Deliveries and leases whose id was made before it, and failures before it, are counted';
@@ -239,8 +243,8 @@ BEGIN
             USING ERRCODE = '42501',
                   HINT = pg_catalog.format('GRANT pg_read_all_stats TO %I; the rollup counts only what no running transaction can still write.', current_user);
     END IF;
-    -- Counting starts when the first rollup runs (after an install, an
-    -- upgrade or a restore that brought no marks).
+    -- The row is made with the extension; were it deleted, counting
+    -- starts again from now.
     INSERT INTO webhook.metric_marks (counted_until) VALUES (pg_catalog.now()) ON CONFLICT DO NOTHING;
     SELECT counted_until INTO STRICT since FROM webhook.metric_marks FOR UPDATE;
 

@@ -1,0 +1,249 @@
+"""The metrics and alerts through the components operators run: Debian's
+prometheus-postgres-exporter with the shipped query file, Debian's
+Prometheus scraping it (with the shipped rules), pg_cron evaluating the
+alerts, and the example relay posting them to a stand-in chat webhook.
+
+Run by .ci/observability-test against a throwaway server (PGHOST, PGPORT).
+A known mix of deliveries goes in; what Prometheus's HTTP API answers must
+equal it, series by series.
+"""
+
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import psycopg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MONITORING = os.path.join(ROOT, "examples", "monitoring")
+HOST, PORT = os.environ["PGHOST"], os.environ["PGPORT"]
+EXPORTER_PORT, PROMETHEUS_PORT, CHAT_PORT = (int(p) for p in os.environ["OBSERVABILITY_PORTS"].split(","))
+WITH_CRON = os.environ.get("WITH_CRON") == "1"
+
+
+def dsn(user, db="postgres"):
+    return f"host={HOST} port={PORT} user={user} dbname={db}"
+
+
+def wait(what, check, timeout=90):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            last = check()
+            if last is True:
+                return
+        except Exception as error:  # a component still starting
+            last = error
+        time.sleep(0.5)
+    sys.exit(f"observability: timed out waiting for {what} (last: {last})")
+
+
+def stripe_headers(body, secret):
+    import hashlib
+    import hmac
+
+    ts = int(time.time())
+    sig = hmac.new(secret.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
+    return json.dumps({"Stripe-Signature": f"t={ts},v1={sig}"})
+
+
+def drive(db):
+    """The known mix; returns what Prometheus must show."""
+    db.execute("SELECT webhook_register_provider('shop', scheme => 'stripe', secret => 'whsec_shop')")
+    db.execute("SELECT webhook_register_provider('gh', scheme => 'stripe', secret => 'whsec_gh',"
+               " inbox => true, consumers => ARRAY['billing', 'audit'])")
+
+    def claim(event_id):
+        return db.execute("SELECT id, claimed, status FROM webhook_claim('pay', %s, 'charge', %s::jsonb, NULL)",
+                          (event_id, json.dumps({"id": event_id}))).fetchone()
+
+    for i in range(5):  # new, processed
+        cid, _, _ = claim(f"p{i}")
+        db.execute("SELECT webhook_complete(%s)", (cid,))
+    for i in range(3):  # duplicates
+        assert claim(f"p{i}")[2] == "duplicate"
+    cid, _, _ = claim("flaky")  # failed, then retried and processed
+    db.execute("SELECT webhook_fail(%s, 'timeout')", (cid,))
+    cid, _, status = claim("flaky")
+    assert status == "retry", status
+    db.execute("SELECT webhook_complete(%s)", (cid,))
+    claim("slow")  # claimed, its work still running
+    cid, _, _ = claim("poison")  # dead
+    db.execute("SELECT webhook_fail(%s, 'bad data', permanent => true)", (cid,))
+
+    for i in range(4):  # forged
+        body = json.dumps({"id": f"forged{i}", "type": "charge"}).encode()
+        row = db.execute("SELECT http_status FROM webhook_receive('shop', %s::jsonb, %s::bytea)",
+                         (stripe_headers(body, "whsec_guess"), body)).fetchone()
+        assert row[0] == 401, row
+    for i in range(2):  # genuine, claimed and processed
+        body = json.dumps({"id": f"real{i}", "type": "charge"}).encode()
+        row = db.execute("SELECT id, status FROM webhook_receive('shop', %s::jsonb, %s::bytea)",
+                         (stripe_headers(body, "whsec_shop"), body)).fetchone()
+        assert row[1] == "claimed", row
+        db.execute("SELECT webhook_complete(%s)", (row[0],))
+
+    for i in range(3):  # queued for two consumers
+        body = json.dumps({"id": f"q{i}", "type": "push"}).encode()
+        row = db.execute("SELECT status FROM webhook_receive('gh', %s::jsonb, %s::bytea)",
+                         (stripe_headers(body, "whsec_gh"), body)).fetchone()
+        assert row[0] == "queued", row
+    for row in db.execute("SELECT id FROM webhook_next(10, 'billing', 'gh')").fetchall():
+        db.execute("SELECT webhook_complete(%s)", (row[0],))
+    leases = [r[0] for r in db.execute("SELECT id FROM webhook_next(2, 'audit', 'gh')").fetchall()]
+    db.execute("SELECT webhook_complete(%s)", (leases[0],))
+    db.execute("SELECT webhook_fail(%s, 'rejected by audit', permanent => true)", (leases[1],))
+
+    return {
+        'webhook_deliveries_total{provider="pay",status="claimed"}': 8,
+        'webhook_deliveries_total{provider="pay",status="duplicate"}': 3,
+        'webhook_deliveries_total{provider="pay",status="retry"}': 1,
+        'webhook_deliveries_total{provider="shop",status="rejected"}': 4,
+        'webhook_deliveries_total{provider="shop",status="claimed"}': 2,
+        'webhook_deliveries_total{provider="gh",status="queued"}': 3,
+        'webhook_rejections_total{provider="shop",reason="bad_signature"}': 4,
+        'webhook_completions_total{provider="pay",consumer=""}': 6,
+        'webhook_completions_total{provider="shop",consumer=""}': 2,
+        'webhook_completions_total{provider="gh",consumer="billing"}': 3,
+        'webhook_completions_total{provider="gh",consumer="audit"}': 1,
+        'webhook_failures_total{provider="pay",consumer=""}': 2,
+        'webhook_failures_total{provider="gh",consumer="audit"}': 1,
+        'webhook_dead_letters_total{provider="pay",consumer=""}': 1,
+        'webhook_dead_letters_total{provider="gh",consumer="audit"}': 1,
+        'webhook_latency_seconds_count{provider="gh",consumer="billing"}': 3,
+        'webhook_latency_seconds_bucket{provider="gh",consumer="billing",le="+Inf"}': 3,
+        'webhook_attempts_bucket{provider="pay",consumer="",le="1"}': 5,
+        'webhook_attempts_bucket{provider="pay",consumer="",le="2"}': 6,
+        'webhook_attempts_sum{provider="pay",consumer=""}': 7,
+        'webhook_inbox_events{provider="gh",consumer="audit",state="ready"}': 1,
+        'webhook_inbox_events{provider="gh",consumer="audit",state="dead"}': 1,
+        'webhook_inbox_events{provider="gh",consumer="audit",state="leased"}': 0,
+        'count(webhook_oldest_unfinished_claim_seconds{provider="pay"} > 0)': 1,
+        # The histogram works as one: a quantile Prometheus computes.
+        'histogram_quantile(1, webhook_attempts_bucket{provider="pay",consumer=""})': 2,
+    }
+
+
+def prometheus(query):
+    url = f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        data = json.load(answer)
+    result = data["data"]["result"]
+    if len(result) != 1:
+        return None if not result else ("several series", result)
+    return float(result[0]["value"][1])
+
+
+class Chat(http.server.BaseHTTPRequestHandler):
+    """The stand-in for a chat service's incoming-webhook URL."""
+
+    posts = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Chat.posts.append(json.loads(body)["text"])
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="webhook-observability-")
+    children = []
+    try:
+        with psycopg.connect(dsn("postgres"), autocommit=True) as db:
+            db.execute("CREATE EXTENSION pg_webhook_inbox")
+            db.execute("CREATE ROLE webhook_monitor LOGIN")
+            db.execute("SELECT webhook_grant_monitor('webhook_monitor')")
+            db.execute("CREATE ROLE webhook_ops LOGIN")
+            db.execute("SELECT webhook_grant_operator('webhook_ops')")
+            expected = drive(db)
+
+            env = dict(os.environ, DATA_SOURCE_NAME=f"postgresql://webhook_monitor@{HOST}:{PORT}/postgres?sslmode=disable")
+            children.append(subprocess.Popen(
+                ["prometheus-postgres-exporter", "--disable-default-metrics", "--disable-settings-metrics",
+                 f"--extend.query-path={MONITORING}/postgres_exporter.yaml",
+                 f"--web.listen-address=127.0.0.1:{EXPORTER_PORT}", "--log.level=warn"],
+                env=env))
+            config = os.path.join(work, "prometheus.yml")
+            with open(os.path.join(MONITORING, "prometheus.yml")) as shipped:
+                text = shipped.read()
+            text = text.replace("scrape_interval: 30s", "scrape_interval: 1s")
+            text = text.replace("127.0.0.1:9187", f"127.0.0.1:{EXPORTER_PORT}")
+            text = text.replace("prometheus-rules.yml", os.path.join(MONITORING, "prometheus-rules.yml"))
+            with open(config, "w") as out:
+                out.write(text)
+            subprocess.run(["promtool", "check", "config", config], check=True, stdout=subprocess.DEVNULL)
+            children.append(subprocess.Popen(
+                ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={work}/tsdb",
+                 f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}", "--log.level=warn"]))
+
+            for query, value in expected.items():
+                wait(f"{query} = {value}", lambda: prometheus(query) == value or prometheus(query))
+            print(f"observability: {len(expected)} series read through the exporter and Prometheus equal the known mix")
+
+            # The dashboard reads only what webhook_metrics() exports.
+            exported = {r[0] for r in db.execute("SELECT DISTINCT metric FROM webhook_metrics()")}
+            families = {r[0] for r in db.execute("SELECT family FROM webhook._metric_families()")}
+            exported |= {f + s for f in families for s in ("", "_bucket", "_sum", "_count", "_total")}
+            with open(os.path.join(MONITORING, "grafana-dashboard.json")) as f:
+                dashboard = json.load(f)
+            used = set()
+            for panel in dashboard["panels"]:
+                for target in panel["targets"]:
+                    used |= set(re.findall(r"\bwebhook_[a-z_]+", target["expr"]))
+            unknown = sorted(used - exported)
+            if unknown:
+                sys.exit(f"observability: the dashboard reads metrics nobody exports: {unknown}")
+            names = json.load(urllib.request.urlopen(
+                f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/label/__name__/values"))["data"]
+            missing = sorted(m for m in used if m not in names)
+            if missing:
+                sys.exit(f"observability: the dashboard reads metrics Prometheus never received: {missing}")
+            print(f"observability: the dashboard's {len(used)} metrics are all exported and scraped")
+
+            if not WITH_CRON:
+                print("observability: pg_cron is packaged for PostgreSQL 15 only; alerts checked by the client suites")
+                return
+
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", CHAT_PORT), Chat)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            children.append(subprocess.Popen(
+                [sys.executable, os.path.join(MONITORING, "alert_relay.py")],
+                env=dict(os.environ, DATABASE_URL=dsn("webhook_ops"),
+                         ALERT_WEBHOOK_URL=f"http://127.0.0.1:{CHAT_PORT}/hook")))
+            db.execute("CREATE EXTENSION pg_cron")
+            db.execute("SELECT cron.schedule('webhook-alerts', '* * * * *',"
+                       " 'SELECT count(*) FROM webhook_alerts_evaluate()')")
+            wait("pg_cron to evaluate the alerts and the relay to post them",
+                 lambda: sum("[opened] dead_letters" in p for p in Chat.posts) == 2 or Chat.posts, timeout=150)
+            runs = db.execute("SELECT status FROM cron.job_run_details ORDER BY start_time").fetchall()
+            assert runs and all(r[0] == "succeeded" for r in runs), runs
+            alert_id = db.execute("SELECT id FROM webhook.alerts WHERE rule = 'dead_letters' AND provider = 'gh'").fetchone()[0]
+            with psycopg.connect(dsn("webhook_ops"), autocommit=True) as ops:
+                ops.execute("SELECT webhook_alert_acknowledge(%s)", (alert_id,))
+            wait("the relay to post the acknowledgement",
+                 lambda: any("[acknowledged] dead_letters on gh / audit" in p for p in Chat.posts) or Chat.posts)
+            print(f"observability: pg_cron evaluated the alerts ({len(runs)} run(s)); the relay posted: {Chat.posts}")
+            db.execute("SELECT cron.unschedule('webhook-alerts')")
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait()
+
+
+if __name__ == "__main__":
+    main()
