@@ -61,3 +61,11 @@ SELECT provider, event_id, status, attempts, last_error, result
 echo "The side effect: credits granted once"
 sql -v event_id="$event_id" <<< "
 SELECT event_id, customer, credits FROM demo.credit_grants WHERE event_id = :'event_id'"
+echo "The metrics: what an exporter scrapes (webhook_metrics_prometheus() has them as text)"
+sql -v started="$started" <<< "
+SELECT metric, label_value AS status_or_reason, value
+  FROM webhook_metrics()
+ WHERE provider = 'demo-shop'
+   AND metric IN ('webhook_deliveries_total', 'webhook_rejections_total', 'webhook_completions_total',
+                  'webhook_failures_total', 'webhook_processing_seconds_count')
+ ORDER BY metric, label_value"

@@ -103,21 +103,23 @@ COMMENT ON COLUMN webhook.metric_open.consumer IS 'Empty for a claim; the consum
 COMMENT ON COLUMN webhook.metric_open.started_at IS 'When the attempt began';
 COMMENT ON COLUMN webhook.metric_minutes.provider IS 'Provider name';
 
--- The time in the first 48 bits of a delivery or lease id.
+-- The time in the first 48 bits of a delivery or lease id. Called for
+-- every lease a rollup counts, so written to be inlined by the planner:
+-- no SET clause (a function with one is called, its settings saved and
+-- restored, at every row) and not STRICT (which the planner would have to
+-- prove of its body); it reads no table and names everything it uses.
 CREATE FUNCTION webhook._id_time(id uuid) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
 SELECT pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(id::text, '-', ''), 1, 12))::bit(48)::bigint
                                / 1000.0)
 $$;
 COMMENT ON FUNCTION webhook._id_time(uuid) IS 'Internal: when a delivery or lease id was made (its first 48 bits)';
 
--- The histograms' buckets: fixed, so that Prometheus (histogram_quantile)
+-- The histograms' buckets (inlined, like webhook._id_time): fixed, so that Prometheus (histogram_quantile)
 -- and SQL (webhook_metric_quantile) compute quantiles from the same counts.
 CREATE FUNCTION webhook._metric_buckets(metric text) RETURNS double precision[]
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
 SELECT CASE metric
        -- From receipt to processed: sub-second for a handler, hours for
@@ -130,95 +132,132 @@ SELECT CASE metric
 $$;
 COMMENT ON FUNCTION webhook._metric_buckets(text) IS 'Internal: the upper bounds of a histogram''s buckets';
 
--- The bucket an observation falls in, as its label: Prometheus's `le`.
-CREATE FUNCTION webhook._metric_bucket(metric text, value double precision) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
+-- The bucket of a histogram an observation falls in, by its index in
+-- webhook._metric_buckets: the first bound at least as large
+-- (width_bucket counts the bounds at most as large, and an observation on
+-- a bound belongs to it). Inlined, the metric a constant: the bounds are
+-- folded into the plan.
+CREATE FUNCTION webhook._metric_bucket(metric text, value double precision) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-SELECT CASE WHEN u.bound = 'Infinity' THEN '+Inf' ELSE u.bound::text END
-  FROM pg_catalog.unnest(webhook._metric_buckets(_metric_bucket.metric)) AS u (bound)
- WHERE _metric_bucket.value <= u.bound
- ORDER BY u.bound
- LIMIT 1
+SELECT pg_catalog.width_bucket(value, webhook._metric_buckets(metric))
+       + CASE WHEN (webhook._metric_buckets(metric))[pg_catalog.width_bucket(value, webhook._metric_buckets(metric))]
+                   OPERATOR(pg_catalog.=) value
+              THEN 0 ELSE 1 END
 $$;
-COMMENT ON FUNCTION webhook._metric_bucket(text, double precision) IS 'Internal: the label of the histogram bucket a value falls in';
+COMMENT ON FUNCTION webhook._metric_bucket(text, double precision) IS
+    'Internal: the index of the histogram bucket a value falls in';
 
--- Count what one query observed: each row is (at, provider, consumer,
--- metric, label, value), a histogram's value the observation. Added to its
--- minute and to the totals. `ctes` are common table expressions the query
--- reads (some delete or insert: they run in the same snapshot as it).
-CREATE FUNCTION webhook._metrics_count(ctes text, observations text, lower_bound timestamptz, upper_bound timestamptz)
+-- A bucket's label, Prometheus's `le`: its upper bound.
+CREATE FUNCTION webhook._metric_bucket_label(metric text, bucket integer) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN (webhook._metric_buckets(metric))[bucket] OPERATOR(pg_catalog.=) 'Infinity' THEN '+Inf'
+            ELSE ((webhook._metric_buckets(metric))[bucket])::text END
+$$;
+COMMENT ON FUNCTION webhook._metric_bucket_label(text, integer) IS
+    'Internal: the label (upper bound) of a histogram bucket';
+
+-- Add counts to webhook.metric_minutes and webhook.metric_totals. `counts`
+-- is a query of (minute, provider, consumer, metric, label, count, sum),
+-- aggregated as far as it could be: per delivery nothing but a few
+-- hash-table updates, then a row per group. It reads `ctes`, common table
+-- expressions some of which delete or insert (they run in the same
+-- snapshot as it), and $1 to $4: the marks as ids, then as times.
+CREATE FUNCTION webhook._metrics_add(ctes text, counts text, lower_bound timestamptz, upper_bound timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    counted bigint;
+    added bigint;
 BEGIN
-    EXECUTE 'WITH ' || coalesce(ctes || ', ', '') || 'observed AS (' || observations || '),
-        observed_labeled AS (
-            SELECT at, provider, consumer, metric,
-                   CASE WHEN webhook._metric_buckets(metric) IS NULL THEN label
-                        ELSE webhook._metric_bucket(metric, value) END AS label,
-                   coalesce(value, 0) AS value
-              FROM observed
-        ), minutes AS (
+    EXECUTE 'WITH ' || coalesce(ctes || ', ', '') || 'counted AS (' || counts || '),
+        minutes AS (
             INSERT INTO webhook.metric_minutes AS m (minute, provider, consumer, metric, label, count, sum)
-            SELECT pg_catalog.date_trunc(''minute'', at), provider, consumer, metric, label, count(*), sum(value)
-              FROM observed_labeled
+            SELECT minute, provider, consumer, metric, label, sum(count), sum(sum)
+              FROM counted
              GROUP BY 1, 2, 3, 4, 5
             ON CONFLICT (minute, provider, consumer, metric, label)
             DO UPDATE SET count = m.count + excluded.count, sum = m.sum + excluded.sum
         ), totals AS (
             INSERT INTO webhook.metric_totals AS t (provider, consumer, metric, label, count, sum)
-            SELECT provider, consumer, metric, label, count(*), sum(value)
-              FROM observed_labeled
+            SELECT provider, consumer, metric, label, sum(count), sum(sum)
+              FROM counted
              GROUP BY 1, 2, 3, 4
             ON CONFLICT (provider, consumer, metric, label)
             DO UPDATE SET count = t.count + excluded.count, sum = t.sum + excluded.sum
         )
-        SELECT count(*) FROM observed'
-      INTO counted
+        SELECT coalesce(sum(count), 0)::bigint FROM counted'
+      INTO added
       USING webhook._archive_bound(lower_bound), webhook._archive_bound(upper_bound), lower_bound, upper_bound;
-    RETURN counted;
+    RETURN added;
 END
 $$;
-COMMENT ON FUNCTION webhook._metrics_count(text, text, timestamptz, timestamptz) IS
-    'Internal: add what a query observed (at, provider, consumer, metric, label, value) to webhook.metric_minutes and webhook.metric_totals';
+COMMENT ON FUNCTION webhook._metrics_add(text, text, timestamptz, timestamptz) IS
+    'Internal: add aggregated counts (minute, provider, consumer, metric, label, count, sum) to webhook.metric_minutes and webhook.metric_totals';
 
--- What a finished attempt adds: a completion, its latency from receipt,
--- its own duration, and the attempts its event took. Reads `done` (at,
--- provider, consumer, received_at, started_at, attempts).
-CREATE FUNCTION webhook._completion_observations() RETURNS text
+-- The minute of a time, the same in every time zone (and without the
+-- time zone lookup per row that date_trunc makes).
+CREATE FUNCTION webhook._minute(at timestamptz) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT pg_catalog.date_bin('1 minute', at, '2000-01-01 00:00:00+00')
+$$;
+COMMENT ON FUNCTION webhook._minute(timestamptz) IS 'Internal: the minute a time falls in';
+
+-- What finished attempts add: completions, latency from receipt, their
+-- own duration, and the attempts their event took. Reads `done` (at,
+-- provider, consumer, received_at, started_at, attempts): grouped by
+-- minute and the three buckets, then one row per metric and group.
+CREATE FUNCTION webhook._completion_counts() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT 'SELECT d.at, d.provider, d.consumer, o.metric, '''' AS label, o.value
-          FROM done d
+SELECT $q$SELECT g.minute, g.provider, g.consumer, o.metric, o.label, g.n AS count, o.sum
+          FROM (SELECT webhook._minute(d.at) AS minute, d.provider, d.consumer,
+                       webhook._metric_bucket('latency', d.latency) AS latency_bucket,
+                       webhook._metric_bucket('processing', d.processing) AS processing_bucket,
+                       webhook._metric_bucket('attempts', d.attempts) AS attempts_bucket,
+                       count(*) AS n, sum(d.latency) AS latency, sum(d.processing) AS processing,
+                       sum(d.attempts) AS attempts
+                  FROM (SELECT d.at, d.provider, d.consumer, d.attempts::float8 AS attempts,
+                               GREATEST(pg_catalog.date_part('epoch', d.at - d.received_at), 0) AS latency,
+                               GREATEST(pg_catalog.date_part('epoch', d.at - d.started_at), 0) AS processing
+                          FROM done d) d
+                 GROUP BY 1, 2, 3, 4, 5, 6) g
          CROSS JOIN LATERAL (VALUES
-               (''completions'', NULL::float8),
-               (''latency'', GREATEST(pg_catalog.date_part(''epoch'', d.at - d.received_at), 0)),
-               (''processing'', GREATEST(pg_catalog.date_part(''epoch'', d.at - d.started_at), 0)),
-               (''attempts'', d.attempts::float8)) AS o (metric, value)'
+               ('completions', '', 0::float8),
+               ('latency', webhook._metric_bucket_label('latency', g.latency_bucket), g.latency),
+               ('processing', webhook._metric_bucket_label('processing', g.processing_bucket), g.processing),
+               ('attempts', webhook._metric_bucket_label('attempts', g.attempts_bucket), g.attempts)
+               ) AS o (metric, label, sum)$q$
 $$;
-COMMENT ON FUNCTION webhook._completion_observations() IS 'Internal: the observations of finished attempts, for webhook._metrics_count';
+COMMENT ON FUNCTION webhook._completion_counts() IS 'Internal: the counts of finished attempts, for webhook._metrics_add';
 
--- What a failed attempt adds: a failure, its duration, and a dead letter
--- when it parked its event. Reads `failed` (at, provider, consumer,
+-- What failed attempts add: failures, their duration, and dead letters
+-- where they parked their event. Reads `failed` (at, provider, consumer,
 -- started_at, parked).
-CREATE FUNCTION webhook._failure_observations() RETURNS text
+CREATE FUNCTION webhook._failure_counts() RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT 'SELECT f.at, f.provider, f.consumer, o.metric, '''' AS label, o.value
-          FROM failed f
+SELECT $q$SELECT g.minute, g.provider, g.consumer, o.metric, o.label, o.count, o.sum
+          FROM (SELECT webhook._minute(f.at) AS minute, f.provider, f.consumer,
+                       webhook._metric_bucket('processing', f.processing) AS processing_bucket,
+                       count(*) AS n, count(*) FILTER (WHERE f.parked) AS parked, sum(f.processing) AS processing
+                  FROM (SELECT f.at, f.provider, f.consumer, f.parked,
+                               GREATEST(pg_catalog.date_part('epoch', f.at - f.started_at), 0) AS processing
+                          FROM failed f) f
+                 GROUP BY 1, 2, 3, 4) g
          CROSS JOIN LATERAL (VALUES
-               (''failures'', NULL::float8, true),
-               (''processing'', GREATEST(pg_catalog.date_part(''epoch'', f.at - f.started_at), 0), true),
-               (''dead_letters'', NULL::float8, f.parked)) AS o (metric, value, counts)
-         WHERE o.counts'
+               ('failures', '', g.n, 0::float8),
+               ('processing', webhook._metric_bucket_label('processing', g.processing_bucket), g.n, g.processing),
+               ('dead_letters', '', g.parked, 0::float8)
+               ) AS o (metric, label, count, sum)
+         WHERE o.count > 0$q$
 $$;
-COMMENT ON FUNCTION webhook._failure_observations() IS 'Internal: the observations of failed attempts, for webhook._metrics_count';
+COMMENT ON FUNCTION webhook._failure_counts() IS 'Internal: the counts of failed attempts, for webhook._metrics_add';
 
 -- Roll up everything written since the last run. Cheap when nothing
 -- happened; safe to call from many sessions (one rolls up, the others
@@ -261,8 +300,11 @@ BEGIN
     END IF;
     bound := GREATEST(bound, since);
 
-    -- Claims: those still open from before, and those begun since.
-    counted := counted + webhook._metrics_count(
+    -- The claims since the last mark with those still open from before;
+    -- and the deliveries since the mark by what they were answered, and
+    -- rejections by reason. (Reading the archive's range twice costs less
+    -- than keeping it between the two.)
+    counted := counted + webhook._metrics_add(
         $q$attempts AS (
                SELECT o.id, o.provider, o.event_id, o.started_at FROM webhook.metric_open o WHERE o.consumer = ''
                UNION ALL
@@ -284,10 +326,21 @@ BEGIN
                       s.started_at, s.attempts
                  FROM seen s WHERE s.owner AND s.status = 'processed'
            )$q$,
-        webhook._completion_observations(), since, bound);
+        webhook._completion_counts() || $q$
+           UNION ALL
+           SELECT d.minute, d.provider, '', o.metric, o.label, d.n, 0
+             FROM (SELECT webhook._minute(a.created_at) AS minute, a.provider, a.claim_status, a.reject_reason,
+                          count(*) AS n
+                     FROM webhook.delivery_log a WHERE a.id >= $1 AND a.id < $2 GROUP BY 1, 2, 3, 4) d
+            CROSS JOIN LATERAL (VALUES
+                  ('deliveries', d.claim_status::text, true),
+                  ('rejections', coalesce(d.reject_reason, 'unknown'), d.claim_status = 'rejected')
+                  ) AS o (metric, label, counts)
+            WHERE o.counts$q$,
+        since, bound);
 
     -- Inbox leases: those still held before, and those taken since.
-    counted := counted + webhook._metrics_count(
+    counted := counted + webhook._metrics_add(
         $q$attempts AS (
                SELECT o.id FROM webhook.metric_open o WHERE o.consumer <> ''
                UNION ALL
@@ -308,12 +361,12 @@ BEGIN
                       webhook._id_time(s.id) AS started_at, s.attempts
                  FROM seen s WHERE s.status = 'processed'
            )$q$,
-        webhook._completion_observations(), since, bound);
+        webhook._completion_counts(), since, bound);
 
     -- Failed attempts, of claims and of leases, and the dead letters they
     -- made: a failure whose event (or inbox row) is parked under the same
     -- claim or lease.
-    counted := counted + webhook._metrics_count(
+    counted := counted + webhook._metrics_add(
         $q$failed AS (
                SELECT f.failed_at AS at, l.provider, ''::text AS consumer, l.created_at AS started_at,
                       (e.status = 'dead' AND e.claim_id = f.delivery_id) AS parked
@@ -328,17 +381,7 @@ BEGIN
                  LEFT JOIN webhook.inbox i ON i.claim_id = f.claim_id
                 WHERE f.failed_at >= $3 AND f.failed_at < $4
            )$q$,
-        webhook._failure_observations(), since, bound);
-
-    -- Deliveries by what they were answered, and rejections by reason.
-    counted := counted + webhook._metrics_count(NULL,
-        $q$SELECT l.created_at AS at, l.provider, ''::text AS consumer, 'deliveries'::text AS metric,
-                  l.claim_status::text AS label, NULL::float8 AS value
-             FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2
-           UNION ALL
-           SELECT l.created_at, l.provider, '', 'rejections', coalesce(l.reject_reason, 'unknown'), NULL
-             FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2 AND l.claim_status = 'rejected'$q$,
-        since, bound);
+        webhook._failure_counts(), since, bound);
 
     UPDATE webhook.metric_marks SET counted_until = bound, rolled_up_at = pg_catalog.clock_timestamp();
 
