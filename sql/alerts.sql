@@ -157,9 +157,10 @@ WITH rules AS (
      GROUP BY r.name, r.kind, m.provider, m.consumer, r.threshold, r.min_events
 )
 SELECT name, kind, provider, consumer, dead::float8, threshold,
-       pg_catalog.format('%s events of %s%s parked as dead in the last %s', dead, provider,
+       pg_catalog.format('%s dead letter(s) of %s%s in the last %s minutes', dead, provider,
                          CASE WHEN consumer <> '' THEN ' (consumer ' || consumer || ')' ELSE '' END,
-                         (SELECT r."window" FROM rules r WHERE r.name = measured.name))
+                         (SELECT pg_catalog.round(pg_catalog.date_part('epoch', r."window") / 60)
+                            FROM rules r WHERE r.name = measured.name))
   FROM measured WHERE kind = 'dead_letters' AND dead > threshold
 UNION ALL
 SELECT name, kind, provider, consumer, failures::float8 / (failures + coalesce(completions, 0)), threshold,

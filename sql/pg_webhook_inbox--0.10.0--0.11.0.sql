@@ -1078,21 +1078,30 @@ BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts p WHERE p.database = pg_catalog.current_database()) THEN
         bound := since;
     END IF;
-    bound := GREATEST(bound, since);
+    -- At most ten minutes of traffic per call, so that one call after a
+    -- long pause (nobody scraped for a day) is not one statement of hours;
+    -- the calls after it catch up, and the lag gauge shows how far.
+    bound := LEAST(GREATEST(bound, since), since + interval '10 minutes');
 
     -- The claims since the last mark with those still open from before;
     -- and the deliveries since the mark by what they were answered, and
     -- rejections by reason. (Reading the archive's range twice costs less
     -- than keeping it between the two.)
     counted := counted + webhook._metrics_add(
-        $q$attempts AS (
-               SELECT o.id, o.provider, o.event_id, o.started_at FROM webhook.metric_open o WHERE o.consumer = ''
-               UNION ALL
-               SELECT l.id, l.provider, l.event_id, l.created_at FROM webhook.delivery_log l
+        $q$seen AS (
+               -- Two joins, not one of a union: the archive's range alone
+               -- is estimated well, and its join planned for its size.
+               SELECT l.id, l.provider, l.event_id, l.created_at AS started_at, e.status, e.processed_at,
+                      e.first_seen_at, e.attempts, e.claim_id = l.id AS owner
+                 FROM webhook.delivery_log l
+                 JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
                 WHERE l.id >= $1 AND l.id < $2 AND l.claim_status IN ('claimed', 'retry')
-           ), seen AS (
-               SELECT a.*, e.status, e.processed_at, e.first_seen_at, e.attempts, e.claim_id = a.id AS owner
-                 FROM attempts a JOIN webhook.events e ON e.provider = a.provider AND e.event_id = a.event_id
+               UNION ALL
+               SELECT o.id, o.provider, o.event_id, o.started_at, e.status, e.processed_at,
+                      e.first_seen_at, e.attempts, e.claim_id = o.id
+                 FROM webhook.metric_open o
+                 JOIN webhook.events e ON e.provider = o.provider AND e.event_id = o.event_id
+                WHERE o.consumer = ''
            ), closed AS (
                DELETE FROM webhook.metric_open o USING seen s
                 WHERE o.id = s.id AND NOT (s.owner AND s.status = 'processing')
@@ -1524,9 +1533,10 @@ WITH rules AS (
      GROUP BY r.name, r.kind, m.provider, m.consumer, r.threshold, r.min_events
 )
 SELECT name, kind, provider, consumer, dead::float8, threshold,
-       pg_catalog.format('%s events of %s%s parked as dead in the last %s', dead, provider,
+       pg_catalog.format('%s dead letter(s) of %s%s in the last %s minutes', dead, provider,
                          CASE WHEN consumer <> '' THEN ' (consumer ' || consumer || ')' ELSE '' END,
-                         (SELECT r."window" FROM rules r WHERE r.name = measured.name))
+                         (SELECT pg_catalog.round(pg_catalog.date_part('epoch', r."window") / 60)
+                            FROM rules r WHERE r.name = measured.name))
   FROM measured WHERE kind = 'dead_letters' AND dead > threshold
 UNION ALL
 SELECT name, kind, provider, consumer, failures::float8 / (failures + coalesce(completions, 0)), threshold,

@@ -713,3 +713,66 @@ fn a_quantile_is_read_from_the_minutes_and_bad_arguments_are_refused() {
         assert!(message(&err).contains(words), "{sql}: {}", message(&err));
     }
 }
+
+#[test]
+fn minutes_past_the_retention_are_deleted_and_the_totals_kept() {
+    let (_one, mut c) = setup();
+    settle(&mut c);
+    c.batch_execute(
+        "INSERT INTO webhook.metric_minutes (minute, provider, consumer, metric, label, count)
+         VALUES (date_trunc('minute', now() - interval '3 hours'), 'old_claims', '', 'deliveries', 'claimed', 5),
+                (date_trunc('minute', now() - interval '30 minutes'), 'old_claims', '', 'deliveries', 'claimed', 7);
+         INSERT INTO webhook.metric_totals (provider, consumer, metric, label, count)
+         VALUES ('old_claims', '', 'deliveries', 'claimed', 12);
+         SET webhook.metrics_retention = '2h';",
+    )
+    .unwrap();
+    deliver(&mut c, "old_claims", "o1", Duration::ZERO);
+    settle(&mut c);
+    c.batch_execute("RESET webhook.metrics_retention").unwrap();
+    let kept: Vec<i64> = c
+        .query(
+            "SELECT count FROM webhook.metric_minutes WHERE provider = 'old_claims' AND metric = 'deliveries'
+              ORDER BY minute",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        kept.first(),
+        Some(&7),
+        "the minute 3 hours ago is gone: {kept:?}"
+    );
+    assert_eq!(kept.iter().sum::<i64>(), 8);
+    assert_eq!(total(&mut c, "old_claims", "", "deliveries", "claimed"), 13);
+}
+
+#[test]
+fn after_a_long_pause_each_rollup_counts_ten_minutes_and_the_lag_says_so() {
+    let (_one, mut c) = setup();
+    settle(&mut c);
+    c.batch_execute(
+        "UPDATE webhook.metric_marks SET counted_until = counted_until - interval '25 minutes'",
+    )
+    .unwrap();
+    let step = |c: &mut Client| -> f64 {
+        c.query_one("SELECT webhook_metrics_rollup()", &[]).unwrap();
+        c.query_one(
+            "SELECT extract(epoch FROM clock_timestamp() - counted_until)::float8 FROM webhook.metric_marks",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let lag = step(&mut c);
+    assert!((14.0 * 60.0..16.0 * 60.0).contains(&lag), "{lag}");
+    let reported = series(&mut c, "webhook_metrics_lag_seconds", "", "", None).unwrap();
+    assert!(
+        reported >= 4.0 * 60.0,
+        "the gauge shows the lag: {reported}"
+    );
+    settle(&mut c);
+    assert!(step(&mut c) < 60.0);
+}
