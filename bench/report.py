@@ -269,6 +269,22 @@ for how, n, secs, wal, per_row in purge:
     purge_lines.append(f"| {what} | {int(n):,} | {secs} | {int(float(wal)):,} B | {per_row} |")
 purge_table = "\n".join(purge_lines)
 
+# metrics.tsv: scenario, clients, metrics (on/off), round, TPS, lock waits
+# logged, lock waits the scraper was in.
+metric_runs = rows("metrics.tsv")
+metrics_lines = ["| scenario | clients | metrics off (TPS) | metrics on (TPS) | on ÷ off | lock waits off / on (the scraper's) |",
+                 "|---|---:|---:|---:|---:|---:|"]
+for scenario in ("new", "handler", "storm"):
+    for clients in sorted({r[1] for r in metric_runs if r[0] == scenario}, key=int):
+        cell = [r for r in metric_runs if r[0] == scenario and r[1] == clients]
+        tps = {m: statistics.median([num(r[4]) for r in cell if r[2] == m] or [0]) for m in ("off", "on")}
+        waits = {m: sum(int(num(r[5])) for r in cell if r[2] == m) for m in ("off", "on")}
+        mine = sum(int(num((r + ["0"] * 7)[6])) for r in cell if r[2] == "on")
+        metrics_lines.append(f"| {scenario} | {clients} | {fmt(tps['off'])} | {fmt(tps['on'])} | "
+                             f"{tps['on'] / tps['off']:.3f} | {waits['off']} / {waits['on']} ({mine}) |"
+                             if tps["off"] else f"| {scenario} | {clients} | – | – | – | – |")
+metrics_table = "\n".join(metrics_lines)
+
 pg_version = subprocess.run(["psql", "-X", "-At", "-c", "SHOW server_version"], capture_output=True, text=True).stdout.strip()
 settings = subprocess.run(
     ["psql", "-X", "-At", "-c",
@@ -289,6 +305,8 @@ print()
 print(scale_table)
 print()
 print(purge_table)
+print()
+print(metrics_table)
 
 if os.path.exists(doc):
     with open(doc) as f:
@@ -303,7 +321,10 @@ if os.path.exists(doc):
         f"events per consumer and run):\n\n{inbox_table}\n\n"
         f"**Storm**, 16 near-simultaneous deliveries of each event, synchronous_commit off, lock_timeout 5 ms:\n\n{storm_table}\n\n"
         f"**How it scales** (1 client, synchronous_commit on):\n\n{scale_table}\n\n"
-        f"**Purging a day of the archive** (`webhook_purge`, every event processed, after a checkpoint):\n\n{purge_table}\n"
+        f"**Purging a day of the archive** (`webhook_purge`, every event processed, after a checkpoint):\n\n{purge_table}\n\n"
+        f"**What the metrics cost** (bench/metrics: synchronous_commit off, {os.environ.get('BENCH_METRICS_SECONDS', '30')} s "
+        f"per run, medians of interleaved rounds; on: `webhook_metrics()` every {os.environ.get('BENCH_SCRAPE_EVERY', '5')} s "
+        f"and `webhook_alerts_evaluate()` every minute; lock waits over 10 ms logged):\n\n{metrics_table}\n"
         "<!-- figures:end -->"
     )
     start, end = text.find("<!-- figures:start -->"), text.find("<!-- figures:end -->")
