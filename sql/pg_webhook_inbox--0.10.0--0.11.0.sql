@@ -779,6 +779,10 @@ ALTER FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) SET
 -- from what claims, leases and failures already write; the failures since
 -- a rollup are found by time.
 CREATE INDEX inbox_failures_failed_at_idx ON webhook.inbox_failures (failed_at);
+-- Claims that complete on commit say so, for the rollup. No default: only
+-- the catalog changes, whatever the archive's size.
+ALTER TABLE webhook.delivery_log ADD COLUMN claim_completes boolean;
+COMMENT ON COLUMN webhook.delivery_log.claim_completes IS 'True for a new event''s claim made with complete_on_commit: committed, it completed the event (unless it failed in the same transaction); NULL otherwise';
 
 -- pg_webhook_inbox: metrics over time.
 --
@@ -1088,14 +1092,19 @@ BEGIN
     -- rejections by reason. (Reading the archive's range twice costs less
     -- than keeping it between the two.)
     counted := counted + webhook._metrics_add(
-        $q$seen AS (
+        $q$failed_here AS (
+               SELECT f.delivery_id FROM webhook.delivery_failures f WHERE f.delivery_id >= $1 AND f.delivery_id < $2
+           ), seen AS (
                -- Two joins, not one of a union: the archive's range alone
-               -- is estimated well, and its join planned for its size.
+               -- is estimated well, and its join planned for its size. A
+               -- claim of a new event that completed on commit, and did
+               -- not fail before it, needs no look at its event.
                SELECT l.id, l.provider, l.event_id, l.created_at AS started_at, e.status, e.processed_at,
                       e.first_seen_at, e.attempts, e.claim_id = l.id AS owner
                  FROM webhook.delivery_log l
                  JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
                 WHERE l.id >= $1 AND l.id < $2 AND l.claim_status IN ('claimed', 'retry')
+                  AND (l.claim_completes IS NOT TRUE OR l.id IN (SELECT delivery_id FROM failed_here))
                UNION ALL
                SELECT o.id, o.provider, o.event_id, o.started_at, e.status, e.processed_at,
                       e.first_seen_at, e.attempts, e.claim_id = o.id
@@ -1114,6 +1123,14 @@ BEGIN
                SELECT s.processed_at AS at, s.provider, ''::text AS consumer, s.first_seen_at AS received_at,
                       s.started_at, s.attempts
                  FROM seen s WHERE s.owner AND s.status = 'processed'
+               UNION ALL
+               -- Its event was made processed, first seen and completed
+               -- at the start of the claim's transaction (now()), which
+               -- is the archive row's created_at: one attempt, no wait.
+               SELECT l.created_at, l.provider, '', l.created_at, l.created_at, 1
+                 FROM webhook.delivery_log l
+                WHERE l.id >= $1 AND l.id < $2 AND l.claim_completes
+                  AND l.id NOT IN (SELECT delivery_id FROM failed_here)
            )$q$,
         webhook._completion_counts() || $q$
            UNION ALL

@@ -186,7 +186,11 @@ CREATE TABLE webhook.delivery_log (
     body_size         integer,
     body_sha256       bytea,
     -- Which of its provider's keys verified it (webhook_receive).
-    secret_fingerprint text
+    secret_fingerprint text,
+    -- A new event's claim made to complete with its transaction
+    -- (complete_on_commit): its commit was the event's completion, which
+    -- the metrics then count without looking the event up.
+    claim_completes   boolean
 )
 PARTITION BY RANGE (id);
 -- Compress the payload, raw body and headers inside the row instead of
@@ -305,6 +309,7 @@ COMMENT ON COLUMN webhook.delivery_log.payload_mismatch IS 'This redelivery''s p
 COMMENT ON COLUMN webhook.delivery_log.created_at IS 'When the delivery arrived';
 COMMENT ON COLUMN webhook.delivery_log.body_size IS 'For rejections: the whole body''s size in bytes';
 COMMENT ON COLUMN webhook.delivery_log.body_sha256 IS 'For rejections: the whole body''s SHA-256';
+COMMENT ON COLUMN webhook.delivery_log.claim_completes IS 'True for a new event''s claim made with complete_on_commit: committed, it completed the event (unless it failed in the same transaction); NULL otherwise';
 COMMENT ON COLUMN webhook.delivery_log.secret_fingerprint IS 'The fingerprint of the secret, public key or certificate that verified the delivery (webhook_receive); NULL when the caller verified it';
 
 -- Attempts that failed: webhook_fail's message, or the lease that ran out.

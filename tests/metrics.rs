@@ -776,3 +776,52 @@ fn after_a_long_pause_each_rollup_counts_ten_minutes_and_the_lag_says_so() {
     settle(&mut c);
     assert!(step(&mut c) < 60.0);
 }
+
+#[test]
+fn a_claim_that_completes_on_commit_is_counted_from_its_archive_row_alone() {
+    let (_one, mut c) = setup();
+    settle(&mut c);
+    let claim_sql =
+        "SELECT id::text FROM webhook_claim('coc_claims', $1, 'invoice.paid', '{}'::jsonb, NULL,
+                                                      complete_on_commit => true)";
+    // Committed: completed with its transaction.
+    for e in ["c1", "c2", "c3"] {
+        let mut tx = c.transaction().unwrap();
+        tx.query_one(claim_sql, &[&e]).unwrap();
+        tx.commit().unwrap();
+    }
+    // Rolled back: nothing.
+    let mut tx = c.transaction().unwrap();
+    tx.query_one(claim_sql, &[&"c4"]).unwrap();
+    tx.rollback().unwrap();
+    // Failed before its commit: a failure, not a completion.
+    let mut tx = c.transaction().unwrap();
+    let id: String = tx.query_one(claim_sql, &[&"c5"]).unwrap().get(0);
+    tx.execute("SELECT webhook_fail($1::text::uuid, 'bad')", &[&id])
+        .unwrap();
+    tx.commit().unwrap();
+    let marked = count(
+        &mut c,
+        "SELECT count(*) FROM webhook.delivery_log WHERE provider = 'coc_claims' AND claim_completes",
+    );
+    assert_eq!(
+        marked, 4,
+        "each committed claim that completes on commit says so"
+    );
+    settle(&mut c);
+    assert_eq!(total(&mut c, "coc_claims", "", "deliveries", "claimed"), 4);
+    assert_eq!(total(&mut c, "coc_claims", "", "completions", ""), 3);
+    assert_eq!(total(&mut c, "coc_claims", "", "failures", ""), 1);
+    assert_eq!(histogram(&mut c, "coc_claims", "", "attempts"), (3, 3.0));
+    assert_eq!(histogram(&mut c, "coc_claims", "", "latency").0, 3);
+    // A claim with a lease is not marked, and is counted once completed.
+    let claim = claim_one(&mut c, "coc_claims", "c6");
+    assert_eq!(
+        count(&mut c, &format!("SELECT count(*) FROM webhook.delivery_log WHERE id = '{}' AND claim_completes IS NULL", claim.id)),
+        1
+    );
+    c.execute("SELECT webhook_complete($1::text::uuid)", &[&claim.id])
+        .unwrap();
+    settle(&mut c);
+    assert_eq!(total(&mut c, "coc_claims", "", "completions", ""), 4);
+}

@@ -36,7 +36,8 @@ use crate::status::{ClaimStatus, EventStatus};
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{
-    CLAIM, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
+    CLAIM, CLAIM_UNMARKED, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD,
+    RECORD_LOST_LEASE, TAKE_OVER,
 };
 
 /// One delivery, validated, as the claim writes it.
@@ -169,7 +170,12 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
     }
 
-    let rows = CLAIM.run(client, &d.arguments(id, archived, &digest))?;
+    let claim = if crate::archive::marks_completion(client)? {
+        &CLAIM
+    } else {
+        &CLAIM_UNMARKED
+    };
+    let rows = claim.run(client, &d.arguments(id, archived, &digest))?;
     // The event exists unless we just inserted it, and since we hold its
     // lock, no open transaction is changing it: its committed state decides.
     let state = EventState::read(rows)?

@@ -97,8 +97,14 @@ pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
 /// they see the existing row and nothing of the insert.) A new event is
 /// answered `claimed`; an event the delivery may take over (failed, or
 /// its lease ran out) has no answer and is left to `TAKE_OVER`.
-pub static CLAIM: Statement = Statement {
-    sql: concat!(
+///
+/// `$marked` (`true`/`false`): whether the archive row of a new event's
+/// claim says that the claim completes on commit (`claim_completes`), so
+/// that the metrics count its completion without looking the event up.
+/// The tables of a release before that column are claimed without it.
+macro_rules! claim {
+    ($marked:tt) => {
+        concat!(
             "WITH new_event AS (
                   INSERT INTO webhook.events AS e
                       (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at,
@@ -116,19 +122,51 @@ pub static CLAIM: Statement = Statement {
                     FROM webhook.events e
                    WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
               ), archived AS (",
-            archive_insert!(),
-            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false, $13, NULL
+            claim!(@insert $marked),
+            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false, $13, NULL",
+            claim!(@value $marked, "NULLIF($9 IS NULL, false)"),
+            "
                     FROM new_event
                   UNION ALL
                   SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10,
-                         $13, NULL
+                         $13, NULL",
+            claim!(@value $marked, "NULL"),
+            "
                     FROM existing x WHERE x.answer IS NOT NULL
               )
               SELECT 'claimed', 'processing', 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
               UNION ALL
               SELECT x.answer::text, x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
                 FROM existing x"
-    ),
+        )
+    };
+    (@insert true) => {
+        concat!(
+            "INSERT INTO webhook.delivery_log (",
+            crate::archive::archive_columns!(),
+            ", claim_completes) "
+        )
+    };
+    (@insert false) => {
+        archive_insert!()
+    };
+    (@value true, $value:literal) => {
+        concat!(", ", $value)
+    };
+    (@value false, $value:literal) => {
+        ""
+    };
+}
+
+pub static CLAIM: Statement = Statement {
+    sql: claim!(true),
+    arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// CLAIM for the tables of a release before `claim_completes`: between
+/// installing this library and `ALTER EXTENSION … UPDATE`.
+pub static CLAIM_UNMARKED: Statement = Statement {
+    sql: claim!(false),
     arg_types: DELIVERY_ARGUMENTS,
 };
 
