@@ -168,6 +168,10 @@ CREATE FUNCTION webhook._metrics_add(ctes text, counts text, lower_bound timesta
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- The planner cannot know how many rows a range of new ids holds (the
+-- statistics predate them) and would sort tens of thousands of rows to
+-- group them into a handful: hashing is what grouping them costs least.
+SET enable_sort = off
 AS $$
 DECLARE
     added bigint;
@@ -303,24 +307,24 @@ BEGIN
     -- the calls after it catch up, and the lag gauge shows how far.
     bound := LEAST(GREATEST(bound, since), since + interval '10 minutes');
 
-    -- The claims since the last mark with those still open from before;
-    -- and the deliveries since the mark by what they were answered, and
-    -- rejections by reason. (Reading the archive's range twice costs less
-    -- than keeping it between the two.)
+    -- The deliveries since the last mark, read once: by what they were
+    -- answered, rejections by reason, and the claims among them (with
+    -- those still open from before).
     counted := counted + webhook._metrics_add(
-        $q$failed_here AS (
+        $q$arrived AS MATERIALIZED (
+               SELECT l.id, l.provider, l.event_id, l.claim_status, l.reject_reason, l.created_at, l.claim_completes
+                 FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2
+           ), failed_here AS (
                SELECT f.delivery_id FROM webhook.delivery_failures f WHERE f.delivery_id >= $1 AND f.delivery_id < $2
            ), seen AS (
-               -- Two joins, not one of a union: the archive's range alone
-               -- is estimated well, and its join planned for its size. A
-               -- claim of a new event that completed on commit, and did
-               -- not fail before it, needs no look at its event.
-               SELECT l.id, l.provider, l.event_id, l.created_at AS started_at, e.status, e.processed_at,
-                      e.first_seen_at, e.attempts, e.claim_id = l.id AS owner
-                 FROM webhook.delivery_log l
-                 JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
-                WHERE l.id >= $1 AND l.id < $2 AND l.claim_status IN ('claimed', 'retry')
-                  AND (l.claim_completes IS NOT TRUE OR l.id IN (SELECT delivery_id FROM failed_here))
+               -- A claim of a new event that completed on commit, and did
+               -- not fail before it, needs no look at its event (below).
+               SELECT a.id, a.provider, a.event_id, a.created_at AS started_at, e.status, e.processed_at,
+                      e.first_seen_at, e.attempts, e.claim_id = a.id AS owner
+                 FROM arrived a
+                 JOIN webhook.events e ON e.provider = a.provider AND e.event_id = a.event_id
+                WHERE a.claim_status IN ('claimed', 'retry')
+                  AND (a.claim_completes IS NOT TRUE OR a.id IN (SELECT delivery_id FROM failed_here))
                UNION ALL
                SELECT o.id, o.provider, o.event_id, o.started_at, e.status, e.processed_at,
                       e.first_seen_at, e.attempts, e.claim_id = o.id
@@ -343,17 +347,16 @@ BEGIN
                -- Its event was made processed, first seen and completed
                -- at the start of the claim's transaction (now()), which
                -- is the archive row's created_at: one attempt, no wait.
-               SELECT l.created_at, l.provider, '', l.created_at, l.created_at, 1
-                 FROM webhook.delivery_log l
-                WHERE l.id >= $1 AND l.id < $2 AND l.claim_completes
-                  AND l.id NOT IN (SELECT delivery_id FROM failed_here)
+               SELECT a.created_at, a.provider, '', a.created_at, a.created_at, 1
+                 FROM arrived a
+                WHERE a.claim_completes AND a.id NOT IN (SELECT delivery_id FROM failed_here)
            )$q$,
         webhook._completion_counts() || $q$
            UNION ALL
            SELECT d.minute, d.provider, '', o.metric, o.label, d.n, 0
              FROM (SELECT webhook._minute(a.created_at) AS minute, a.provider, a.claim_status, a.reject_reason,
                           count(*) AS n
-                     FROM webhook.delivery_log a WHERE a.id >= $1 AND a.id < $2 GROUP BY 1, 2, 3, 4) d
+                     FROM arrived a GROUP BY 1, 2, 3, 4) d
             CROSS JOIN LATERAL (VALUES
                   ('deliveries', d.claim_status::text, true),
                   ('rejections', coalesce(d.reject_reason, 'unknown'), d.claim_status = 'rejected')
