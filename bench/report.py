@@ -272,17 +272,20 @@ purge_table = "\n".join(purge_lines)
 # metrics.tsv: scenario, clients, metrics (on/off), round, TPS, lock waits
 # logged, lock waits the scraper was in.
 metric_runs = rows("metrics.tsv")
-metrics_lines = ["| scenario | clients | metrics off (TPS) | metrics on (TPS) | on ÷ off | lock waits off / on (the scraper's) |",
-                 "|---|---:|---:|---:|---:|---:|"]
+metrics_lines = ["| scenario | clients | metrics off (TPS) | metrics on (TPS) | on ÷ off | on ÷ off, round by round | lock waits off / on (the scraper's) |",
+                 "|---|---:|---:|---:|---:|---:|---:|"]
 for scenario in ("new", "handler", "storm"):
     for clients in sorted({r[1] for r in metric_runs if r[0] == scenario}, key=int):
         cell = [r for r in metric_runs if r[0] == scenario and r[1] == clients]
         tps = {m: statistics.median([num(r[4]) for r in cell if r[2] == m] or [0]) for m in ("off", "on")}
         waits = {m: sum(int(num(r[5])) for r in cell if r[2] == m) for m in ("off", "on")}
         mine = sum(int(num((r + ["0"] * 7)[6])) for r in cell if r[2] == "on")
+        pairs = [num(a[4]) / num(b[4]) for a in cell for b in cell
+                 if a[3] == b[3] and a[2] == "on" and b[2] == "off" and num(b[4])]
+        paired = f"{statistics.median(pairs):.3f}" if pairs else "–"
         metrics_lines.append(f"| {scenario} | {clients} | {fmt(tps['off'])} | {fmt(tps['on'])} | "
-                             f"{tps['on'] / tps['off']:.3f} | {waits['off']} / {waits['on']} ({mine}) |"
-                             if tps["off"] else f"| {scenario} | {clients} | – | – | – | – |")
+                             f"{tps['on'] / tps['off']:.3f} | {paired} | {waits['off']} / {waits['on']} ({mine}) |"
+                             if tps["off"] else f"| {scenario} | {clients} | – | – | – | – | – |")
 metrics_table = "\n".join(metrics_lines)
 
 pg_version = subprocess.run(["psql", "-X", "-At", "-c", "SHOW server_version"], capture_output=True, text=True).stdout.strip()
@@ -322,7 +325,7 @@ if os.path.exists(doc):
         f"**Storm**, 16 near-simultaneous deliveries of each event, synchronous_commit off, lock_timeout 5 ms:\n\n{storm_table}\n\n"
         f"**How it scales** (1 client, synchronous_commit on):\n\n{scale_table}\n\n"
         f"**Purging a day of the archive** (`webhook_purge`, every event processed, after a checkpoint):\n\n{purge_table}\n\n"
-        f"**What the metrics cost** (bench/metrics: synchronous_commit off, {os.environ.get('BENCH_METRICS_SECONDS', '30')} s "
+        f"**What the metrics cost** (bench/metrics: synchronous_commit off, {os.environ.get('BENCH_METRICS_SECONDS', '20')} s "
         f"per run, medians of interleaved rounds; on: `webhook_metrics()` every {os.environ.get('BENCH_SCRAPE_EVERY', '5')} s "
         f"and `webhook_alerts_evaluate()` every minute; lock waits over 10 ms logged):\n\n{metrics_table}\n"
         "<!-- figures:end -->"
