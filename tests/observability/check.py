@@ -173,7 +173,10 @@ def main():
 
             env = dict(os.environ, DATA_SOURCE_NAME=f"postgresql://webhook_monitor@{HOST}:{PORT}/postgres?sslmode=disable")
             children.append(subprocess.Popen(
+                # Only the shipped queries: 0.11's bgwriter collector reads
+                # columns PostgreSQL 17 renamed, and logs an error per scrape.
                 ["prometheus-postgres-exporter", "--disable-default-metrics", "--disable-settings-metrics",
+                 "--no-collector.bgwriter", "--no-collector.database",
                  f"--extend.query-path={MONITORING}/postgres_exporter.yaml",
                  f"--web.listen-address=127.0.0.1:{EXPORTER_PORT}", "--log.level=warn"],
                 env=env))
