@@ -217,6 +217,14 @@ def main():
                 sys.exit(f"observability: the dashboard reads metrics Prometheus never received: {missing}")
             print(f"observability: the dashboard's {len(used)} metrics are all exported and scraped")
 
+            # sql_exporter is not packaged here: its collector is checked
+            # to read only series webhook_metrics() has.
+            with open(os.path.join(MONITORING, "sql_exporter.yml")) as f:
+                collector = f.read()
+            read = set(re.findall(r"metric = '(webhook_[a-z_]+)'", collector))
+            if not read or read - exported:
+                sys.exit(f"observability: sql_exporter.yml reads series nobody exports: {sorted(read - exported)}")
+
             if not WITH_CRON:
                 print("observability: pg_cron is packaged for PostgreSQL 15 only; alerts checked by the client suites")
                 return
