@@ -445,16 +445,30 @@ $$;
 COMMENT ON FUNCTION webhook._metric_families() IS 'Internal: the metric families webhook_metrics() exports, with their type and help';
 
 -- Every metric now, one row per series: the counters and histograms since
--- installation, and the gauges read at once. Rolls up first. Labels are
--- bounded: provider, consumer, and one of status, reason, le, state, rule.
-CREATE FUNCTION @extschema@.webhook_metrics()
+-- counting began, and the gauges read at once; or only one family's
+-- series (an exporter's query each: the gauges that count the inbox are
+-- then counted once a scrape, not once a query). Rolls up first, unless a
+-- rollup ran in the last second (the other queries of the same scrape).
+-- Labels are bounded: provider, consumer, and one of status, reason, le,
+-- state, rule.
+CREATE FUNCTION @extschema@.webhook_metrics(family text DEFAULT NULL)
 RETURNS TABLE (metric text, kind text, provider text, consumer text, label text, label_value text, value double precision)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    only_family text := webhook_metrics.family;
 BEGIN
-    PERFORM @extschema@.webhook_metrics_rollup();
+    IF only_family IS NOT NULL
+       AND NOT EXISTS (SELECT FROM webhook._metric_families() f WHERE f.family = only_family) THEN
+        RAISE EXCEPTION 'webhook_metrics: argument "family" must name a metric family (webhook._metric_families()), not %',
+            pg_catalog.quote_literal(only_family) USING ERRCODE = '22023';
+    END IF;
+    IF NOT EXISTS (SELECT FROM webhook.metric_marks m
+                    WHERE m.rolled_up_at > pg_catalog.clock_timestamp() - interval '1 second') THEN
+        PERFORM @extschema@.webhook_metrics_rollup();
+    END IF;
     RETURN QUERY
     WITH counters (family, metric, label) AS (VALUES
             ('webhook_deliveries_total', 'deliveries', 'status'),
@@ -470,6 +484,7 @@ BEGIN
             SELECT c.family AS metric, 'counter' AS kind, t.provider, t.consumer, c.label,
                    CASE WHEN c.label IS NULL THEN NULL ELSE t.label END AS label_value, t.count::float8 AS value
               FROM counters c JOIN webhook.metric_totals t ON t.metric = c.metric
+             WHERE only_family IS NULL OR c.family = only_family
             UNION ALL
             -- Histograms: every bucket, cumulative, then sum and count.
             SELECT h.family || '_bucket', 'histogram', p.provider, p.consumer, 'le',
@@ -480,39 +495,46 @@ BEGIN
               FROM histograms h
               JOIN (SELECT DISTINCT t.metric, t.provider, t.consumer FROM webhook.metric_totals t) p ON p.metric = h.metric
              CROSS JOIN LATERAL pg_catalog.unnest(webhook._metric_buckets(h.metric)) AS b
+             WHERE only_family IS NULL OR h.family = only_family
             UNION ALL
             SELECT h.family || s.suffix, 'histogram', t.provider, t.consumer, NULL, NULL,
                    CASE s.suffix WHEN '_sum' THEN sum(t.sum) ELSE sum(t.count)::float8 END
               FROM histograms h JOIN webhook.metric_totals t ON t.metric = h.metric
              CROSS JOIN (VALUES ('_sum'), ('_count')) AS s (suffix)
+             WHERE only_family IS NULL OR h.family = only_family
              GROUP BY h.family, s.suffix, t.provider, t.consumer
             UNION ALL
             SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, g.n::float8
               FROM webhook.inbox_stats st
              CROSS JOIN LATERAL (VALUES ('ready', st.ready), ('scheduled', st.scheduled),
                                         ('leased', st.leased), ('dead', st.dead)) AS g (state, n)
+             WHERE only_family IS NULL OR only_family = 'webhook_inbox_events'
             UNION ALL
             SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', st.provider, st.consumer, NULL, NULL,
                    coalesce(pg_catalog.date_part('epoch', st.oldest_ready_age), 0)
               FROM webhook.inbox_stats st
+             WHERE only_family IS NULL OR only_family = 'webhook_inbox_oldest_ready_seconds'
             UNION ALL
             SELECT 'webhook_oldest_unfinished_claim_seconds', 'gauge', o.provider, '', NULL, NULL,
                    pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - pg_catalog.min(o.started_at))
-              FROM webhook.metric_open o WHERE o.consumer = ''
+              FROM webhook.metric_open o
+             WHERE o.consumer = '' AND (only_family IS NULL OR only_family = 'webhook_oldest_unfinished_claim_seconds')
              GROUP BY o.provider
             UNION ALL
             SELECT 'webhook_alerts_open', 'gauge', '', '', 'rule', r.name,
                    (SELECT count(*) FROM webhook.alerts a WHERE a.rule = r.name AND a.status <> 'resolved')::float8
               FROM webhook.alert_rules_in_effect r
+             WHERE only_family IS NULL OR only_family = 'webhook_alerts_open'
             UNION ALL
             SELECT 'webhook_metrics_lag_seconds', 'gauge', '', '', NULL, NULL,
                    pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - m.counted_until)
-              FROM webhook.metric_marks m)
+              FROM webhook.metric_marks m
+             WHERE only_family IS NULL OR only_family = 'webhook_metrics_lag_seconds')
     SELECT * FROM series s ORDER BY s.metric, s.provider, s.consumer, s.label_value;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.webhook_metrics() IS
-    'Every metric now, one row per series (counters since installation, histogram buckets cumulative, gauges read at once); rolls up first';
+COMMENT ON FUNCTION @extschema@.webhook_metrics(text) IS
+    'Every metric now, one row per series (counters since counting began, histogram buckets cumulative, gauges read at once), or only one family''s; rolls up first unless a rollup ran in the last second';
 
 CREATE FUNCTION webhook._prometheus_escape(value text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE

@@ -77,7 +77,7 @@ BEGIN
         @extschema@.webhook_reset_watermark(text, text, text),
         @extschema@.webhook_providers(),
         @extschema@.idempotency_purge(interval),
-        @extschema@.webhook_metrics(),
+        @extschema@.webhook_metrics(text),
         @extschema@.webhook_metrics_prometheus(),
         @extschema@.webhook_metrics_rollup(),
         @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text),
@@ -99,7 +99,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_metrics(),
+        @extschema@.webhook_metrics(text),
         @extschema@.webhook_metrics_prometheus(),
         @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text)
         TO %s', role);

@@ -825,3 +825,41 @@ fn a_claim_that_completes_on_commit_is_counted_from_its_archive_row_alone() {
     settle(&mut c);
     assert_eq!(total(&mut c, "coc_claims", "", "completions", ""), 4);
 }
+
+#[test]
+fn one_family_is_read_alone_and_an_unknown_one_is_refused() {
+    let (_one, mut c) = setup();
+    deliver(&mut c, "family_claims", "f1", Duration::ZERO);
+    settle(&mut c);
+    let names: Vec<String> = c
+        .query(
+            "SELECT DISTINCT metric FROM webhook_metrics('webhook_latency_seconds') ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "webhook_latency_seconds_bucket",
+            "webhook_latency_seconds_count",
+            "webhook_latency_seconds_sum"
+        ]
+    );
+    let all: i64 = count(&mut c, "SELECT count(*) FROM webhook_metrics()");
+    let parts: i64 = count(
+        &mut c,
+        "SELECT count(*) FROM webhook._metric_families() f, webhook_metrics(f.family)",
+    );
+    assert_eq!(parts, all, "the families together are everything");
+    let err = c
+        .query(
+            "SELECT * FROM webhook_metrics('webhook_latency_seconds_bucket')",
+            &[],
+        )
+        .unwrap_err();
+    assert_eq!(sql_state(&err), Some("22023"));
+    assert!(message(&err).contains("\"family\""), "{}", message(&err));
+}
