@@ -41,6 +41,7 @@ CREATE TABLE webhook.metric_minutes (
 COMMENT ON TABLE webhook.metric_minutes IS
     'Metrics per minute, provider and consumer, kept webhook.metrics_retention: what happened in each minute (rolled up from the archive, the inbox and the failures)';
 COMMENT ON COLUMN webhook.metric_minutes.minute IS 'The minute it happened in (a completion: when it completed)';
+COMMENT ON COLUMN webhook.metric_minutes.provider IS 'Provider name';
 COMMENT ON COLUMN webhook.metric_minutes.consumer IS 'The inbox consumer; empty for claims, deliveries and rejections';
 COMMENT ON COLUMN webhook.metric_minutes.metric IS 'deliveries, rejections, completions, failures, dead_letters, latency, processing or attempts (see docs/observability.md)';
 COMMENT ON COLUMN webhook.metric_minutes.label IS 'deliveries: the claim status; rejections: the reason; histograms: the upper bound of the bucket (seconds, attempts, or +Inf)';
@@ -101,23 +102,10 @@ COMMENT ON COLUMN webhook.metric_open.provider IS 'Provider name';
 COMMENT ON COLUMN webhook.metric_open.event_id IS 'The event''s id';
 COMMENT ON COLUMN webhook.metric_open.consumer IS 'Empty for a claim; the consumer for a lease';
 COMMENT ON COLUMN webhook.metric_open.started_at IS 'When the attempt began';
-COMMENT ON COLUMN webhook.metric_minutes.provider IS 'Provider name';
 
--- The time in the first 48 bits of a delivery or lease id. Called for
--- every lease a rollup counts, so written to be inlined by the planner:
--- no SET clause (a function with one is called, its settings saved and
--- restored, at every row) and not STRICT (which the planner would have to
--- prove of its body); it reads no table and names everything it uses.
-CREATE FUNCTION webhook._id_time(id uuid) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-SELECT pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(id::text, '-', ''), 1, 12))::bit(48)::bigint
-                               / 1000.0)
-$$;
-COMMENT ON FUNCTION webhook._id_time(uuid) IS 'Internal: when a delivery or lease id was made (its first 48 bits)';
-
--- The histograms' buckets (inlined, like webhook._id_time): fixed, so that Prometheus (histogram_quantile)
--- and SQL (webhook_metric_quantile) compute quantiles from the same counts.
+-- The histograms' buckets (inlined, like webhook._id_time): fixed, so
+-- that Prometheus (histogram_quantile) and SQL (webhook_metric_quantile)
+-- compute quantiles from the same counts.
 CREATE FUNCTION webhook._metric_buckets(metric text) RETURNS double precision[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$

@@ -120,11 +120,8 @@ CREATE VIEW webhook.archive_partitions AS
 SELECT c.oid::pg_catalog.regclass AS partition,
        b.lower_id IS NULL AND b.upper_id IS NULL AS is_default,
        b.lower_id, b.upper_id,
-       -- The milliseconds in an id's first 48 bits.
-       pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(b.lower_id::text, '-', ''), 1, 12))::bit(48)::bigint
-                               / 1000.0) AS from_time,
-       pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(b.upper_id::text, '-', ''), 1, 12))::bit(48)::bigint
-                               / 1000.0) AS to_time,
+       webhook._id_time(b.lower_id) AS from_time,
+       webhook._id_time(b.upper_id) AS to_time,
        GREATEST(c.reltuples, 0)::bigint AS rows_estimate,
        pg_catalog.pg_total_relation_size(c.oid) AS total_bytes
   FROM pg_catalog.pg_inherits i

@@ -779,6 +779,47 @@ ALTER FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) SET
 -- from what claims, leases and failures already write; the failures since
 -- a rollup are found by time.
 CREATE INDEX inbox_failures_failed_at_idx ON webhook.inbox_failures (failed_at);
+-- Failures are stamped when written, not when their transaction began: a
+-- transaction idle since before a rollup passed its start would otherwise
+-- write a failure below the rollup's mark, never to be counted.
+ALTER TABLE webhook.delivery_failures ALTER COLUMN failed_at SET DEFAULT pg_catalog.clock_timestamp();
+ALTER TABLE webhook.inbox_failures ALTER COLUMN failed_at SET DEFAULT pg_catalog.clock_timestamp();
+
+-- When a delivery or lease id was made: the milliseconds in its first 48
+-- bits (the inverse of webhook._archive_bound). Called for every lease the
+-- metrics rollup counts, so written to be inlined by the planner:
+-- no SET clause (a function with one is called, its settings saved and
+-- restored, at every row) and not STRICT (which the planner would have to
+-- prove of its body); it reads no table and names everything it uses.
+CREATE FUNCTION webhook._id_time(id uuid) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(id::text, '-', ''), 1, 12))::bit(48)::bigint
+                               / 1000.0)
+$$;
+COMMENT ON FUNCTION webhook._id_time(uuid) IS 'Internal: when a delivery or lease id was made (its first 48 bits)';
+
+-- The partitions' times, read with it.
+-- The archive's partitions, oldest first: each day's, the default one
+-- (no bounds), and after an upgrade from a release before partitioning,
+-- the one holding everything archived before it (no lower bound).
+CREATE OR REPLACE VIEW webhook.archive_partitions AS
+SELECT c.oid::pg_catalog.regclass AS partition,
+       b.lower_id IS NULL AND b.upper_id IS NULL AS is_default,
+       b.lower_id, b.upper_id,
+       webhook._id_time(b.lower_id) AS from_time,
+       webhook._id_time(b.upper_id) AS to_time,
+       GREATEST(c.reltuples, 0)::bigint AS rows_estimate,
+       pg_catalog.pg_total_relation_size(c.oid) AS total_bytes
+  FROM pg_catalog.pg_inherits i
+  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+ CROSS JOIN LATERAL (
+       SELECT m[1]::uuid AS lower_id, m[2]::uuid AS upper_id
+         FROM pg_catalog.regexp_match(pg_catalog.pg_get_expr(c.relpartbound, c.oid),
+                                      'FROM \((?:''([0-9a-f-]+)''|MINVALUE)\) TO \((?:''([0-9a-f-]+)''|MAXVALUE)\)') AS m
+       ) AS b
+ WHERE i.inhparent = 'webhook.delivery_log'::pg_catalog.regclass
+ ORDER BY b.upper_id NULLS LAST;
 -- Claims that complete on commit say so, for the rollup. No default: only
 -- the catalog changes, whatever the archive's size.
 ALTER TABLE webhook.delivery_log ADD COLUMN claim_completes boolean;
@@ -825,6 +866,7 @@ CREATE TABLE webhook.metric_minutes (
 COMMENT ON TABLE webhook.metric_minutes IS
     'Metrics per minute, provider and consumer, kept webhook.metrics_retention: what happened in each minute (rolled up from the archive, the inbox and the failures)';
 COMMENT ON COLUMN webhook.metric_minutes.minute IS 'The minute it happened in (a completion: when it completed)';
+COMMENT ON COLUMN webhook.metric_minutes.provider IS 'Provider name';
 COMMENT ON COLUMN webhook.metric_minutes.consumer IS 'The inbox consumer; empty for claims, deliveries and rejections';
 COMMENT ON COLUMN webhook.metric_minutes.metric IS 'deliveries, rejections, completions, failures, dead_letters, latency, processing or attempts (see docs/observability.md)';
 COMMENT ON COLUMN webhook.metric_minutes.label IS 'deliveries: the claim status; rejections: the reason; histograms: the upper bound of the bucket (seconds, attempts, or +Inf)';
@@ -885,23 +927,10 @@ COMMENT ON COLUMN webhook.metric_open.provider IS 'Provider name';
 COMMENT ON COLUMN webhook.metric_open.event_id IS 'The event''s id';
 COMMENT ON COLUMN webhook.metric_open.consumer IS 'Empty for a claim; the consumer for a lease';
 COMMENT ON COLUMN webhook.metric_open.started_at IS 'When the attempt began';
-COMMENT ON COLUMN webhook.metric_minutes.provider IS 'Provider name';
 
--- The time in the first 48 bits of a delivery or lease id. Called for
--- every lease a rollup counts, so written to be inlined by the planner:
--- no SET clause (a function with one is called, its settings saved and
--- restored, at every row) and not STRICT (which the planner would have to
--- prove of its body); it reads no table and names everything it uses.
-CREATE FUNCTION webhook._id_time(id uuid) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-SELECT pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(id::text, '-', ''), 1, 12))::bit(48)::bigint
-                               / 1000.0)
-$$;
-COMMENT ON FUNCTION webhook._id_time(uuid) IS 'Internal: when a delivery or lease id was made (its first 48 bits)';
-
--- The histograms' buckets (inlined, like webhook._id_time): fixed, so that Prometheus (histogram_quantile)
--- and SQL (webhook_metric_quantile) compute quantiles from the same counts.
+-- The histograms' buckets (inlined, like webhook._id_time): fixed, so
+-- that Prometheus (histogram_quantile) and SQL (webhook_metric_quantile)
+-- compute quantiles from the same counts.
 CREATE FUNCTION webhook._metric_buckets(metric text) RETURNS double precision[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$

@@ -285,6 +285,20 @@ $$;
 COMMENT ON FUNCTION webhook._archive_bound(timestamptz) IS
     'Internal: the smallest delivery id made at the given time, a bound of the archive''s partitions';
 
+-- When a delivery or lease id was made: the milliseconds in its first 48
+-- bits (the inverse of webhook._archive_bound). Called for every lease the
+-- metrics rollup counts, so written to be inlined by the planner:
+-- no SET clause (a function with one is called, its settings saved and
+-- restored, at every row) and not STRICT (which the planner would have to
+-- prove of its body); it reads no table and names everything it uses.
+CREATE FUNCTION webhook._id_time(id uuid) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(id::text, '-', ''), 1, 12))::bit(48)::bigint
+                               / 1000.0)
+$$;
+COMMENT ON FUNCTION webhook._id_time(uuid) IS 'Internal: when a delivery or lease id was made (its first 48 bits)';
+
 -- Where a delivery no day's partition covers goes. Extension-owned and
 -- dumped with the extension's tables.
 CREATE TABLE webhook.delivery_log_default PARTITION OF webhook.delivery_log DEFAULT;
@@ -319,7 +333,10 @@ CREATE TABLE webhook.delivery_failures (
     -- archive at once, which a key would make row-by-row.
     delivery_id   uuid        NOT NULL,
     error_message text        NOT NULL,
-    failed_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- When the row was written, not when its transaction began: the
+    -- metrics rollup finds failures by this time, and counts up to a mark
+    -- no running statement or writing transaction can still write below.
+    failed_at     timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     CONSTRAINT delivery_failures_pkey PRIMARY KEY (delivery_id)
 );
 CREATE INDEX delivery_failures_failed_at_idx ON webhook.delivery_failures (failed_at);
@@ -427,7 +444,8 @@ CREATE TABLE webhook.inbox_failures (
     consumer      text        NOT NULL,
     attempt       integer     NOT NULL,
     error_message text        NOT NULL,
-    failed_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- When the row was written (see webhook.delivery_failures).
+    failed_at     timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     lease_expired boolean     NOT NULL DEFAULT false,
     CONSTRAINT inbox_failures_pkey PRIMARY KEY (claim_id)
 );

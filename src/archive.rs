@@ -38,31 +38,10 @@ macro_rules! archive_insert {
 }
 pub(crate) use {archive_columns, archive_insert};
 
-/// Whether the installed archive has `claim_completes` (a release before
-/// it does not, until `ALTER EXTENSION … UPDATE` brings it).
-static MARKS_COMPLETION: Statement = Statement {
-    sql: "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute
-                          WHERE attrelid = 'webhook.delivery_log'::pg_catalog.regclass
-                            AND attname = 'claim_completes' AND NOT attisdropped)",
-    arg_types: &[],
-};
-
-/// Once the column is there it stays: remembered for the backend's life.
-static COMPLETION_MARKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether a claim's archive row may say that it completes on commit.
-pub fn marks_completion(client: &mut SpiClient<'_>) -> Result<bool> {
-    use std::sync::atomic::Ordering::Relaxed;
-    if COMPLETION_MARKED.load(Relaxed) {
-        return Ok(true);
-    }
-    let present = match MARKS_COMPLETION.run(client, &[])?.next() {
-        Some(row) => row.get::<bool>(1)?.unwrap_or(false),
-        None => false,
-    };
-    COMPLETION_MARKED.store(present, Relaxed);
-    Ok(present)
-}
+/// Whether a claim's archive row may say that it completes on commit
+/// (`claim_completes`, which the releases before 0.11.0 lack).
+pub static MARKS_COMPLETION: crate::installed::Column =
+    crate::installed::Column::new("webhook.delivery_log", "claim_completes");
 
 /// The arguments of `record` and `record_skipped`, in `archive_columns!`'s
 /// order.

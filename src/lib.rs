@@ -56,6 +56,7 @@ mod gucs;
 mod idempotency;
 mod inbox;
 mod input;
+mod installed;
 mod jsonb;
 mod lifecycle;
 mod ordering;

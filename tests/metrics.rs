@@ -863,3 +863,43 @@ fn one_family_is_read_alone_and_an_unknown_one_is_refused() {
     assert_eq!(sql_state(&err), Some("22023"));
     assert!(message(&err).contains("\"family\""), "{}", message(&err));
 }
+
+/// A failure is counted by when it was written, not by when its
+/// transaction began: a worker idle in a transaction while a rollup passes,
+/// then failing its lease, is counted all the same (and a claim's
+/// two-phase failure the same way).
+#[test]
+fn a_failure_written_after_a_rollup_passed_its_transactions_start_is_counted() {
+    let (_one, mut c) = setup();
+    let db = database(DB);
+    enqueue_many(&mut c, "late_queue", "l", 1);
+    let lease: String = c
+        .query_one(
+            "SELECT id::text FROM webhook_next(1, 'default', 'late_queue')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let claim = claim_one(&mut c, "late_claims", "l1");
+    let mut worker = connect(db);
+    worker.batch_execute("BEGIN; SELECT 1;").unwrap();
+    // Idle, holding no transaction id: the rollups pass its start.
+    std::thread::sleep(Duration::from_millis(20));
+    settle(&mut c);
+    worker
+        .execute(
+            "SELECT webhook_fail($1::text::uuid, 'downstream refused')",
+            &[&lease],
+        )
+        .unwrap();
+    worker
+        .execute(
+            "SELECT webhook_fail($1::text::uuid, 'downstream refused')",
+            &[&claim.id],
+        )
+        .unwrap();
+    worker.batch_execute("COMMIT").unwrap();
+    settle(&mut c);
+    assert_eq!(total(&mut c, "late_queue", "default", "failures", ""), 1);
+    assert_eq!(total(&mut c, "late_claims", "", "failures", ""), 1);
+}

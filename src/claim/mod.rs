@@ -170,7 +170,7 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
     }
 
-    let claim = if crate::archive::marks_completion(client)? {
+    let claim = if crate::archive::MARKS_COMPLETION.present(client)? {
         &CLAIM
     } else {
         &CLAIM_UNMARKED

@@ -22,37 +22,21 @@ static BOUND_TO: Statement = Statement {
 
 /// Whether the installed tables bind bodies: not before `ALTER EXTENSION
 /// … UPDATE` has brought the release this library belongs to.
-static BINDS_BODIES: Statement = Statement {
-    sql: "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute
-                          WHERE attrelid = 'webhook.signature_bindings'::pg_catalog.regclass
-                            AND attname = 'body_digest' AND NOT attisdropped)",
-    arg_types: &[],
-};
-
-/// Once the column is there it stays: remembered for the backend's life.
-static BODIES_BOUND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static BINDS_BODIES: crate::installed::Column =
+    crate::installed::Column::new("webhook.signature_bindings", "body_digest");
 
 /// Refuse a delivery whose body must be bound while the tables cannot
 /// bind it (the library is newer than the installed SQL): an error, so
 /// the handler answers 5xx and the provider brings it again after the
 /// update, rather than accepting what the old tables cannot check.
 fn require_body_binding(client: &mut SpiClient<'_>) -> Result<()> {
-    use std::sync::atomic::Ordering::Relaxed;
-    if BODIES_BOUND.load(Relaxed) {
+    if BINDS_BODIES.present(client)? {
         return Ok(());
     }
-    let present = match BINDS_BODIES.run(client, &[])?.next() {
-        Some(row) => row.get::<bool>(1)?.unwrap_or(false),
-        None => false,
-    };
-    if !present {
-        return Err(WebhookError::SchemaNotUpdated {
-            function: "webhook_receive",
-            needs: "a delivery whose signature does not vouch for its body",
-        });
-    }
-    BODIES_BOUND.store(true, Relaxed);
-    Ok(())
+    Err(WebhookError::SchemaNotUpdated {
+        function: "webhook_receive",
+        needs: "a delivery whose signature does not vouch for its body",
+    })
 }
 
 /// Bind signed bytes to an event id. Runs under the signed-bytes lock, so
