@@ -32,10 +32,13 @@ CREATE TYPE webhook.alert_kind AS ENUM (
     -- An older secret still verifying deliveries longer than the window
     -- after a newer one was added: the sender never switched, and retiring
     -- the old one will reject everything.
-    'secret_rotation'
+    'secret_rotation',
+    -- A consumer's circuit breaker (webhook.limits) has been open or half
+    -- open for more than threshold seconds.
+    'circuit_open'
 );
 COMMENT ON TYPE webhook.alert_kind IS
-    'What an alert rule watches: dead_letters, oldest_ready, failure_rate, rejection_spike, silence, secret_rotation (see docs/observability.md)';
+    'What an alert rule watches: dead_letters, oldest_ready, failure_rate, rejection_spike, silence, secret_rotation, circuit_open (see docs/observability.md)';
 
 CREATE TYPE webhook.alert_status AS ENUM ('open', 'acknowledged', 'resolved');
 COMMENT ON TYPE webhook.alert_status IS
@@ -61,7 +64,7 @@ COMMENT ON COLUMN webhook.alert_rules.name IS 'The rule''s name, as alerts and n
 COMMENT ON COLUMN webhook.alert_rules.kind IS 'What it watches (webhook.alert_kind)';
 COMMENT ON COLUMN webhook.alert_rules.provider IS 'The provider it watches; NULL: each provider';
 COMMENT ON COLUMN webhook.alert_rules.consumer IS 'The inbox consumer it watches; NULL: each consumer';
-COMMENT ON COLUMN webhook.alert_rules.threshold IS 'dead_letters: a count; oldest_ready: seconds; failure_rate, rejection_spike: a share from 0 to 1; silence: deliveries before the silence that make a provider one that normally sends; secret_rotation: unused (0)';
+COMMENT ON COLUMN webhook.alert_rules.threshold IS 'dead_letters: a count; oldest_ready, circuit_open: seconds; failure_rate, rejection_spike: a share from 0 to 1; silence: deliveries before the silence that make a provider one that normally sends; secret_rotation: unused (0)';
 COMMENT ON COLUMN webhook.alert_rules."window" IS 'The period the rule looks at (silence: how long without a delivery; secret_rotation: the grace after a newer secret was added)';
 COMMENT ON COLUMN webhook.alert_rules.min_events IS 'Rates: the fewest attempts or deliveries in the window worth judging';
 COMMENT ON COLUMN webhook.alert_rules.enabled IS 'A disabled rule raises nothing, and its open alerts resolve';
@@ -81,7 +84,8 @@ SELECT d.name, d.kind::webhook.alert_kind, NULL, NULL, d.threshold, d."window", 
                ('failure_rate', 'failure_rate', 0.1, interval '15 minutes', 20),
                ('rejection_spike', 'rejection_spike', 0.5, interval '15 minutes', 10),
                ('silence', 'silence', 20, interval '6 hours', 0),
-               ('secret_rotation', 'secret_rotation', 0, interval '7 days', 0))
+               ('secret_rotation', 'secret_rotation', 0, interval '7 days', 0),
+               ('circuit_open', 'circuit_open', 0, interval '1 minute', 0))
        AS d (name, kind, threshold, "window", min_events)
  WHERE NOT EXISTS (SELECT FROM webhook.alert_rules r WHERE r.name = d.name);
 COMMENT ON VIEW webhook.alert_rules_in_effect IS
@@ -214,6 +218,16 @@ SELECT r.name, r.kind, o.provider, '', pg_catalog.date_part('epoch', o.last_used
  WHERE r.kind = 'secret_rotation' AND r.consumer IS NULL
    AND o.last_used_at >= n.added_at + r."window"
    AND o.last_used_at >= pg_catalog.now() - r."window"
+UNION ALL
+SELECT r.name, r.kind, b.provider, b.consumer, pg_catalog.date_part('epoch', pg_catalog.now() - b.opened_at), r.threshold,
+       pg_catalog.format('the circuit breaker of consumer %s%s is %s after %s failures in a row, since %s',
+                         b.consumer, CASE WHEN b.provider <> '' THEN ' for ' || b.provider ELSE '' END,
+                         b.state, b.failures, b.opened_at)
+  FROM rules r
+  JOIN webhook.breakers b
+    ON (r.provider IS NULL OR b.provider = r.provider) AND (r.consumer IS NULL OR b.consumer = r.consumer)
+ WHERE r.kind = 'circuit_open' AND b.state <> 'closed'
+   AND pg_catalog.date_part('epoch', pg_catalog.now() - b.opened_at) >= r.threshold
 $$;
 COMMENT ON FUNCTION webhook._alert_conditions() IS 'Internal: the rules that fire now, per subject, with the value measured';
 

@@ -93,13 +93,23 @@ CREATE TRIGGER registry_changed
 CREATE TRIGGER registry_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.app_scopes
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+-- And what steers the inbox (flow.sql): a pause holds from the next
+-- webhook_next of every backend.
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.pauses
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.limits
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
 -- Always: a change made under session_replication_role = replica (a
 -- restore, a logical replication apply) must reach the caches as well.
 ALTER TABLE webhook.providers ENABLE ALWAYS TRIGGER registry_changed;
 ALTER TABLE webhook.provider_secrets ENABLE ALWAYS TRIGGER registry_changed;
 ALTER TABLE webhook.app_scopes ENABLE ALWAYS TRIGGER registry_changed;
+ALTER TABLE webhook.pauses ENABLE ALWAYS TRIGGER registry_changed;
+ALTER TABLE webhook.limits ENABLE ALWAYS TRIGGER registry_changed;
 COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
-    'Trigger on the provider registry and the application roles'' scopes: drops every backend''s cached copy of them once the change commits';
+    'Trigger on the provider registry, the application roles'' scopes, the pauses and the limits: drops every backend''s cached copy of them once the change commits';
 
 -- The privilege rule (roles.sql).
 SELECT webhook._restrict_privileges();
@@ -129,5 +139,9 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.alert_rules', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.alerts', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.alerts_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.pauses', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.limits', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.limit_slots', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.breakers', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

@@ -424,7 +424,7 @@ VALUES
     ('webhook_latency_seconds', 'histogram', 'From the first delivery of an event to its completion'),
     ('webhook_processing_seconds', 'histogram', 'One attempt, from its claim or lease to its completion or failure'),
     ('webhook_attempts', 'histogram', 'Attempts an event took, counted at its completion'),
-    ('webhook_inbox_events', 'gauge', 'Inbox events per consumer by state: ready, scheduled (backing off), leased, dead'),
+    ('webhook_inbox_events', 'gauge', 'Inbox events per consumer by state: ready, scheduled (backing off), leased, dead, quarantined'),
     ('webhook_inbox_oldest_ready_seconds', 'gauge', 'Age of the oldest ready inbox event per consumer (a backing-off event is not ready)'),
     ('webhook_oldest_unfinished_claim_seconds', 'gauge', 'Age of the oldest claim neither completed nor failed'),
     ('webhook_alerts_open', 'gauge', 'Alerts open or acknowledged, by rule'),
@@ -495,7 +495,8 @@ BEGIN
             SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, g.n::float8
               FROM webhook.inbox_stats st
              CROSS JOIN LATERAL (VALUES ('ready', st.ready), ('scheduled', st.scheduled),
-                                        ('leased', st.leased), ('dead', st.dead)) AS g (state, n)
+                                        ('leased', st.leased), ('dead', st.dead),
+                                        ('quarantined', st.quarantined)) AS g (state, n)
              WHERE only_family IS NULL OR only_family = 'webhook_inbox_events'
             UNION ALL
             SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', st.provider, st.consumer, NULL, NULL,

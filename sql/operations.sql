@@ -53,11 +53,13 @@ COMMENT ON VIEW webhook.dead_letters IS 'Events that failed webhook.max_attempts
 CREATE VIEW webhook.inbox_stats AS
 SELECT provider, consumer,
        count(*) FILTER (WHERE status IN ('ready', 'leased') AND run_at <= now) AS ready,
-       count(*) FILTER (WHERE status = 'ready' AND run_at > now) AS scheduled,
+       count(*) FILTER (WHERE status = 'ready' AND run_at > now AND run_at <> 'infinity') AS scheduled,
        count(*) FILTER (WHERE status = 'leased' AND run_at > now) AS leased,
        count(*) FILTER (WHERE status = 'dead') AS dead,
        max(now - run_at) FILTER (WHERE status IN ('ready', 'leased') AND run_at <= now)
-           AS oldest_ready_age
+           AS oldest_ready_age,
+       -- Set aside by a quarantine of their entity (webhook_quarantine).
+       count(*) FILTER (WHERE status = 'ready' AND run_at = 'infinity') AS quarantined
   FROM (SELECT provider, consumer, status, run_at FROM webhook.inbox
          WHERE status IN ('ready', 'leased')
         UNION ALL
@@ -66,7 +68,7 @@ SELECT provider, consumer,
        pg_catalog.clock_timestamp() AS now
  GROUP BY provider, consumer;
 COMMENT ON VIEW webhook.inbox_stats IS
-    'The inbox per provider and consumer: ready, scheduled (backing off), leased, dead, and the age of the oldest ready event';
+    'The inbox per provider and consumer: ready, scheduled (backing off), leased, dead, the age of the oldest ready event, and quarantined (set aside with their entity)';
 
 -- Redeliveries whose payload differs from the first delivery of the same
 -- event: a forgery that got hold of a secret, a provider bug, or two

@@ -68,7 +68,8 @@ BEGIN
         webhook.requeues, webhook.watermarks, webhook.blocked_entities,
         webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions,
         webhook.app_scopes, webhook.metric_minutes, webhook.metric_totals, webhook.alerts,
-        webhook.alert_rules, webhook.alert_rules_in_effect TO %s', role);
+        webhook.alert_rules, webhook.alert_rules_in_effect, webhook.pauses, webhook.paused,
+        webhook.limits, webhook.limits_in_effect, webhook.breakers TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -83,12 +84,17 @@ BEGIN
         @extschema@.webhook_metric_quantile(double precision, text, timestamptz, text, text),
         @extschema@.webhook_alerts_evaluate(),
         @extschema@.webhook_alert_acknowledge(bigint),
-        @extschema@.webhook_alert_silence(bigint, interval)
+        @extschema@.webhook_alert_silence(bigint, interval),
+        @extschema@.webhook_pause(text, text, text),
+        @extschema@.webhook_resume(text, text),
+        @extschema@.webhook_quarantine(text, text, text, text),
+        @extschema@.webhook_release(text, text, text),
+        @extschema@.webhook_set_limit(text, text, integer, double precision, integer, integer, interval)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes) and the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence); never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence) and the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect); never the secrets';
 
 -- Grant a monitoring role (the one a Prometheus exporter logs in as) the
 -- metrics and nothing else: no payload, no event id, no table.

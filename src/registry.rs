@@ -32,6 +32,7 @@
 //! the extension owner only.
 
 use crate::errors::{Result, WebhookError};
+use crate::inbox::flow::Controls;
 use crate::plans::Statement;
 use crate::schemes::Scheme;
 use pgrx::pg_sys;
@@ -44,18 +45,21 @@ use std::rc::Rc;
 const FUNCTION: &str = "webhook_receive";
 
 /// The tables whose changes drop what a backend kept, as oids, in SQL:
-/// the registry's two, and the application roles' scopes (NULL until the
-/// release that made that table is installed).
+/// the registry's two, the application roles' scopes, and what steers the
+/// inbox (each of these NULL until the release that made its table is
+/// installed).
 macro_rules! watched_tables {
     () => {
         "'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
          'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid,
-         pg_catalog.to_regclass('webhook.app_scopes')::pg_catalog.oid"
+         pg_catalog.to_regclass('webhook.app_scopes')::pg_catalog.oid,
+         pg_catalog.to_regclass('webhook.pauses')::pg_catalog.oid,
+         pg_catalog.to_regclass('webhook.limits')::pg_catalog.oid"
     };
 }
 
 /// How many tables `watched_tables!` names.
-const WATCHED_TABLES: usize = 3;
+const WATCHED_TABLES: usize = 5;
 type Watched = [pg_sys::Oid; WATCHED_TABLES];
 const UNKNOWN: Watched = [pg_sys::InvalidOid; WATCHED_TABLES];
 
@@ -395,6 +399,53 @@ pub fn app_scopes(client: &mut SpiClient<'_>) -> Result<Rc<Vec<AppScope>>> {
     let scopes = Rc::new(scopes);
     keep(&SCOPES, generation, |kept| *kept = Some(Rc::clone(&scopes)));
     Ok(scopes)
+}
+
+/// What steers a consumer's leases (`inbox::flow`), read with the
+/// watched tables.
+static LOAD_CONTROLS: Statement = Statement {
+    sql: concat!(crate::inbox::flow::load_controls!(), watched_tables!()),
+    arg_types: &[pg_sys::TEXTOID],
+};
+
+/// Where the watched tables' oids start in a row of LOAD_CONTROLS.
+const CONTROLS_WATCHED_FROM: usize = 9;
+
+thread_local! {
+    /// What steers each consumer read, None where nothing does.
+    static CONTROLS: RefCell<Kept<HashMap<String, Option<Rc<Controls>>>>> = RefCell::new(Kept::empty());
+}
+
+/// What steers a consumer's leases (pauses, quarantines, limits), None
+/// when nothing does: kept like the providers, until the registry, the
+/// pauses or the limits change. How many consumers a backend remembers is
+/// bounded, whatever callers pass.
+pub fn controls(client: &mut SpiClient<'_>, consumer: &str) -> Result<Option<Rc<Controls>>> {
+    const MAX_CONSUMERS: usize = 256;
+    let generation = current_generation();
+    if let Some(controls) = look(&CONTROLS, generation, |kept| kept.get(consumer).cloned()) {
+        return Ok(controls);
+    }
+    if WATCHED.get()[3] == pg_sys::InvalidOid {
+        // Until `ALTER EXTENSION … UPDATE` brings the tables, nothing
+        // steers (see `app_scopes`).
+        learn_tables(client)?;
+        if WATCHED.get()[3] == pg_sys::InvalidOid {
+            return Ok(None);
+        }
+    }
+    let Some(row) = LOAD_CONTROLS.run(client, &[consumer.into()])?.next() else {
+        return Ok(None);
+    };
+    let controls = crate::inbox::flow::controls_from(&row)?.map(Rc::new);
+    WATCHED.set(watched_from(&row, CONTROLS_WATCHED_FROM)?);
+    keep(&CONTROLS, generation, |kept| {
+        if kept.len() >= MAX_CONSUMERS {
+            kept.clear();
+        }
+        kept.insert(consumer.to_string(), controls.clone());
+    });
+    Ok(controls)
 }
 
 /// The trigger lives apart from this module's `Result`, which its macro

@@ -230,18 +230,29 @@ fn next(
             Some(provider) => scope.consumer(NEXT, ("provider", "consumer"), provider, consumer)?,
             None => scope.every_provider(NEXT, "provider")?,
         }
+        // What the consumer's controls allow, if anything steers it.
+        let controls = crate::registry::controls(client, consumer)?;
+        let allowance = match &controls {
+            None => None,
+            Some(controls) => {
+                match super::flow::allowance(client, controls, consumer, provider, batch)? {
+                    Some(allowance) => Some(allowance),
+                    None => return Ok(Vec::new()),
+                }
+            }
+        };
+        let batch = allowance.as_ref().map_or(batch, |a| a.batch);
         // A round that only parked rows (stale, or out of attempts) says
         // nothing about what is ready behind them, least of all in a FIFO
         // line whose head it parked: try again rather than answer "none".
         let mut from_start = false;
         for _ in 0..MAX_PARKING_ROUNDS {
             let (line_providers, line_keys) = lines(client, consumer, provider, event_type, batch)?;
-            let lease_statement = match (provider, event_type) {
-                (Some(_), None) => &LEASE_ONE_QUEUE,
-                (Some(_), Some(_)) => &LEASE_ONE_QUEUE_OF_TYPE,
-                (None, None) => &LEASE_EVERY_QUEUE,
-                (None, Some(_)) => &LEASE_EVERY_QUEUE_OF_TYPE,
-            };
+            let lease_statement = lease_statement(
+                provider.is_some(),
+                event_type.is_some(),
+                allowance.is_some(),
+            );
             let turn = TURN.get();
             TURN.set(turn.wrapping_add(1) & i64::MAX);
             let lease_ids: Vec<pgrx::Uuid> =
@@ -251,23 +262,30 @@ fn next(
                 false => heads::starts(consumer, provider, event_type),
             };
             let from_heads = !starts.is_empty();
-            let rows = lease_statement.run(
-                client,
-                &[
-                    consumer.into(),
-                    provider.into(),
-                    event_type.into(),
-                    batch.into(),
-                    lease.into(),
-                    max_attempts.into(),
-                    line_providers.into(),
-                    line_keys.into(),
-                    turn.into(),
-                    lease_ids.into(),
-                    start_providers.into(),
-                    starts.into(),
-                ],
-            )?;
+            let mut args = vec![
+                consumer.into(),
+                provider.into(),
+                event_type.into(),
+                batch.into(),
+                lease.into(),
+                max_attempts.into(),
+                line_providers.into(),
+                line_keys.into(),
+                turn.into(),
+                lease_ids.into(),
+                start_providers.into(),
+                starts.into(),
+            ];
+            if let (Some(controls), Some(allowance)) = (&controls, &allowance) {
+                args.extend([
+                    allowance.excluded.clone().into(),
+                    controls.quarantined.0.clone().into(),
+                    controls.quarantined.1.clone().into(),
+                    allowance.quotas.0.clone().into(),
+                    allowance.quotas.1.clone().into(),
+                ]);
+            }
+            let rows = lease_statement.run(client, &args)?;
             let mut picked = Vec::with_capacity(rows.len());
             let mut leased = Vec::with_capacity(rows.len());
             for row in rows {
@@ -295,6 +313,11 @@ fn next(
                 continue;
             }
             if !leased.is_empty() || picked.is_empty() {
+                if let Some(allowance) = &allowance {
+                    let made: Vec<(pgrx::Uuid, &str)> =
+                        leased.iter().map(|row| (row.0, row.1.as_str())).collect();
+                    super::flow::record(client, allowance, consumer, &made)?;
+                }
                 read_payloads(client, &mut leased)?;
                 return Ok(leased);
             }
@@ -370,6 +393,39 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
 /// its watermark (or as old, where ties are stale) is parked as stale.
 macro_rules! lease {
     ($queues:expr, $type_filter:literal) => {
+        lease!(
+            $queues,
+            $type_filter,
+            "",
+            "",
+            "$4",
+            "",
+            "p.verdict",
+            "pg_catalog.clock_timestamp() + $5"
+        )
+    };
+    // Steered (see `flow`): providers left out ($13), quarantined
+    // entities ($14, $15: providers and keys, pairwise), quotas per
+    // provider ($16, $17). A quarantined entity's row is set aside: ready,
+    // at run_at 'infinity', out of every pick's range until released.
+    ($queues:expr, $type_filter:literal, steered) => {
+        lease!(
+            $queues,
+            $type_filter,
+            ", coalesce((SELECT l.quota FROM unnest($16::text[], $17::int4[]) AS l (provider, quota)
+                           WHERE l.provider = q.provider), $4) AS quota",
+            " WHERE q.provider <> ALL ($13::text[])",
+            "q.quota",
+            "WHEN i.entity_key IS NOT NULL
+                   AND (i.provider, i.entity_key) IN (SELECT * FROM unnest($14::text[], $15::text[]))
+                  THEN 'held' ",
+            "CASE WHEN p.verdict = 'held' THEN 'ready' ELSE p.verdict END",
+            "CASE WHEN p.verdict = 'held' THEN 'infinity'
+                               ELSE pg_catalog.clock_timestamp() + $5 END"
+        )
+    };
+    ($queues:expr, $type_filter:literal, $quota:literal, $excluded:literal, $limit:literal,
+     $held:literal, $status:literal, $run_at:literal) => {
         concat!(
             "WITH RECURSIVE ",
             $queues,
@@ -387,12 +443,18 @@ macro_rules! lease {
                                                             AS h (provider, since)
                                                       WHERE h.provider = q.provider),
                                                     '-infinity')
-                                 END AS since
-                            FROM queues q ORDER BY q.place) q
+                                 END AS since",
+            $quota,
+            "
+                            FROM queues q",
+            $excluded,
+            " ORDER BY q.place) q
                    CROSS JOIN LATERAL (
                   SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.status AS was,
                          i.claim_id AS previous, i.attempts, i.run_at AS due,
-                         CASE WHEN ",
+                         CASE ",
+            $held,
+            "WHEN ",
             "(w.order_value > i.order_value
           OR (w.order_value = i.order_value
               AND EXISTS (SELECT FROM webhook.providers t WHERE t.name = i.provider AND t.ties = 'stale')))",
@@ -424,7 +486,9 @@ macro_rules! lease {
             "))",
             "
                    ORDER BY i.run_at
-                   LIMIT $4
+                   LIMIT ",
+            $limit,
+            "
                      FOR UPDATE OF i SKIP LOCKED
                   ) c
                    LIMIT $4
@@ -439,11 +503,15 @@ macro_rules! lease {
                   ON CONFLICT (claim_id) DO NOTHING
               ), leased AS (
                   UPDATE webhook.inbox i
-                     SET status = p.verdict::webhook.inbox_status,
+                     SET status = (",
+            $status,
+            ")::webhook.inbox_status,
                          attempts = CASE WHEN p.verdict = 'leased' THEN i.attempts + 1 ELSE i.attempts END,
                          claim_id = CASE WHEN p.verdict = 'leased' THEN ($10::uuid[])[p.n]
                                          ELSE i.claim_id END,
-                         run_at = pg_catalog.clock_timestamp() + $5,
+                         run_at = ",
+            $run_at,
+            ",
                          last_error = CASE WHEN p.verdict = 'stale' THEN p.stale_reason
                                            WHEN i.status = 'leased' THEN '",
             lease::lease_expired!(),
@@ -523,6 +591,39 @@ static LEASE_EVERY_QUEUE_OF_TYPE: Statement = Statement {
     arg_types: LEASE_ARGUMENTS,
 };
 
+/// LEASE under a consumer's controls (`flow`).
+static STEERED_LEASE_ONE_QUEUE: Statement = Statement {
+    sql: lease!(one_queue!(), "", steered),
+    arg_types: STEERED_LEASE_ARGUMENTS,
+};
+static STEERED_LEASE_ONE_QUEUE_OF_TYPE: Statement = Statement {
+    sql: lease!(one_queue!(), "AND i.event_type = $3", steered),
+    arg_types: STEERED_LEASE_ARGUMENTS,
+};
+static STEERED_LEASE_EVERY_QUEUE: Statement = Statement {
+    sql: lease!(every_queue!(), "", steered),
+    arg_types: STEERED_LEASE_ARGUMENTS,
+};
+static STEERED_LEASE_EVERY_QUEUE_OF_TYPE: Statement = Statement {
+    sql: lease!(every_queue!(), "AND i.event_type = $3", steered),
+    arg_types: STEERED_LEASE_ARGUMENTS,
+};
+
+/// The lease statement for a call: of one provider's queue or every
+/// provider's, of one event type or any, steered or not.
+fn lease_statement(provider: bool, event_type: bool, steered: bool) -> &'static Statement {
+    match (provider, event_type, steered) {
+        (true, false, false) => &LEASE_ONE_QUEUE,
+        (true, true, false) => &LEASE_ONE_QUEUE_OF_TYPE,
+        (false, false, false) => &LEASE_EVERY_QUEUE,
+        (false, true, false) => &LEASE_EVERY_QUEUE_OF_TYPE,
+        (true, false, true) => &STEERED_LEASE_ONE_QUEUE,
+        (true, true, true) => &STEERED_LEASE_ONE_QUEUE_OF_TYPE,
+        (false, false, true) => &STEERED_LEASE_EVERY_QUEUE,
+        (false, true, true) => &STEERED_LEASE_EVERY_QUEUE_OF_TYPE,
+    }
+}
+
 /// The arguments of LEASE: consumer, provider, event type, batch, lease,
 /// webhook.max_attempts, the FIFO lines this transaction holds
 /// (providers and entity keys, pairwise), the turn (which provider's
@@ -542,6 +643,29 @@ const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::UUIDARRAYOID,
     pg_sys::TEXTARRAYOID,
     pg_sys::TIMESTAMPTZARRAYOID,
+];
+
+/// LEASE_ARGUMENTS, then the providers left out, the quarantined entities
+/// (providers and keys, pairwise) and the quotas (providers and counts,
+/// pairwise).
+const STEERED_LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::INT4OID,
+    pg_sys::INTERVALOID,
+    pg_sys::INT4OID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::INT8OID,
+    pg_sys::UUIDARRAYOID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::TIMESTAMPTZARRAYOID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::TEXTARRAYOID,
+    pg_sys::INT4ARRAYOID,
 ];
 
 thread_local! {

@@ -11,6 +11,7 @@
 //! the fence, and `webhook_next` never touches a row another transaction
 //! holds.
 
+use super::flow;
 use crate::errors::{Owner, Result, Standing, WebhookError};
 use crate::fence::Fence;
 use crate::jsonb::RawJsonb;
@@ -57,7 +58,7 @@ static FAIL: Statement = Statement {
           )
           INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message)
           SELECT $1, provider, event_id, consumer, attempts, $2 FROM failed
-       RETURNING true",
+       RETURNING provider, consumer",
     arg_types: &[
         pg_sys::UUIDOID,
         pg_sys::TEXTOID,
@@ -122,27 +123,29 @@ pub fn complete(
     result: Option<RawJsonb>,
 ) -> Result<()> {
     in_scope(client, function, &[id])?;
-    let finished = fence(function, id).update(
+    let (provider, consumer, ordered) = fence(function, id).update(
         client,
         &COMPLETE,
         &[id.into(), result.into()],
         |row| {
             // An unordered event moves no watermark.
-            let Some((entity_key, value)) = row.get::<String>(4)?.zip(row.get::<String>(5)?) else {
-                return Ok(None);
-            };
-            Ok(Some((
+            let order = row
+                .get::<String>(4)?
+                .zip(row.get::<String>(5)?)
+                .map(|(entity_key, value)| Order { entity_key, value });
+            Ok((
                 row.get::<String>(1)?.unwrap_or_default(),
                 row.get::<String>(2)?.unwrap_or_default(),
-                row.get::<String>(3)?.unwrap_or_default(),
-                Order { entity_key, value },
-            )))
+                order.map(|order| (row.get::<String>(3), order)),
+            ))
         },
         |client| standing(client, id),
     )?;
-    let Some((provider, consumer, event_id, order)) = finished else {
+    flow::succeeded(client, &consumer, &provider)?;
+    let Some((event_id, order)) = ordered else {
         return Ok(());
     };
+    let event_id = event_id?.unwrap_or_default();
     ordering::advance(
         client, function, id, &provider, &consumer, &event_id, &order,
     )
@@ -170,11 +173,16 @@ pub fn complete_batch(
     in_scope(client, function, ids)?;
     let mut finished = std::collections::HashSet::with_capacity(ids.len());
     let mut ordered = Vec::new();
+    let mut succeeded = std::collections::BTreeSet::new();
     for row in COMPLETE_BATCH.run(client, &[ids.to_vec().into()])? {
         let id = row
             .get::<pgrx::Uuid>(1)?
             .ok_or_else(|| WebhookError::Internal(format!("{function}: a lease without id")))?;
         finished.insert(*id.as_bytes());
+        succeeded.insert((
+            row.get::<String>(3)?.unwrap_or_default(),
+            row.get::<String>(2)?.unwrap_or_default(),
+        ));
         if let Some((entity_key, value)) = row.get::<String>(5)?.zip(row.get::<String>(6)?) {
             ordered.push((
                 id,
@@ -186,6 +194,9 @@ pub fn complete_batch(
         }
     }
     refuse_unfinished(client, function, ids, &finished)?;
+    for (consumer, provider) in succeeded {
+        flow::succeeded(client, &consumer, &provider)?;
+    }
     for (id, provider, consumer, event_id, order) in ordered {
         ordering::advance(
             client, function, id, &provider, &consumer, &event_id, &order,
@@ -230,7 +241,7 @@ static FAIL_BATCH: Statement = Statement {
           )
           INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message)
           SELECT claim_id, provider, event_id, consumer, attempts, $4 FROM failed
-       RETURNING claim_id",
+       RETURNING claim_id, provider, consumer",
     arg_types: &[
         pg_sys::UUIDARRAYOID,
         pg_sys::INT8ARRAYOID,
@@ -269,6 +280,7 @@ pub fn fail_batch(
         });
     }
     let mut failed = std::collections::HashSet::with_capacity(ids.len());
+    let mut failures = std::collections::BTreeMap::new();
     for row in FAIL_BATCH.run(
         client,
         &[ids.to_vec().into(), delays.into(), dead.into(), err.into()],
@@ -276,9 +288,18 @@ pub fn fail_batch(
         if let Some(id) = row.get::<pgrx::Uuid>(1)? {
             failed.insert(*id.as_bytes());
         }
+        let whose = (
+            row.get::<String>(3)?.unwrap_or_default(),
+            row.get::<String>(2)?.unwrap_or_default(),
+        );
+        *failures.entry(whose).or_insert(0) += 1;
     }
     // A lease taken over between the read and the UPDATE.
-    refuse_unfinished(client, function, ids, &failed)
+    refuse_unfinished(client, function, ids, &failed)?;
+    for ((consumer, provider), n) in failures {
+        flow::failed(client, &consumer, &provider, n)?;
+    }
+    Ok(())
 }
 
 /// `webhook_fail` of a lease: ready again after `retry_in` (default: the
@@ -303,13 +324,19 @@ pub fn fail(
         retry_in.unwrap_or_else(|| Interval::from_micros(super::backoff::delay_after(attempt, id)));
     // The fence is checked again by the UPDATE: a lease taken over since
     // the read above changes nothing.
-    fence.update(
+    let (provider, consumer) = fence.update(
         client,
         &FAIL,
         &[id.into(), err.into(), delay.into(), dead.into()],
-        |_| Ok(()),
+        |row| {
+            Ok((
+                row.get::<String>(1)?.unwrap_or_default(),
+                row.get::<String>(2)?.unwrap_or_default(),
+            ))
+        },
         |client| standing(client, id),
-    )
+    )?;
+    flow::failed(client, &consumer, &provider, 1)
 }
 
 /// `webhook_extend` of a lease: the new expiry.

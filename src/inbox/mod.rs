@@ -14,12 +14,15 @@
 //! * here — queueing an event, and waking workers;
 //! * `api` — the SQL functions `webhook_enqueue` and `webhook_next`;
 //! * `lease` — finishing, failing and extending a lease;
+//! * `flow` — pauses, quarantines, caps, rates and circuit breakers:
+//!   what a consumer may lease;
 //! * `heads` — where each queue's ready rows start, so that a pick does
 //!   not walk the entries its earlier leases left behind;
 //! * `backoff` — when a failed attempt is tried again.
 
 pub(crate) mod api;
 pub mod backoff;
+pub mod flow;
 mod heads;
 pub mod lease;
 

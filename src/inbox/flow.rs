@@ -1,0 +1,434 @@
+//! Steering what `webhook_next` hands out (the tables and the operators'
+//! functions are in `sql/flow.sql`): pauses, quarantined entities,
+//! concurrency caps, rates and circuit breakers.
+//!
+//! What steers a consumer is read from the registry's cache (`registry`),
+//! dropped in every backend when a change commits. A consumer nothing
+//! steers costs `webhook_next` one look at that cache: it runs the plain
+//! lease statement, as if this module did not exist. A steered one has
+//! its allowance worked out here before the lease statement runs:
+//!
+//! * paused (the consumer, or every provider the call could read): no
+//!   statement at all; a paused provider among several is left out of the
+//!   pick, and so is one whose breaker is open;
+//! * quarantined entities' events are set aside by the pick (run_at
+//!   'infinity') instead of leased, as they are met;
+//! * caps and rates: free slots are taken `FOR UPDATE SKIP LOCKED` (never
+//!   waiting for another worker), the batch shrinks to what they allow,
+//!   and the leases made are written into the slots used. Slots taken but
+//!   not used are left as they were, and free again when the transaction
+//!   ends;
+//! * a breaker open past its cooldown is turned half open by the one call
+//!   that takes its row, and that call leases one event: the probe.
+//!
+//! Failures and successes of a consumer with a breaker move the breaker
+//! (`failed`, `succeeded`): counted per attempt, in the transaction that
+//! finishes it, so a rolled-back failure is not counted.
+
+use crate::errors::Result;
+use crate::plans::Statement;
+use pgrx::pg_sys;
+use pgrx::spi::SpiClient;
+
+/// What steers one consumer's leases.
+pub struct Controls {
+    /// The consumer is paused, for every provider.
+    pub paused: bool,
+    /// Providers whose events it may not lease: paused.
+    pub paused_providers: Vec<String>,
+    /// Quarantined entities: providers and entity keys, pairwise.
+    pub quarantined: (Vec<String>, Vec<String>),
+    /// Its limits.
+    pub limits: Vec<Limit>,
+}
+
+/// One limit of a consumer (`webhook.limits`).
+pub struct Limit {
+    /// The provider limited; empty for all of the consumer's events.
+    pub provider: String,
+    pub cap: bool,
+    /// A rate: how long a rate slot rests between two leases, in seconds.
+    pub rate_rest: Option<f64>,
+    pub breaker: bool,
+}
+
+impl Controls {
+    fn limits_of<'a>(&'a self, provider: &'a str) -> impl Iterator<Item = &'a Limit> + 'a {
+        self.limits
+            .iter()
+            .filter(move |l| l.provider.is_empty() || l.provider == provider)
+    }
+
+    /// Whether a breaker watches this consumer's events of `provider`.
+    pub fn breaker_watches(&self, provider: &str) -> bool {
+        self.limits_of(provider).any(|l| l.breaker)
+    }
+}
+
+/// Everything that steers consumer `$1`, with the watched tables' oids
+/// (see `registry`).
+macro_rules! load_controls {
+    () => {
+        "SELECT EXISTS (SELECT FROM webhook.pauses WHERE provider = '' AND consumer = $1),
+                ARRAY(SELECT provider FROM webhook.pauses
+                       WHERE provider <> '' AND entity_key = '' AND consumer IN ('', $1)),
+                ARRAY(SELECT provider FROM webhook.pauses
+                       WHERE entity_key <> '' AND consumer IN ('', $1) ORDER BY provider, entity_key),
+                ARRAY(SELECT entity_key FROM webhook.pauses
+                       WHERE entity_key <> '' AND consumer IN ('', $1) ORDER BY provider, entity_key),
+                ARRAY(SELECT provider FROM webhook.limits WHERE consumer = $1 ORDER BY provider),
+                ARRAY(SELECT max_leases IS NOT NULL FROM webhook.limits WHERE consumer = $1 ORDER BY provider),
+                ARRAY(SELECT burst / rate FROM webhook.limits WHERE consumer = $1 ORDER BY provider),
+                ARRAY(SELECT breaker_failures IS NOT NULL FROM webhook.limits WHERE consumer = $1 ORDER BY provider), "
+    };
+}
+pub(crate) use load_controls;
+
+/// The controls in a row of `load_controls!`; None when nothing steers
+/// the consumer.
+pub fn controls_from(row: &crate::plans::Row<'_>) -> Result<Option<Controls>> {
+    let paused = row.get::<bool>(1)?.unwrap_or(false);
+    let paused_providers = row.get::<Vec<String>>(2)?.unwrap_or_default();
+    let quarantined = (
+        row.get::<Vec<String>>(3)?.unwrap_or_default(),
+        row.get::<Vec<String>>(4)?.unwrap_or_default(),
+    );
+    let providers = row.get::<Vec<String>>(5)?.unwrap_or_default();
+    let caps = row.get::<Vec<bool>>(6)?.unwrap_or_default();
+    let rests = row.get::<Vec<Option<f64>>>(7)?.unwrap_or_default();
+    let breakers = row.get::<Vec<bool>>(8)?.unwrap_or_default();
+    let limits: Vec<Limit> = providers
+        .into_iter()
+        .zip(caps)
+        .zip(rests)
+        .zip(breakers)
+        .map(|(((provider, cap), rate_rest), breaker)| Limit {
+            provider,
+            cap,
+            rate_rest,
+            breaker,
+        })
+        .collect();
+    if !paused && paused_providers.is_empty() && quarantined.0.is_empty() && limits.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Controls {
+        paused,
+        paused_providers,
+        quarantined,
+        limits,
+    }))
+}
+
+/// What a steered call of `webhook_next` may lease.
+pub struct Allowance {
+    /// At most this many events in all.
+    pub batch: i32,
+    /// Providers left out of the pick.
+    pub excluded: Vec<String>,
+    /// At most this many of each of these providers' events.
+    pub quotas: (Vec<String>, Vec<i32>),
+    /// The slots taken, to be given the leases: per limit (its provider),
+    /// the slots of each kind.
+    slots: Vec<Taken>,
+    /// The breakers this call probes (their providers).
+    probes: Vec<String>,
+}
+
+struct Taken {
+    provider: String,
+    kind: &'static str,
+    slots: Vec<i32>,
+}
+
+/// The breakers of a consumer that are not closed: for each, whether
+/// this call may try to probe it (open past its cooldown, or half open
+/// with no live probe).
+static OPEN_BREAKERS: Statement = Statement {
+    sql: "SELECT b.provider,
+                 (b.state = 'open' AND b.opened_at + l.breaker_cooldown <= pg_catalog.clock_timestamp())
+              OR (b.state = 'half_open' AND (b.probe IS NULL OR NOT webhook._lease_live(b.probe)))
+            FROM webhook.breakers b
+            JOIN webhook.limits l ON l.consumer = b.consumer AND l.provider = b.provider
+           WHERE b.consumer = $1 AND b.state <> 'closed'",
+    arg_types: &[pg_sys::TEXTOID],
+};
+
+/// Turn a breaker half open for this call's probe, unless another call
+/// holds its row (that one probes).
+static TAKE_PROBE: Statement = Statement {
+    sql: "UPDATE webhook.breakers b
+             SET state = 'half_open', probe = NULL, changed_at = pg_catalog.now()
+           WHERE b.ctid = (SELECT t.ctid FROM webhook.breakers t
+                            WHERE t.consumer = $1 AND t.provider = $2 AND t.state <> 'closed'
+                              FOR UPDATE SKIP LOCKED)
+       RETURNING true",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Free slots of a limit, of one kind, taken without waiting: a lease
+/// slot whose lease is no longer live, a rate slot that rested `$5`
+/// seconds since its last lease.
+static TAKE_SLOTS: Statement = Statement {
+    sql: "SELECT s.n FROM webhook.limit_slots s
+           WHERE s.consumer = $1 AND s.provider = $2 AND s.kind = $3::webhook.slot_kind
+             AND CASE WHEN s.kind = 'lease'
+                      THEN s.lease_id IS NULL OR NOT webhook._lease_live(s.lease_id)
+                      ELSE s.used_at IS NULL
+                        OR s.used_at <= pg_catalog.clock_timestamp() - $5 * interval '1 second'
+                 END
+           ORDER BY s.n
+           LIMIT $4
+             FOR UPDATE SKIP LOCKED",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::INT4OID,
+        pg_sys::FLOAT8OID,
+    ],
+};
+
+/// What a call of `webhook_next` by `consumer` (of `provider`, or of
+/// any) may lease under its controls; None when nothing at all.
+pub fn allowance(
+    client: &mut SpiClient<'_>,
+    controls: &Controls,
+    consumer: &str,
+    provider: Option<&str>,
+    batch: i32,
+) -> Result<Option<Allowance>> {
+    if controls.paused || provider.is_some_and(|p| controls.paused_providers.iter().any(|x| x == p))
+    {
+        return Ok(None);
+    }
+    let mut allowance = Allowance {
+        batch,
+        excluded: controls.paused_providers.clone(),
+        quotas: Default::default(),
+        slots: Vec::new(),
+        probes: Vec::new(),
+    };
+    // The limits this call is under: all of the consumer's, or, with a
+    // provider, that provider's and the consumer-wide ones.
+    let limits: Vec<&Limit> = match provider {
+        Some(p) => controls.limits_of(p).collect(),
+        None => controls.limits.iter().collect(),
+    };
+    if limits.iter().any(|l| l.breaker) {
+        for row in OPEN_BREAKERS.run(client, &[consumer.into()])? {
+            let scope = row.get::<String>(1)?.unwrap_or_default();
+            if !limits.iter().any(|l| l.provider == scope) {
+                continue;
+            }
+            let may_probe = row.get::<bool>(2)?.unwrap_or(false)
+                && TAKE_PROBE
+                    .run(client, &[consumer.into(), scope.as_str().into()])?
+                    .next()
+                    .is_some();
+            if may_probe {
+                allowance.limit(&scope, 1);
+                allowance.probes.push(scope);
+            } else if scope.is_empty() {
+                return Ok(None);
+            } else {
+                allowance.excluded.push(scope);
+            }
+        }
+    }
+    for limit in limits {
+        if allowance.excluded.contains(&limit.provider) {
+            continue;
+        }
+        let kinds = [
+            ("lease", limit.cap.then_some(0.0)),
+            ("rate", limit.rate_rest),
+        ];
+        for (kind, rest) in kinds {
+            let Some(rest) = rest else { continue };
+            let want = allowance.of(&limit.provider);
+            let mut slots = Vec::new();
+            if want > 0 {
+                for row in TAKE_SLOTS.run(
+                    client,
+                    &[
+                        consumer.into(),
+                        limit.provider.as_str().into(),
+                        kind.into(),
+                        want.into(),
+                        rest.into(),
+                    ],
+                )? {
+                    slots.extend(row.get::<i32>(1)?);
+                }
+            }
+            allowance.limit(&limit.provider, slots.len() as i32);
+            allowance.slots.push(Taken {
+                provider: limit.provider.clone(),
+                kind,
+                slots,
+            });
+        }
+    }
+    if allowance.batch == 0 {
+        return Ok(None);
+    }
+    // A provider allowed nothing is left out of the pick altogether.
+    let (mut providers, mut quotas) = (Vec::new(), Vec::new());
+    for (p, q) in allowance.quotas.0.iter().zip(&allowance.quotas.1) {
+        if *q == 0 {
+            allowance.excluded.push(p.clone());
+        } else {
+            providers.push(p.clone());
+            quotas.push(*q);
+        }
+    }
+    allowance.quotas = (providers, quotas);
+    Ok(Some(allowance))
+}
+
+impl Allowance {
+    /// How many this call may lease within a scope ('' : in all).
+    fn of(&self, scope: &str) -> i32 {
+        if scope.is_empty() {
+            return self.batch;
+        }
+        let quota = self.quotas.0.iter().position(|p| p == scope);
+        quota.map_or(self.batch, |n| self.quotas.1[n].min(self.batch))
+    }
+
+    /// Allow at most `n` within a scope.
+    fn limit(&mut self, scope: &str, n: i32) {
+        if scope.is_empty() {
+            self.batch = self.batch.min(n);
+            return;
+        }
+        match self.quotas.0.iter().position(|p| p == scope) {
+            Some(at) => self.quotas.1[at] = self.quotas.1[at].min(n),
+            None => {
+                self.quotas.0.push(scope.to_owned());
+                self.quotas.1.push(n);
+            }
+        }
+    }
+}
+
+/// Give the slots taken (and the probes) the leases made: `leased` is
+/// each lease's id and provider, in the order the call returns them.
+static GIVE_SLOTS: Statement = Statement {
+    sql: "UPDATE webhook.limit_slots s
+             SET lease_id = g.lease_id, used_at = pg_catalog.clock_timestamp()
+            FROM unnest($2::text[], $3::webhook.slot_kind[], $4::int4[], $5::uuid[])
+                 AS g (provider, kind, n, lease_id)
+           WHERE s.consumer = $1 AND s.provider = g.provider AND s.kind = g.kind AND s.n = g.n",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTARRAYOID,
+        pg_sys::TEXTARRAYOID,
+        pg_sys::INT4ARRAYOID,
+        pg_sys::UUIDARRAYOID,
+    ],
+};
+
+static GIVE_PROBE: Statement = Statement {
+    sql: "UPDATE webhook.breakers SET probe = $3 WHERE consumer = $1 AND provider = $2",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::UUIDOID],
+};
+
+/// Record what a steered call leased.
+pub fn record(
+    client: &mut SpiClient<'_>,
+    allowance: &Allowance,
+    consumer: &str,
+    leased: &[(pgrx::Uuid, &str)],
+) -> Result<()> {
+    let (mut providers, mut kinds, mut ns, mut ids) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for taken in &allowance.slots {
+        let mine = leased
+            .iter()
+            .filter(|(_, p)| taken.provider.is_empty() || *p == taken.provider);
+        for (slot, (id, _)) in taken.slots.iter().zip(mine) {
+            providers.push(taken.provider.clone());
+            kinds.push(taken.kind);
+            ns.push(*slot);
+            ids.push(*id);
+        }
+    }
+    if !ns.is_empty() {
+        GIVE_SLOTS.run(
+            client,
+            &[
+                consumer.into(),
+                providers.into(),
+                kinds.into(),
+                ns.into(),
+                ids.into(),
+            ],
+        )?;
+    }
+    for scope in &allowance.probes {
+        let probe = leased.iter().find(|(_, p)| scope.is_empty() || p == scope);
+        if let Some((id, _)) = probe {
+            GIVE_PROBE.run(
+                client,
+                &[consumer.into(), scope.as_str().into(), (*id).into()],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Count `n` failed attempts of a consumer's events of a provider against
+/// its breakers: one that reaches its threshold opens (a failed probe
+/// reopens a half-open one, from now).
+static FAILED: Statement = Statement {
+    sql: "UPDATE webhook.breakers b
+             SET failures = b.failures + $3,
+                 state = CASE WHEN b.state = 'half_open' OR b.failures + $3 >= l.breaker_failures
+                              THEN 'open' ELSE b.state END,
+                 opened_at = CASE WHEN b.state = 'half_open'
+                                    OR (b.state = 'closed' AND b.failures + $3 >= l.breaker_failures)
+                                  THEN pg_catalog.clock_timestamp() ELSE b.opened_at END,
+                 probe = CASE WHEN b.state = 'half_open' THEN NULL ELSE b.probe END,
+                 changed_at = CASE WHEN b.state = 'half_open'
+                                     OR (b.state = 'closed' AND b.failures + $3 >= l.breaker_failures)
+                                   THEN pg_catalog.now() ELSE b.changed_at END
+            FROM webhook.limits l
+           WHERE l.consumer = b.consumer AND l.provider = b.provider
+             AND b.consumer = $1 AND b.provider IN ('', $2)",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INT4OID],
+};
+
+/// A success closes the breakers of a consumer's events of a provider
+/// and forgets their failures; a breaker with nothing to forget is not
+/// written (nor locked).
+static SUCCEEDED: Statement = Statement {
+    sql: "UPDATE webhook.breakers b
+             SET failures = 0, state = 'closed', probe = NULL,
+                 changed_at = CASE WHEN b.state <> 'closed' THEN pg_catalog.now() ELSE b.changed_at END
+           WHERE b.consumer = $1 AND b.provider IN ('', $2)
+             AND (b.failures > 0 OR b.state <> 'closed')",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// `n` attempts of `consumer`'s events of `provider` failed.
+pub fn failed(client: &mut SpiClient<'_>, consumer: &str, provider: &str, n: i32) -> Result<()> {
+    if watched(client, consumer, provider)? {
+        FAILED.run(client, &[consumer.into(), provider.into(), n.into()])?;
+    }
+    Ok(())
+}
+
+/// An attempt of `consumer`'s events of `provider` succeeded.
+pub fn succeeded(client: &mut SpiClient<'_>, consumer: &str, provider: &str) -> Result<()> {
+    if watched(client, consumer, provider)? {
+        SUCCEEDED.run(client, &[consumer.into(), provider.into()])?;
+    }
+    Ok(())
+}
+
+fn watched(client: &mut SpiClient<'_>, consumer: &str, provider: &str) -> Result<bool> {
+    Ok(crate::registry::controls(client, consumer)?
+        .is_some_and(|controls| controls.breaker_watches(provider)))
+}
