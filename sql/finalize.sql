@@ -71,6 +71,8 @@ COMMENT ON FUNCTION @extschema@.idempotency_fingerprint(text, text, bytea) IS
     'A request fingerprint for idempotency_begin: SHA-256 of the method, path and body';
 COMMENT ON FUNCTION @extschema@.idempotency_fingerprint(text, text, text) IS
     'idempotency_fingerprint for a body passed as text';
+COMMENT ON FUNCTION webhook._lock_quarantines(text) IS
+    'Internal: wait until no call of webhook_next may still set aside a provider''s quarantined events, and keep new ones from it until the transaction ends';
 COMMENT ON FUNCTION @extschema@.idempotency_purge(interval) IS
     'Remove idempotency keys first used longer ago than older_than (default webhook.idempotency_retention), never one still in progress; returns how many';
 

@@ -143,7 +143,8 @@ COMMENT ON COLUMN webhook.breakers.probe IS 'Half open: the lease let through';
 COMMENT ON COLUMN webhook.breakers.changed_at IS 'When its state last changed';
 
 -- Whether a lease is live: its row is leased and the lease has not run
--- out. What frees a lease slot and a half-open breaker's probe.
+-- out. What frees a lease slot and a half-open breaker's probe. (A view
+-- says it in full: its readers would need EXECUTE on this.)
 CREATE FUNCTION webhook._lease_live(lease uuid) RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
@@ -291,7 +292,8 @@ COMMENT ON FUNCTION @extschema@.webhook_quarantine(text, text, text, text) IS
 
 -- End a quarantine (the same provider, entity and consumer): the events
 -- set aside are ready again, behind what is queued now, unless another
--- quarantine still covers them. Returns how many are ready again.
+-- quarantine still covers them. Returns how many are ready again. Calls
+-- of webhook_next leave the provider's events alone until it commits.
 CREATE FUNCTION @extschema@.webhook_release(
     provider   text,
     entity_key text,
@@ -306,6 +308,10 @@ DECLARE
     c text := webhook._check_name('webhook_release', 'consumer', webhook_release.consumer, false);
     released bigint;
 BEGIN
+    -- Wait for the calls of webhook_next that may still set this
+    -- provider's events aside, and keep new ones from doing so until this
+    -- transaction ends: the UPDATE below must see every event set aside.
+    PERFORM webhook._lock_quarantines(p);
     DELETE FROM webhook.pauses s WHERE s.provider = p AND s.consumer = c AND s.entity_key = e;
     UPDATE webhook.inbox i SET run_at = pg_catalog.clock_timestamp()
      WHERE i.provider = p AND i.entity_key = e AND (c = '' OR i.consumer = c)
@@ -411,7 +417,7 @@ SELECT s.provider, s.consumer, s.entity_key,
          WHERE i.status = 'ready'
            AND (s.provider = '' OR i.provider = s.provider)
            AND (s.consumer = '' OR i.consumer = s.consumer)
-           AND (s.entity_key = '' OR (i.entity_key = s.entity_key AND i.run_at = 'infinity'))) AS waiting
+           AND (s.entity_key = '' OR i.entity_key = s.entity_key)) AS waiting
   FROM webhook.pauses s;
 COMMENT ON VIEW webhook.paused IS
     'Pauses and quarantines in effect, with how many ready events each holds back (waiting)';
@@ -421,7 +427,9 @@ CREATE VIEW webhook.limits_in_effect AS
 SELECT l.consumer, l.provider, l.max_leases,
        (SELECT pg_catalog.count(*) FROM webhook.limit_slots s
          WHERE s.consumer = l.consumer AND s.provider = l.provider AND s.kind = 'lease'
-           AND webhook._lease_live(s.lease_id)) AS live_leases,
+           AND EXISTS (SELECT FROM webhook.inbox i
+                        WHERE i.claim_id = s.lease_id AND i.status = 'leased'
+                          AND i.run_at > pg_catalog.clock_timestamp())) AS live_leases,
        l.rate, l.burst,
        (SELECT pg_catalog.count(*) FROM webhook.limit_slots s
          WHERE s.consumer = l.consumer AND s.provider = l.provider AND s.kind = 'rate'

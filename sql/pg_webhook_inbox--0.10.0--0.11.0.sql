@@ -853,6 +853,16 @@ COMMENT ON VIEW webhook.inbox_stats IS
     'The inbox per provider and consumer: ready, scheduled (backing off), leased, dead, the age of the oldest ready event, and quarantined (set aside with their entity)';
 COMMENT ON COLUMN webhook.delivery_log.claim_completes IS 'True for a new event''s claim made with complete_on_commit: committed, it completed the event (unless it failed in the same transaction); NULL otherwise';
 
+-- The lock webhook_release waits for (flow.sql; written in Rust).
+CREATE  FUNCTION webhook."_lock_quarantines"(
+	"provider" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lock_quarantines_wrapper';
+COMMENT ON FUNCTION webhook._lock_quarantines(text) IS
+    'Internal: wait until no call of webhook_next may still set aside a provider''s quarantined events, and keep new ones from it until the transaction ends';
+
 -- pg_webhook_inbox: steering the inbox.
 --
 -- Operators steer what webhook_next hands out, never what intake takes:
@@ -996,7 +1006,8 @@ COMMENT ON COLUMN webhook.breakers.probe IS 'Half open: the lease let through';
 COMMENT ON COLUMN webhook.breakers.changed_at IS 'When its state last changed';
 
 -- Whether a lease is live: its row is leased and the lease has not run
--- out. What frees a lease slot and a half-open breaker's probe.
+-- out. What frees a lease slot and a half-open breaker's probe. (A view
+-- says it in full: its readers would need EXECUTE on this.)
 CREATE FUNCTION webhook._lease_live(lease uuid) RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
@@ -1264,7 +1275,7 @@ SELECT s.provider, s.consumer, s.entity_key,
          WHERE i.status = 'ready'
            AND (s.provider = '' OR i.provider = s.provider)
            AND (s.consumer = '' OR i.consumer = s.consumer)
-           AND (s.entity_key = '' OR (i.entity_key = s.entity_key AND i.run_at = 'infinity'))) AS waiting
+           AND (s.entity_key = '' OR i.entity_key = s.entity_key)) AS waiting
   FROM webhook.pauses s;
 COMMENT ON VIEW webhook.paused IS
     'Pauses and quarantines in effect, with how many ready events each holds back (waiting)';
@@ -1274,7 +1285,9 @@ CREATE VIEW webhook.limits_in_effect AS
 SELECT l.consumer, l.provider, l.max_leases,
        (SELECT pg_catalog.count(*) FROM webhook.limit_slots s
          WHERE s.consumer = l.consumer AND s.provider = l.provider AND s.kind = 'lease'
-           AND webhook._lease_live(s.lease_id)) AS live_leases,
+           AND EXISTS (SELECT FROM webhook.inbox i
+                        WHERE i.claim_id = s.lease_id AND i.status = 'leased'
+                          AND i.run_at > pg_catalog.clock_timestamp())) AS live_leases,
        l.rate, l.burst,
        (SELECT pg_catalog.count(*) FROM webhook.limit_slots s
          WHERE s.consumer = l.consumer AND s.provider = l.provider AND s.kind = 'rate'

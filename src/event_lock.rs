@@ -116,6 +116,13 @@ impl EventLock {
         ])
     }
 
+    /// The lock on one provider's quarantines: shared by each call of
+    /// `webhook_next` that may set a quarantined entity's events aside,
+    /// taken alone by `webhook_release` (see `inbox::flow`).
+    pub fn for_quarantines(provider: &str) -> Self {
+        Self::keyed(&[b"quarantine", provider.as_bytes()])
+    }
+
     /// The lock a transaction holds while it is the one that notifies
     /// waiting inbox workers (see `inbox::wake`).
     pub fn for_wake_up() -> Self {
@@ -158,6 +165,18 @@ impl EventLock {
         // released by PostgreSQL at commit or abort.
         let result =
             unsafe { pg_sys::LockAcquire(&self.tag, pg_sys::ExclusiveLock as i32, false, true) };
+        let acquired = result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
+        if acquired {
+            count_held(1);
+        }
+        acquired
+    }
+
+    /// Take the lock in share mode if nobody holds it alone; never waits.
+    pub fn try_acquire_shared(&self) -> bool {
+        // SAFETY: as for try_acquire.
+        let result =
+            unsafe { pg_sys::LockAcquire(&self.tag, pg_sys::ShareLock as i32, false, true) };
         let acquired = result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
         if acquired {
             count_held(1);

@@ -276,11 +276,9 @@ fn next(
                 start_providers.into(),
                 starts.into(),
             ];
-            if let (Some(controls), Some(allowance)) = (&controls, &allowance) {
+            if let Some(allowance) = &allowance {
                 args.extend([
                     allowance.excluded.clone().into(),
-                    controls.quarantined.0.clone().into(),
-                    controls.quarantined.1.clone().into(),
                     allowance.quotas.0.clone().into(),
                     allowance.quotas.1.clone().into(),
                 ]);
@@ -400,32 +398,45 @@ macro_rules! lease {
             "",
             "$4",
             "",
+            "",
             "p.verdict",
             "pg_catalog.clock_timestamp() + $5"
         )
     };
-    // Steered (see `flow`): providers left out ($13), quarantined
-    // entities ($14, $15: providers and keys, pairwise), quotas per
-    // provider ($16, $17). A quarantined entity's row is set aside: ready,
-    // at run_at 'infinity', out of every pick's range until released.
+    // Steered (see `flow`): providers left out ($13), quotas per provider
+    // ($14, $15: providers and counts, pairwise). A quarantined entity's
+    // row is set aside: ready, at run_at 'infinity', out of every pick's
+    // range until released. Quarantines are read here, in the statement's
+    // snapshot, taken after `flow` took their lock: a release committed
+    // by then is seen.
     ($queues:expr, $type_filter:literal, steered) => {
         lease!(
             $queues,
             $type_filter,
-            ", coalesce((SELECT l.quota FROM unnest($16::text[], $17::int4[]) AS l (provider, quota)
+            ", coalesce((SELECT l.quota FROM unnest($14::text[], $15::int4[]) AS l (provider, quota)
                            WHERE l.provider = q.provider), $4) AS quota",
             " WHERE q.provider <> ALL ($13::text[])",
             "q.quota",
-            "WHEN i.entity_key IS NOT NULL
-                   AND (i.provider, i.entity_key) IN (SELECT * FROM unnest($14::text[], $15::text[]))
-                  THEN 'held' ",
+            concat!(
+                "WHEN i.entity_key IS NOT NULL AND (i.provider, i.entity_key) IN (",
+                quarantined!(),
+                ") THEN 'held' "
+            ),
+            // Set aside wherever it stands in a FIFO line, not only at its
+            // head: the whole entity waits for its release.
+            concat!(
+                "
+              OR (i.provider, i.entity_key) IN (",
+                quarantined!(),
+                ")"
+            ),
             "CASE WHEN p.verdict = 'held' THEN 'ready' ELSE p.verdict END",
             "CASE WHEN p.verdict = 'held' THEN 'infinity'
                                ELSE pg_catalog.clock_timestamp() + $5 END"
         )
     };
-    ($queues:expr, $type_filter:literal, $quota:literal, $excluded:literal, $limit:literal,
-     $held:literal, $status:literal, $run_at:literal) => {
+    ($queues:expr, $type_filter:literal, $quota:expr, $excluded:literal, $limit:literal,
+     $held:expr, $held_anywhere:expr, $status:literal, $run_at:literal) => {
         concat!(
             "WITH RECURSIVE ",
             $queues,
@@ -483,7 +494,9 @@ macro_rules! lease {
               OR ((i.provider, i.entity_key) IN (SELECT * FROM unnest($7::text[], $8::text[]))
                   AND ",
             fifo_head!(),
-            "))",
+            ")",
+            $held_anywhere,
+            ")",
             "
                    ORDER BY i.run_at
                    LIMIT ",
@@ -528,6 +541,14 @@ macro_rules! lease {
                 FROM leased l
                ORDER BY l.queued_at"
         )
+    };
+}
+
+/// The entities quarantined for consumer `$1`: providers and keys.
+macro_rules! quarantined {
+    () => {
+        "SELECT s.provider, s.entity_key FROM webhook.pauses s
+          WHERE s.entity_key <> '' AND s.consumer IN ('', $1)"
     };
 }
 
@@ -645,9 +666,8 @@ const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TIMESTAMPTZARRAYOID,
 ];
 
-/// LEASE_ARGUMENTS, then the providers left out, the quarantined entities
-/// (providers and keys, pairwise) and the quotas (providers and counts,
-/// pairwise).
+/// LEASE_ARGUMENTS, then the providers left out and the quotas
+/// (providers and counts, pairwise).
 const STEERED_LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -663,8 +683,6 @@ const STEERED_LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TIMESTAMPTZARRAYOID,
     pg_sys::TEXTARRAYOID,
     pg_sys::TEXTARRAYOID,
-    pg_sys::TEXTARRAYOID,
-    pg_sys::TEXTARRAYOID,
     pg_sys::INT4ARRAYOID,
 ];
 
@@ -676,15 +694,19 @@ thread_local! {
 /// Whether inbox row `i` is the head of its entity's FIFO line: no
 /// earlier event of the entity is ready, backing off or leased, and no
 /// other event of it is under a live lease, whatever its order (an older
-/// event can arrive while a newer one is being processed).
+/// event can arrive while a newer one is being processed). The status
+/// test stands on its own, outside the OR: only then does the planner
+/// see that the entity's line index (`inbox_entity_line_idx`, partial on
+/// those statuses) answers it, and read the one line rather than the
+/// whole queue for each row it checks.
 macro_rules! fifo_head {
     () => {
         "NOT EXISTS (SELECT FROM webhook.inbox j
                       WHERE j.provider = i.provider AND j.consumer = i.consumer
                         AND j.entity_key = i.entity_key AND j.event_id <> i.event_id
-                        AND ((j.status IN ('ready', 'leased')
-                              AND (j.order_value, j.queued_at, j.event_id)
-                                  < (i.order_value, i.queued_at, i.event_id))
+                        AND j.status IN ('ready', 'leased')
+                        AND ((j.order_value, j.queued_at, j.event_id)
+                                 < (i.order_value, i.queued_at, i.event_id)
                           OR (j.status = 'leased' AND j.run_at > pg_catalog.clock_timestamp())))"
     };
 }

@@ -26,6 +26,7 @@
 //! finishes it, so a rolled-back failure is not counted.
 
 use crate::errors::Result;
+use crate::event_lock::EventLock;
 use crate::plans::Statement;
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
@@ -154,40 +155,89 @@ static OPEN_BREAKERS: Statement = Statement {
     arg_types: &[pg_sys::TEXTOID],
 };
 
-/// Turn a breaker half open for this call's probe, unless another call
-/// holds its row (that one probes).
+/// Lock a breaker's row without waiting: None when another call holds
+/// it (that one probes, or just finished).
+static LOCK_BREAKER: Statement = Statement {
+    sql: "SELECT true FROM webhook.breakers
+           WHERE consumer = $1 AND provider = $2
+             FOR UPDATE SKIP LOCKED",
+    arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+/// Turn a breaker, locked, half open for this call's probe, if it may be
+/// probed. A statement of its own after the lock: its snapshot sees what
+/// the call that held the row last committed (a probe it gave out), where
+/// the locking statement's own would not.
 static TAKE_PROBE: Statement = Statement {
     sql: "UPDATE webhook.breakers b
              SET state = 'half_open', probe = NULL, changed_at = pg_catalog.now()
-           WHERE b.ctid = (SELECT t.ctid FROM webhook.breakers t
-                            WHERE t.consumer = $1 AND t.provider = $2 AND t.state <> 'closed'
-                              FOR UPDATE SKIP LOCKED)
+            FROM webhook.limits l
+           WHERE l.consumer = b.consumer AND l.provider = b.provider
+             AND b.consumer = $1 AND b.provider = $2
+             AND ((b.state = 'open' AND b.opened_at + l.breaker_cooldown <= pg_catalog.clock_timestamp())
+               OR (b.state = 'half_open' AND (b.probe IS NULL OR NOT webhook._lease_live(b.probe))))
        RETURNING true",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
-/// Free slots of a limit, of one kind, taken without waiting: a lease
-/// slot whose lease is no longer live, a rate slot that rested `$5`
-/// seconds since its last lease.
-static TAKE_SLOTS: Statement = Statement {
-    sql: "SELECT s.n FROM webhook.limit_slots s
-           WHERE s.consumer = $1 AND s.provider = $2 AND s.kind = $3::webhook.slot_kind
-             AND CASE WHEN s.kind = 'lease'
-                      THEN s.lease_id IS NULL OR NOT webhook._lease_live(s.lease_id)
-                      ELSE s.used_at IS NULL
-                        OR s.used_at <= pg_catalog.clock_timestamp() - $5 * interval '1 second'
-                 END
-           ORDER BY s.n
-           LIMIT $4
-             FOR UPDATE SKIP LOCKED",
+/// Whether a slot may be given a lease now: a lease slot whose lease is
+/// no longer live, a rate slot that rested `$5` seconds since its last.
+macro_rules! slot_is_free {
+    () => {
+        "CASE WHEN s.kind = 'lease'
+              THEN s.lease_id IS NULL OR NOT webhook._lease_live(s.lease_id)
+              ELSE s.used_at IS NULL
+                OR s.used_at <= pg_catalog.clock_timestamp() - $5 * interval '1 second'
+         END"
+    };
+}
+
+/// Lock slots of a limit, of one kind, that look free, without waiting
+/// for a slot another call holds.
+static LOCK_SLOTS: Statement = Statement {
+    sql: concat!(
+        "SELECT s.n FROM webhook.limit_slots s
+          WHERE s.consumer = $1 AND s.provider = $2 AND s.kind = $3::webhook.slot_kind AND ",
+        slot_is_free!(),
+        "
+          ORDER BY s.n
+          LIMIT $4
+            FOR UPDATE SKIP LOCKED"
+    ),
+    arg_types: SLOT_ARGUMENTS,
+};
+
+/// Which of the slots locked (`$4`) are free. A statement of its own
+/// after the lock, for the same reason as TAKE_PROBE: a slot whose row
+/// another call changed after the locking statement began is locked in
+/// its new version and rechecked, but against that statement's snapshot,
+/// in which the lease just written into it is not yet live.
+static FREE_SLOTS: Statement = Statement {
+    sql: concat!(
+        "SELECT s.n FROM webhook.limit_slots s
+          WHERE s.consumer = $1 AND s.provider = $2 AND s.kind = $3::webhook.slot_kind
+            AND s.n = ANY ($4) AND ",
+        slot_is_free!(),
+        "
+          ORDER BY s.n"
+    ),
     arg_types: &[
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
-        pg_sys::INT4OID,
+        pg_sys::INT4ARRAYOID,
         pg_sys::FLOAT8OID,
     ],
 };
+
+/// consumer, provider, kind, how many, a rate slot's rest in seconds.
+const SLOT_ARGUMENTS: &[pg_sys::Oid] = &[
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::INT4OID,
+    pg_sys::FLOAT8OID,
+];
 
 /// What a call of `webhook_next` by `consumer` (of `provider`, or of
 /// any) may lease under its controls; None when nothing at all.
@@ -202,9 +252,27 @@ pub fn allowance(
     {
         return Ok(None);
     }
+    // A provider whose quarantine is being released right now is left out
+    // of this call: the release must find every event set aside, and
+    // waits for the calls that may still set some aside (they hold this
+    // lock in share mode until their transaction ends).
+    let mut releasing = Vec::new();
+    let mut quarantining: Vec<&String> = controls.quarantined.0.iter().collect();
+    quarantining.dedup();
+    for p in quarantining {
+        if provider.is_some_and(|given| given != p) {
+            continue;
+        }
+        if !EventLock::for_quarantines(p).try_acquire_shared() {
+            if provider.is_some() {
+                return Ok(None);
+            }
+            releasing.push(p.clone());
+        }
+    }
     let mut allowance = Allowance {
         batch,
-        excluded: controls.paused_providers.clone(),
+        excluded: [controls.paused_providers.clone(), releasing].concat(),
         quotas: Default::default(),
         slots: Vec::new(),
         probes: Vec::new(),
@@ -222,6 +290,10 @@ pub fn allowance(
                 continue;
             }
             let may_probe = row.get::<bool>(2)?.unwrap_or(false)
+                && LOCK_BREAKER
+                    .run(client, &[consumer.into(), scope.as_str().into()])?
+                    .next()
+                    .is_some()
                 && TAKE_PROBE
                     .run(client, &[consumer.into(), scope.as_str().into()])?
                     .next()
@@ -247,21 +319,10 @@ pub fn allowance(
         for (kind, rest) in kinds {
             let Some(rest) = rest else { continue };
             let want = allowance.of(&limit.provider);
-            let mut slots = Vec::new();
-            if want > 0 {
-                for row in TAKE_SLOTS.run(
-                    client,
-                    &[
-                        consumer.into(),
-                        limit.provider.as_str().into(),
-                        kind.into(),
-                        want.into(),
-                        rest.into(),
-                    ],
-                )? {
-                    slots.extend(row.get::<i32>(1)?);
-                }
-            }
+            let slots = match want {
+                0 => Vec::new(),
+                _ => take_slots(client, consumer, &limit.provider, kind, want, rest)?,
+            };
             allowance.limit(&limit.provider, slots.len() as i32);
             allowance.slots.push(Taken {
                 provider: limit.provider.clone(),
@@ -285,6 +346,61 @@ pub fn allowance(
     }
     allowance.quotas = (providers, quotas);
     Ok(Some(allowance))
+}
+
+/// Internal functions, in the extension's own schema.
+#[pgrx::pg_schema]
+mod webhook {
+    use crate::event_lock::EventLock;
+
+    /// Wait until no call of `webhook_next` may still set aside events of
+    /// the provider's quarantined entities, and keep others from starting
+    /// until the transaction ends: what `webhook_release` runs first.
+    #[pgrx::pg_extern(volatile, parallel_unsafe, name = "_lock_quarantines")]
+    fn lock_quarantines(provider: &str) {
+        EventLock::for_quarantines(provider).acquire();
+    }
+}
+
+/// Up to `want` free slots of a limit, locked until the transaction ends.
+fn take_slots(
+    client: &mut SpiClient<'_>,
+    consumer: &str,
+    provider: &str,
+    kind: &str,
+    want: i32,
+    rest: f64,
+) -> Result<Vec<i32>> {
+    let mut locked = Vec::new();
+    for row in LOCK_SLOTS.run(
+        client,
+        &[
+            consumer.into(),
+            provider.into(),
+            kind.into(),
+            want.into(),
+            rest.into(),
+        ],
+    )? {
+        locked.extend(row.get::<i32>(1)?);
+    }
+    if locked.is_empty() {
+        return Ok(locked);
+    }
+    let mut free = Vec::with_capacity(locked.len());
+    for row in FREE_SLOTS.run(
+        client,
+        &[
+            consumer.into(),
+            provider.into(),
+            kind.into(),
+            locked.into(),
+            rest.into(),
+        ],
+    )? {
+        free.extend(row.get::<i32>(1)?);
+    }
+    Ok(free)
 }
 
 impl Allowance {

@@ -1,0 +1,797 @@
+//! Steering the inbox under load: eight workers per test, intake going on
+//! beside them. A paused consumer or provider gets nothing while the rest
+//! drains, and takes up where it stopped once resumed; a quarantined
+//! entity is set aside, arrivals included, and released whole; a cap is
+//! never exceeded, sampled from the database and from the workers; a
+//! rate holds within 10 % over 30 seconds; a circuit breaker opens, lets
+//! one event through after its cooldown, and closes on success. Every
+//! event is processed exactly once per consumer throughout.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::*;
+use postgres::Client;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const DB: &str = "pgwi_flow";
+
+/// The suite's database, with a table where each (consumer, event) may be
+/// done once: a second time fails the worker, and the test.
+fn db() -> &'static str {
+    static DONE_TABLE: std::sync::Once = std::sync::Once::new();
+    let db = database(DB);
+    DONE_TABLE.call_once(|| {
+        connect(db)
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS done (
+                 consumer text NOT NULL, provider text NOT NULL, event_id text NOT NULL,
+                 done_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                 PRIMARY KEY (consumer, provider, event_id))",
+            )
+            .unwrap();
+    });
+    db
+}
+
+fn register(admin: &mut Client, provider: &str, consumers: &[&str], ordering: Option<bool>) {
+    let consumers: Vec<String> = consumers.iter().map(|c| c.to_string()).collect();
+    admin
+        .execute(
+            "SELECT webhook_register_provider($1, scheme => 'stripe', secret => 'whsec_' || $1,
+                                              consumers => $2, ordering => $3::boolean IS NOT NULL,
+                                              entity_key_from => CASE WHEN $3::boolean IS NOT NULL THEN 'body:customer' END,
+                                              order_from => CASE WHEN $3::boolean IS NOT NULL THEN 'body:seq' END,
+                                              fifo => $3::boolean)",
+            &[&provider, &consumers, &ordering],
+        )
+        .unwrap();
+}
+
+/// Queue events `{prefix}{first..=last}` of `provider`, each about
+/// customer `c{n % customers}`, in order.
+fn enqueue(
+    admin: &mut Client,
+    provider: &str,
+    prefix: &str,
+    first: i32,
+    last: i32,
+    customers: i32,
+) {
+    for from in (first..=last).step_by(1000) {
+        let to = (from + 999).min(last);
+        let queued: i64 = admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE q.status = 'queued')
+                   FROM generate_series($3::int, $4::int) g,
+                        webhook_enqueue($1, $2 || g, 'invoice.paid',
+                                        jsonb_build_object('customer', 'c' || g % $5, 'seq', g)) q",
+                &[&provider, &prefix, &from, &to, &customers],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            queued,
+            i64::from(to - from + 1),
+            "intake answers queued, whatever is steered"
+        );
+    }
+}
+
+/// One worker round, in one transaction: lease, record each event done,
+/// complete, commit. `holding` is told how many leases this worker holds
+/// (up before the work, down before the commit that ends them).
+fn round(
+    client: &mut Client,
+    consumer: &str,
+    provider: Option<&str>,
+    batch: i32,
+    holding: Option<&AtomicI64>,
+    work: Duration,
+) -> usize {
+    let mut tx = client.transaction().unwrap();
+    let leased = tx
+        .query(
+            "SELECT id::text, provider, event_id FROM webhook_next($1, $2, $3)",
+            &[&batch, &consumer, &provider],
+        )
+        .unwrap();
+    if let Some(h) = holding {
+        h.fetch_add(leased.len() as i64, SeqCst);
+    }
+    for row in &leased {
+        let (id, p, e): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        tx.execute(
+            "INSERT INTO done (consumer, provider, event_id) VALUES ($1, $2, $3)",
+            &[&consumer, &p, &e],
+        )
+        .unwrap_or_else(|err| panic!("{consumer} did {p}/{e} twice: {}", message(&err)));
+        tx.execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+            .unwrap();
+    }
+    std::thread::sleep(work);
+    if let Some(h) = holding {
+        h.fetch_sub(leased.len() as i64, SeqCst);
+    }
+    tx.commit().unwrap();
+    leased.len()
+}
+
+fn done(client: &mut Client, consumer: &str, provider: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM done WHERE consumer = $1 AND provider = $2",
+            &[&consumer, &provider],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Workers of `consumer` running `round` until `stop`, each returning how
+/// many events it processed.
+fn workers(
+    db: &'static str,
+    n: usize,
+    consumer: &'static str,
+    provider: Option<&'static str>,
+    batch: i32,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<usize>> {
+    (0..n)
+        .map(|_| {
+            let stop = Arc::clone(stop);
+            std::thread::spawn(move || {
+                let mut client = connect(db);
+                let mut processed = 0;
+                while !stop.load(SeqCst) {
+                    let n = round(&mut client, consumer, provider, batch, None, Duration::ZERO);
+                    processed += n;
+                    if n == 0 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                processed
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_paused_consumer_gets_nothing_while_another_drains_and_resumes_where_it_stopped() {
+    let db = db();
+    let mut admin = connect(db);
+    register(
+        &mut admin,
+        "fl_pause",
+        &["fl_billing", "fl_analytics"],
+        None,
+    );
+    enqueue(&mut admin, "fl_pause", "e", 1, 4000, 1);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut pool = workers(db, 4, "fl_billing", Some("fl_pause"), 5, &stop);
+    pool.extend(workers(db, 4, "fl_analytics", Some("fl_pause"), 5, &stop));
+
+    // Paused mid-drain: the workers' backends have their caches already,
+    // and must see the pause at their next call.
+    wait_for("billing to be under way", || {
+        done(&mut admin, "fl_billing", "fl_pause") >= 200
+    });
+    assert!(admin
+        .query_one(
+            "SELECT webhook_pause(consumer => 'fl_billing', reason => 'downstream down')",
+            &[]
+        )
+        .unwrap()
+        .get::<_, bool>(0));
+    // Rounds that leased before the pause committed finish.
+    std::thread::sleep(Duration::from_millis(300));
+    let at_pause = done(&mut admin, "fl_billing", "fl_pause");
+    assert!(
+        at_pause < 4000,
+        "billing drained before the pause could be tested"
+    );
+    // Intake goes on while paused.
+    enqueue(&mut admin, "fl_pause", "e", 4001, 4500, 1);
+    wait_for("analytics to drain everything", || {
+        done(&mut admin, "fl_analytics", "fl_pause") == 4500
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        done(&mut admin, "fl_billing", "fl_pause"),
+        at_pause,
+        "a paused consumer leased"
+    );
+    let waiting: i64 = admin
+        .query_one(
+            "SELECT waiting FROM webhook.paused WHERE consumer = 'fl_billing'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(waiting, 4500 - at_pause, "webhook.paused counts what waits");
+
+    assert!(admin
+        .query_one("SELECT webhook_resume(consumer => 'fl_billing')", &[])
+        .unwrap()
+        .get::<_, bool>(0));
+    wait_for("billing to drain once resumed", || {
+        done(&mut admin, "fl_billing", "fl_pause") == 4500
+    });
+    stop.store(true, SeqCst);
+    let processed: usize = pool.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(processed, 9000, "each event once per consumer");
+    assert_eq!(unfinished(&mut admin, "fl_pause"), 0);
+}
+
+#[test]
+fn a_paused_provider_is_passed_over_by_workers_of_every_provider() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_pa", &["fl_mixed"], None);
+    register(&mut admin, "fl_pb", &["fl_mixed"], None);
+    admin
+        .query_one("SELECT webhook_pause(provider => 'fl_pa')", &[])
+        .unwrap();
+    enqueue(&mut admin, "fl_pa", "a", 1, 1000, 1);
+    enqueue(&mut admin, "fl_pb", "b", 1, 1000, 1);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let pool = workers(db, 6, "fl_mixed", None, 10, &stop);
+    // A worker of the paused provider's queue alone gets nothing at all.
+    let mut only_a = connect(db);
+    wait_for("the other provider to drain", || {
+        done(&mut admin, "fl_mixed", "fl_pb") == 1000
+    });
+    assert_eq!(
+        round(
+            &mut only_a,
+            "fl_mixed",
+            Some("fl_pa"),
+            10,
+            None,
+            Duration::ZERO
+        ),
+        0
+    );
+    assert_eq!(
+        done(&mut admin, "fl_mixed", "fl_pa"),
+        0,
+        "a paused provider's events were leased"
+    );
+
+    // Paused for this consumer only: the same.
+    admin
+        .batch_execute(
+            "SELECT webhook_resume(provider => 'fl_pa');
+             SELECT webhook_pause(provider => 'fl_pa', consumer => 'fl_mixed');",
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(done(&mut admin, "fl_mixed", "fl_pa"), 0);
+    // Resuming something else resumes nothing.
+    assert!(!admin
+        .query_one("SELECT webhook_resume(provider => 'fl_pa')", &[])
+        .unwrap()
+        .get::<_, bool>(0));
+    admin
+        .query_one(
+            "SELECT webhook_resume(provider => 'fl_pa', consumer => 'fl_mixed')",
+            &[],
+        )
+        .unwrap();
+    wait_for("the resumed provider to drain", || {
+        done(&mut admin, "fl_mixed", "fl_pa") == 1000
+    });
+    stop.store(true, SeqCst);
+    let processed: usize = pool.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(processed, 2000);
+}
+
+#[test]
+fn a_quarantined_entity_is_set_aside_with_its_arrivals_while_the_rest_drains() {
+    let db = db();
+    let mut admin = connect(db);
+    // FIFO: eight workers, never two events of a customer at once.
+    // Ordered without FIFO: one worker, since two could complete a
+    // customer's events out of order, the older refused as stale.
+    for (provider, fifo, pool_size) in [("fl_qfifo", true, 8), ("fl_q", false, 1)] {
+        register(&mut admin, provider, &["fl_qc"], Some(fifo));
+        // 40 customers; c3 is the noisy one.
+        enqueue(&mut admin, provider, "e", 1, 2000, 40);
+        let set_aside: i64 = admin
+            .query_one(
+                "SELECT webhook_quarantine($1, 'c3', reason => 'noisy customer')",
+                &[&provider],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            set_aside, 50,
+            "{provider}: its ready events set aside at once"
+        );
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let pool = workers(db, pool_size, "fl_qc", Some(provider), 10, &stop);
+        // Its arrivals while quarantined are set aside as met.
+        enqueue(&mut admin, provider, "e", 2001, 2500, 40);
+        wait_for("everything but c3 to drain", || {
+            done(&mut admin, "fl_qc", provider) == 2437
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            done(&mut admin, "fl_qc", provider),
+            2437,
+            "{provider}: c3 leased"
+        );
+        let quarantined: i64 = admin
+            .query_one(
+                "SELECT quarantined FROM webhook.inbox_stats WHERE provider = $1",
+                &[&provider],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(quarantined, 63, "{provider}");
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT waiting FROM webhook.paused WHERE provider = $1",
+                &[&provider],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(waiting, 63, "{provider}");
+
+        let released: i64 = admin
+            .query_one("SELECT webhook_release($1, 'c3')", &[&provider])
+            .unwrap()
+            .get(0);
+        assert_eq!(released, 63, "{provider}");
+        wait_for("c3 to drain once released", || {
+            done(&mut admin, "fl_qc", provider) == 2500
+        });
+        stop.store(true, SeqCst);
+        let processed: usize = pool.into_iter().map(|w| w.join().unwrap()).sum();
+        assert_eq!(processed, 2500, "{provider}: each event once");
+        // In order, for the FIFO provider: each customer's events were
+        // done in their sequence.
+        if fifo {
+            let out_of_order: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM (
+                         SELECT event_id, lag(substr(event_id, 2)::int) OVER w AS before,
+                                substr(event_id, 2)::int AS n
+                           FROM done WHERE provider = $1
+                         WINDOW w AS (PARTITION BY substr(event_id, 2)::int % 40 ORDER BY done_at, event_id)) x
+                      WHERE before > n",
+                    &[&provider],
+                )
+                .unwrap()
+                .get(0);
+            assert_eq!(out_of_order, 0, "FIFO held through the quarantine");
+        }
+    }
+}
+
+#[test]
+fn a_cap_is_never_exceeded_by_eight_workers_leasing_at_once() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_cap", &["fl_capped"], None);
+    admin
+        .query_one(
+            "SELECT webhook_set_limit('fl_capped', max_leases => 3)",
+            &[],
+        )
+        .unwrap();
+    enqueue(&mut admin, "fl_cap", "e", 1, 600, 1);
+
+    let holding = Arc::new(AtomicI64::new(0));
+    let most_held = Arc::new(AtomicI64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Half the workers lease and finish in one transaction; half lease in
+    // one and finish in the next, so that their leases are committed and
+    // seen by the sampler below.
+    let pool: Vec<_> = (0..8)
+        .map(|w| {
+            let (holding, most_held, stop) = (Arc::clone(&holding), Arc::clone(&most_held), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut client = connect(db);
+                let mut processed = 0;
+                while !stop.load(SeqCst) {
+                    let n = if w % 2 == 0 {
+                        round(&mut client, "fl_capped", Some("fl_cap"), 2, Some(&holding), Duration::from_millis(3))
+                    } else {
+                        let leased = client
+                            .query("SELECT id::text, event_id FROM webhook_next(2, 'fl_capped', 'fl_cap')", &[])
+                            .unwrap();
+                        let now = holding.fetch_add(leased.len() as i64, SeqCst) + leased.len() as i64;
+                        most_held.fetch_max(now, SeqCst);
+                        std::thread::sleep(Duration::from_millis(3));
+                        let mut tx = client.transaction().unwrap();
+                        for row in &leased {
+                            let (id, e): (String, String) = (row.get(0), row.get(1));
+                            tx.execute(
+                                "INSERT INTO done (consumer, provider, event_id) VALUES ('fl_capped', 'fl_cap', $1)",
+                                &[&e],
+                            )
+                            .unwrap();
+                            tx.execute("SELECT webhook_complete($1::text::uuid)", &[&id]).unwrap();
+                        }
+                        holding.fetch_sub(leased.len() as i64, SeqCst);
+                        tx.commit().unwrap();
+                        leased.len()
+                    };
+                    most_held.fetch_max(holding.load(SeqCst), SeqCst);
+                    processed += n;
+                    if n == 0 {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                processed
+            })
+        })
+        .collect();
+
+    // The database's view, every few milliseconds: live leases committed.
+    let mut most_live = 0;
+    let mut samples = 0;
+    while done(&mut admin, "fl_capped", "fl_cap") < 600 {
+        let live: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM webhook.inbox
+                  WHERE consumer = 'fl_capped' AND status = 'leased' AND run_at > clock_timestamp()",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        most_live = most_live.max(live);
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stop.store(true, SeqCst);
+    let processed: usize = pool.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(processed, 600);
+    assert!(samples > 20, "too few samples to judge: {samples}");
+    assert!(
+        most_live <= 3,
+        "the database saw {most_live} live leases under a cap of 3"
+    );
+    let most_held = most_held.load(SeqCst);
+    assert!(
+        most_held <= 3,
+        "workers held {most_held} leases at once under a cap of 3"
+    );
+    assert!(
+        most_held >= 2,
+        "the cap was never approached ({most_held}): the test tests nothing"
+    );
+    let live: i64 = admin
+        .query_one(
+            "SELECT live_leases FROM webhook.limits_in_effect WHERE consumer = 'fl_capped'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(live, 0);
+}
+
+#[test]
+fn a_rate_holds_within_ten_percent_over_thirty_seconds() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_rate", &["fl_rated"], None);
+    admin
+        .query_one(
+            "SELECT webhook_set_limit('fl_rated', rate => 40, burst => 4)",
+            &[],
+        )
+        .unwrap();
+    enqueue(&mut admin, "fl_rate", "e", 1, 2000, 1);
+
+    let leased = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let pool: Vec<_> = (0..8)
+        .map(|_| {
+            let (leased, stop) = (Arc::clone(&leased), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut client = connect(db);
+                while !stop.load(SeqCst) {
+                    let n = round(
+                        &mut client,
+                        "fl_rated",
+                        Some("fl_rate"),
+                        5,
+                        None,
+                        Duration::ZERO,
+                    );
+                    leased.fetch_add(n, SeqCst);
+                    if n == 0 {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(30));
+    stop.store(true, SeqCst);
+    let elapsed = started.elapsed().as_secs_f64();
+    for w in pool {
+        w.join().unwrap();
+    }
+    let leased = leased.load(SeqCst) as f64;
+    let expected = 40.0 * elapsed;
+    assert!(
+        (leased - expected).abs() <= expected * 0.10,
+        "{leased} leases in {elapsed:.1} s under 40/s (expected {expected:.0} ± 10 %)"
+    );
+}
+
+#[test]
+fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_on_success() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_brk", &["fl_fragile"], None);
+    admin
+        .query_one(
+            "SELECT webhook_set_limit('fl_fragile', breaker_failures => 5, breaker_cooldown => '1 second')",
+            &[],
+        )
+        .unwrap();
+    enqueue(&mut admin, "fl_brk", "e", 1, 1000, 1);
+
+    let down = Arc::new(AtomicBool::new(true));
+    let stop = Arc::new(AtomicBool::new(false));
+    let attempts: Arc<Mutex<Vec<(Instant, bool)>>> = Arc::default();
+    let pool: Vec<_> = (0..8)
+        .map(|_| {
+            let (down, stop, attempts) = (Arc::clone(&down), Arc::clone(&stop), Arc::clone(&attempts));
+            std::thread::spawn(move || {
+                let mut client = connect(db);
+                while !stop.load(SeqCst) {
+                    let mut tx = client.transaction().unwrap();
+                    let leased = tx
+                        .query("SELECT id::text, event_id FROM webhook_next(1, 'fl_fragile', 'fl_brk')", &[])
+                        .unwrap();
+                    for row in &leased {
+                        let (id, e): (String, String) = (row.get(0), row.get(1));
+                        let failing = down.load(SeqCst);
+                        if failing {
+                            tx.execute("SELECT webhook_fail($1::text::uuid, 'downstream 503', interval '0')", &[&id])
+                                .unwrap();
+                        } else {
+                            tx.execute(
+                                "INSERT INTO done (consumer, provider, event_id) VALUES ('fl_fragile', 'fl_brk', $1)",
+                                &[&e],
+                            )
+                            .unwrap();
+                            tx.execute("SELECT webhook_complete($1::text::uuid)", &[&id]).unwrap();
+                        }
+                        attempts.lock().unwrap().push((Instant::now(), !failing));
+                    }
+                    tx.commit().unwrap();
+                    if leased.is_empty() {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let state = |admin: &mut Client| -> String {
+        admin
+            .query_one(
+                "SELECT state::text FROM webhook.breakers WHERE consumer = 'fl_fragile'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    wait_for("the breaker to open", || state(&mut admin) == "open");
+    let opened = Instant::now();
+    let evaluated = admin
+        .query(
+            "SELECT change FROM webhook_alerts_evaluate() WHERE rule = 'circuit_open'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(evaluated.len(), 1, "an open breaker raises an alert");
+    // Down for 3.5 cooldowns: each ends with one probe, which fails.
+    std::thread::sleep(Duration::from_millis(3500));
+    let failed_while_open = attempts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, _)| *at > opened + Duration::from_millis(100))
+        .count();
+    assert!(
+        (2..=4).contains(&failed_while_open),
+        "{failed_while_open} attempts in 3.5 cooldowns of an open breaker: one probe per cooldown expected"
+    );
+    let failures_before: usize = attempts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, _)| *at <= opened)
+        .count();
+    assert!(
+        failures_before <= 5 + 8,
+        "{failures_before} failures before the breaker opened (5, and what was in flight)"
+    );
+
+    // The downstream recovers: the next probe succeeds, the breaker
+    // closes, everything drains.
+    down.store(false, SeqCst);
+    wait_for("the breaker to close", || state(&mut admin) == "closed");
+    wait_for("everything to drain", || {
+        done(&mut admin, "fl_fragile", "fl_brk") == 1000
+    });
+    stop.store(true, SeqCst);
+    for w in pool {
+        w.join().unwrap();
+    }
+    let resolved = admin
+        .query(
+            "SELECT change FROM webhook_alerts_evaluate() WHERE rule = 'circuit_open'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        resolved.len(),
+        1,
+        "the alert resolves once the breaker closed"
+    );
+    assert_eq!(resolved[0].get::<_, String>(0), "resolved");
+    let failures: i64 = admin
+        .query_one("SELECT breaker_failures_now::bigint FROM webhook.limits_in_effect WHERE consumer = 'fl_fragile'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(failures, 0, "a success forgets the failures");
+}
+
+#[test]
+fn steering_is_for_operators_and_refuses_bad_arguments_with_their_own_sqlstates() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_plain", &["fl_x"], None);
+    ensure_role(&mut admin, "fl_app", true);
+    ensure_role(&mut admin, "fl_ops", true);
+    admin
+        .batch_execute(
+            "SELECT webhook_grant_app('fl_app'); SELECT webhook_grant_operator('fl_ops');",
+        )
+        .unwrap();
+    let mut app = connect_as(db, "fl_app");
+    for call in [
+        "SELECT webhook_pause(consumer => 'fl_x')",
+        "SELECT webhook_resume(consumer => 'fl_x')",
+        "SELECT webhook_quarantine('fl_plain', 'c1')",
+        "SELECT webhook_release('fl_plain', 'c1')",
+        "SELECT webhook_set_limit('fl_x', max_leases => 1)",
+        "SELECT * FROM webhook.pauses",
+        "SELECT * FROM webhook.limits_in_effect",
+    ] {
+        let err = app.batch_execute(call).unwrap_err();
+        assert_eq!(sql_state(&err), Some("42501"), "{call}: {}", message(&err));
+    }
+    let mut ops = connect_as(db, "fl_ops");
+    ops.batch_execute(
+        "SELECT webhook_pause(consumer => 'fl_x', reason => 'maintenance');
+         SELECT webhook_set_limit('fl_x', max_leases => 2, rate => 10);
+         SELECT * FROM webhook.paused; SELECT * FROM webhook.limits_in_effect;
+         SELECT webhook_resume(consumer => 'fl_x');
+         SELECT webhook_set_limit('fl_x');",
+    )
+    .unwrap();
+    let who: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM webhook.limits WHERE consumer = 'fl_x'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(who, 0, "every limit NULL removes the limit");
+
+    for (call, state, names) in [
+        (
+            "SELECT webhook_pause()",
+            "22004",
+            "\"provider\" or \"consumer\"",
+        ),
+        (
+            "SELECT webhook_pause(consumer => '')",
+            "22023",
+            "\"consumer\"",
+        ),
+        (
+            "SELECT webhook_pause(provider => repeat('p', 256))",
+            "22023",
+            "\"provider\"",
+        ),
+        (
+            "SELECT webhook_pause(consumer => 'c', reason => repeat('r', 3000))",
+            "22023",
+            "\"reason\"",
+        ),
+        (
+            "SELECT webhook_resume()",
+            "22004",
+            "\"provider\" or \"consumer\"",
+        ),
+        (
+            "SELECT webhook_quarantine(NULL, 'c1')",
+            "22004",
+            "\"provider\"",
+        ),
+        (
+            "SELECT webhook_quarantine('fl_plain', NULL)",
+            "22004",
+            "\"entity_key\"",
+        ),
+        (
+            "SELECT webhook_quarantine('fl_nobody', 'c1')",
+            "42704",
+            "\"provider\"",
+        ),
+        (
+            "SELECT webhook_quarantine('fl_plain', 'c1')",
+            "55000",
+            "has no entity key",
+        ),
+        (
+            "SELECT webhook_release('fl_plain', NULL)",
+            "22004",
+            "\"entity_key\"",
+        ),
+        (
+            "SELECT webhook_set_limit(NULL, max_leases => 1)",
+            "22004",
+            "\"consumer\"",
+        ),
+        (
+            "SELECT webhook_set_limit('c', max_leases => 0)",
+            "22023",
+            "\"max_leases\"",
+        ),
+        (
+            "SELECT webhook_set_limit('c', rate => 0)",
+            "22023",
+            "\"rate\"",
+        ),
+        (
+            "SELECT webhook_set_limit('c', rate => 'NaN')",
+            "22023",
+            "\"rate\"",
+        ),
+        (
+            "SELECT webhook_set_limit('c', burst => 3)",
+            "22023",
+            "\"burst\" needs a rate",
+        ),
+        (
+            "SELECT webhook_set_limit('c', rate => 5, burst => 0)",
+            "22023",
+            "\"burst\"",
+        ),
+        (
+            "SELECT webhook_set_limit('c', breaker_failures => 0)",
+            "22023",
+            "\"breaker_failures\"",
+        ),
+        (
+            "SELECT webhook_set_limit('c', breaker_cooldown => '1s')",
+            "22023",
+            "needs breaker_failures",
+        ),
+        (
+            "SELECT webhook_set_limit('c', breaker_failures => 3, breaker_cooldown => '-1s')",
+            "22023",
+            "\"breaker_cooldown\"",
+        ),
+    ] {
+        let err = admin.batch_execute(call).unwrap_err();
+        assert_eq!(sql_state(&err), Some(state), "{call}: {}", message(&err));
+        assert!(message(&err).contains(names), "{call}: {}", message(&err));
+    }
+}
