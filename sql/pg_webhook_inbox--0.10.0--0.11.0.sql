@@ -1155,7 +1155,8 @@ COMMENT ON FUNCTION @extschema@.webhook_quarantine(text, text, text, text) IS
 
 -- End a quarantine (the same provider, entity and consumer): the events
 -- set aside are ready again, behind what is queued now, unless another
--- quarantine still covers them. Returns how many are ready again.
+-- quarantine still covers them. Returns how many are ready again. Calls
+-- of webhook_next leave the provider's events alone until it commits.
 CREATE FUNCTION @extschema@.webhook_release(
     provider   text,
     entity_key text,
@@ -1170,6 +1171,10 @@ DECLARE
     c text := webhook._check_name('webhook_release', 'consumer', webhook_release.consumer, false);
     released bigint;
 BEGIN
+    -- Wait for the calls of webhook_next that may still set this
+    -- provider's events aside, and keep new ones from doing so until this
+    -- transaction ends: the UPDATE below must see every event set aside.
+    PERFORM webhook._lock_quarantines(p);
     DELETE FROM webhook.pauses s WHERE s.provider = p AND s.consumer = c AND s.entity_key = e;
     UPDATE webhook.inbox i SET run_at = pg_catalog.clock_timestamp()
      WHERE i.provider = p AND i.entity_key = e AND (c = '' OR i.consumer = c)
