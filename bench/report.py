@@ -288,6 +288,29 @@ for scenario in ("new", "handler", "storm"):
                              if tps["off"] else f"| {scenario} | {clients} | – | – | – | – | – |")
 metrics_table = "\n".join(metrics_lines)
 
+# steer.tsv: cell, build (baseline, current) or limit, round, events (or
+# transactions) per second, events, setting, most leased by a transaction.
+steer_runs = rows("steer.tsv")
+steer_lines = ["| cell | before steering existed (median) | this build, nothing steered (median) | this ÷ before | round by round (geometric mean, range) |",
+               "|---|---:|---:|---:|---:|"]
+steer_names = {"intake": "intake, a new event per transaction (TPS)", "drain": "drain, 4 workers (events/s)"}
+for cell in ("intake", "drain"):
+    runs_of = {b: [r for r in steer_runs if r[0] == cell and r[1] == b] for b in ("baseline", "current")}
+    med = {b: statistics.median([num(r[3]) for r in runs_of[b]]) if runs_of[b] else None for b in runs_of}
+    pairs = [num(c[3]) / num(b[3]) for c in runs_of["current"] for b in runs_of["baseline"]
+             if c[2] == b[2] and num(b[3]) and num(c[3])]
+    if med["baseline"] and med["current"] and pairs:
+        # The rounds' order alternates: a geometric mean of their ratios
+        # cancels what running first or second does to a run.
+        steer_lines.append(f"| {steer_names[cell]} | {fmt(med['baseline'])} | {fmt(med['current'])} | "
+                           f"{med['current'] / med['baseline']:.3f} | "
+                           f"{statistics.geometric_mean(pairs):.3f} ({min(pairs):.2f}–{max(pairs):.2f}) |")
+steer_limit_lines = ["| limit | events/s | most leased by one transaction |", "|---|---:|---:|"]
+for cell in ("capped", "rated"):
+    for r in [r for r in steer_runs if r[0] == cell]:
+        steer_limit_lines.append(f"| {r[5]} | {fmt(num(r[3]))} | {r[6]} |")
+steer_table = "\n".join(steer_lines) + "\n\nUnder a limit (4 workers asking for 10 each):\n\n" + "\n".join(steer_limit_lines)
+
 pg_version = subprocess.run(["psql", "-X", "-At", "-c", "SHOW server_version"], capture_output=True, text=True).stdout.strip()
 settings = subprocess.run(
     ["psql", "-X", "-At", "-c",
@@ -310,6 +333,8 @@ print()
 print(purge_table)
 print()
 print(metrics_table)
+print()
+print(steer_table)
 
 if os.path.exists(doc):
     with open(doc) as f:
@@ -327,7 +352,10 @@ if os.path.exists(doc):
         f"**Purging a day of the archive** (`webhook_purge`, every event processed, after a checkpoint):\n\n{purge_table}\n\n"
         f"**What the metrics cost** (bench/metrics: synchronous_commit off, {os.environ.get('BENCH_METRICS_SECONDS', '20')} s "
         f"per run, medians of interleaved rounds; on: `webhook_metrics()` every {os.environ.get('BENCH_SCRAPE_EVERY', '5')} s "
-        f"and `webhook_alerts_evaluate()` every minute; lock waits over 10 ms logged):\n\n{metrics_table}\n"
+        f"and `webhook_alerts_evaluate()` every minute; lock waits over 10 ms logged):\n\n{metrics_table}\n\n"
+        f"**What steering costs** (bench/steer: synchronous_commit off, medians of "
+        f"{os.environ.get('BENCH_STEER_ROUNDS', '6')} interleaved rounds, this build's library and the one before "
+        f"steering swapped between runs; nothing paused or limited):\n\n{steer_table}\n"
         "<!-- figures:end -->"
     )
     start, end = text.find("<!-- figures:start -->"), text.find("<!-- figures:end -->")

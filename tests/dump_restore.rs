@@ -118,17 +118,30 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
              SELECT webhook_fail(id, 'gave up', permanent => true) FROM webhook_next(1);",
         )
         .unwrap();
+    // What steers the inbox: a pause, a quarantine, limits with their
+    // slots and a breaker.
+    source
+        .batch_execute(
+            "SELECT webhook_register_provider('ordered', secret => 'whsec_o', ordering => true,
+                                              entity_key_from => 'body:customer', order_from => 'body:seq');
+             SELECT webhook_pause(provider => 'github', reason => 'restored with the rest');
+             SELECT webhook_quarantine('ordered', 'cus_1');
+             SELECT webhook_set_limit('default', max_leases => 2, rate => 5, breaker_failures => 3);",
+        )
+        .unwrap();
     let counts = |client: &mut Client| -> Vec<i64> {
         let row = client
             .query_one(
                 "SELECT (SELECT count(*) FROM webhook.events), (SELECT count(*) FROM webhook.delivery_log),
                         (SELECT count(*) FROM webhook.delivery_failures), (SELECT count(*) FROM webhook.providers),
                         (SELECT count(*) FROM webhook.provider_secrets), (SELECT count(*) FROM webhook.signature_bindings),
-                        (SELECT count(*) FROM webhook.inbox), (SELECT count(*) FROM webhook.inbox_failures)",
+                        (SELECT count(*) FROM webhook.inbox), (SELECT count(*) FROM webhook.inbox_failures),
+                        (SELECT count(*) FROM webhook.pauses), (SELECT count(*) FROM webhook.limits),
+                        (SELECT count(*) FROM webhook.limit_slots), (SELECT count(*) FROM webhook.breakers)",
                 &[],
             )
             .unwrap();
-        (0..8).map(|i| row.get(i)).collect()
+        (0..12).map(|i| row.get(i)).collect()
     };
     let before = counts(&mut source);
     let partitions = |client: &mut Client| -> Vec<String> {

@@ -651,20 +651,7 @@ fn lease_statement(provider: bool, event_type: bool, steered: bool) -> &'static 
 /// queue is read first, without a provider filter), the new lease ids,
 /// and where the queues' ready rows start (providers and points in time,
 /// pairwise: `heads`).
-const LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
-    pg_sys::TEXTOID,
-    pg_sys::TEXTOID,
-    pg_sys::TEXTOID,
-    pg_sys::INT4OID,
-    pg_sys::INTERVALOID,
-    pg_sys::INT4OID,
-    pg_sys::TEXTARRAYOID,
-    pg_sys::TEXTARRAYOID,
-    pg_sys::INT8OID,
-    pg_sys::UUIDARRAYOID,
-    pg_sys::TEXTARRAYOID,
-    pg_sys::TIMESTAMPTZARRAYOID,
-];
+const LEASE_ARGUMENTS: &[pg_sys::Oid] = STEERED_LEASE_ARGUMENTS.split_at(12).0;
 
 /// LEASE_ARGUMENTS, then the providers left out and the quotas
 /// (providers and counts, pairwise).
@@ -681,6 +668,7 @@ const STEERED_LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::UUIDARRAYOID,
     pg_sys::TEXTARRAYOID,
     pg_sys::TIMESTAMPTZARRAYOID,
+    // Steered only.
     pg_sys::TEXTARRAYOID,
     pg_sys::TEXTARRAYOID,
     pg_sys::INT4ARRAYOID,
