@@ -122,7 +122,7 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
     // slots and a breaker.
     source
         .batch_execute(
-            "SELECT webhook_register_provider('ordered', secret => 'whsec_o', ordering => true,
+            "SELECT webhook_register_provider('ordered', scheme => 'stripe', secret => 'whsec_o', ordering => true,
                                               entity_key_from => 'body:customer', order_from => 'body:seq');
              SELECT webhook_pause(provider => 'github', reason => 'restored with the rest');
              SELECT webhook_quarantine('ordered', 'cus_1');
