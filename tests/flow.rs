@@ -795,3 +795,147 @@ fn steering_is_for_operators_and_refuses_bad_arguments_with_their_own_sqlstates(
         assert!(message(&err).contains(names), "{call}: {}", message(&err));
     }
 }
+
+/// Lease (and commit the lease) in one call: the events' providers.
+fn lease(client: &mut Client, batch: i32, consumer: &str, provider: Option<&str>) -> Vec<String> {
+    client
+        .query(
+            "SELECT provider FROM webhook_next($1, $2, $3)",
+            &[&batch, &consumer, &provider],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn of(providers: &[String], provider: &str) -> usize {
+    providers.iter().filter(|p| *p == provider).count()
+}
+
+#[test]
+fn limits_of_one_provider_and_of_every_provider_hold_together_in_calls_without_a_provider() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_ma", &["fl_mix"], None);
+    register(&mut admin, "fl_mb", &["fl_mix"], None);
+    enqueue(&mut admin, "fl_ma", "a", 1, 100, 1);
+    enqueue(&mut admin, "fl_mb", "b", 1, 15, 1);
+
+    // Only fl_ma's events are capped: calls of every provider (which take
+    // the providers in turns) get two of them in all, and everything of
+    // fl_mb's.
+    admin
+        .query_one(
+            "SELECT webhook_set_limit('fl_mix', provider => 'fl_ma', max_leases => 2)",
+            &[],
+        )
+        .unwrap();
+    let (mut a, mut b) = (0, 0);
+    for _ in 0..10 {
+        let got = lease(&mut admin, 10, "fl_mix", None);
+        (a, b) = (a + of(&got, "fl_ma"), b + of(&got, "fl_mb"));
+    }
+    assert_eq!((a, b), (2, 15));
+    // Those two are live: no more of fl_ma, whoever asks.
+    assert!(lease(&mut admin, 10, "fl_mix", Some("fl_ma")).is_empty());
+
+    // A cap on the whole consumer as well: 5 at most (the 17 live already
+    // were leased before it: see the docs on lowering a cap).
+    enqueue(&mut admin, "fl_mb", "b", 16, 100, 1);
+    admin
+        .query_one("SELECT webhook_set_limit('fl_mix', max_leases => 5)", &[])
+        .unwrap();
+    let got = lease(&mut admin, 10, "fl_mix", Some("fl_mb"));
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert!(
+        lease(&mut admin, 10, "fl_mix", None).is_empty(),
+        "the consumer's cap is full"
+    );
+
+    // Set again, a cap keeps counting the leases its slots hold.
+    admin
+        .batch_execute(
+            "SELECT webhook_set_limit('fl_mix');
+             SELECT webhook_set_limit('fl_mix', provider => 'fl_ma', max_leases => 3);",
+        )
+        .unwrap();
+    let live: i64 = admin
+        .query_one(
+            "SELECT live_leases FROM webhook.limits_in_effect WHERE consumer = 'fl_mix' AND provider = 'fl_ma'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(live, 2);
+    let got = lease(&mut admin, 10, "fl_mix", Some("fl_ma"));
+    assert_eq!(
+        got.len(),
+        1,
+        "fl_ma's new cap of 3, two of them live: {got:?}"
+    );
+
+    // A breaker of one provider's events leaves the other's flowing.
+    admin
+        .batch_execute(
+            "SELECT webhook_set_limit('fl_mix', provider => 'fl_ma');
+             SELECT webhook_set_limit('fl_mix', provider => 'fl_mb', breaker_failures => 1,
+                                      breaker_cooldown => '1 hour');",
+        )
+        .unwrap();
+    admin
+        .query_one(
+            "SELECT webhook_fail(id, 'down') FROM webhook_next(1, 'fl_mix', 'fl_mb')",
+            &[],
+        )
+        .unwrap();
+    let got = lease(&mut admin, 10, "fl_mix", None);
+    assert_eq!((of(&got, "fl_ma"), of(&got, "fl_mb")), (10, 0), "{got:?}");
+    assert!(lease(&mut admin, 10, "fl_mix", Some("fl_mb")).is_empty());
+    assert!(admin
+        .query_one(
+            "SELECT webhook_resume(provider => 'fl_mb', consumer => 'fl_mix')",
+            &[]
+        )
+        .unwrap()
+        .get::<_, bool>(0));
+    let got = lease(&mut admin, 10, "fl_mix", Some("fl_mb"));
+    assert_eq!(got.len(), 10, "closed by webhook_resume: {got:?}");
+}
+
+#[test]
+fn a_quarantine_of_one_consumer_leaves_the_others_and_a_release_keeps_what_another_still_covers() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_qq", &["fl_q1", "fl_q2"], Some(false));
+    enqueue(&mut admin, "fl_qq", "e", 1, 40, 4);
+    let set_aside: i64 = admin
+        .query_one("SELECT webhook_quarantine('fl_qq', 'c1', 'fl_q1')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(set_aside, 10, "c1's events of fl_q1 only");
+    assert_eq!(
+        lease(&mut admin, 100, "fl_q2", Some("fl_qq")).len(),
+        40,
+        "fl_q2 gets c1 too"
+    );
+    assert_eq!(lease(&mut admin, 100, "fl_q1", Some("fl_qq")).len(), 30);
+
+    // Quarantined for every consumer as well: releasing fl_q1's
+    // quarantine releases nothing while the other covers c1.
+    admin
+        .query_one("SELECT webhook_quarantine('fl_qq', 'c1')", &[])
+        .unwrap();
+    let released: i64 = admin
+        .query_one("SELECT webhook_release('fl_qq', 'c1', 'fl_q1')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(released, 0);
+    assert!(lease(&mut admin, 100, "fl_q1", Some("fl_qq")).is_empty());
+    let released: i64 = admin
+        .query_one("SELECT webhook_release('fl_qq', 'c1')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(released, 10);
+    assert_eq!(lease(&mut admin, 100, "fl_q1", Some("fl_qq")).len(), 10);
+}
