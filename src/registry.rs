@@ -409,7 +409,7 @@ static LOAD_CONTROLS: Statement = Statement {
 };
 
 /// Where the watched tables' oids start in a row of LOAD_CONTROLS.
-const CONTROLS_WATCHED_FROM: usize = 9;
+const CONTROLS_WATCHED_FROM: usize = 8;
 
 thread_local! {
     /// What steers each consumer read, None where nothing does.

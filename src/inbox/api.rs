@@ -281,6 +281,7 @@ fn next(
                     allowance.excluded.clone().into(),
                     allowance.quotas.0.clone().into(),
                     allowance.quotas.1.clone().into(),
+                    allowance.quarantining.clone().into(),
                 ]);
             }
             let rows = lease_statement.run(client, &args)?;
@@ -404,7 +405,8 @@ macro_rules! lease {
         )
     };
     // Steered (see `flow`): providers left out ($13), quotas per provider
-    // ($14, $15: providers and counts, pairwise). A quarantined entity's
+    // ($14, $15: providers and counts, pairwise), providers whose
+    // quarantines the call applies ($16). A quarantined entity's
     // row is set aside: ready, at run_at 'infinity', out of every pick's
     // range until released. Quarantines are read here, in the statement's
     // snapshot, taken after `flow` took their lock: a release committed
@@ -544,11 +546,12 @@ macro_rules! lease {
     };
 }
 
-/// The entities quarantined for consumer `$1`: providers and keys.
+/// The entities quarantined for consumer `$1`, of the providers whose
+/// quarantine lock the call holds (`$16`): providers and keys.
 macro_rules! quarantined {
     () => {
         "SELECT s.provider, s.entity_key FROM webhook.pauses s
-          WHERE s.entity_key <> '' AND s.consumer IN ('', $1)"
+          WHERE s.entity_key <> '' AND s.consumer IN ('', $1) AND s.provider = ANY ($16::text[])"
     };
 }
 
@@ -653,8 +656,8 @@ fn lease_statement(provider: bool, event_type: bool, steered: bool) -> &'static 
 /// pairwise: `heads`).
 const LEASE_ARGUMENTS: &[pg_sys::Oid] = STEERED_LEASE_ARGUMENTS.split_at(12).0;
 
-/// LEASE_ARGUMENTS, then the providers left out and the quotas
-/// (providers and counts, pairwise).
+/// LEASE_ARGUMENTS, then the providers left out, the quotas (providers
+/// and counts, pairwise) and the providers whose quarantines apply.
 const STEERED_LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
     pg_sys::TEXTOID,
@@ -672,6 +675,7 @@ const STEERED_LEASE_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTARRAYOID,
     pg_sys::TEXTARRAYOID,
     pg_sys::INT4ARRAYOID,
+    pg_sys::TEXTARRAYOID,
 ];
 
 thread_local! {

@@ -37,8 +37,9 @@ pub struct Controls {
     pub paused: bool,
     /// Providers whose events it may not lease: paused.
     pub paused_providers: Vec<String>,
-    /// Quarantined entities: providers and entity keys, pairwise.
-    pub quarantined: (Vec<String>, Vec<String>),
+    /// Providers with quarantined entities (the entities themselves are
+    /// read by the lease statement, in its own snapshot).
+    pub quarantined: Vec<String>,
     /// Its limits.
     pub limits: Vec<Limit>,
 }
@@ -73,10 +74,8 @@ macro_rules! load_controls {
         "SELECT EXISTS (SELECT FROM webhook.pauses WHERE provider = '' AND consumer = $1),
                 ARRAY(SELECT provider FROM webhook.pauses
                        WHERE provider <> '' AND entity_key = '' AND consumer IN ('', $1)),
-                ARRAY(SELECT provider FROM webhook.pauses
-                       WHERE entity_key <> '' AND consumer IN ('', $1) ORDER BY provider, entity_key),
-                ARRAY(SELECT entity_key FROM webhook.pauses
-                       WHERE entity_key <> '' AND consumer IN ('', $1) ORDER BY provider, entity_key),
+                ARRAY(SELECT DISTINCT provider FROM webhook.pauses
+                       WHERE entity_key <> '' AND consumer IN ('', $1)),
                 ARRAY(SELECT provider FROM webhook.limits WHERE consumer = $1 ORDER BY provider),
                 ARRAY(SELECT max_leases IS NOT NULL FROM webhook.limits WHERE consumer = $1 ORDER BY provider),
                 ARRAY(SELECT burst / rate FROM webhook.limits WHERE consumer = $1 ORDER BY provider),
@@ -90,14 +89,11 @@ pub(crate) use load_controls;
 pub fn controls_from(row: &crate::plans::Row<'_>) -> Result<Option<Controls>> {
     let paused = row.get::<bool>(1)?.unwrap_or(false);
     let paused_providers = row.get::<Vec<String>>(2)?.unwrap_or_default();
-    let quarantined = (
-        row.get::<Vec<String>>(3)?.unwrap_or_default(),
-        row.get::<Vec<String>>(4)?.unwrap_or_default(),
-    );
-    let providers = row.get::<Vec<String>>(5)?.unwrap_or_default();
-    let caps = row.get::<Vec<bool>>(6)?.unwrap_or_default();
-    let rests = row.get::<Vec<Option<f64>>>(7)?.unwrap_or_default();
-    let breakers = row.get::<Vec<bool>>(8)?.unwrap_or_default();
+    let quarantined = row.get::<Vec<String>>(3)?.unwrap_or_default();
+    let providers = row.get::<Vec<String>>(4)?.unwrap_or_default();
+    let caps = row.get::<Vec<bool>>(5)?.unwrap_or_default();
+    let rests = row.get::<Vec<Option<f64>>>(6)?.unwrap_or_default();
+    let breakers = row.get::<Vec<bool>>(7)?.unwrap_or_default();
     let limits: Vec<Limit> = providers
         .into_iter()
         .zip(caps)
@@ -110,7 +106,7 @@ pub fn controls_from(row: &crate::plans::Row<'_>) -> Result<Option<Controls>> {
             breaker,
         })
         .collect();
-    if !paused && paused_providers.is_empty() && quarantined.0.is_empty() && limits.is_empty() {
+    if !paused && paused_providers.is_empty() && quarantined.is_empty() && limits.is_empty() {
         return Ok(None);
     }
     Ok(Some(Controls {
@@ -127,6 +123,10 @@ pub struct Allowance {
     pub batch: i32,
     /// Providers left out of the pick.
     pub excluded: Vec<String>,
+    /// Providers whose quarantined entities the pick sets aside: those
+    /// whose quarantine lock this call holds. A quarantine the cache did
+    /// not know yet is left to the next call, which takes its lock.
+    pub quarantining: Vec<String>,
     /// At most this many of each of these providers' events.
     pub quotas: (Vec<String>, Vec<i32>),
     /// The slots taken, to be given the leases: per limit (its provider),
@@ -256,22 +256,22 @@ pub fn allowance(
     // of this call: the release must find every event set aside, and
     // waits for the calls that may still set some aside (they hold this
     // lock in share mode until their transaction ends).
-    let mut releasing = Vec::new();
-    let mut quarantining: Vec<&String> = controls.quarantined.0.iter().collect();
-    quarantining.dedup();
-    for p in quarantining {
+    let (mut releasing, mut quarantining) = (Vec::new(), Vec::new());
+    for p in &controls.quarantined {
         if provider.is_some_and(|given| given != p) {
             continue;
         }
-        if !EventLock::for_quarantines(p).try_acquire_shared() {
-            if provider.is_some() {
-                return Ok(None);
-            }
+        if EventLock::for_quarantines(p).try_acquire_shared() {
+            quarantining.push(p.clone());
+        } else if provider.is_some() {
+            return Ok(None);
+        } else {
             releasing.push(p.clone());
         }
     }
     let mut allowance = Allowance {
         batch,
+        quarantining,
         excluded: [controls.paused_providers.clone(), releasing].concat(),
         quotas: Default::default(),
         slots: Vec::new(),
