@@ -107,7 +107,8 @@ mod tests {
         'webhook_add_secret', 'webhook_retire_secret', 'webhook_providers',
         'webhook_metrics', 'webhook_metrics_prometheus', 'webhook_metrics_rollup', 'webhook_metric_quantile',
         'webhook_alerts_evaluate', 'webhook_alert_acknowledge', 'webhook_alert_silence',
-        'webhook_pause', 'webhook_resume', 'webhook_quarantine', 'webhook_release', 'webhook_set_limit')";
+        'webhook_pause', 'webhook_resume', 'webhook_quarantine', 'webhook_release', 'webhook_set_limit',
+        'webhook_enqueue_polled')";
 
     #[pg_test]
     fn functions_that_touch_the_tables_are_security_definer_with_a_pinned_search_path() {
@@ -132,7 +133,7 @@ mod tests {
         let count: i64 = one(&format!(
             "SELECT count(*) FROM pg_proc WHERE proname IN {TOUCHING_STATE}"
         ));
-        assert_eq!(count, 26, "every overload is covered");
+        assert_eq!(count, 27, "every overload is covered");
     }
 
     #[pg_test]
@@ -204,7 +205,7 @@ mod tests {
              webhook.app_scopes, webhook.breakers, webhook.delivery_failures, webhook.delivery_log_default, \
              webhook.events, webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
              webhook.limit_slots, webhook.limits, webhook.metric_minutes, webhook.metric_open, \
-             webhook.metric_totals, webhook.pauses, webhook.provider_secrets, webhook.providers, \
+             webhook.metric_totals, webhook.pauses, webhook.polled, webhook.provider_secrets, webhook.providers, \
              webhook.requeues, webhook.signature_bindings, webhook.watermarks"
         );
     }

@@ -145,5 +145,6 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.pauses', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.limits', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.limit_slots', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.breakers', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.polled', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

@@ -419,6 +419,7 @@ BEGIN
         @extschema@.webhook_enqueue(text, text, text, jsonb, text),
         @extschema@.webhook_enqueue(text, text, text, bytea, text),
         @extschema@.webhook_enqueue(text, text, text, text, text),
+        @extschema@.webhook_enqueue_polled(text, text, text, jsonb),
         @extschema@.webhook_next(integer, text, text, text, interval),
         @extschema@.webhook_complete(uuid, jsonb),
         @extschema@.webhook_fail(uuid, text, interval, boolean),
@@ -440,7 +441,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_enqueue_polled, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
 
 -- The privilege rule names routines, so that it covers procedures too.
 CREATE OR REPLACE FUNCTION webhook._restrict_privileges() RETURNS void
@@ -639,7 +640,8 @@ BEGIN
         webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions,
         webhook.app_scopes, webhook.metric_minutes, webhook.metric_totals, webhook.alerts,
         webhook.alert_rules, webhook.alert_rules_in_effect, webhook.pauses, webhook.paused,
-        webhook.limits, webhook.limits_in_effect, webhook.breakers TO %s', role);
+        webhook.limits, webhook.limits_in_effect, webhook.breakers, webhook.polled,
+        webhook.missed_deliveries TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -664,7 +666,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence) and the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect); never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect) and reconciliation (webhook.polled, webhook.missed_deliveries); never the secrets';
 
 -- Grant a monitoring role (the one a Prometheus exporter logs in as) the
 -- metrics and nothing else: no payload, no event id, no table.
@@ -2287,11 +2289,106 @@ $$;
 COMMENT ON FUNCTION @extschema@.webhook_alert_silence(bigint, interval) IS
     'Send no notification about an unresolved alert for a while (at most 30 days); it is still evaluated, and resolves as usual';
 
+-- pg_webhook_inbox: reconciliation with a provider's events API.
+--
+-- A webhook that never arrives is invisible: the provider gave up, a
+-- firewall dropped it, GitHub never redelivers. A poller that lists the
+-- provider's events through its API (Stripe's /v1/events, GitHub's
+-- deliveries) feeds each one to webhook_enqueue_polled: it enters through
+-- the same dedup key as deliveries (provider, event id), so an event both
+-- polled and delivered is queued, and processed, once. Which archive rows
+-- a poll made is recorded (webhook.polled), so that the events seen only
+-- by polling — the webhooks that never came — can be listed
+-- (webhook.missed_deliveries).
+--
+-- The poller vouches for what it feeds in, as a handler calling
+-- webhook_enqueue does: it read the event from the provider's API over
+-- TLS with its own credentials. Nothing polled goes through a signature.
+
+
+CREATE TABLE webhook.polled (
+    -- The archive row the poll made (a duplicate's too, when duplicates
+    -- are archived).
+    delivery_id uuid        NOT NULL,
+    provider    text        NOT NULL,
+    event_id    text        NOT NULL,
+    polled_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT polled_pkey PRIMARY KEY (delivery_id)
+);
+CREATE INDEX polled_event_idx ON webhook.polled (provider, event_id);
+COMMENT ON TABLE webhook.polled IS
+    'Events fed in by polling a provider''s API (webhook_enqueue_polled), by the archive row each poll made';
+COMMENT ON COLUMN webhook.polled.delivery_id IS 'The archive row (webhook.delivery_log) the poll made';
+COMMENT ON COLUMN webhook.polled.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.polled.event_id IS 'The event''s id';
+COMMENT ON COLUMN webhook.polled.polled_at IS 'When the poll fed it in';
+
+-- Queue an event read from the provider's events API: webhook_enqueue
+-- (the same checks, the same dedup, the application role's scope), and a
+-- record that the archive row is a poll's.
+CREATE FUNCTION @extschema@.webhook_enqueue_polled(
+    provider   text,
+    event_id   text,
+    event_type text,
+    payload    jsonb
+) RETURNS webhook.enqueue_result
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    queued webhook.enqueue_result;
+BEGIN
+    -- Named as this function, not as the one it calls; the other checks
+    -- are webhook_enqueue's.
+    IF webhook_enqueue_polled.provider IS NULL THEN
+        RAISE EXCEPTION 'webhook_enqueue_polled: argument "provider" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    ELSIF webhook_enqueue_polled.event_id IS NULL THEN
+        RAISE EXCEPTION 'webhook_enqueue_polled: argument "event_id" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    ELSIF webhook_enqueue_polled.event_type IS NULL THEN
+        RAISE EXCEPTION 'webhook_enqueue_polled: argument "event_type" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    ELSIF webhook_enqueue_polled.payload IS NULL THEN
+        RAISE EXCEPTION 'webhook_enqueue_polled: argument "payload" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    queued := @extschema@.webhook_enqueue(webhook_enqueue_polled.provider, webhook_enqueue_polled.event_id,
+                                          webhook_enqueue_polled.event_type, webhook_enqueue_polled.payload);
+    INSERT INTO webhook.polled (delivery_id, provider, event_id)
+    VALUES (queued.id, webhook_enqueue_polled.provider, webhook_enqueue_polled.event_id)
+    ON CONFLICT ON CONSTRAINT polled_pkey DO NOTHING;
+    RETURN queued;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_enqueue_polled(text, text, text, jsonb) IS
+    'Queue an event read from the provider''s events API (a poller reconciling missed webhooks): webhook_enqueue''s dedup, so an event both polled and delivered is processed once; recorded in webhook.polled';
+
+-- The webhooks that never came: events the poller found that no delivery
+-- brought (a rejected one, a forgery or a bad secret, does not count).
+-- As far back as the archive goes: a poll whose archive row webhook_purge
+-- removed is not compared any more.
+CREATE VIEW webhook.missed_deliveries AS
+SELECT p.provider, p.event_id, e.event_type, e.status, pg_catalog.min(p.polled_at) AS first_polled_at,
+       pg_catalog.count(*) AS polls
+  FROM webhook.polled p
+  JOIN webhook.events e ON e.provider = p.provider AND e.event_id = p.event_id
+ WHERE EXISTS (SELECT FROM webhook.delivery_log o WHERE o.id = p.delivery_id)
+   AND NOT EXISTS (SELECT FROM webhook.delivery_log l
+                    WHERE l.provider = p.provider AND l.event_id = p.event_id
+                      AND l.claim_status <> 'rejected'
+                      AND NOT EXISTS (SELECT FROM webhook.polled q WHERE q.delivery_id = l.id))
+ GROUP BY p.provider, p.event_id, e.event_type, e.status;
+COMMENT ON VIEW webhook.missed_deliveries IS
+    'Events seen only by polling the provider''s API: the webhooks that never arrived (as far back as the archive goes)';
+
+
 -- Their ACLs recorded as the extension's initial privileges, as a fresh
 -- install's REVOKE ALL ON ALL TABLES does.
 REVOKE ALL ON webhook.metric_minutes, webhook.metric_totals, webhook.metric_marks, webhook.metric_open,
     webhook.alert_rules, webhook.alert_rules_in_effect, webhook.alerts, webhook.pauses, webhook.limits,
-    webhook.limit_slots, webhook.breakers, webhook.paused, webhook.limits_in_effect FROM PUBLIC;
+    webhook.limit_slots, webhook.breakers, webhook.paused, webhook.limits_in_effect, webhook.polled,
+    webhook.missed_deliveries FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_minutes', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_totals', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
@@ -2302,6 +2399,7 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.pauses', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.limits', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.limit_slots', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.breakers', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.polled', '');
 
 -- What steers the inbox is cached like the registry.
 CREATE TRIGGER registry_changed

@@ -28,6 +28,7 @@ BEGIN
         @extschema@.webhook_enqueue(text, text, text, jsonb, text),
         @extschema@.webhook_enqueue(text, text, text, bytea, text),
         @extschema@.webhook_enqueue(text, text, text, text, text),
+        @extschema@.webhook_enqueue_polled(text, text, text, jsonb),
         @extschema@.webhook_next(integer, text, text, text, interval),
         @extschema@.webhook_complete(uuid, jsonb),
         @extschema@.webhook_fail(uuid, text, interval, boolean),
@@ -49,7 +50,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_enqueue_polled, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
 
 -- Grant an operator role the archive, the views and the maintenance
 -- functions; never the secrets.
@@ -69,7 +70,8 @@ BEGIN
         webhook.secret_usage, webhook.idempotency_keys, webhook.archive_partitions,
         webhook.app_scopes, webhook.metric_minutes, webhook.metric_totals, webhook.alerts,
         webhook.alert_rules, webhook.alert_rules_in_effect, webhook.pauses, webhook.paused,
-        webhook.limits, webhook.limits_in_effect, webhook.breakers TO %s', role);
+        webhook.limits, webhook.limits_in_effect, webhook.breakers, webhook.polled,
+        webhook.missed_deliveries TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -94,7 +96,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence) and the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect); never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect) and reconciliation (webhook.polled, webhook.missed_deliveries); never the secrets';
 
 -- Grant a monitoring role (the one a Prometheus exporter logs in as) the
 -- metrics and nothing else: no payload, no event id, no table.

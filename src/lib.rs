@@ -90,7 +90,16 @@ extension_sql_file!(
 extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["operations"]);
 extension_sql_file!("../sql/metrics.sql", name = "metrics", requires = ["flow"]);
 extension_sql_file!("../sql/alerts.sql", name = "alerts", requires = ["metrics"]);
-extension_sql_file!("../sql/roles.sql", name = "roles", requires = ["alerts"]);
+extension_sql_file!(
+    "../sql/reconciliation.sql",
+    name = "reconciliation",
+    requires = ["alerts"]
+);
+extension_sql_file!(
+    "../sql/roles.sql",
+    name = "roles",
+    requires = ["reconciliation"]
+);
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
 #[pg_guard]
