@@ -91,12 +91,13 @@ BEGIN
         @extschema@.webhook_resume(text, text),
         @extschema@.webhook_quarantine(text, text, text, text),
         @extschema@.webhook_release(text, text, text),
-        @extschema@.webhook_set_limit(text, text, integer, double precision, integer, integer, interval)
+        @extschema@.webhook_set_limit(text, text, integer, double precision, integer, integer, interval),
+        @extschema@.webhook_backfill(text, text, timestamptz, timestamptz, double precision)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect) and reconciliation (webhook.polled, webhook.missed_deliveries); never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect), webhook_backfill and reconciliation (webhook.polled, webhook.missed_deliveries); never the secrets';
 
 -- Grant a monitoring role (the one a Prometheus exporter logs in as) the
 -- metrics and nothing else: no payload, no event id, no table.

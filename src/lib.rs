@@ -88,7 +88,16 @@ extension_sql_file!(
     requires = ["schema"]
 );
 extension_sql_file!("../sql/flow.sql", name = "flow", requires = ["operations"]);
-extension_sql_file!("../sql/metrics.sql", name = "metrics", requires = ["flow"]);
+extension_sql_file!(
+    "../sql/backfill.sql",
+    name = "backfill",
+    requires = ["flow"]
+);
+extension_sql_file!(
+    "../sql/metrics.sql",
+    name = "metrics",
+    requires = ["backfill"]
+);
 extension_sql_file!("../sql/alerts.sql", name = "alerts", requires = ["metrics"]);
 extension_sql_file!(
     "../sql/reconciliation.sql",
