@@ -35,6 +35,16 @@ fn db() -> &'static str {
     db
 }
 
+/// `wait_for` with room for a loaded machine: these tests drain
+/// thousands of events with eight workers each, several tests at once.
+fn wait_long(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn register(admin: &mut Client, provider: &str, consumers: &[&str], ordering: Option<bool>) {
     let consumers: Vec<String> = consumers.iter().map(|c| c.to_string()).collect();
     admin
@@ -175,7 +185,7 @@ fn a_paused_consumer_gets_nothing_while_another_drains_and_resumes_where_it_stop
 
     // Paused mid-drain: the workers' backends have their caches already,
     // and must see the pause at their next call.
-    wait_for("billing to be under way", || {
+    wait_long("billing to be under way", || {
         done(&mut admin, "fl_billing", "fl_pause") >= 200
     });
     assert!(admin
@@ -194,7 +204,7 @@ fn a_paused_consumer_gets_nothing_while_another_drains_and_resumes_where_it_stop
     );
     // Intake goes on while paused.
     enqueue(&mut admin, "fl_pause", "e", 4001, 4500, 1);
-    wait_for("analytics to drain everything", || {
+    wait_long("analytics to drain everything", || {
         done(&mut admin, "fl_analytics", "fl_pause") == 4500
     });
     std::thread::sleep(Duration::from_millis(300));
@@ -216,7 +226,7 @@ fn a_paused_consumer_gets_nothing_while_another_drains_and_resumes_where_it_stop
         .query_one("SELECT webhook_resume(consumer => 'fl_billing')", &[])
         .unwrap()
         .get::<_, bool>(0));
-    wait_for("billing to drain once resumed", || {
+    wait_long("billing to drain once resumed", || {
         done(&mut admin, "fl_billing", "fl_pause") == 4500
     });
     stop.store(true, SeqCst);
@@ -241,7 +251,7 @@ fn a_paused_provider_is_passed_over_by_workers_of_every_provider() {
     let pool = workers(db, 6, "fl_mixed", None, 10, &stop);
     // A worker of the paused provider's queue alone gets nothing at all.
     let mut only_a = connect(db);
-    wait_for("the other provider to drain", || {
+    wait_long("the other provider to drain", || {
         done(&mut admin, "fl_mixed", "fl_pb") == 1000
     });
     assert_eq!(
@@ -281,7 +291,7 @@ fn a_paused_provider_is_passed_over_by_workers_of_every_provider() {
             &[],
         )
         .unwrap();
-    wait_for("the resumed provider to drain", || {
+    wait_long("the resumed provider to drain", || {
         done(&mut admin, "fl_mixed", "fl_pa") == 1000
     });
     stop.store(true, SeqCst);
@@ -316,7 +326,7 @@ fn a_quarantined_entity_is_set_aside_with_its_arrivals_while_the_rest_drains() {
         let pool = workers(db, pool_size, "fl_qc", Some(provider), 10, &stop);
         // Its arrivals while quarantined are set aside as met.
         enqueue(&mut admin, provider, "e", 2001, 2500, 40);
-        wait_for("everything but c3 to drain", || {
+        wait_long("everything but c3 to drain", || {
             done(&mut admin, "fl_qc", provider) == 2437
         });
         std::thread::sleep(Duration::from_millis(300));
@@ -347,7 +357,7 @@ fn a_quarantined_entity_is_set_aside_with_its_arrivals_while_the_rest_drains() {
             .unwrap()
             .get(0);
         assert_eq!(released, 63, "{provider}");
-        wait_for("c3 to drain once released", || {
+        wait_long("c3 to drain once released", || {
             done(&mut admin, "fl_qc", provider) == 2500
         });
         stop.store(true, SeqCst);
@@ -588,7 +598,7 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
             .unwrap()
             .get(0)
     };
-    wait_for("the breaker to open", || state(&mut admin) == "open");
+    wait_long("the breaker to open", || state(&mut admin) == "open");
     let opened = Instant::now();
     let evaluated = admin
         .query(
@@ -623,8 +633,8 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
     // The downstream recovers: the next probe succeeds, the breaker
     // closes, everything drains.
     down.store(false, SeqCst);
-    wait_for("the breaker to close", || state(&mut admin) == "closed");
-    wait_for("everything to drain", || {
+    wait_long("the breaker to close", || state(&mut admin) == "closed");
+    wait_long("everything to drain", || {
         done(&mut admin, "fl_fragile", "fl_brk") == 1000
     });
     stop.store(true, SeqCst);
