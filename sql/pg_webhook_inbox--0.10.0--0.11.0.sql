@@ -1807,6 +1807,8 @@ VALUES
     ('webhook_inbox_events', 'gauge', 'Inbox events per consumer by state: ready, scheduled (backing off), leased, dead, quarantined'),
     ('webhook_inbox_oldest_ready_seconds', 'gauge', 'Age of the oldest ready inbox event per consumer (a backing-off event is not ready)'),
     ('webhook_oldest_unfinished_claim_seconds', 'gauge', 'Age of the oldest claim neither completed nor failed'),
+    ('webhook_steering_paused', 'gauge', 'Pauses and quarantines in effect, by provider and consumer (empty: every one) and kind (pause, quarantine)'),
+    ('webhook_circuit_breaker_open', 'gauge', '1 per circuit breaker open or half open, by consumer and provider (empty: every one) and state'),
     ('webhook_alerts_open', 'gauge', 'Alerts open or acknowledged, by rule'),
     ('webhook_metrics_lag_seconds', 'gauge', 'How far behind the clock the counters are (the oldest running writing transaction holds them back)')
 $$;
@@ -1889,6 +1891,18 @@ BEGIN
               FROM webhook.metric_open o
              WHERE o.consumer = '' AND (only_family IS NULL OR only_family = 'webhook_oldest_unfinished_claim_seconds')
              GROUP BY o.provider
+            UNION ALL
+            SELECT 'webhook_steering_paused', 'gauge', s.provider, s.consumer, 'kind', s.kind, pg_catalog.count(*)::float8
+              FROM (SELECT p.provider, p.consumer,
+                           CASE WHEN p.entity_key <> '' THEN 'quarantine' ELSE 'pause' END AS kind
+                      FROM webhook.pauses p) s
+             WHERE only_family IS NULL OR only_family = 'webhook_steering_paused'
+             GROUP BY s.provider, s.consumer, s.kind
+            UNION ALL
+            SELECT 'webhook_circuit_breaker_open', 'gauge', b.provider, b.consumer, 'state', b.state::text, 1
+              FROM webhook.breakers b
+             WHERE b.state <> 'closed'
+               AND (only_family IS NULL OR only_family = 'webhook_circuit_breaker_open')
             UNION ALL
             SELECT 'webhook_alerts_open', 'gauge', '', '', 'rule', r.name,
                    (SELECT count(*) FROM webhook.alerts a WHERE a.rule = r.name AND a.status <> 'resolved')::float8

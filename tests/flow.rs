@@ -221,6 +221,15 @@ fn a_paused_consumer_gets_nothing_while_another_drains_and_resumes_where_it_stop
         .unwrap()
         .get(0);
     assert_eq!(waiting, 4500 - at_pause, "webhook.paused counts what waits");
+    let gauge: f64 = admin
+        .query_one(
+            "SELECT value FROM webhook_metrics('webhook_steering_paused')
+              WHERE provider = '' AND consumer = 'fl_billing' AND label_value = 'pause'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(gauge, 1.0, "the pause shows in the metrics");
 
     assert!(admin
         .query_one("SELECT webhook_resume(consumer => 'fl_billing')", &[])
@@ -607,6 +616,14 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
         )
         .unwrap();
     assert_eq!(evaluated.len(), 1, "an open breaker raises an alert");
+    let gauge: f64 = admin
+        .query_one(
+            "SELECT value FROM webhook_metrics('webhook_circuit_breaker_open') WHERE consumer = 'fl_fragile'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(gauge, 1.0, "and shows in the metrics");
     // Down for 3.5 cooldowns: each ends with one probe, which fails.
     std::thread::sleep(Duration::from_millis(3500));
     let failed_while_open = attempts
@@ -658,6 +675,14 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
         .unwrap()
         .get(0);
     assert_eq!(failures, 0, "a success forgets the failures");
+    let gauges: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM webhook_metrics('webhook_circuit_breaker_open') WHERE consumer = 'fl_fragile'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(gauges, 0, "a closed breaker has no series");
 }
 
 #[test]
