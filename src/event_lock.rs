@@ -161,22 +161,18 @@ impl EventLock {
 
     /// Take the lock if nobody else holds it; never waits.
     pub fn try_acquire(&self) -> bool {
-        // SAFETY: the tag is fully initialised; a transaction-scoped lock is
-        // released by PostgreSQL at commit or abort.
-        let result =
-            unsafe { pg_sys::LockAcquire(&self.tag, pg_sys::ExclusiveLock as i32, false, true) };
-        let acquired = result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
-        if acquired {
-            count_held(1);
-        }
-        acquired
+        self.try_acquire_in(pg_sys::ExclusiveLock)
     }
 
     /// Take the lock in share mode if nobody holds it alone; never waits.
     pub fn try_acquire_shared(&self) -> bool {
-        // SAFETY: as for try_acquire.
-        let result =
-            unsafe { pg_sys::LockAcquire(&self.tag, pg_sys::ShareLock as i32, false, true) };
+        self.try_acquire_in(pg_sys::ShareLock)
+    }
+
+    fn try_acquire_in(&self, mode: u32) -> bool {
+        // SAFETY: the tag is fully initialised; a transaction-scoped lock is
+        // released by PostgreSQL at commit or abort.
+        let result = unsafe { pg_sys::LockAcquire(&self.tag, mode as i32, false, true) };
         let acquired = result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL;
         if acquired {
             count_held(1);

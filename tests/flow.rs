@@ -974,3 +974,116 @@ fn a_quarantine_of_one_consumer_leaves_the_others_and_a_release_keeps_what_anoth
     assert_eq!(released, 10);
     assert_eq!(lease(&mut admin, 100, "fl_q1", Some("fl_qq")).len(), 10);
 }
+
+#[test]
+fn what_rolls_back_or_runs_out_gives_its_slot_and_counts_nothing() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_undo", &["fl_undone"], None);
+    enqueue(&mut admin, "fl_undo", "e", 1, 20, 1);
+    admin
+        .query_one(
+            "SELECT webhook_set_limit('fl_undone', max_leases => 1, breaker_failures => 2,
+                                      breaker_cooldown => '1 hour')",
+            &[],
+        )
+        .unwrap();
+
+    // A worker that leases under the cap and then fails halfway (its
+    // transaction rolls back) leaves the slot free for the next.
+    let mut worker = connect(db);
+    let mut tx = worker.transaction().unwrap();
+    let leased = tx
+        .query(
+            "SELECT id FROM webhook_next(5, 'fl_undone', 'fl_undo')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(leased.len(), 1, "a cap of one");
+    tx.rollback().unwrap();
+    assert_eq!(
+        lease(&mut admin, 5, "fl_undone", Some("fl_undo")).len(),
+        1,
+        "the rolled-back lease freed its slot"
+    );
+    assert!(
+        lease(&mut admin, 5, "fl_undone", Some("fl_undo")).is_empty(),
+        "the committed lease holds it"
+    );
+    let live: i64 = admin
+        .query_one(
+            "SELECT live_leases FROM webhook.limits_in_effect WHERE consumer = 'fl_undone'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(live, 1);
+
+    // A lease that runs out frees its slot: the next call leases again
+    // under the same cap.
+    admin
+        .batch_execute(
+            "UPDATE webhook.inbox SET run_at = clock_timestamp() - interval '1 second'
+              WHERE consumer = 'fl_undone' AND status = 'leased'",
+        )
+        .unwrap();
+    let again = lease(&mut admin, 5, "fl_undone", Some("fl_undo"));
+    assert_eq!(again.len(), 1, "{again:?}");
+
+    // Failures rolled back count nothing against the breaker; two
+    // committed in a row open it.
+    let failures = |admin: &mut Client| -> (String, i32) {
+        let row = admin
+            .query_one(
+                "SELECT state::text, failures FROM webhook.breakers WHERE consumer = 'fl_undone'",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let id: String = admin
+        .query_one(
+            "SELECT claim_id::text FROM webhook.inbox
+              WHERE consumer = 'fl_undone' AND status = 'leased' AND run_at > clock_timestamp()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let mut tx = worker.transaction().unwrap();
+    tx.execute("SELECT webhook_fail($1::text::uuid, 'boom')", &[&id])
+        .unwrap();
+    tx.rollback().unwrap();
+    assert_eq!(
+        failures(&mut admin),
+        ("closed".into(), 0),
+        "a rolled-back failure"
+    );
+    admin
+        .execute(
+            "SELECT webhook_fail($1::text::uuid, 'boom', interval '0')",
+            &[&id],
+        )
+        .unwrap();
+    assert_eq!(failures(&mut admin), ("closed".into(), 1));
+    let next = lease(&mut admin, 5, "fl_undone", Some("fl_undo"));
+    assert_eq!(next.len(), 1, "the failed lease freed the slot: {next:?}");
+    let id: String = admin
+        .query_one(
+            "SELECT claim_id::text FROM webhook.inbox
+              WHERE consumer = 'fl_undone' AND status = 'leased' AND run_at > clock_timestamp()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    admin
+        .execute(
+            "SELECT webhook_fail($1::text::uuid, 'boom', interval '0')",
+            &[&id],
+        )
+        .unwrap();
+    assert_eq!(failures(&mut admin), ("open".into(), 2));
+    assert!(
+        lease(&mut admin, 5, "fl_undone", Some("fl_undo")).is_empty(),
+        "open"
+    );
+}

@@ -129,14 +129,17 @@ pub fn complete(
         &[id.into(), result.into()],
         |row| {
             // An unordered event moves no watermark.
-            let order = row
-                .get::<String>(4)?
-                .zip(row.get::<String>(5)?)
-                .map(|(entity_key, value)| Order { entity_key, value });
+            let ordered = match row.get::<String>(4)?.zip(row.get::<String>(5)?) {
+                Some((entity_key, value)) => Some((
+                    row.get::<String>(3)?.unwrap_or_default(),
+                    Order { entity_key, value },
+                )),
+                None => None,
+            };
             Ok((
                 row.get::<String>(1)?.unwrap_or_default(),
                 row.get::<String>(2)?.unwrap_or_default(),
-                order.map(|order| (row.get::<String>(3), order)),
+                ordered,
             ))
         },
         |client| standing(client, id),
@@ -145,7 +148,6 @@ pub fn complete(
     let Some((event_id, order)) = ordered else {
         return Ok(());
     };
-    let event_id = event_id?.unwrap_or_default();
     ordering::advance(
         client, function, id, &provider, &consumer, &event_id, &order,
     )
