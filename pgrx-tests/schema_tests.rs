@@ -108,7 +108,8 @@ mod tests {
         'webhook_metrics', 'webhook_metrics_prometheus', 'webhook_metrics_rollup', 'webhook_metric_quantile',
         'webhook_alerts_evaluate', 'webhook_alert_acknowledge', 'webhook_alert_silence',
         'webhook_pause', 'webhook_resume', 'webhook_quarantine', 'webhook_release', 'webhook_set_limit',
-        'webhook_enqueue_polled', 'webhook_backfill')";
+        'webhook_enqueue_polled', 'webhook_backfill', 'webhook_replay', 'webhook_replay_pause',
+        'webhook_replay_resume', 'webhook_replay_cancel')";
 
     #[pg_test]
     fn functions_that_touch_the_tables_are_security_definer_with_a_pinned_search_path() {
@@ -133,7 +134,7 @@ mod tests {
         let count: i64 = one(&format!(
             "SELECT count(*) FROM pg_proc WHERE proname IN {TOUCHING_STATE}"
         ));
-        assert_eq!(count, 28, "every overload is covered");
+        assert_eq!(count, 32, "every overload is covered");
     }
 
     #[pg_test]
@@ -206,7 +207,7 @@ mod tests {
              webhook.events, webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
              webhook.limit_slots, webhook.limits, webhook.metric_minutes, webhook.metric_open, \
              webhook.metric_totals, webhook.pauses, webhook.polled, webhook.provider_secrets, webhook.providers, \
-             webhook.requeues, webhook.signature_bindings, webhook.watermarks"
+             webhook.replay_items, webhook.replays, webhook.requeues, webhook.signature_bindings, webhook.watermarks"
         );
     }
 

@@ -71,7 +71,8 @@ BEGIN
         webhook.app_scopes, webhook.metric_minutes, webhook.metric_totals, webhook.alerts,
         webhook.alert_rules, webhook.alert_rules_in_effect, webhook.pauses, webhook.paused,
         webhook.limits, webhook.limits_in_effect, webhook.breakers, webhook.polled,
-        webhook.missed_deliveries TO %s', role);
+        webhook.missed_deliveries, webhook.replays, webhook.replay_items,
+        webhook.replay_progress TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -92,12 +93,17 @@ BEGIN
         @extschema@.webhook_quarantine(text, text, text, text),
         @extschema@.webhook_release(text, text, text),
         @extschema@.webhook_set_limit(text, text, integer, double precision, integer, integer, interval),
-        @extschema@.webhook_backfill(text, text, timestamptz, timestamptz, double precision)
+        @extschema@.webhook_backfill(text, text, timestamptz, timestamptz, double precision),
+        @extschema@.webhook_replay(text, text, text[], text[], timestamptz, timestamptz, text, jsonpath,
+                                   text, double precision, boolean, integer),
+        @extschema@.webhook_replay_pause(uuid),
+        @extschema@.webhook_replay_resume(uuid),
+        @extschema@.webhook_replay_cancel(uuid)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect), webhook_backfill and reconciliation (webhook.polled, webhook.missed_deliveries); never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect), webhook_backfill, replays (webhook_replay, webhook_replay_pause, webhook_replay_resume, webhook_replay_cancel, webhook.replays, webhook.replay_progress) and reconciliation (webhook.polled, webhook.missed_deliveries); never the secrets';
 
 -- Grant a monitoring role (the one a Prometheus exporter logs in as) the
 -- metrics and nothing else: no payload, no event id, no table.

@@ -190,7 +190,10 @@ CREATE TABLE webhook.delivery_log (
     -- A new event's claim made to complete with its transaction
     -- (complete_on_commit): its commit was the event's completion, which
     -- the metrics then count without looking the event up.
-    claim_completes   boolean
+    claim_completes   boolean,
+    -- The W3C trace context of the request that brought it (intake's
+    -- traceparent argument), handed to the worker by webhook_next.
+    traceparent       text
 )
 PARTITION BY RANGE (id);
 -- Compress the payload, raw body and headers inside the row instead of
@@ -216,7 +219,8 @@ ALTER TABLE webhook.delivery_log
     ALTER COLUMN event_type SET STORAGE MAIN,
     ALTER COLUMN secret_fingerprint SET STORAGE PLAIN,
     ALTER COLUMN signature SET STORAGE MAIN,
-    ALTER COLUMN reject_reason SET STORAGE MAIN;
+    ALTER COLUMN reject_reason SET STORAGE MAIN,
+    ALTER COLUMN traceparent SET STORAGE MAIN;
 -- LZ4 compresses several times faster than the default pglz; use it where
 -- the server was built with it.
 DO $$
@@ -325,6 +329,7 @@ COMMENT ON COLUMN webhook.delivery_log.body_size IS 'For rejections: the whole b
 COMMENT ON COLUMN webhook.delivery_log.body_sha256 IS 'For rejections: the whole body''s SHA-256';
 COMMENT ON COLUMN webhook.delivery_log.claim_completes IS 'True for a new event''s claim made with complete_on_commit: committed, it completed the event (unless it failed in the same transaction); NULL otherwise';
 COMMENT ON COLUMN webhook.delivery_log.secret_fingerprint IS 'The fingerprint of the secret, public key or certificate that verified the delivery (webhook_receive); NULL when the caller verified it';
+COMMENT ON COLUMN webhook.delivery_log.traceparent IS 'The W3C traceparent of the request that brought it, as intake was given it; webhook_next returns it';
 
 -- Attempts that failed: webhook_fail's message, or the lease that ran out.
 CREATE TABLE webhook.delivery_failures (
@@ -385,6 +390,10 @@ CREATE TABLE webhook.inbox (
     -- Ordering, as on the event row: one line per entity and consumer.
     entity_key    text,
     order_value   numeric,
+    -- The replay that last queued the row (webhook_replay): webhook_next
+    -- returns it, so that a worker knows it runs a replay. NULL for work
+    -- queued by a delivery.
+    replay_id     uuid,
     -- Keyed by the delivery that queued the event (a time-ordered id, so
     -- in queue order) rather than by event id: each lease and completion
     -- adds an entry to every index of the row (PostgreSQL cannot update it
@@ -414,6 +423,9 @@ CREATE INDEX inbox_dead_idx ON webhook.inbox (queued_at) WHERE status = 'dead';
 -- looks up to find whether an event has an earlier one waiting.
 CREATE INDEX inbox_entity_line_idx ON webhook.inbox (provider, consumer, entity_key, order_value)
     WHERE entity_key IS NOT NULL AND status IN ('ready', 'leased');
+-- Each replay's rows, for its progress, pause and cancel. Work queued by
+-- deliveries has no entry.
+CREATE INDEX inbox_replay_idx ON webhook.inbox (replay_id) WHERE replay_id IS NOT NULL;
 
 COMMENT ON TABLE webhook.inbox IS
     'The durable inbox: one row per queued event and consumer, leased by webhook_next';
@@ -433,6 +445,7 @@ COMMENT ON COLUMN webhook.inbox.queued_at IS 'When the event was queued';
 COMMENT ON COLUMN webhook.inbox.processed_at IS 'When webhook_complete finished it, or when it was skipped as stale';
 COMMENT ON COLUMN webhook.inbox.entity_key IS 'Ordering: the entity the event is about; NULL when unordered';
 COMMENT ON COLUMN webhook.inbox.order_value IS 'Ordering: the event''s order value';
+COMMENT ON COLUMN webhook.inbox.replay_id IS 'The replay (webhook.replays) that last queued it; NULL for work a delivery queued';
 
 -- Every failed inbox attempt: webhook_fail's message, or the lease that
 -- ran out. Keyed by the lease, so a worker whose lease was taken over is

@@ -94,9 +94,14 @@ extension_sql_file!(
     requires = ["flow"]
 );
 extension_sql_file!(
+    "../sql/replay.sql",
+    name = "replay",
+    requires = ["backfill"]
+);
+extension_sql_file!(
     "../sql/metrics.sql",
     name = "metrics",
-    requires = ["backfill"]
+    requires = ["replay"]
 );
 extension_sql_file!("../sql/alerts.sql", name = "alerts", requires = ["metrics"]);
 extension_sql_file!(

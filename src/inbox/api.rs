@@ -180,6 +180,8 @@ fn lease_next(
             name!(delivery_id, pgrx::Uuid),
             name!(queued_at, TimestampWithTimeZone),
             name!(lease_expires_at, TimestampWithTimeZone),
+            name!(replay_id, Option<pgrx::Uuid>),
+            name!(traceparent, Option<String>),
         ),
     >,
     pg_sys::panic::ErrorReport,
@@ -201,6 +203,8 @@ type LeasedRow = (
     pgrx::Uuid,
     TimestampWithTimeZone,
     TimestampWithTimeZone,
+    Option<pgrx::Uuid>,
+    Option<String>,
 );
 
 fn next(
@@ -317,7 +321,7 @@ fn next(
                         leased.iter().map(|row| (row.0, row.1.as_str())).collect();
                     super::flow::record(client, allowance, consumer, &made)?;
                 }
-                read_payloads(client, &mut leased)?;
+                read_payloads(client, consumer, &mut leased)?;
                 return Ok(leased);
             }
         }
@@ -326,28 +330,60 @@ fn next(
     Ok(rows)
 }
 
-/// The leased events' payloads, from the archive rows that brought them.
+/// The leased events' payloads and trace contexts, from the archive rows
+/// that brought them, and the replay that queued each again, if one did.
 /// A statement of its own rather than a join in LEASE: planned with the
 /// ids in hand, it reads only the archive partitions holding them (see
 /// `plans`), where the join would open every partition on each call.
 static PAYLOADS: Statement = Statement {
-    sql: "SELECT id, payload FROM webhook.delivery_log WHERE id = ANY ($1)",
-    arg_types: &[pg_sys::UUIDARRAYOID],
+    sql: "SELECT l.id, l.payload, l.traceparent,
+                 (SELECT i.replay_id FROM webhook.inbox i WHERE i.delivery_id = l.id AND i.consumer = $2)
+            FROM webhook.delivery_log l WHERE l.id = ANY ($1)",
+    arg_types: &[pg_sys::UUIDARRAYOID, pg_sys::TEXTOID],
 };
 
-fn read_payloads(client: &mut pgrx::spi::SpiClient<'_>, leased: &mut [LeasedRow]) -> Result<()> {
+/// PAYLOADS for the tables of the release before replays and trace
+/// context, between installing this library and `ALTER EXTENSION … UPDATE`.
+static PAYLOADS_BEFORE_REPLAYS: Statement = Statement {
+    sql: "SELECT id, payload, NULL::text, NULL::uuid FROM webhook.delivery_log WHERE id = ANY ($1)",
+    arg_types: &[pg_sys::UUIDARRAYOID, pg_sys::TEXTOID],
+};
+
+/// Whether the installed tables know replays (and trace context: they
+/// came in the same release).
+static REPLAYS: crate::installed::Column =
+    crate::installed::Column::new("webhook.inbox", "replay_id");
+
+fn read_payloads(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    consumer: &str,
+    leased: &mut [LeasedRow],
+) -> Result<()> {
     if leased.is_empty() {
         return Ok(());
     }
     let ids: Vec<pgrx::Uuid> = leased.iter().map(|row| row.7).collect();
-    let mut payloads = std::collections::HashMap::with_capacity(ids.len());
-    for row in PAYLOADS.run_pruned(client, &[ids.into()])? {
+    let statement = match REPLAYS.present(client)? {
+        true => &PAYLOADS,
+        false => &PAYLOADS_BEFORE_REPLAYS,
+    };
+    let mut found = std::collections::HashMap::with_capacity(ids.len());
+    for row in statement.run_pruned(client, &[ids.into(), consumer.into()])? {
         if let Some(id) = row.get::<pgrx::Uuid>(1)? {
-            payloads.insert(*id.as_bytes(), row.get::<RawJsonb>(2)?);
+            let archived = (
+                row.get::<RawJsonb>(2)?,
+                row.get::<String>(3)?,
+                row.get::<pgrx::Uuid>(4)?,
+            );
+            found.insert(*id.as_bytes(), archived);
         }
     }
     for row in leased.iter_mut() {
-        row.4 = payloads.remove(row.7.as_bytes()).flatten();
+        if let Some((payload, traceparent, replay_id)) = found.remove(row.7.as_bytes()) {
+            row.4 = payload;
+            row.10 = replay_id;
+            row.11 = traceparent;
+        }
     }
     Ok(())
 }
@@ -369,6 +405,8 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
         row.get::<pgrx::Uuid>(8)?.ok_or_else(missing)?,
         row.get::<TimestampWithTimeZone>(9)?.ok_or_else(missing)?,
         row.get::<TimestampWithTimeZone>(10)?.ok_or_else(missing)?,
+        None,
+        None,
     ))
 }
 
