@@ -350,3 +350,160 @@ fn watermarks_survive_a_crash_and_never_move_backwards() {
         .unwrap();
     assert_eq!(watermarks(&mut admin)[0], "sub_0=200");
 }
+
+/// One worker of a replay under crashes: lease, write the effect with the
+/// replay webhook_next names, complete, commit; reconnect after the server
+/// went away. Returns once `finished` says the replay is done.
+fn replay_worker(db: &'static str, consumer: &'static str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut applied = 0;
+    let mut client: Option<Client> = None;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "{consumer}: the replay did not finish"
+        );
+        let c = match client.as_mut() {
+            Some(c) => c,
+            None => match try_connect(db) {
+                Ok(c) => client.insert(c),
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            },
+        };
+        let round = (|| -> Result<usize, postgres::Error> {
+            let mut tx = c.transaction()?;
+            let leased = tx.query(
+                "SELECT id::text, event_id, replay_id::text
+                   FROM webhook_next(10, $1, 'crash_replay', lease => interval '2 seconds')",
+                &[&consumer],
+            )?;
+            for row in &leased {
+                let (lease, event_id, replay): (String, String, Option<String>) =
+                    (row.get(0), row.get(1), row.get(2));
+                tx.execute(
+                    "INSERT INTO crash_replay_effects VALUES ($1::text::uuid, $2, $3)",
+                    &[&replay, &consumer, &event_id],
+                )?;
+                tx.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])?;
+            }
+            tx.commit()?;
+            Ok(leased.len())
+        })();
+        match round {
+            Ok(0) => {
+                let finished: bool = match c.query_one(
+                    "SELECT state = 'finished' FROM webhook.replay_progress
+                      WHERE filter->>'provider' = 'crash_replay'",
+                    &[],
+                ) {
+                    Ok(row) => row.get(0),
+                    Err(_) => {
+                        client = None;
+                        continue;
+                    }
+                };
+                if finished {
+                    return applied;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok(n) => applied += n,
+            Err(_) => {
+                client = None;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_replay_cut_by_a_crash_and_resumed_applies_each_event_once_per_consumer() {
+    let _turn = one_at_a_time();
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute(
+            "SELECT webhook_register_provider('crash_replay', scheme => 'stripe', secret => 'whsec_crash',
+                                              consumers => ARRAY['billing', 'analytics']);
+             CREATE TABLE crash_replay_effects (replay_id uuid, consumer text, event_id text);",
+        )
+        .unwrap();
+    enqueue_many(&mut admin, "crash_replay", "evt_", 2000);
+    for consumer in ["billing", "analytics"] {
+        loop {
+            let done = admin
+                .execute(
+                    "SELECT webhook_complete_batch(array_agg(id)) FROM webhook_next(1000, $1, 'crash_replay')
+                     HAVING count(*) > 0",
+                    &[&consumer],
+                )
+                .unwrap();
+            if done == 0 {
+                break;
+            }
+        }
+    }
+    // Every event again for both consumers, 4000 at 800 a second.
+    let start = "SELECT replay_id::text, started, events FROM webhook_replay('crash_replay',
+                        reason => 'ledger rebuilt', rate => 800, dry_run => false)";
+    let row = admin.query_one(start, &[]).unwrap();
+    let (replay, started, events): (String, bool, i64) = (row.get(0), row.get(1), row.get(2));
+    assert!(started);
+    assert_eq!(events, 4000);
+    drop(admin);
+
+    let workers: Vec<_> = ["billing", "billing", "analytics", "analytics"]
+        .into_iter()
+        .map(|consumer| std::thread::spawn(move || replay_worker(db, consumer)))
+        .collect();
+    // Mid-replay, the power goes.
+    let mut watcher = connect(db);
+    wait_for("the replay to be under way", || {
+        count(&mut watcher, "SELECT count(*) FROM crash_replay_effects") >= 800
+    });
+    drop(watcher);
+    crash_server();
+    std::thread::sleep(Duration::from_millis(300));
+    start_server();
+
+    // The operator, unsure whether it ran, starts it again: the same
+    // replay, nothing queued twice.
+    let mut admin = connect(db);
+    let row = admin.query_one(start, &[]).unwrap();
+    let again: (String, bool, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(again, (replay.clone(), false, 4000));
+
+    let applied: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let per_consumer: Vec<(String, i64, i64)> = admin
+        .query(
+            "SELECT consumer, count(*), count(DISTINCT event_id) FROM crash_replay_effects
+              WHERE replay_id = $1::text::uuid GROUP BY consumer ORDER BY consumer",
+            &[&replay],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        per_consumer,
+        vec![
+            ("analytics".into(), 2000, 2000),
+            ("billing".into(), 2000, 2000)
+        ],
+        "each event once per consumer, none twice, none lost"
+    );
+    assert!(
+        applied >= 4000 - 40,
+        "the workers' own count, less what the crash cut off: {applied}"
+    );
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM crash_replay_effects WHERE replay_id IS NULL"
+        ),
+        0
+    );
+}
