@@ -785,9 +785,8 @@ COMMENT ON FUNCTION @extschema@.webhook_complete_batch(uuid[]) IS
 COMMENT ON FUNCTION @extschema@.webhook_fail_batch(uuid[], text, interval, boolean) IS
     'Record a failed attempt for a batch of inbox leases in one call, each ready again after retry_in or its own backoff (dead after webhook.max_attempts, or at once if permanent); one lease that may not fail refuses the whole call';
 
--- webhook_next returns two more columns: the replay that queued an event
--- again (replay.sql) and the trace context its request came with. A
--- function's result columns cannot change in place, so it is made anew;
+-- webhook_next returns one more column: the replay that queued an event
+-- again (replay.sql). A function's result columns cannot change in place, so it is made anew;
 -- the roles that could call it can again once this script ends (see its
 -- last statement). Its privileges until then, kept for the length of
 -- this transaction:
@@ -814,15 +813,14 @@ CREATE  FUNCTION @extschema@."webhook_next"(
 	"delivery_id" uuid,  /* pgrx :: Uuid */
 	"queued_at" timestamp with time zone,  /* TimestampWithTimeZone */
 	"lease_expires_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"replay_id" uuid,  /* Option < pgrx :: Uuid > */
-	"traceparent" TEXT  /* Option < String > */
+	"replay_id" uuid  /* Option < pgrx :: Uuid > */
 )
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'lease_next_wrapper';
 COMMENT ON FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) IS
-    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again; traceparent is the trace context its request came with';
+    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again';
 
 -- A lease is a few index probes, but its generic plan is costed for whole
 -- queues: past jit_above_cost, every call would compile it with LLVM
@@ -915,10 +913,6 @@ COMMENT ON FUNCTION webhook._lock_quarantines(text) IS
 ALTER TABLE webhook.inbox ADD COLUMN replay_id uuid;
 CREATE INDEX inbox_replay_idx ON webhook.inbox (replay_id) WHERE replay_id IS NOT NULL;
 COMMENT ON COLUMN webhook.inbox.replay_id IS 'The replay (webhook.replays) that last queued it; NULL for work a delivery queued';
--- Trace context: the W3C traceparent of the request that brought a delivery.
-ALTER TABLE webhook.delivery_log ADD COLUMN traceparent text;
-ALTER TABLE webhook.delivery_log ALTER COLUMN traceparent SET STORAGE MAIN;
-COMMENT ON COLUMN webhook.delivery_log.traceparent IS 'The W3C traceparent of the request that brought it, as intake was given it; webhook_next returns it';
 
 -- pg_webhook_inbox: steering the inbox.
 --

@@ -190,10 +190,7 @@ CREATE TABLE webhook.delivery_log (
     -- A new event's claim made to complete with its transaction
     -- (complete_on_commit): its commit was the event's completion, which
     -- the metrics then count without looking the event up.
-    claim_completes   boolean,
-    -- The W3C trace context of the request that brought it (intake's
-    -- traceparent argument), handed to the worker by webhook_next.
-    traceparent       text
+    claim_completes   boolean
 )
 PARTITION BY RANGE (id);
 -- Compress the payload, raw body and headers inside the row instead of
@@ -219,8 +216,7 @@ ALTER TABLE webhook.delivery_log
     ALTER COLUMN event_type SET STORAGE MAIN,
     ALTER COLUMN secret_fingerprint SET STORAGE PLAIN,
     ALTER COLUMN signature SET STORAGE MAIN,
-    ALTER COLUMN reject_reason SET STORAGE MAIN,
-    ALTER COLUMN traceparent SET STORAGE MAIN;
+    ALTER COLUMN reject_reason SET STORAGE MAIN;
 -- LZ4 compresses several times faster than the default pglz; use it where
 -- the server was built with it.
 DO $$
@@ -329,7 +325,6 @@ COMMENT ON COLUMN webhook.delivery_log.body_size IS 'For rejections: the whole b
 COMMENT ON COLUMN webhook.delivery_log.body_sha256 IS 'For rejections: the whole body''s SHA-256';
 COMMENT ON COLUMN webhook.delivery_log.claim_completes IS 'True for a new event''s claim made with complete_on_commit: committed, it completed the event (unless it failed in the same transaction); NULL otherwise';
 COMMENT ON COLUMN webhook.delivery_log.secret_fingerprint IS 'The fingerprint of the secret, public key or certificate that verified the delivery (webhook_receive); NULL when the caller verified it';
-COMMENT ON COLUMN webhook.delivery_log.traceparent IS 'The W3C traceparent of the request that brought it, as intake was given it; webhook_next returns it';
 
 -- Attempts that failed: webhook_fail's message, or the lease that ran out.
 CREATE TABLE webhook.delivery_failures (

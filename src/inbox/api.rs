@@ -181,7 +181,6 @@ fn lease_next(
             name!(queued_at, TimestampWithTimeZone),
             name!(lease_expires_at, TimestampWithTimeZone),
             name!(replay_id, Option<pgrx::Uuid>),
-            name!(traceparent, Option<String>),
         ),
     >,
     pg_sys::panic::ErrorReport,
@@ -204,7 +203,6 @@ type LeasedRow = (
     TimestampWithTimeZone,
     TimestampWithTimeZone,
     Option<pgrx::Uuid>,
-    Option<String>,
 );
 
 fn next(
@@ -330,27 +328,26 @@ fn next(
     Ok(rows)
 }
 
-/// The leased events' payloads and trace contexts, from the archive rows
-/// that brought them, and the replay that queued each again, if one did.
+/// The leased events' payloads, from the archive rows that brought them,
+/// and the replay that queued each again, if one did.
 /// A statement of its own rather than a join in LEASE: planned with the
 /// ids in hand, it reads only the archive partitions holding them (see
 /// `plans`), where the join would open every partition on each call.
 static PAYLOADS: Statement = Statement {
-    sql: "SELECT l.id, l.payload, l.traceparent,
+    sql: "SELECT l.id, l.payload,
                  (SELECT i.replay_id FROM webhook.inbox i WHERE i.delivery_id = l.id AND i.consumer = $2)
             FROM webhook.delivery_log l WHERE l.id = ANY ($1)",
     arg_types: &[pg_sys::UUIDARRAYOID, pg_sys::TEXTOID],
 };
 
-/// PAYLOADS for the tables of the release before replays and trace
-/// context, between installing this library and `ALTER EXTENSION … UPDATE`.
+/// PAYLOADS for the tables of the release before replays, between
+/// installing this library and `ALTER EXTENSION … UPDATE`.
 static PAYLOADS_BEFORE_REPLAYS: Statement = Statement {
-    sql: "SELECT id, payload, NULL::text, NULL::uuid FROM webhook.delivery_log WHERE id = ANY ($1)",
+    sql: "SELECT id, payload, NULL::uuid FROM webhook.delivery_log WHERE id = ANY ($1)",
     arg_types: &[pg_sys::UUIDARRAYOID, pg_sys::TEXTOID],
 };
 
-/// Whether the installed tables know replays (and trace context: they
-/// came in the same release).
+/// Whether the installed tables know replays.
 static REPLAYS: crate::installed::Column =
     crate::installed::Column::new("webhook.inbox", "replay_id");
 
@@ -370,19 +367,14 @@ fn read_payloads(
     let mut found = std::collections::HashMap::with_capacity(ids.len());
     for row in statement.run_pruned(client, &[ids.into(), consumer.into()])? {
         if let Some(id) = row.get::<pgrx::Uuid>(1)? {
-            let archived = (
-                row.get::<RawJsonb>(2)?,
-                row.get::<String>(3)?,
-                row.get::<pgrx::Uuid>(4)?,
-            );
+            let archived = (row.get::<RawJsonb>(2)?, row.get::<pgrx::Uuid>(3)?);
             found.insert(*id.as_bytes(), archived);
         }
     }
     for row in leased.iter_mut() {
-        if let Some((payload, traceparent, replay_id)) = found.remove(row.7.as_bytes()) {
+        if let Some((payload, replay_id)) = found.remove(row.7.as_bytes()) {
             row.4 = payload;
             row.10 = replay_id;
-            row.11 = traceparent;
         }
     }
     Ok(())
@@ -405,7 +397,6 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
         row.get::<pgrx::Uuid>(8)?.ok_or_else(missing)?,
         row.get::<TimestampWithTimeZone>(9)?.ok_or_else(missing)?,
         row.get::<TimestampWithTimeZone>(10)?.ok_or_else(missing)?,
-        None,
         None,
     ))
 }
