@@ -207,7 +207,8 @@ mod tests {
              webhook.events, webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
              webhook.limit_slots, webhook.limits, webhook.metric_minutes, webhook.metric_open, \
              webhook.metric_totals, webhook.pauses, webhook.polled, webhook.provider_secrets, webhook.providers, \
-             webhook.replay_items, webhook.replays, webhook.requeues, webhook.signature_bindings, webhook.watermarks"
+             webhook.replay_items, webhook.replays, webhook.requeues, webhook.signature_bindings, webhook.trace_contexts, \
+             webhook.watermarks"
         );
     }
 

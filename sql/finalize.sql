@@ -7,9 +7,9 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 -- What \df+ shows for the functions written in Rust (pgrx creates them; the
 -- ones written in SQL carry their comments beside their definitions).
-COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean) IS
-    'Verify a delivery with its provider''s registered scheme and secrets (and the URL it was sent to, for schemes that sign it), read its event id and type, claim it or queue it (inbox), and say what to answer (http_status; response for an endpoint handshake); complete_on_commit: the commit of this transaction completes a claimed event';
-COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean) IS
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text) IS
+    'Verify a delivery with its provider''s registered scheme and secrets (and the URL it was sent to, for schemes that sign it), read its event id and type, claim it or queue it (inbox), and say what to answer (http_status; response for an endpoint handshake); complete_on_commit: the commit of this transaction completes a claimed event; traceparent: the W3C trace context of the request, handed to a queued event''s worker';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text) IS
     'webhook_receive for a body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean) IS
     'Claim a delivery (payload as jsonb): claimed/retry (do the work, then webhook_complete, or with complete_on_commit just commit), duplicate, in_progress, dead or stale';
@@ -31,14 +31,14 @@ COMMENT ON FUNCTION @extschema@.webhook_requeue(text, text, text) IS
     'For operators: put a dead or failed event (a queued event''s dead consumers) back with a fresh attempt budget, recorded in webhook.requeues';
 COMMENT ON FUNCTION @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text) IS
     'For operators: requeue every dead letter matching provider, event type, error (ILIKE), arrival time and consumer; returns how many';
-COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text) IS
-    'Queue a delivery the caller verified (payload as jsonb) for inbox workers: queued (new) or duplicate; answer 2xx either way';
-COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text) IS
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text, text) IS
+    'Queue a delivery the caller verified (payload as jsonb) for inbox workers: queued (new) or duplicate; answer 2xx either way; traceparent: the W3C trace context of the request, handed to the event''s worker';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text, text) IS
     'webhook_enqueue with the raw body, archived byte for byte';
-COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text) IS
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text, text) IS
     'webhook_enqueue with the raw body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) IS
-    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again';
+    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again; traceparent is the trace context its request came with';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, bytea, text, text) IS
     'Constant-time check of an HMAC signature (hex or base64) over the raw body';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, text, text, text) IS
@@ -148,5 +148,6 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.breakers', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.polled', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.replays', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.replay_items', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.trace_contexts', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

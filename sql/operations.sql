@@ -357,6 +357,10 @@ BEGIN
                       AND i.provider = f.provider AND i.event_id = f.event_id
                       AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
     DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
+    -- A trace context serves the event's workers: kept while an inbox row
+    -- of it is.
+    DELETE FROM webhook.trace_contexts t
+     WHERE NOT EXISTS (SELECT FROM webhook.inbox i WHERE i.delivery_id = t.delivery_id);
 
     -- Whole days, oldest first. Each is read before any is detached: the
     -- first detach locks the archive until the transaction ends, and

@@ -204,6 +204,10 @@ BEGIN
                       AND i.provider = f.provider AND i.event_id = f.event_id
                       AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
     DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
+    -- A trace context serves the event's workers: kept while an inbox row
+    -- of it is.
+    DELETE FROM webhook.trace_contexts t
+     WHERE NOT EXISTS (SELECT FROM webhook.inbox i WHERE i.delivery_id = t.delivery_id);
 
     -- Whole days, oldest first. Each is read before any is detached: the
     -- first detach locks the archive until the transaction ends, and
@@ -411,14 +415,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean),
-        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean),
+        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text),
+        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text),
         @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, bytea, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, text, text, interval, boolean),
-        @extschema@.webhook_enqueue(text, text, text, jsonb, text),
-        @extschema@.webhook_enqueue(text, text, text, bytea, text),
-        @extschema@.webhook_enqueue(text, text, text, text, text),
+        @extschema@.webhook_enqueue(text, text, text, jsonb, text, text),
+        @extschema@.webhook_enqueue(text, text, text, bytea, text, text),
+        @extschema@.webhook_enqueue(text, text, text, text, text, text),
         @extschema@.webhook_enqueue_polled(text, text, text, jsonb),
         @extschema@.webhook_next(integer, text, text, text, interval),
         @extschema@.webhook_complete(uuid, jsonb),
@@ -642,7 +646,7 @@ BEGIN
         webhook.alert_rules, webhook.alert_rules_in_effect, webhook.pauses, webhook.paused,
         webhook.limits, webhook.limits_in_effect, webhook.breakers, webhook.polled,
         webhook.missed_deliveries, webhook.replays, webhook.replay_items,
-        webhook.replay_progress TO %s', role);
+        webhook.replay_progress, webhook.trace_contexts TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -785,16 +789,115 @@ COMMENT ON FUNCTION @extschema@.webhook_complete_batch(uuid[]) IS
 COMMENT ON FUNCTION @extschema@.webhook_fail_batch(uuid[], text, interval, boolean) IS
     'Record a failed attempt for a batch of inbox leases in one call, each ready again after retry_in or its own backoff (dead after webhook.max_attempts, or at once if permanent); one lease that may not fail refuses the whole call';
 
--- webhook_next returns one more column: the replay that queued an event
--- again (replay.sql). A function's result columns cannot change in place, so it is made anew;
--- the roles that could call it can again once this script ends (see its
--- last statement). Its privileges until then, kept for the length of
--- this transaction:
-SELECT pg_catalog.set_config('pg_webhook_inbox.upgrade_next_acl',
-       coalesce((SELECT p.proacl::text FROM pg_catalog.pg_proc p
-                  WHERE p.oid = '@extschema@.webhook_next(integer, text, text, text, interval)'::pg_catalog.regprocedure),
-                ''),
+-- Functions whose arguments or result columns change are made anew (a
+-- function's signature cannot change in place): webhook_next returns the
+-- replay that queued an event again (replay.sql) and the trace context
+-- its request came with; webhook_receive and webhook_enqueue take that
+-- trace context (traceparent). Who may call each is kept for the length
+-- of this transaction, by its new signature, and given back at the end of
+-- this script.
+SELECT pg_catalog.set_config('pg_webhook_inbox.upgrade_acls',
+       (SELECT pg_catalog.jsonb_object_agg(m.remade, coalesce(p.proacl::text, ''))::text
+          FROM (VALUES
+                  ('@extschema@.webhook_next(integer, text, text, text, interval)',
+                   '@extschema@.webhook_next(integer, text, text, text, interval)'),
+                  ('@extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean)',
+                   '@extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text)'),
+                  ('@extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean)',
+                   '@extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text)'),
+                  ('@extschema@.webhook_enqueue(text, text, text, jsonb, text)',
+                   '@extschema@.webhook_enqueue(text, text, text, jsonb, text, text)'),
+                  ('@extschema@.webhook_enqueue(text, text, text, bytea, text)',
+                   '@extschema@.webhook_enqueue(text, text, text, bytea, text, text)'),
+                  ('@extschema@.webhook_enqueue(text, text, text, text, text)',
+                   '@extschema@.webhook_enqueue(text, text, text, text, text, text)')
+               ) AS m (was, remade)
+          JOIN pg_catalog.pg_proc p ON p.oid = m.was::pg_catalog.regprocedure),
        true);
+DROP FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean);
+DROP FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean);
+DROP FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text);
+DROP FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text);
+DROP FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text);
+CREATE  FUNCTION @extschema@."webhook_receive"(
+	"provider" TEXT, /* Option < & str > */
+	"headers" jsonb, /* Option < RawJsonb > */
+	"body" bytea, /* Option < & [u8] > */
+	"lease" interval DEFAULT NULL, /* Option < Interval > */
+	"inbox" bool DEFAULT NULL, /* Option < bool > */
+	"url" TEXT DEFAULT NULL, /* Option < & str > */
+	"complete_on_commit" bool DEFAULT false, /* Option < bool > */
+	"traceparent" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS webhook.receive_result /* std :: result :: Result < :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx
+:: pgbox :: AllocatedByRust > , pg_sys :: panic :: ErrorReport > */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE 
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'receive_traced_bytes_wrapper';
+CREATE  FUNCTION @extschema@."webhook_receive"(
+	"provider" TEXT, /* Option < & str > */
+	"headers" jsonb, /* Option < RawJsonb > */
+	"body" TEXT, /* Option < & str > */
+	"lease" interval DEFAULT NULL, /* Option < Interval > */
+	"inbox" bool DEFAULT NULL, /* Option < bool > */
+	"url" TEXT DEFAULT NULL, /* Option < & str > */
+	"complete_on_commit" bool DEFAULT false, /* Option < bool > */
+	"traceparent" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS webhook.receive_result /* std :: result :: Result < :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx
+:: pgbox :: AllocatedByRust > , pg_sys :: panic :: ErrorReport > */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE 
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'receive_traced_string_wrapper';
+CREATE  FUNCTION @extschema@."webhook_enqueue"(
+	"provider" TEXT, /* Option < & str > */
+	"event_id" TEXT, /* Option < & str > */
+	"event_type" TEXT, /* Option < & str > */
+	"payload" jsonb, /* Option < RawJsonb > */
+	"signature" TEXT DEFAULT NULL, /* Option < & str > */
+	"traceparent" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS webhook.enqueue_result /* std :: result :: Result < :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx
+:: pgbox :: AllocatedByRust > , pg_sys :: panic :: ErrorReport > */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE 
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'enqueue_traced_payload_wrapper';
+CREATE  FUNCTION @extschema@."webhook_enqueue"(
+	"provider" TEXT, /* Option < & str > */
+	"event_id" TEXT, /* Option < & str > */
+	"event_type" TEXT, /* Option < & str > */
+	"body" bytea, /* Option < & [u8] > */
+	"signature" TEXT DEFAULT NULL, /* Option < & str > */
+	"traceparent" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS webhook.enqueue_result /* std :: result :: Result < :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx
+:: pgbox :: AllocatedByRust > , pg_sys :: panic :: ErrorReport > */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE 
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'enqueue_traced_body_wrapper';
+CREATE  FUNCTION @extschema@."webhook_enqueue"(
+	"provider" TEXT, /* Option < & str > */
+	"event_id" TEXT, /* Option < & str > */
+	"event_type" TEXT, /* Option < & str > */
+	"body" TEXT, /* Option < & str > */
+	"signature" TEXT DEFAULT NULL, /* Option < & str > */
+	"traceparent" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS webhook.enqueue_result /* std :: result :: Result < :: pgrx :: heap_tuple :: PgHeapTuple < '_, :: pgrx
+:: pgbox :: AllocatedByRust > , pg_sys :: panic :: ErrorReport > */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE 
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'enqueue_traced_body_text_wrapper';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text) IS
+    'Verify a delivery with its provider''s registered scheme and secrets (and the URL it was sent to, for schemes that sign it), read its event id and type, claim it or queue it (inbox), and say what to answer (http_status; response for an endpoint handshake); complete_on_commit: the commit of this transaction completes a claimed event; traceparent: the W3C trace context of the request, handed to a queued event''s worker';
+COMMENT ON FUNCTION @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text) IS
+    'webhook_receive for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, jsonb, text, text) IS
+    'Queue a delivery the caller verified (payload as jsonb) for inbox workers: queued (new) or duplicate; answer 2xx either way; traceparent: the W3C trace context of the request, handed to the event''s worker';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text, text) IS
+    'webhook_enqueue with the raw body, archived byte for byte';
+COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text, text) IS
+    'webhook_enqueue with the raw body passed as text';
 DROP FUNCTION @extschema@.webhook_next(integer, text, text, text, interval);
 CREATE  FUNCTION @extschema@."webhook_next"(
 	"batch" INT DEFAULT 1, /* Option < i32 > */
@@ -813,14 +916,15 @@ CREATE  FUNCTION @extschema@."webhook_next"(
 	"delivery_id" uuid,  /* pgrx :: Uuid */
 	"queued_at" timestamp with time zone,  /* TimestampWithTimeZone */
 	"lease_expires_at" timestamp with time zone,  /* TimestampWithTimeZone */
-	"replay_id" uuid  /* Option < pgrx :: Uuid > */
+	"replay_id" uuid,  /* Option < pgrx :: Uuid > */
+	"traceparent" TEXT  /* Option < String > */
 )
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'lease_next_wrapper';
 COMMENT ON FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) IS
-    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again';
+    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again; traceparent is the trace context its request came with';
 
 -- A lease is a few index probes, but its generic plan is costed for whole
 -- queues: past jit_above_cost, every call would compile it with LLVM
@@ -913,6 +1017,21 @@ COMMENT ON FUNCTION webhook._lock_quarantines(text) IS
 ALTER TABLE webhook.inbox ADD COLUMN replay_id uuid;
 CREATE INDEX inbox_replay_idx ON webhook.inbox (replay_id) WHERE replay_id IS NOT NULL;
 COMMENT ON COLUMN webhook.inbox.replay_id IS 'The replay (webhook.replays) that last queued it; NULL for work a delivery queued';
+
+-- Trace context: the W3C traceparent of the request that queued an event
+-- (intake's traceparent argument, from the application's own request
+-- span), by the delivery that queued it; webhook_next hands it to the
+-- event's worker. Only deliveries given one have a row.
+CREATE TABLE webhook.trace_contexts (
+    delivery_id uuid NOT NULL,
+    traceparent text NOT NULL,
+    CONSTRAINT trace_contexts_pkey PRIMARY KEY (delivery_id),
+    CONSTRAINT trace_contexts_traceparent_check CHECK (pg_catalog.octet_length(traceparent) <= 512)
+);
+COMMENT ON TABLE webhook.trace_contexts IS
+    'The W3C trace context of the request that queued an event, by its delivery; returned by webhook_next, kept while an inbox row of the event is';
+COMMENT ON COLUMN webhook.trace_contexts.delivery_id IS 'The delivery that queued the event (webhook.inbox.delivery_id)';
+COMMENT ON COLUMN webhook.trace_contexts.traceparent IS 'As intake was given it';
 
 -- pg_webhook_inbox: steering the inbox.
 --
@@ -2965,7 +3084,8 @@ COMMENT ON VIEW webhook.missed_deliveries IS
 REVOKE ALL ON webhook.metric_minutes, webhook.metric_totals, webhook.metric_marks, webhook.metric_open,
     webhook.alert_rules, webhook.alert_rules_in_effect, webhook.alerts, webhook.pauses, webhook.limits,
     webhook.limit_slots, webhook.breakers, webhook.paused, webhook.limits_in_effect, webhook.polled,
-    webhook.missed_deliveries, webhook.replays, webhook.replay_items, webhook.replay_progress FROM PUBLIC;
+    webhook.missed_deliveries, webhook.replays, webhook.replay_items, webhook.replay_progress,
+    webhook.trace_contexts FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_minutes', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_totals', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
@@ -2979,6 +3099,7 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.breakers', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.polled', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.replays', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.replay_items', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.trace_contexts', '');
 
 -- What steers the inbox is cached like the registry.
 CREATE TRIGGER registry_changed
@@ -2995,31 +3116,36 @@ COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
 -- Last: whatever this script created gets the extension's privileges.
 SELECT webhook._restrict_privileges();
 
--- webhook_next, made anew above, is granted again to whoever could call
--- it before. These grants are the DBA's, as they were: the extension's
+-- The functions made anew above are granted again to whoever could call
+-- them before. These grants are the DBA's, as they were: the extension's
 -- initial privileges (what pg_dump leaves out, as the extension's own)
 -- stay those of a fresh install.
 DO $$
 DECLARE
-    next_fn pg_catalog.regprocedure := '@extschema@.webhook_next(integer, text, text, text, interval)';
-    initial pg_catalog.aclitem[] := (SELECT i.initprivs FROM pg_catalog.pg_init_privs i
-                                      WHERE i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-                                        AND i.objoid = next_fn AND i.objsubid = 0);
+    remade record;
+    initial pg_catalog.aclitem[];
     held record;
 BEGIN
-    FOR held IN
-        SELECT a.grantee, a.is_grantable
-          FROM pg_catalog.aclexplode(NULLIF(pg_catalog.current_setting('pg_webhook_inbox.upgrade_next_acl'), '')
-                                     ::pg_catalog.aclitem[]) a
-         WHERE a.privilege_type = 'EXECUTE'
-           AND a.grantee <> (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = next_fn)
+    FOR remade IN
+        SELECT f.key::pg_catalog.regprocedure AS fn, NULLIF(f.value, '')::pg_catalog.aclitem[] AS acl
+          FROM pg_catalog.jsonb_each_text(pg_catalog.current_setting('pg_webhook_inbox.upgrade_acls')::pg_catalog.jsonb) f
     LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', next_fn,
-                                  CASE WHEN held.grantee = 0 THEN 'PUBLIC'
-                                       ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(held.grantee)) END,
-                                  CASE WHEN held.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        initial := (SELECT i.initprivs FROM pg_catalog.pg_init_privs i
+                     WHERE i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                       AND i.objoid = remade.fn AND i.objsubid = 0);
+        FOR held IN
+            SELECT a.grantee, a.is_grantable
+              FROM pg_catalog.aclexplode(remade.acl) a
+             WHERE a.privilege_type = 'EXECUTE'
+               AND a.grantee <> (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = remade.fn)
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', remade.fn,
+                                      CASE WHEN held.grantee = 0 THEN 'PUBLIC'
+                                           ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(held.grantee)) END,
+                                      CASE WHEN held.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+        UPDATE pg_catalog.pg_init_privs i SET initprivs = initial
+         WHERE i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objoid = remade.fn AND i.objsubid = 0;
     END LOOP;
-    UPDATE pg_catalog.pg_init_privs i SET initprivs = initial
-     WHERE i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objoid = next_fn AND i.objsubid = 0;
 END
 $$;

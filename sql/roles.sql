@@ -20,14 +20,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean),
-        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean),
+        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text),
+        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text),
         @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, bytea, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, text, text, interval, boolean),
-        @extschema@.webhook_enqueue(text, text, text, jsonb, text),
-        @extschema@.webhook_enqueue(text, text, text, bytea, text),
-        @extschema@.webhook_enqueue(text, text, text, text, text),
+        @extschema@.webhook_enqueue(text, text, text, jsonb, text, text),
+        @extschema@.webhook_enqueue(text, text, text, bytea, text, text),
+        @extschema@.webhook_enqueue(text, text, text, text, text, text),
         @extschema@.webhook_enqueue_polled(text, text, text, jsonb),
         @extschema@.webhook_next(integer, text, text, text, interval),
         @extschema@.webhook_complete(uuid, jsonb),
@@ -72,7 +72,7 @@ BEGIN
         webhook.alert_rules, webhook.alert_rules_in_effect, webhook.pauses, webhook.paused,
         webhook.limits, webhook.limits_in_effect, webhook.breakers, webhook.polled,
         webhook.missed_deliveries, webhook.replays, webhook.replay_items,
-        webhook.replay_progress TO %s', role);
+        webhook.replay_progress, webhook.trace_contexts TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),

@@ -348,6 +348,21 @@ COMMENT ON COLUMN webhook.delivery_failures.delivery_id IS 'The delivery whose a
 COMMENT ON COLUMN webhook.delivery_failures.error_message IS 'The webhook_fail message, or the lease that ran out';
 COMMENT ON COLUMN webhook.delivery_failures.failed_at IS 'When it failed';
 
+-- Trace context: the W3C traceparent of the request that queued an event
+-- (intake's traceparent argument, from the application's own request
+-- span), by the delivery that queued it; webhook_next hands it to the
+-- event's worker. Only deliveries given one have a row.
+CREATE TABLE webhook.trace_contexts (
+    delivery_id uuid NOT NULL,
+    traceparent text NOT NULL,
+    CONSTRAINT trace_contexts_pkey PRIMARY KEY (delivery_id),
+    CONSTRAINT trace_contexts_traceparent_check CHECK (pg_catalog.octet_length(traceparent) <= 512)
+);
+COMMENT ON TABLE webhook.trace_contexts IS
+    'The W3C trace context of the request that queued an event, by its delivery; returned by webhook_next, kept while an inbox row of the event is';
+COMMENT ON COLUMN webhook.trace_contexts.delivery_id IS 'The delivery that queued the event (webhook.inbox.delivery_id)';
+COMMENT ON COLUMN webhook.trace_contexts.traceparent IS 'As intake was given it';
+
 -- The durable inbox. A delivery taken in inbox mode (webhook_receive with
 -- inbox, or webhook_enqueue) is answered 2xx as soon as it is stored: its
 -- event row says 'queued', and here it gets one row per consumer, which

@@ -71,6 +71,7 @@ mod session_claims;
 mod signature;
 mod status;
 mod timestamps;
+mod trace;
 mod uuid;
 mod verify;
 

@@ -296,17 +296,25 @@ fn every_kept_published_release_upgrades_to_what_a_fresh_install_is() {
 
         old.batch_execute("ALTER EXTENSION pg_webhook_inbox UPDATE")
             .unwrap();
-        // Functions the update makes anew (a result column added) keep who
-        // may call them, before any grant is run again.
-        let kept: bool = old
-            .query_one(
-                "SELECT has_function_privilege('upgrade_app',
-                            'webhook_next(integer, text, text, text, interval)', 'EXECUTE')",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        assert!(kept, "{version}: the worker role may still lease");
+        // Functions the update makes anew (an argument or a result column
+        // added) keep who may call them, before any grant is run again.
+        for remade in [
+            "webhook_next(integer, text, text, text, interval)",
+            "webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text)",
+            "webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text)",
+            "webhook_enqueue(text, text, text, jsonb, text, text)",
+            "webhook_enqueue(text, text, text, bytea, text, text)",
+            "webhook_enqueue(text, text, text, text, text, text)",
+        ] {
+            let kept: bool = old
+                .query_one(
+                    "SELECT has_function_privilege('upgrade_app', $1, 'EXECUTE')",
+                    &[&remade],
+                )
+                .unwrap()
+                .get(0);
+            assert!(kept, "{version}: the worker role may still call {remade}");
+        }
         // As the changelog asks after every update: grant again, which
         // gives existing roles what the release added for them.
         roles(&mut old);

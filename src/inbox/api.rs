@@ -25,60 +25,135 @@ const MAX_BATCH: i32 = 1000;
 
 /// Queue a delivery the caller has verified (payload as `jsonb`): `queued`
 /// when its event is new, `duplicate` when it was seen before. Either way
-/// it is stored once the transaction commits: answer 2xx.
+/// it is stored once the transaction commits: answer 2xx. `traceparent`:
+/// the W3C trace context of the application's request span, which the
+/// event's worker gets from `webhook_next` (see `trace`).
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
 #[search_path(pg_catalog, pg_temp)]
-fn enqueue_payload(
+fn enqueue_traced_payload(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     payload: Option<RawJsonb>,
     signature: default!(Option<&str>, "NULL"),
+    traceparent: default!(Option<&str>, "NULL"),
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
     pgrx::composite_type!('static, "webhook.enqueue_result"),
     pg_sys::panic::ErrorReport,
 > {
+    let traceparent = crate::trace::checked(ENQUEUE, traceparent)?;
     let payload = checked_payload(ENQUEUE, payload)?;
     let queued = enqueue(provider, event_id, event_type, payload, None, signature)?;
-    Ok(composite::of_call(fcinfo, queued.values())?)
+    Ok(composite::of_call(
+        fcinfo,
+        queued.traced(traceparent)?.values(),
+    )?)
 }
 
 /// `webhook_enqueue` with the raw body, archived byte for byte.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
 #[search_path(pg_catalog, pg_temp)]
-fn enqueue_body(
+fn enqueue_traced_body(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     body: Option<&[u8]>,
     signature: default!(Option<&str>, "NULL"),
+    traceparent: default!(Option<&str>, "NULL"),
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
     pgrx::composite_type!('static, "webhook.enqueue_result"),
     pg_sys::panic::ErrorReport,
 > {
+    let traceparent = crate::trace::checked(ENQUEUE, traceparent)?;
     let queued = enqueue_raw(provider, event_id, event_type, body, signature)?;
-    Ok(composite::of_call(fcinfo, queued.values())?)
+    Ok(composite::of_call(
+        fcinfo,
+        queued.traced(traceparent)?.values(),
+    )?)
 }
 
 /// `webhook_enqueue` with the raw body passed as text.
 #[pg_extern(volatile, security_definer, parallel_unsafe, name = "webhook_enqueue")]
 #[search_path(pg_catalog, pg_temp)]
-fn enqueue_body_text(
+fn enqueue_traced_body_text(
     provider: Option<&str>,
     event_id: Option<&str>,
     event_type: Option<&str>,
     body: Option<&str>,
     signature: default!(Option<&str>, "NULL"),
+    traceparent: default!(Option<&str>, "NULL"),
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> std::result::Result<
+    pgrx::composite_type!('static, "webhook.enqueue_result"),
+    pg_sys::panic::ErrorReport,
+> {
+    enqueue_traced_body(
+        provider,
+        event_id,
+        event_type,
+        body.map(str::as_bytes),
+        signature,
+        traceparent,
+        fcinfo,
+    )
+}
+
+/// `webhook_enqueue` as the release before trace context declares it (no
+/// `traceparent`): its SQL calls this until `ALTER EXTENSION … UPDATE`.
+#[pg_extern(sql = false)]
+fn enqueue_payload(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    payload: Option<RawJsonb>,
+    signature: Option<&str>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> std::result::Result<
+    pgrx::composite_type!('static, "webhook.enqueue_result"),
+    pg_sys::panic::ErrorReport,
+> {
+    enqueue_traced_payload(
+        provider, event_id, event_type, payload, signature, None, fcinfo,
+    )
+}
+
+/// The raw-body form as the release before trace context declares it.
+#[pg_extern(sql = false)]
+fn enqueue_body(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&[u8]>,
+    signature: Option<&str>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> std::result::Result<
+    pgrx::composite_type!('static, "webhook.enqueue_result"),
+    pg_sys::panic::ErrorReport,
+> {
+    enqueue_traced_body(
+        provider, event_id, event_type, body, signature, None, fcinfo,
+    )
+}
+
+/// The text form as the release before trace context declares it.
+#[pg_extern(sql = false)]
+fn enqueue_body_text(
+    provider: Option<&str>,
+    event_id: Option<&str>,
+    event_type: Option<&str>,
+    body: Option<&str>,
+    signature: Option<&str>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> std::result::Result<
     pgrx::composite_type!('static, "webhook.enqueue_result"),
     pg_sys::panic::ErrorReport,
 > {
     let body = body.map(str::as_bytes);
-    let queued = enqueue_raw(provider, event_id, event_type, body, signature)?;
-    Ok(composite::of_call(fcinfo, queued.values())?)
+    enqueue_traced_body(
+        provider, event_id, event_type, body, signature, None, fcinfo,
+    )
 }
 
 /// What `webhook_enqueue` answers: the delivery, and whether its event was
@@ -89,6 +164,16 @@ pub(crate) struct Queued {
 }
 
 impl Queued {
+    /// The trace context kept for a delivery that queued its event.
+    fn traced(self, traceparent: Option<&str>) -> Result<Self> {
+        if let Some(traceparent) = traceparent {
+            if self.status == crate::status::ClaimStatus::Queued {
+                Spi::connect_mut(|client| crate::trace::record(client, self.id, traceparent))?;
+            }
+        }
+        Ok(self)
+    }
+
     /// The values of the columns `(id, queued, status)`.
     fn values(self) -> Vec<Option<pg_sys::Datum>> {
         vec![
@@ -181,6 +266,7 @@ fn lease_next(
             name!(queued_at, TimestampWithTimeZone),
             name!(lease_expires_at, TimestampWithTimeZone),
             name!(replay_id, Option<pgrx::Uuid>),
+            name!(traceparent, Option<String>),
         ),
     >,
     pg_sys::panic::ErrorReport,
@@ -203,6 +289,7 @@ type LeasedRow = (
     TimestampWithTimeZone,
     TimestampWithTimeZone,
     Option<pgrx::Uuid>,
+    Option<String>,
 );
 
 fn next(
@@ -329,25 +416,29 @@ fn next(
 }
 
 /// The leased events' payloads, from the archive rows that brought them,
-/// and the replay that queued each again, if one did.
+/// the replay that queued each again, if one did, and the trace context
+/// their requests came with (`trace`).
 /// A statement of its own rather than a join in LEASE: planned with the
 /// ids in hand, it reads only the archive partitions holding them (see
 /// `plans`), where the join would open every partition on each call.
 static PAYLOADS: Statement = Statement {
     sql: "SELECT l.id, l.payload,
-                 (SELECT i.replay_id FROM webhook.inbox i WHERE i.delivery_id = l.id AND i.consumer = $2)
+                 (SELECT i.replay_id FROM webhook.inbox i WHERE i.delivery_id = l.id AND i.consumer = $2),
+                 (SELECT t.traceparent FROM webhook.trace_contexts t WHERE t.delivery_id = l.id)
             FROM webhook.delivery_log l WHERE l.id = ANY ($1)",
     arg_types: &[pg_sys::UUIDARRAYOID, pg_sys::TEXTOID],
 };
 
-/// PAYLOADS for the tables of the release before replays, between
-/// installing this library and `ALTER EXTENSION … UPDATE`.
+/// PAYLOADS for the tables of the release before replays and trace
+/// context, between installing this library and `ALTER EXTENSION …
+/// UPDATE`.
 static PAYLOADS_BEFORE_REPLAYS: Statement = Statement {
-    sql: "SELECT id, payload, NULL::uuid FROM webhook.delivery_log WHERE id = ANY ($1)",
+    sql: "SELECT id, payload, NULL::uuid, NULL::text FROM webhook.delivery_log WHERE id = ANY ($1)",
     arg_types: &[pg_sys::UUIDARRAYOID, pg_sys::TEXTOID],
 };
 
-/// Whether the installed tables know replays.
+/// Whether the installed tables know replays (and trace context, which
+/// came with them).
 static REPLAYS: crate::installed::Column =
     crate::installed::Column::new("webhook.inbox", "replay_id");
 
@@ -367,14 +458,19 @@ fn read_payloads(
     let mut found = std::collections::HashMap::with_capacity(ids.len());
     for row in statement.run_pruned(client, &[ids.into(), consumer.into()])? {
         if let Some(id) = row.get::<pgrx::Uuid>(1)? {
-            let archived = (row.get::<RawJsonb>(2)?, row.get::<pgrx::Uuid>(3)?);
+            let archived = (
+                row.get::<RawJsonb>(2)?,
+                row.get::<pgrx::Uuid>(3)?,
+                row.get::<String>(4)?,
+            );
             found.insert(*id.as_bytes(), archived);
         }
     }
     for row in leased.iter_mut() {
-        if let Some((payload, replay_id)) = found.remove(row.7.as_bytes()) {
+        if let Some((payload, replay_id, traceparent)) = found.remove(row.7.as_bytes()) {
             row.4 = payload;
             row.10 = replay_id;
+            row.11 = traceparent;
         }
     }
     Ok(())
@@ -397,6 +493,7 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
         row.get::<pgrx::Uuid>(8)?.ok_or_else(missing)?,
         row.get::<TimestampWithTimeZone>(9)?.ok_or_else(missing)?,
         row.get::<TimestampWithTimeZone>(10)?.ok_or_else(missing)?,
+        None,
         None,
     ))
 }
