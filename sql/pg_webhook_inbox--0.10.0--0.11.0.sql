@@ -1919,7 +1919,10 @@ BEGIN
       FROM webhook.replay_items t
      WHERE t.replay_id = webhook_replay_cancel.replay_id
        AND i.delivery_id = t.delivery_id AND i.consumer = t.consumer
-       AND i.replay_id = webhook_replay_cancel.replay_id AND i.status = 'ready';
+       -- Not an index condition: each item reaches its row by the inbox's
+       -- key. On inbox_replay_idx the planner, blind to a replay just
+       -- made, could scan the whole replay for every item.
+       AND i.replay_id IS NOT DISTINCT FROM webhook_replay_cancel.replay_id AND i.status = 'ready';
     GET DIAGNOSTICS undone = ROW_COUNT;
     UPDATE webhook.replays r SET cancelled = undone WHERE r.id = webhook_replay_cancel.replay_id;
     RETURN undone;

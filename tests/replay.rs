@@ -793,3 +793,51 @@ fn a_replay_refuses_what_it_cannot_do_with_its_own_sqlstates_and_only_operators_
         .get(0);
     assert_eq!(by, "rp_ops");
 }
+
+#[test]
+fn a_replay_that_fails_halfway_queues_nothing_and_the_same_command_then_starts_it() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    register(&mut admin, "rp_halfway", &["default"]);
+    enqueue_many(&mut admin, "rp_halfway", "evt_", 50);
+    drain(&mut admin, "rp_halfway", "default");
+    // Another session holds one of the rows: the replay waits for it past
+    // its lock_timeout, and fails after it has read (and locked) the rest.
+    let mut holder = connect(db);
+    holder.batch_execute("BEGIN").unwrap();
+    holder
+        .batch_execute(
+            "SELECT 1 FROM webhook.inbox WHERE provider = 'rp_halfway' AND event_id = 'evt_25' FOR UPDATE",
+        )
+        .unwrap();
+    let call = "webhook_replay('rp_halfway', reason => 'halfway', dry_run => false)";
+    let err = admin
+        .query_one(&format!("SELECT replay_id FROM {call}"), &[])
+        .unwrap_err();
+    assert_eq!(sql_state(&err), Some("55P03"), "{}", message(&err));
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.replays WHERE reason = 'halfway'"
+        ),
+        0,
+        "no replay recorded"
+    );
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.inbox WHERE provider = 'rp_halfway' AND status <> 'processed'"
+        ),
+        0,
+        "nothing queued"
+    );
+    holder.batch_execute("COMMIT").unwrap();
+    let (replay, started, events) = run(&mut admin, call);
+    assert!(started, "the same command starts it now");
+    assert_eq!(events, 50);
+    drain(&mut admin, "rp_halfway", "default");
+    assert_eq!(
+        progress(&mut admin, &replay),
+        ("finished".into(), 50, 50, 0)
+    );
+}

@@ -237,3 +237,55 @@ fn the_purge_forgets_a_trace_with_its_events_inbox_rows_and_app_roles_cannot_rea
         .unwrap_err();
     assert_eq!(sql_state(&err), Some("42501"), "{}", message(&err));
 }
+
+#[test]
+fn a_delivery_rolled_back_after_intake_leaves_no_trace_and_its_redelivery_brings_its_own() {
+    let p = "tc_rollback";
+    let mut admin = setup(p);
+    // The receiver's transaction fails after intake: nothing of it stays.
+    let mut tx = admin.transaction().unwrap();
+    assert_eq!(
+        receive_traced_in(&mut tx, p, "evt_tc_again", REQUEST),
+        "queued"
+    );
+    tx.rollback().unwrap();
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.trace_contexts t
+                             JOIN webhook.delivery_log l ON l.id = t.delivery_id
+                            WHERE l.event_id = 'evt_tc_again'"
+        ),
+        0
+    );
+    // The provider's retry, under the trace of the request that carried it.
+    assert_eq!(
+        receive_traced(&mut admin, p, "evt_tc_again", true, OTHER),
+        "queued"
+    );
+    assert_eq!(
+        lease_all(&mut admin, p)["evt_tc_again"].0.as_deref(),
+        Some(OTHER)
+    );
+}
+
+fn receive_traced_in(
+    tx: &mut postgres::Transaction<'_>,
+    provider: &str,
+    event_id: &str,
+    traceparent: &str,
+) -> String {
+    let body = format!(r#"{{"id": "{event_id}", "type": "invoice.paid"}}"#);
+    tx.query_one(
+        "SELECT status FROM webhook_receive($1, $2::text::jsonb, $3::text, inbox => true,
+                                            traceparent => $4)",
+        &[
+            &provider,
+            &stripe(&body, now(), SECRET).to_string(),
+            &body,
+            &traceparent,
+        ],
+    )
+    .unwrap()
+    .get(0)
+}

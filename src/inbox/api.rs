@@ -150,8 +150,7 @@ fn enqueue_body_text(
     pgrx::composite_type!('static, "webhook.enqueue_result"),
     pg_sys::panic::ErrorReport,
 > {
-    let body = body.map(str::as_bytes);
-    enqueue_traced_body(
+    enqueue_traced_body_text(
         provider, event_id, event_type, body, signature, None, fcinfo,
     )
 }

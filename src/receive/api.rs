@@ -128,10 +128,10 @@ fn receive_string(
     pgrx::composite_type!('static, "webhook.receive_result"),
     pg_sys::panic::ErrorReport,
 > {
-    receive_traced_bytes(
+    receive_traced_string(
         provider,
         headers,
-        body.map(str::as_bytes),
+        body,
         lease,
         inbox,
         url,
