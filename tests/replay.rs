@@ -102,6 +102,20 @@ fn pool(
         .collect()
 }
 
+/// Whether `provider` has seen `events` events and finished all of them.
+/// One statement, one snapshot: read in two, events committed between them
+/// would look both absent and finished, and a worker would stop early.
+fn drained(client: &mut Client, provider: &str, events: i64) -> bool {
+    client
+        .query_one(
+            "SELECT (SELECT count(*) FROM webhook.events WHERE provider = $1) = $2
+                    AND NOT EXISTS (SELECT FROM webhook.inbox WHERE provider = $1 AND status <> 'processed')",
+            &[&provider, &events],
+        )
+        .unwrap()
+        .get(0)
+}
+
 fn drain(client: &mut Client, provider: &str, consumer: &str) {
     while apply_once(client, provider, consumer, 500) > 0 {}
 }
@@ -213,9 +227,7 @@ fn after_a_fix_a_replay_applies_each_matching_event_once_per_consumer_and_says_s
         ) == 0
     }
     fn github_done(client: &mut Client) -> bool {
-        count(client, "SELECT count(*) FROM webhook.inbox WHERE provider = 'rp_github' AND status <> 'processed'")
-            == 0
-            && count(client, "SELECT count(*) FROM webhook.events WHERE provider = 'rp_github'") == 400
+        drained(client, "rp_github", 400)
     }
     let mut workers = pool(db, "rp_stripe", "billing", 4, replay_done);
     workers.extend(pool(db, "rp_stripe", "analytics", 4, replay_done));
@@ -356,8 +368,7 @@ fn live_events_overtake_a_throttled_replay() {
     );
     assert_eq!(events, 300);
     fn done(client: &mut Client) -> bool {
-        count(client, "SELECT count(*) FROM webhook.inbox WHERE provider = 'rp_live' AND status <> 'processed'") == 0
-            && count(client, "SELECT count(*) FROM webhook.events WHERE provider = 'rp_live'") == 350
+        drained(client, "rp_live", 350)
     }
     let workers = pool(db, "rp_live", "default", 2, done);
     std::thread::sleep(Duration::from_secs(2));
