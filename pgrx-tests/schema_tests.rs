@@ -204,7 +204,7 @@ mod tests {
             dumped,
             "webhook.alert_rules, webhook.alerts, webhook.alerts_id_seq, \
              webhook.app_scopes, webhook.breakers, webhook.delivery_failures, webhook.delivery_log_default, \
-             webhook.events, webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
+             webhook.events, webhook.filters, webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
              webhook.limit_slots, webhook.limits, webhook.metric_minutes, webhook.metric_open, \
              webhook.metric_totals, webhook.pauses, webhook.polled, webhook.provider_secrets, webhook.providers, \
              webhook.replay_items, webhook.replays, webhook.requeues, webhook.signature_bindings, webhook.trace_contexts, \

@@ -51,6 +51,8 @@ COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, bytea, text[]
     'webhook_verify, saying why: (valid, reason, signed_at)';
 COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[], interval, text) IS
     'webhook_verify_detail for a body passed as text';
+COMMENT ON FUNCTION @extschema@.webhook_source_signed(text, text) IS
+    'Whether a scheme''s signature covers a registry source (header:<name> or body:<path>, alternatives separated by |): every alternative must be covered';
 COMMENT ON FUNCTION @extschema@.webhook_check_key(text, text) IS
     'Why a key (secret, public key or certificate) cannot verify deliveries under a scheme, or NULL when it can';
 COMMENT ON FUNCTION @extschema@.webhook_schemes() IS
@@ -103,6 +105,11 @@ CREATE TRIGGER registry_changed
 CREATE TRIGGER registry_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.limits
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
+-- And the filters (filters.sql): webhook_receive judges a provider's
+-- deliveries from the next call of every backend.
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.filters
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
 -- Always: a change made under session_replication_role = replica (a
 -- restore, a logical replication apply) must reach the caches as well.
 ALTER TABLE webhook.providers ENABLE ALWAYS TRIGGER registry_changed;
@@ -110,8 +117,9 @@ ALTER TABLE webhook.provider_secrets ENABLE ALWAYS TRIGGER registry_changed;
 ALTER TABLE webhook.app_scopes ENABLE ALWAYS TRIGGER registry_changed;
 ALTER TABLE webhook.pauses ENABLE ALWAYS TRIGGER registry_changed;
 ALTER TABLE webhook.limits ENABLE ALWAYS TRIGGER registry_changed;
+ALTER TABLE webhook.filters ENABLE ALWAYS TRIGGER registry_changed;
 COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
-    'Trigger on the provider registry, the application roles'' scopes, the pauses and the limits: drops every backend''s cached copy of them once the change commits';
+    'Trigger on the provider registry, the application roles'' scopes, the pauses, the limits and the filters: drops every backend''s cached copy of them once the change commits';
 
 -- The privilege rule (roles.sql).
 SELECT webhook._restrict_privileges();
@@ -149,5 +157,6 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.polled', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.replays', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.replay_items', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.trace_contexts', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.filters', '');
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

@@ -416,7 +416,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 VALUES
-    ('webhook_deliveries_total', 'counter', 'Deliveries received, by what they were answered (claimed and queued: new events; duplicate; retry; in_progress; dead; rejected; stale; handshake)'),
+    ('webhook_deliveries_total', 'counter', 'Deliveries received, by what they were answered (claimed and queued: new events; duplicate; retry; in_progress; dead; rejected; stale; handshake; filtered)'),
     ('webhook_rejections_total', 'counter', 'Deliveries refused before claiming, by reason'),
     ('webhook_completions_total', 'counter', 'Attempts completed (webhook_complete), per consumer for the inbox'),
     ('webhook_failures_total', 'counter', 'Attempts failed (webhook_fail, or a lease that ran out)'),

@@ -82,8 +82,9 @@ COMMENT ON VIEW webhook.payload_mismatches IS 'Redeliveries whose payload differ
 -- Per provider: events by status, retries spent, last activity. An inbox
 -- event's own row only says it was queued; where it stands is its
 -- consumers' rows: processed once every consumer has processed it (or
--- skipped it as stale), stale when every consumer skipped it, dead when
--- one parked it, queued while any is still to do. Retries count the
+-- skipped it as stale, or filtered it out), stale when every consumer
+-- skipped it, filtered when every consumer's filter (or the provider's)
+-- left it out, dead when one parked it, queued while any is still to do. Retries count the
 -- consumers' attempts too.
 CREATE VIEW webhook.provider_stats AS
 SELECT e.provider,
@@ -95,11 +96,13 @@ SELECT e.provider,
        coalesce(sum(s.retries), 0)::bigint AS retries,
        max(e.first_seen_at) AS last_event_at,
        count(*) FILTER (WHERE s.status = 'stale')      AS stale,
-       count(*) FILTER (WHERE s.status = 'queued')     AS queued
+       count(*) FILTER (WHERE s.status = 'queued')     AS queued,
+       count(*) FILTER (WHERE s.status = 'filtered')   AS filtered
   FROM webhook.events e
   LEFT JOIN LATERAL (
        SELECT CASE WHEN pg_catalog.bool_and(i.status = 'stale') THEN 'stale'
-                   WHEN pg_catalog.bool_and(i.status IN ('processed', 'stale')) THEN 'processed'
+                   WHEN pg_catalog.bool_and(i.status::text = 'filtered') THEN 'filtered'
+                   WHEN pg_catalog.bool_and(i.status::text IN ('processed', 'stale', 'filtered')) THEN 'processed'
                    WHEN pg_catalog.bool_or(i.status = 'dead') THEN 'dead'
                    ELSE 'queued'
               END AS status,
@@ -113,7 +116,7 @@ SELECT e.provider,
               CASE WHEN e.status = 'queued' THEN coalesce(q.retries, 0) ELSE GREATEST(e.attempts - 1, 0) END AS retries
        ) s
  GROUP BY e.provider;
-COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (inbox events by their consumers: processed by all, stale, dead, or still queued), retries spent, last event';
+COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (inbox events by their consumers: processed by all, stale, filtered by all, dead, or still queued), retries spent, last event';
 
 -- The archive's partitions, oldest first: each day's, the default one
 -- (no bounds), and after an upgrade from a release before partitioning,
@@ -261,12 +264,12 @@ DECLARE
     -- ways of purging (applied once, below); a delivery of no such event
     -- may go.
     unfinished CONSTANT text := $rule$
-        NOT (e.status IN ('processed', 'stale')
+        NOT (e.status IN ('processed', 'stale', 'filtered')
              OR (e.status = 'queued'
                  AND NOT EXISTS (SELECT FROM webhook.inbox i
                                   WHERE i.delivery_id = e.claim_id
                                     AND i.provider = e.provider AND i.event_id = e.event_id
-                                    AND i.status NOT IN ('processed', 'stale'))))$rule$;
+                                    AND i.status NOT IN ('processed', 'stale', 'filtered'))))$rule$;
     columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
                              'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
                              'body_sha256, secret_fingerprint';
@@ -355,8 +358,8 @@ BEGIN
                       JOIN webhook.inbox i ON i.delivery_id = e.claim_id AND i.consumer = f.consumer
                     WHERE e.provider = f.provider AND e.event_id = f.event_id
                       AND i.provider = f.provider AND i.event_id = f.event_id
-                      AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
-    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
+                      AND i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff);
+    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff;
     -- A trace context serves the event's workers: kept while an inbox row
     -- of it is.
     DELETE FROM webhook.trace_contexts t

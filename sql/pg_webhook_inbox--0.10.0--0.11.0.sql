@@ -6,6 +6,28 @@
 
 \echo Use "ALTER EXTENSION pg_webhook_inbox UPDATE TO '0.11.0'" to load this file. \quit
 
+-- Filters (filters.sql) keep what they do not take as 'filtered': an
+-- event, a delivery, an inbox row. Labels are appended, as in a fresh
+-- install; nothing in this script may use them (a label added in a
+-- transaction is unusable until it commits), so views compare as text.
+ALTER TYPE webhook.event_status ADD VALUE 'filtered';
+ALTER TYPE webhook.claim_status ADD VALUE 'filtered';
+ALTER TYPE webhook.inbox_status ADD VALUE 'filtered';
+COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox), stale (skipped: older than its entity''s watermark), filtered (not taken by the provider''s filter: webhook.filters)';
+COMMENT ON TYPE webhook.inbox_status IS
+    'Where a consumer is with a queued event: ready (or backing off until run_at), leased, processed, dead, stale (skipped: older than its entity''s watermark), filtered (not taken by a filter: webhook.filters)';
+
+-- Whether a scheme signs a registry source: what a filter may read.
+CREATE  FUNCTION @extschema@."webhook_source_signed"(
+	"scheme" TEXT, /* & str */
+	"source" TEXT /* & str */
+) RETURNS bool /* PgResult < bool > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'source_signed_wrapper';
+COMMENT ON FUNCTION @extschema@.webhook_source_signed(text, text) IS
+    'Whether a scheme''s signature covers a registry source (header:<name> or body:<path>, alternatives separated by |): every alternative must be covered';
+
 -- One signature vouches for one delivery: where it does not vouch for the
 -- body (PayPal's CRC32, Mailgun's token, Twilio's unframed form fields),
 -- the body it first came with is bound to it as well as the event id.
@@ -108,12 +130,12 @@ DECLARE
     -- ways of purging (applied once, below); a delivery of no such event
     -- may go.
     unfinished CONSTANT text := $rule$
-        NOT (e.status IN ('processed', 'stale')
+        NOT (e.status IN ('processed', 'stale', 'filtered')
              OR (e.status = 'queued'
                  AND NOT EXISTS (SELECT FROM webhook.inbox i
                                   WHERE i.delivery_id = e.claim_id
                                     AND i.provider = e.provider AND i.event_id = e.event_id
-                                    AND i.status NOT IN ('processed', 'stale'))))$rule$;
+                                    AND i.status NOT IN ('processed', 'stale', 'filtered'))))$rule$;
     columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
                              'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
                              'body_sha256, secret_fingerprint';
@@ -202,8 +224,8 @@ BEGIN
                       JOIN webhook.inbox i ON i.delivery_id = e.claim_id AND i.consumer = f.consumer
                     WHERE e.provider = f.provider AND e.event_id = f.event_id
                       AND i.provider = f.provider AND i.event_id = f.event_id
-                      AND i.status IN ('processed', 'stale') AND i.processed_at < cutoff);
-    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale') AND i.processed_at < cutoff;
+                      AND i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff);
+    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff;
     -- A trace context serves the event's workers: kept while an inbox row
     -- of it is.
     DELETE FROM webhook.trace_contexts t
@@ -264,7 +286,7 @@ END
 $$;
 
 -- provider_stats counts inbox events where their consumers stand, and
--- says how many are still queued.
+-- says how many are still queued, and how many were filtered out.
 CREATE OR REPLACE VIEW webhook.provider_stats AS
 SELECT e.provider,
        count(*) AS events,
@@ -275,11 +297,13 @@ SELECT e.provider,
        coalesce(sum(s.retries), 0)::bigint AS retries,
        max(e.first_seen_at) AS last_event_at,
        count(*) FILTER (WHERE s.status = 'stale')      AS stale,
-       count(*) FILTER (WHERE s.status = 'queued')     AS queued
+       count(*) FILTER (WHERE s.status = 'queued')     AS queued,
+       count(*) FILTER (WHERE s.status = 'filtered')   AS filtered
   FROM webhook.events e
   LEFT JOIN LATERAL (
        SELECT CASE WHEN pg_catalog.bool_and(i.status = 'stale') THEN 'stale'
-                   WHEN pg_catalog.bool_and(i.status IN ('processed', 'stale')) THEN 'processed'
+                   WHEN pg_catalog.bool_and(i.status::text = 'filtered') THEN 'filtered'
+                   WHEN pg_catalog.bool_and(i.status::text IN ('processed', 'stale', 'filtered')) THEN 'processed'
                    WHEN pg_catalog.bool_or(i.status = 'dead') THEN 'dead'
                    ELSE 'queued'
               END AS status,
@@ -293,7 +317,7 @@ SELECT e.provider,
               CASE WHEN e.status = 'queued' THEN coalesce(q.retries, 0) ELSE GREATEST(e.attempts - 1, 0) END AS retries
        ) s
  GROUP BY e.provider;
-COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (inbox events by their consumers: processed by all, stale, dead, or still queued), retries spent, last event';
+COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (inbox events by their consumers: processed by all, stale, filtered by all, dead, or still queued), retries spent, last event';
 
 -- A provider keeps at most 16 active secrets: every delivery is checked
 -- against each.
@@ -646,7 +670,7 @@ BEGIN
         webhook.alert_rules, webhook.alert_rules_in_effect, webhook.pauses, webhook.paused,
         webhook.limits, webhook.limits_in_effect, webhook.breakers, webhook.polled,
         webhook.missed_deliveries, webhook.replays, webhook.replay_items,
-        webhook.replay_progress, webhook.trace_contexts TO %s', role);
+        webhook.replay_progress, webhook.trace_contexts, webhook.filters TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -672,12 +696,14 @@ BEGIN
                                    text, double precision, boolean, integer),
         @extschema@.webhook_replay_pause(uuid),
         @extschema@.webhook_replay_resume(uuid),
-        @extschema@.webhook_replay_cancel(uuid)
+        @extschema@.webhook_replay_cancel(uuid),
+        @extschema@.webhook_set_filter(text, text, text[], jsonpath),
+        @extschema@.webhook_source_signed(text, text)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect), webhook_backfill, replays (webhook_replay, webhook_replay_pause, webhook_replay_resume, webhook_replay_cancel, webhook.replays, webhook.replay_progress) and reconciliation (webhook.polled, webhook.missed_deliveries); never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect), webhook_backfill, replays (webhook_replay, webhook_replay_pause, webhook_replay_resume, webhook_replay_cancel, webhook.replays, webhook.replay_progress), reconciliation (webhook.polled, webhook.missed_deliveries) and filters (webhook_set_filter, webhook_source_signed, webhook.filters); never the secrets';
 
 -- Grant a monitoring role (the one a Prometheus exporter logs in as) the
 -- metrics and nothing else: no payload, no event id, no table.
@@ -735,15 +761,16 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
            WHEN l.claim_status::text = 'handshake' THEN 'HANDSHAKE'
            WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') OR l.claim_status::text = 'stale'
                THEN 'SKIPPED'
+           WHEN l.claim_status::text = 'filtered' THEN 'FILTERED'
            -- Queued for the inbox: done when every consumer is; skipped
-           -- when every consumer found it stale.
+           -- when every consumer found it stale or filtered it out.
            WHEN l.claim_status::text = 'queued' THEN
                CASE
                    WHEN EXISTS (SELECT FROM webhook.inbox i
                                  WHERE i.delivery_id = l.id AND i.status = 'dead') THEN 'FAILED'
                    WHEN EXISTS (SELECT FROM webhook.inbox i
                                  WHERE i.delivery_id = l.id
-                                   AND i.status::text NOT IN ('processed', 'stale')) THEN 'QUEUED'
+                                   AND i.status::text NOT IN ('processed', 'stale', 'filtered')) THEN 'QUEUED'
                    WHEN EXISTS (SELECT FROM webhook.inbox i
                                  WHERE i.delivery_id = l.id AND i.status = 'processed') THEN 'PROCESSED'
                    ELSE 'SKIPPED'
@@ -765,6 +792,8 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
   FROM webhook.delivery_log l
   LEFT JOIN webhook.delivery_failures f ON f.delivery_id = l.id
   LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id;
+COMMENT ON VIEW webhook.deliveries IS
+    'The archive: one row per delivery with processing_status PENDING, QUEUED, PROCESSED, SKIPPED, FILTERED, FAILED or REJECTED';
 
 -- Finishing a batch of leases in one call.
 CREATE  FUNCTION "webhook_complete_batch"(
@@ -1569,7 +1598,7 @@ COMMENT ON FUNCTION @extschema@.webhook_backfill(text, text, timestamptz, timest
 -- queued, or none), and the same filter with the same reason names the
 -- same replay, so running the command again (after a crash, or by
 -- mistake) returns the replay already queued instead of a second one.
--- Only finished work (processed, dead, stale) is queued again: an event
+-- Only finished work (processed, dead, stale, filtered) is queued again: an event
 -- still ready or leased is processed anyway and is left out. From then on
 -- the inbox's own guarantee holds (a worker's effects commit with its
 -- webhook_complete, a lease that ran out is taken over and its worker
@@ -1636,7 +1665,7 @@ COMMENT ON TABLE webhook.replay_items IS 'Each inbox row (event and consumer) a 
 COMMENT ON COLUMN webhook.replay_items.replay_id IS 'The replay';
 COMMENT ON COLUMN webhook.replay_items.delivery_id IS 'The inbox row''s delivery_id';
 COMMENT ON COLUMN webhook.replay_items.consumer IS 'The inbox row''s consumer';
-COMMENT ON COLUMN webhook.replay_items.prior_status IS 'Its status before the replay: processed, dead or stale';
+COMMENT ON COLUMN webhook.replay_items.prior_status IS 'Its status before the replay: processed, dead, stale or filtered';
 COMMENT ON COLUMN webhook.replay_items.prior_attempts IS 'Its attempts before the replay (which gave it a fresh budget)';
 COMMENT ON COLUMN webhook.replay_items.prior_replay_id IS 'The replay that had queued it before, if any';
 
@@ -1659,7 +1688,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT i.delivery_id, i.consumer, i.provider, i.event_id, i.event_type, i.status, i.attempts, i.queued_at
   FROM webhook.inbox i
- WHERE i.status IN ('processed', 'dead', 'stale')
+ WHERE i.status::text IN ('processed', 'dead', 'stale', 'filtered')
    AND ($1 IS NULL OR i.provider = $1)
    AND ($2 IS NULL OR i.consumer = $2)
    AND ($3 IS NULL OR i.event_type = ANY ($3))
@@ -1729,9 +1758,9 @@ DECLARE
     started uuid;
 BEGIN
     IF webhook_replay.statuses IS NULL OR pg_catalog.cardinality(webhook_replay.statuses) = 0
-       OR NOT webhook_replay.statuses <@ ARRAY['processed', 'dead', 'stale', 'failed']
+       OR NOT webhook_replay.statuses <@ ARRAY['processed', 'dead', 'stale', 'filtered', 'failed']
        OR array_position(webhook_replay.statuses, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'webhook_replay: argument "statuses" must list some of processed, dead, stale, failed'
+        RAISE EXCEPTION 'webhook_replay: argument "statuses" must list some of processed, dead, stale, filtered, failed'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF pg_catalog.cardinality(webhook_replay.event_types) > 1000
@@ -1831,7 +1860,7 @@ BEGIN
                                               webhook_replay.error_contains, webhook_replay.payload_path) m)
        -- Read again once locked: a row finished meanwhile, or queued by
        -- another replay, is as it is now.
-       AND i.status IN ('processed', 'dead', 'stale')
+       AND i.status::text IN ('processed', 'dead', 'stale', 'filtered')
        FOR UPDATE OF i;
     UPDATE webhook.inbox i
        SET status = 'ready', attempts = 0, requeues = i.requeues + 1, replay_id = started,
@@ -1851,7 +1880,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_replay(text, text, text[], text[], timestamptz, timestamptz, text, jsonpath, text, double precision, boolean, integer) IS
-    'For operators: run finished inbox events again (processed, dead, stale, or failed at least once), chosen by provider, consumer, event types, time range, error text and a JSON path over the payload; a dry run (the default) counts and samples them, a run with a reason queues each once (the same filter and reason again returns the same replay), optionally at rate a second';
+    'For operators: run finished inbox events again (processed, dead, stale, filtered out, or failed at least once), chosen by provider, consumer, event types, time range, error text and a JSON path over the payload; a dry run (the default) counts and samples them, a run with a reason queues each once (the same filter and reason again returns the same replay), optionally at rate a second';
 
 -- A running replay's events not yet leased are set aside until
 -- webhook_replay_resume: due at the start of the year 9999, past every
@@ -1903,7 +1932,7 @@ COMMENT ON FUNCTION @extschema@.webhook_replay_resume(uuid) IS
     'For operators: let a paused replay''s events be leased again, spread at its rate from now; returns how many';
 
 -- A replay's events not yet leased are put back as they were before it
--- (processed, dead or stale, with their attempts); leases already taken
+-- (processed, dead, stale or filtered, with their attempts); leases already taken
 -- run to their end. Returns how many were put back.
 CREATE FUNCTION @extschema@.webhook_replay_cancel(replay_id uuid) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -2409,7 +2438,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 VALUES
-    ('webhook_deliveries_total', 'counter', 'Deliveries received, by what they were answered (claimed and queued: new events; duplicate; retry; in_progress; dead; rejected; stale; handshake)'),
+    ('webhook_deliveries_total', 'counter', 'Deliveries received, by what they were answered (claimed and queued: new events; duplicate; retry; in_progress; dead; rejected; stale; handshake; filtered)'),
     ('webhook_rejections_total', 'counter', 'Deliveries refused before claiming, by reason'),
     ('webhook_completions_total', 'counter', 'Attempts completed (webhook_complete), per consumer for the inbox'),
     ('webhook_failures_total', 'counter', 'Attempts failed (webhook_fail, or a lease that ran out)'),
@@ -3082,13 +3111,143 @@ COMMENT ON VIEW webhook.missed_deliveries IS
     'Events seen only by polling the provider''s API: the webhooks that never arrived (as far back as the archive goes)';
 
 
+-- pg_webhook_inbox: filters on signed fields.
+--
+-- A provider (or one of its inbox consumers) may take only some events:
+-- an allowlist of event types, a JSON path predicate over the body, or
+-- both. webhook_receive still verifies, archives and deduplicates a
+-- delivery that does not match, and answers it 2xx; it is just not
+-- processed:
+--
+--   * a provider's filter: the event is filtered for good (status
+--     `filtered`, the archive row too, with the reason). Its redeliveries
+--     are duplicates of it; in inbox mode each consumer's row is kept as
+--     `filtered`, so webhook_replay(statuses => '{filtered}') can run it
+--     later;
+--   * a consumer's filter (inbox mode): that consumer's row of the event
+--     is `filtered`, the others are queued as usual.
+--
+-- A filter reads only what the delivery's signature covers: an event
+-- type the provider's scheme signs, a body it vouches for by a digest.
+-- A sender who controls an unsigned header could otherwise drop any event
+-- it likes. webhook_set_filter refuses a filter that would read anything
+-- else, and webhook_receive, should the provider have been registered
+-- again with another scheme since, processes the delivery rather than
+-- judge it on unsigned material.
+--
+-- Filters judge deliveries as webhook_receive verifies them. webhook_claim
+-- and webhook_enqueue take what the application hands them: it chose.
+
+
+CREATE TABLE webhook.filters (
+    provider     text        NOT NULL,
+    -- '' : the provider's filter, for the event as a whole.
+    consumer     text        NOT NULL DEFAULT '',
+    -- The event types taken; NULL: any.
+    event_types  text[],
+    -- A JSON path predicate the body must match; NULL: any body.
+    payload_path jsonpath,
+    set_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    set_by       text        NOT NULL DEFAULT SESSION_USER,
+    CONSTRAINT filters_pkey PRIMARY KEY (provider, consumer),
+    CONSTRAINT filters_provider_fkey FOREIGN KEY (provider) REFERENCES webhook.providers (name)
+        ON UPDATE CASCADE ON DELETE CASCADE,
+    CONSTRAINT filters_any_check CHECK (event_types IS NOT NULL OR payload_path IS NOT NULL),
+    CONSTRAINT filters_event_types_check
+        CHECK (pg_catalog.cardinality(event_types) BETWEEN 1 AND 1000
+               AND pg_catalog.array_position(event_types, NULL) IS NULL),
+    CONSTRAINT filters_payload_path_check CHECK (pg_catalog.octet_length(payload_path::text) <= 4096)
+);
+COMMENT ON TABLE webhook.filters IS
+    'Which events a provider, or one of its inbox consumers, takes: an event-type allowlist and/or a JSON path predicate over the signed body; set with webhook_set_filter';
+COMMENT ON COLUMN webhook.filters.provider IS 'The provider whose deliveries are judged';
+COMMENT ON COLUMN webhook.filters.consumer IS 'The inbox consumer it applies to; empty: the event as a whole';
+COMMENT ON COLUMN webhook.filters.event_types IS 'The event types taken; NULL: any';
+COMMENT ON COLUMN webhook.filters.payload_path IS 'A JSON path predicate the body must match (jsonb_path_match; a path that does not fit is no match); NULL: any';
+COMMENT ON COLUMN webhook.filters.set_at IS 'When it was last set';
+COMMENT ON COLUMN webhook.filters.set_by IS 'Who last set it (the session user)';
+
+-- Set the filter of a provider (consumer NULL) or of one of its inbox
+-- consumers; with neither event_types nor payload_path, remove it. Applies
+-- to deliveries received from then on. Returns whether a filter is in
+-- place.
+CREATE FUNCTION @extschema@.webhook_set_filter(
+    provider     text,
+    consumer     text DEFAULT NULL,
+    event_types  text[] DEFAULT NULL,
+    payload_path jsonpath DEFAULT NULL
+) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p text := webhook._check_name('webhook_set_filter', 'provider', webhook_set_filter.provider, true);
+    c text := webhook._check_name('webhook_set_filter', 'consumer', webhook_set_filter.consumer, false);
+    registered webhook.providers;
+BEGIN
+    SELECT r.* INTO registered FROM webhook.providers r WHERE r.name = p FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'webhook_set_filter: argument "provider": no provider "%" is registered', p
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF c <> '' AND NOT c = ANY (CASE WHEN pg_catalog.cardinality(registered.consumers) = 0
+                                     THEN ARRAY['default'] ELSE registered.consumers END) THEN
+        RAISE EXCEPTION 'webhook_set_filter: argument "consumer": provider "%" has no consumer "%"', p, c
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Its consumers are listed in webhook.providers.consumers (none: default).';
+    END IF;
+    IF webhook_set_filter.event_types IS NULL AND webhook_set_filter.payload_path IS NULL THEN
+        DELETE FROM webhook.filters f WHERE f.provider = p AND f.consumer = c;
+        RETURN false;
+    END IF;
+    IF pg_catalog.cardinality(webhook_set_filter.event_types) NOT BETWEEN 1 AND 1000
+       OR pg_catalog.array_position(webhook_set_filter.event_types, NULL) IS NOT NULL
+       OR EXISTS (SELECT FROM pg_catalog.unnest(webhook_set_filter.event_types) t
+                   WHERE t = '' OR pg_catalog.octet_length(t) > 255) THEN
+        RAISE EXCEPTION 'webhook_set_filter: argument "event_types" must hold 1 to 1000 types of 1 to 255 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.octet_length(webhook_set_filter.payload_path::text) > 4096 THEN
+        RAISE EXCEPTION 'webhook_set_filter: argument "payload_path" must be at most 4096 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Signed material only: whoever controls what the signature does not
+    -- cover could pick which events are dropped.
+    IF webhook_set_filter.event_types IS NOT NULL
+       AND NOT @extschema@.webhook_source_signed(registered.scheme, registered.event_type_from) THEN
+        RAISE EXCEPTION 'webhook_set_filter: argument "event_types": provider "%" reads the event type from %, which its scheme "%" does not sign',
+                p, registered.event_type_from, registered.scheme
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = CASE WHEN @extschema@.webhook_source_signed(registered.scheme, 'body:')
+                              THEN 'Filter on what the signed body says instead, with payload_path.'
+                              ELSE 'This scheme signs no body a filter could read either: filter in the handler.' END;
+    END IF;
+    IF webhook_set_filter.payload_path IS NOT NULL
+       AND NOT @extschema@.webhook_source_signed(registered.scheme, 'body:') THEN
+        RAISE EXCEPTION 'webhook_set_filter: argument "payload_path": the signature of provider "%" (scheme "%") does not vouch for the body',
+                p, registered.scheme
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'SELECT body_covered FROM webhook_schemes() says what each scheme signs; only a digest of the body may be filtered on.';
+    END IF;
+    INSERT INTO webhook.filters AS f (provider, consumer, event_types, payload_path)
+    VALUES (p, c, webhook_set_filter.event_types, webhook_set_filter.payload_path)
+    ON CONFLICT ON CONSTRAINT filters_pkey DO UPDATE
+       SET event_types = EXCLUDED.event_types, payload_path = EXCLUDED.payload_path,
+           set_at = pg_catalog.now(), set_by = SESSION_USER;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_set_filter(text, text, text[], jsonpath) IS
+    'For operators: let a provider (or one of its inbox consumers) take only the event types listed and/or bodies matching a JSON path; refused where the signature does not cover what the filter reads; with neither, remove the filter';
+
+
 -- Their ACLs recorded as the extension's initial privileges, as a fresh
 -- install's REVOKE ALL ON ALL TABLES does.
 REVOKE ALL ON webhook.metric_minutes, webhook.metric_totals, webhook.metric_marks, webhook.metric_open,
     webhook.alert_rules, webhook.alert_rules_in_effect, webhook.alerts, webhook.pauses, webhook.limits,
     webhook.limit_slots, webhook.breakers, webhook.paused, webhook.limits_in_effect, webhook.polled,
     webhook.missed_deliveries, webhook.replays, webhook.replay_items, webhook.replay_progress,
-    webhook.trace_contexts FROM PUBLIC;
+    webhook.trace_contexts, webhook.filters FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_minutes', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_totals', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
@@ -3103,8 +3262,9 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.polled', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.replays', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.replay_items', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.trace_contexts', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.filters', '');
 
--- What steers the inbox is cached like the registry.
+-- What steers the inbox, and the filters, are cached like the registry.
 CREATE TRIGGER registry_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.pauses
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
@@ -3112,9 +3272,13 @@ CREATE TRIGGER registry_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.limits
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
 ALTER TABLE webhook.pauses ENABLE ALWAYS TRIGGER registry_changed;
+CREATE TRIGGER registry_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.filters
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
 ALTER TABLE webhook.limits ENABLE ALWAYS TRIGGER registry_changed;
+ALTER TABLE webhook.filters ENABLE ALWAYS TRIGGER registry_changed;
 COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
-    'Trigger on the provider registry, the application roles'' scopes, the pauses and the limits: drops every backend''s cached copy of them once the change commits';
+    'Trigger on the provider registry, the application roles'' scopes, the pauses, the limits and the filters: drops every backend''s cached copy of them once the change commits';
 
 -- Last: whatever this script created gets the extension's privileges.
 SELECT webhook._restrict_privileges();

@@ -20,7 +20,7 @@
 -- queued, or none), and the same filter with the same reason names the
 -- same replay, so running the command again (after a crash, or by
 -- mistake) returns the replay already queued instead of a second one.
--- Only finished work (processed, dead, stale) is queued again: an event
+-- Only finished work (processed, dead, stale, filtered) is queued again: an event
 -- still ready or leased is processed anyway and is left out. From then on
 -- the inbox's own guarantee holds (a worker's effects commit with its
 -- webhook_complete, a lease that ran out is taken over and its worker
@@ -89,7 +89,7 @@ COMMENT ON TABLE webhook.replay_items IS 'Each inbox row (event and consumer) a 
 COMMENT ON COLUMN webhook.replay_items.replay_id IS 'The replay';
 COMMENT ON COLUMN webhook.replay_items.delivery_id IS 'The inbox row''s delivery_id';
 COMMENT ON COLUMN webhook.replay_items.consumer IS 'The inbox row''s consumer';
-COMMENT ON COLUMN webhook.replay_items.prior_status IS 'Its status before the replay: processed, dead or stale';
+COMMENT ON COLUMN webhook.replay_items.prior_status IS 'Its status before the replay: processed, dead, stale or filtered';
 COMMENT ON COLUMN webhook.replay_items.prior_attempts IS 'Its attempts before the replay (which gave it a fresh budget)';
 COMMENT ON COLUMN webhook.replay_items.prior_replay_id IS 'The replay that had queued it before, if any';
 
@@ -112,7 +112,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT i.delivery_id, i.consumer, i.provider, i.event_id, i.event_type, i.status, i.attempts, i.queued_at
   FROM webhook.inbox i
- WHERE i.status IN ('processed', 'dead', 'stale')
+ WHERE i.status::text IN ('processed', 'dead', 'stale', 'filtered')
    AND ($1 IS NULL OR i.provider = $1)
    AND ($2 IS NULL OR i.consumer = $2)
    AND ($3 IS NULL OR i.event_type = ANY ($3))
@@ -182,9 +182,9 @@ DECLARE
     started uuid;
 BEGIN
     IF webhook_replay.statuses IS NULL OR pg_catalog.cardinality(webhook_replay.statuses) = 0
-       OR NOT webhook_replay.statuses <@ ARRAY['processed', 'dead', 'stale', 'failed']
+       OR NOT webhook_replay.statuses <@ ARRAY['processed', 'dead', 'stale', 'filtered', 'failed']
        OR array_position(webhook_replay.statuses, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'webhook_replay: argument "statuses" must list some of processed, dead, stale, failed'
+        RAISE EXCEPTION 'webhook_replay: argument "statuses" must list some of processed, dead, stale, filtered, failed'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF pg_catalog.cardinality(webhook_replay.event_types) > 1000
@@ -284,7 +284,7 @@ BEGIN
                                               webhook_replay.error_contains, webhook_replay.payload_path) m)
        -- Read again once locked: a row finished meanwhile, or queued by
        -- another replay, is as it is now.
-       AND i.status IN ('processed', 'dead', 'stale')
+       AND i.status::text IN ('processed', 'dead', 'stale', 'filtered')
        FOR UPDATE OF i;
     UPDATE webhook.inbox i
        SET status = 'ready', attempts = 0, requeues = i.requeues + 1, replay_id = started,
@@ -304,7 +304,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_replay(text, text, text[], text[], timestamptz, timestamptz, text, jsonpath, text, double precision, boolean, integer) IS
-    'For operators: run finished inbox events again (processed, dead, stale, or failed at least once), chosen by provider, consumer, event types, time range, error text and a JSON path over the payload; a dry run (the default) counts and samples them, a run with a reason queues each once (the same filter and reason again returns the same replay), optionally at rate a second';
+    'For operators: run finished inbox events again (processed, dead, stale, filtered out, or failed at least once), chosen by provider, consumer, event types, time range, error text and a JSON path over the payload; a dry run (the default) counts and samples them, a run with a reason queues each once (the same filter and reason again returns the same replay), optionally at rate a second';
 
 -- A running replay's events not yet leased are set aside until
 -- webhook_replay_resume: due at the start of the year 9999, past every
@@ -356,7 +356,7 @@ COMMENT ON FUNCTION @extschema@.webhook_replay_resume(uuid) IS
     'For operators: let a paused replay''s events be leased again, spread at its rate from now; returns how many';
 
 -- A replay's events not yet leased are put back as they were before it
--- (processed, dead or stale, with their attempts); leases already taken
+-- (processed, dead, stale or filtered, with their attempts); leases already taken
 -- run to their end. Returns how many were put back.
 CREATE FUNCTION @extschema@.webhook_replay_cancel(replay_id uuid) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER

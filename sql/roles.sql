@@ -72,7 +72,7 @@ BEGIN
         webhook.alert_rules, webhook.alert_rules_in_effect, webhook.pauses, webhook.paused,
         webhook.limits, webhook.limits_in_effect, webhook.breakers, webhook.polled,
         webhook.missed_deliveries, webhook.replays, webhook.replay_items,
-        webhook.replay_progress, webhook.trace_contexts TO %s', role);
+        webhook.replay_progress, webhook.trace_contexts, webhook.filters TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
@@ -98,12 +98,14 @@ BEGIN
                                    text, double precision, boolean, integer),
         @extschema@.webhook_replay_pause(uuid),
         @extschema@.webhook_replay_resume(uuid),
-        @extschema@.webhook_replay_cancel(uuid)
+        @extschema@.webhook_replay_cancel(uuid),
+        @extschema@.webhook_set_filter(text, text, text[], jsonpath),
+        @extschema@.webhook_source_signed(text, text)
         TO %s', role);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_operator(regrole) IS
-    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect), webhook_backfill, replays (webhook_replay, webhook_replay_pause, webhook_replay_resume, webhook_replay_cancel, webhook.replays, webhook.replay_progress) and reconciliation (webhook.polled, webhook.missed_deliveries); never the secrets';
+    'Grant an operator role the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the views (secret usage by fingerprint included), webhook_requeue, webhook_requeue_dead, webhook_purge, webhook_create_partitions, webhook_reset_watermark, webhook_providers, idempotency_purge, the metrics (webhook_metrics, webhook_metrics_prometheus, webhook_metric_quantile, webhook.metric_minutes), the alerts (webhook.alerts, webhook_alerts_evaluate, webhook_alert_acknowledge, webhook_alert_silence), the steering of the inbox (webhook_pause, webhook_resume, webhook_quarantine, webhook_release, webhook_set_limit, webhook.paused, webhook.limits_in_effect), webhook_backfill, replays (webhook_replay, webhook_replay_pause, webhook_replay_resume, webhook_replay_cancel, webhook.replays, webhook.replay_progress), reconciliation (webhook.polled, webhook.missed_deliveries) and filters (webhook_set_filter, webhook_source_signed, webhook.filters); never the secrets';
 
 -- Grant a monitoring role (the one a Prometheus exporter logs in as) the
 -- metrics and nothing else: no payload, no event id, no table.

@@ -39,12 +39,13 @@ COMMENT ON SCHEMA webhook IS
 -- Statuses are enum types rather than CHECK constraints: the same guarantee
 -- for the DBA, without re-reading a constraint expression in every INSERT
 -- and UPDATE (a fifth of the claim's cost, measured).
--- 'queued' came with the inbox, 'stale' with ordering, after the others:
+-- 'queued' came with the inbox, 'stale' with ordering, 'filtered' with
+-- filters (filters.sql), after the others:
 -- labels are only ever appended, so that an upgraded enum sorts like a
 -- fresh one. Views compare them as text, because an upgrade cannot use a
 -- label it adds in the same transaction.
-CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead', 'queued', 'stale');
-CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued', 'stale', 'handshake');
+CREATE TYPE webhook.event_status AS ENUM ('processing', 'processed', 'failed', 'dead', 'queued', 'stale', 'filtered');
+CREATE TYPE webhook.claim_status AS ENUM ('claimed', 'retry', 'duplicate', 'in_progress', 'dead', 'rejected', 'queued', 'stale', 'handshake', 'filtered');
 
 -- What webhook_claim, webhook_receive, webhook_enqueue and
 -- idempotency_begin answer: one row each, so each is a function returning
@@ -84,7 +85,7 @@ CREATE TYPE webhook.idempotency_begin_result AS (
     response_headers jsonb,  -- replay: the stored response
     response_body    text
 );
-COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox), stale (skipped: older than its entity''s watermark)';
+COMMENT ON TYPE webhook.event_status IS 'Where an event is: processing, processed, failed (retried by its next delivery), dead (parked), queued (in the inbox), stale (skipped: older than its entity''s watermark), filtered (not taken by the provider''s filter: webhook.filters)';
 COMMENT ON TYPE webhook.claim_status IS 'What a delivery was answered';
 COMMENT ON TYPE webhook.claim_result IS 'The answer of webhook_claim: one row';
 COMMENT ON TYPE webhook.receive_result IS 'The answer of webhook_receive: one row, with what to send the provider';
@@ -369,9 +370,9 @@ COMMENT ON COLUMN webhook.trace_contexts.traceparent IS 'As intake was given it'
 -- workers lease with webhook_next and finish with webhook_complete or
 -- webhook_fail. The payload is read from the archive row that brought
 -- the event (delivery_id), never stored twice.
-CREATE TYPE webhook.inbox_status AS ENUM ('ready', 'leased', 'processed', 'dead', 'stale');
+CREATE TYPE webhook.inbox_status AS ENUM ('ready', 'leased', 'processed', 'dead', 'stale', 'filtered');
 COMMENT ON TYPE webhook.inbox_status IS
-    'Where a consumer is with a queued event: ready (or backing off until run_at), leased, processed, dead, stale (skipped: older than its entity''s watermark)';
+    'Where a consumer is with a queued event: ready (or backing off until run_at), leased, processed, dead, stale (skipped: older than its entity''s watermark), filtered (not taken by a filter: webhook.filters)';
 
 CREATE TABLE webhook.inbox (
     provider      text        NOT NULL,
@@ -607,15 +608,16 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
            WHEN l.claim_status::text = 'handshake' THEN 'HANDSHAKE'
            WHEN l.claim_status IN ('duplicate', 'in_progress', 'dead') OR l.claim_status::text = 'stale'
                THEN 'SKIPPED'
+           WHEN l.claim_status::text = 'filtered' THEN 'FILTERED'
            -- Queued for the inbox: done when every consumer is; skipped
-           -- when every consumer found it stale.
+           -- when every consumer found it stale or filtered it out.
            WHEN l.claim_status::text = 'queued' THEN
                CASE
                    WHEN EXISTS (SELECT FROM webhook.inbox i
                                  WHERE i.delivery_id = l.id AND i.status = 'dead') THEN 'FAILED'
                    WHEN EXISTS (SELECT FROM webhook.inbox i
                                  WHERE i.delivery_id = l.id
-                                   AND i.status::text NOT IN ('processed', 'stale')) THEN 'QUEUED'
+                                   AND i.status::text NOT IN ('processed', 'stale', 'filtered')) THEN 'QUEUED'
                    WHEN EXISTS (SELECT FROM webhook.inbox i
                                  WHERE i.delivery_id = l.id AND i.status = 'processed') THEN 'PROCESSED'
                    ELSE 'SKIPPED'
@@ -639,7 +641,7 @@ SELECT l.id, l.provider, l.event_id, l.event_type, l.payload, l.raw_body, l.sign
   LEFT JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id;
 
 COMMENT ON VIEW webhook.deliveries IS
-    'The archive: one row per delivery with processing_status PENDING, QUEUED, PROCESSED, SKIPPED, FAILED or REJECTED';
+    'The archive: one row per delivery with processing_status PENDING, QUEUED, PROCESSED, SKIPPED, FILTERED, FAILED or REJECTED';
 
 -- One signature vouches for one delivery. Providers that do not sign the
 -- event id (GitHub, Shopify, a generic HMAC of the body) are replayable

@@ -135,6 +135,18 @@ pub fn record_skipped(client: &mut SpiClient<'_>, entry: Entry<'_>, reason: &str
     Ok(())
 }
 
+/// The archive row of a delivery just queued whose event the provider's
+/// filter does not take (`receive::filters`): filtered, with the reason.
+static MARK_FILTERED: Statement = Statement {
+    sql: "UPDATE webhook.delivery_log SET claim_status = 'filtered', reject_reason = $2 WHERE id = $1",
+    arg_types: &[pg_sys::UUIDOID, pg_sys::TEXTOID],
+};
+
+pub fn mark_filtered(client: &mut SpiClient<'_>, id: pgrx::Uuid, reason: &str) -> Result<()> {
+    MARK_FILTERED.run_pruned(client, &[id.into(), reason.into()])?;
+    Ok(())
+}
+
 /// A verified endpoint check (`schemes::handshake`): no event, archived
 /// whole with what it was.
 pub struct Handshake<'a> {

@@ -111,10 +111,11 @@ extension_sql_file!(
     requires = ["alerts"]
 );
 extension_sql_file!(
-    "../sql/roles.sql",
-    name = "roles",
+    "../sql/filters.sql",
+    name = "filters",
     requires = ["reconciliation"]
 );
+extension_sql_file!("../sql/roles.sql", name = "roles", requires = ["filters"]);
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
 #[pg_guard]

@@ -39,27 +39,28 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 const FUNCTION: &str = "webhook_receive";
 
 /// The tables whose changes drop what a backend kept, as oids, in SQL:
-/// the registry's two, the application roles' scopes, and what steers the
-/// inbox (each of these NULL until the release that made its table is
-/// installed).
+/// the registry's two, the application roles' scopes, what steers the
+/// inbox, and the filters (each of these NULL until the release that made
+/// its table is installed).
 macro_rules! watched_tables {
     () => {
         "'webhook.providers'::pg_catalog.regclass::pg_catalog.oid,
          'webhook.provider_secrets'::pg_catalog.regclass::pg_catalog.oid,
          pg_catalog.to_regclass('webhook.app_scopes')::pg_catalog.oid,
          pg_catalog.to_regclass('webhook.pauses')::pg_catalog.oid,
-         pg_catalog.to_regclass('webhook.limits')::pg_catalog.oid"
+         pg_catalog.to_regclass('webhook.limits')::pg_catalog.oid,
+         pg_catalog.to_regclass('webhook.filters')::pg_catalog.oid"
     };
 }
 
 /// How many tables `watched_tables!` names.
-const WATCHED_TABLES: usize = 5;
+const WATCHED_TABLES: usize = 6;
 type Watched = [pg_sys::Oid; WATCHED_TABLES];
 const UNKNOWN: Watched = [pg_sys::InvalidOid; WATCHED_TABLES];
 
@@ -282,7 +283,7 @@ thread_local! {
     /// Provider names read and found unregistered: `webhook_claim` and
     /// `webhook_enqueue` serve providers nobody registered, and must not
     /// query for them each time.
-    static ABSENT: RefCell<Kept<std::collections::HashSet<String>>> = RefCell::new(Kept::empty());
+    static ABSENT: RefCell<Kept<HashSet<String>>> = RefCell::new(Kept::empty());
 }
 
 /// The provider `name` if it is registered, None if not; both answers
@@ -446,6 +447,52 @@ pub fn controls(client: &mut SpiClient<'_>, consumer: &str) -> Result<Option<Rc<
         kept.insert(consumer.to_string(), controls.clone());
     });
     Ok(controls)
+}
+
+/// The providers that have a filter (`webhook.filters`), read with the
+/// watched tables.
+static LOAD_FILTERED: Statement = Statement {
+    sql: concat!(
+        "SELECT (SELECT pg_catalog.array_agg(DISTINCT f.provider) FROM webhook.filters f), ",
+        watched_tables!()
+    ),
+    arg_types: &[],
+};
+
+thread_local! {
+    static FILTERED: RefCell<Kept<Option<Rc<HashSet<String>>>>> = RefCell::new(Kept::empty());
+}
+
+/// Whether the provider `name` has a filter: `webhook_receive` judges only
+/// their deliveries, and every other one pays one look at this cache. Kept
+/// like the providers, until the registry or the filters change.
+pub fn has_filter(client: &mut SpiClient<'_>, name: &str) -> Result<bool> {
+    let generation = current_generation();
+    if let Some(filtered) = look(&FILTERED, generation, |kept| kept.clone()) {
+        return Ok(filtered.contains(name));
+    }
+    if WATCHED.get()[5] == pg_sys::InvalidOid {
+        // Until `ALTER EXTENSION … UPDATE` brings the table, nothing is
+        // filtered (see `app_scopes`).
+        learn_tables(client)?;
+        if WATCHED.get()[5] == pg_sys::InvalidOid {
+            return Ok(false);
+        }
+    }
+    let Some(row) = LOAD_FILTERED.run(client, &[])?.next() else {
+        return Ok(false);
+    };
+    let filtered: HashSet<String> = row
+        .get::<Vec<String>>(1)?
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    WATCHED.set(watched_from(&row, 2)?);
+    let filtered = Rc::new(filtered);
+    keep(&FILTERED, generation, |kept| {
+        *kept = Some(Rc::clone(&filtered))
+    });
+    Ok(filtered.contains(name))
 }
 
 /// The trigger lives apart from this module's `Result`, which its macro

@@ -103,10 +103,13 @@ fn requeue(
 }
 
 /// Where a queued event's consumers (all, or `consumer`) stand: whether
-/// every one of them processed it (or skipped it as stale).
+/// every one of them finished it (processed it, skipped it as stale, or
+/// filtered it out), and whether every one skipped it, or filtered it.
+/// Labels compared as text: a release before filters has no `filtered`.
 static CONSUMERS_DONE: Statement = Statement {
-    sql: "SELECT pg_catalog.bool_and(status IN ('processed', 'stale')),
-                 pg_catalog.bool_and(status = 'stale')
+    sql: "SELECT pg_catalog.bool_and(status::text IN ('processed', 'stale', 'filtered')),
+                 pg_catalog.bool_and(status = 'stale'),
+                 pg_catalog.bool_and(status::text = 'filtered')
             FROM webhook.inbox
            WHERE delivery_id = (SELECT e.claim_id FROM webhook.events e
                                  WHERE e.provider = $1 AND e.event_id = $2)
@@ -125,13 +128,18 @@ fn consumers_standing(
     let row = CONSUMERS_DONE
         .run(client, &[provider.into(), event_id.into(), consumer.into()])?
         .next();
-    let (done, stale) = match row {
-        Some(row) => (row.get::<bool>(1)?, row.get::<bool>(2)?),
-        None => (None, None),
+    let (done, stale, filtered) = match row {
+        Some(row) => (
+            row.get::<bool>(1)?,
+            row.get::<bool>(2)?,
+            row.get::<bool>(3)?,
+        ),
+        None => (None, None, None),
     };
-    Ok(match (done, stale) {
-        (Some(true), Some(true)) => "stale for every consumer".into(),
-        (Some(true), _) => "processed by every consumer".into(),
+    Ok(match (done, stale, filtered) {
+        (Some(true), Some(true), _) => "stale for every consumer".into(),
+        (Some(true), _, Some(true)) => "filtered for every consumer".into(),
+        (Some(true), _, _) => "finished by every consumer".into(),
         _ => "queued, with no dead consumer (ready or leased)".into(),
     })
 }

@@ -74,6 +74,9 @@ sql_enum! {
         Stale = "stale",
         /// An endpoint check with no event, answered as its provider expects.
         Handshake = "handshake",
+        /// Not taken by the provider's filter (`webhook.filters`): answered
+        /// 2xx, archived, never processed.
+        Filtered = "filtered",
     }
 }
 
@@ -92,6 +95,8 @@ sql_enum! {
         Queued = "queued",
         /// Skipped for good: older than its entity's watermark (ordering).
         Stale = "stale",
+        /// Not taken by the provider's filter; kept in dedup for good.
+        Filtered = "filtered",
     }
 }
 
@@ -108,6 +113,9 @@ sql_enum! {
         Dead = "dead",
         /// Skipped for good: older than its entity's watermark (ordering).
         Stale = "stale",
+        /// Not taken by a filter (the provider's or this consumer's);
+        /// `webhook_replay` can queue it again.
+        Filtered = "filtered",
     }
 }
 

@@ -170,6 +170,17 @@ pub(crate) fn scheme_catalog() -> TableIterator<
     }))
 }
 
+/// Whether `scheme`'s signature covers a registry source (`header:<name>`
+/// or `body:<path>`, alternatives separated by `|`): every alternative
+/// must be covered, since a delivery may carry any of them. What a filter
+/// reads must be (`webhook_set_filter`); a DBA may check a source before
+/// registering it.
+#[pg_extern(immutable, parallel_safe, name = "webhook_source_signed")]
+fn source_signed(scheme: &str, source: &str) -> PgResult<bool> {
+    let scheme = Scheme::parse("webhook_source_signed", "scheme", scheme)?;
+    Ok(scheme.entry().covers.source(source))
+}
+
 /// Why `key` cannot verify deliveries under `scheme` (a public key or
 /// certificate in the wrong format, a Standard Webhooks secret that is not
 /// base64), or NULL when it can. `webhook_add_secret` refuses such a key;

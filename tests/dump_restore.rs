@@ -119,14 +119,15 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
         )
         .unwrap();
     // What steers the inbox: a pause, a quarantine, limits with their
-    // slots and a breaker.
+    // slots and a breaker; and a filter.
     source
         .batch_execute(
             "SELECT webhook_register_provider('ordered', scheme => 'stripe', secret => 'whsec_o', ordering => true,
                                               entity_key_from => 'body:customer', order_from => 'body:seq');
              SELECT webhook_pause(provider => 'github', reason => 'restored with the rest');
              SELECT webhook_quarantine('ordered', 'cus_1');
-             SELECT webhook_set_limit('default', max_leases => 2, rate => 5, breaker_failures => 3);",
+             SELECT webhook_set_limit('default', max_leases => 2, rate => 5, breaker_failures => 3);
+             SELECT webhook_set_filter('ordered', event_types => '{invoice.paid}');",
         )
         .unwrap();
     let counts = |client: &mut Client| -> Vec<i64> {
@@ -137,11 +138,12 @@ fn a_dumped_and_restored_database_answers_as_the_original() {
                         (SELECT count(*) FROM webhook.provider_secrets), (SELECT count(*) FROM webhook.signature_bindings),
                         (SELECT count(*) FROM webhook.inbox), (SELECT count(*) FROM webhook.inbox_failures),
                         (SELECT count(*) FROM webhook.pauses), (SELECT count(*) FROM webhook.limits),
-                        (SELECT count(*) FROM webhook.limit_slots), (SELECT count(*) FROM webhook.breakers)",
+                        (SELECT count(*) FROM webhook.limit_slots), (SELECT count(*) FROM webhook.breakers),
+                        (SELECT count(*) FROM webhook.filters)",
                 &[],
             )
             .unwrap();
-        (0..12).map(|i| row.get(i)).collect()
+        (0..13).map(|i| row.get(i)).collect()
     };
     let before = counts(&mut source);
     let partitions = |client: &mut Client| -> Vec<String> {

@@ -10,6 +10,7 @@
 //! | `in_progress` | false   | nothing; answer non-2xx (409) so it comes back |
 //! | `dead`        | false   | nothing; answer 2xx: the event failed `webhook.max_attempts` times and waits for an operator |
 //! | `stale`       | false   | nothing; answer 2xx: a newer event of the same entity was processed (see `ordering`) |
+//! | `filtered`    | false   | nothing; answer 2xx: the provider's filter does not take it (`webhook_receive`) |
 //!
 //! * `api` — the `webhook_claim` SQL functions and their arguments;
 //! * `answer` — the outcome, and the event's state as read back;
@@ -36,8 +37,8 @@ use crate::status::{ClaimStatus, EventStatus};
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{
-    CLAIM, CLAIM_UNMARKED, INSPECT, INSPECT_LOCKED, MARK_STALE, OBSERVE, PARK_AS_DEAD,
-    RECORD_LOST_LEASE, TAKE_OVER,
+    CLAIM, CLAIM_UNMARKED, INSPECT, INSPECT_LOCKED, MARK_FILTERED, MARK_STALE, OBSERVE,
+    PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
 };
 
 /// One delivery, validated, as the claim writes it.
@@ -288,6 +289,50 @@ fn skip_stale(
         result: None,
         tie,
     }))
+}
+
+/// A delivery the provider's filter does not take (`receive::filters`):
+/// an event never seen is kept filtered for good, and the delivery
+/// archived as `filtered` with the reason. An event seen before is
+/// answered as it stands (a redelivery of a filtered one is a duplicate),
+/// as is one another transaction is working on.
+pub fn filter_out(client: &mut SpiClient<'_>, d: &Delivery<'_>, reason: &str) -> Result<Outcome> {
+    crate::event_lock::check_budget(d.function)?;
+    let lock = EventLock::for_event(d.provider, d.event_id);
+    if !lock.try_acquire() {
+        return claim(client, d);
+    }
+    let id = crate::uuid::new_v7();
+    let digest = d.payload.digest();
+    let inserted = MARK_FILTERED
+        .run(
+            client,
+            &[
+                d.provider.into(),
+                d.event_id.into(),
+                d.event_type.into(),
+                id.into(),
+                digest.as_slice().into(),
+                reason.into(),
+            ],
+        )?
+        .next()
+        .is_some();
+    if !inserted {
+        lock.release();
+        return claim(client, d);
+    }
+    // Written: the lock stays until commit, as for a stale skip.
+    let archived =
+        crate::compress::for_archive(client, &d.payload, d.raw_body, d.headers.as_ref())?;
+    archive::record_skipped(client, d.entry(id, archived, ClaimStatus::Filtered), reason)?;
+    Ok(Outcome {
+        id,
+        status: ClaimStatus::Filtered,
+        attempts: 0,
+        result: None,
+        tie: false,
+    })
 }
 
 /// The committed state of an event, read without locking or writing

@@ -17,8 +17,9 @@ use pgrx::pg_sys;
 /// (`true`/`false`): another transaction holds the event's lock, so it is
 /// in progress whatever its lease says; so is an event not yet committed
 /// (NULL status). A processed event, one handed to the inbox (queued), or
-/// one skipped as stale is a duplicate: its work is done, owned by the
-/// inbox's workers, or never to be done. Every label of
+/// one skipped as stale or filtered is a duplicate: its work is done,
+/// owned by the inbox's workers, or never to be done (compared as text: a
+/// release before filters has no such label). Every label of
 /// `webhook.event_status` is named. Written once, expanded into each
 /// statement, so the decision costs no function call and needs no SQL
 /// object of its own.
@@ -33,7 +34,7 @@ macro_rules! answer {
             " = 'dead' THEN 'dead'
                    WHEN ",
             $status,
-            " IN ('processed', 'queued', 'stale') THEN 'duplicate'
+            "::text IN ('processed', 'queued', 'stale', 'filtered') THEN 'duplicate'
                    WHEN ",
             $status,
             " IN ('processing', 'failed') THEN
@@ -291,6 +292,25 @@ pub static MARK_STALE: Statement = Statement {
         pg_sys::BYTEAOID,
         pg_sys::TEXTOID,
         pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+    ],
+};
+
+/// Keep a new event filtered for good (`receive::filters`): inserted only
+/// if never seen. Runs only under the event lock.
+pub static MARK_FILTERED: Statement = Statement {
+    sql: "INSERT INTO webhook.events
+              (provider, event_id, event_type, status, attempts, claim_id, payload_hash,
+               last_error, processed_at)
+          VALUES ($1, $2, $3, 'filtered', 0, $4, $5, $6, pg_catalog.now())
+          ON CONFLICT (provider, event_id) DO NOTHING
+          RETURNING 1",
+    arg_types: &[
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::TEXTOID,
+        pg_sys::UUIDOID,
+        pg_sys::BYTEAOID,
         pg_sys::TEXTOID,
     ],
 };

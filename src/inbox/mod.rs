@@ -121,6 +121,62 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
     }
 }
 
+/// Set aside as filtered the rows of an event just queued that a filter
+/// does not take (`receive::filters`): every consumer's, with the
+/// provider's reason ($2), or those named ($3) with theirs ($4).
+/// `webhook_replay(statuses => '{filtered}')` can queue them again.
+static FILTER: Statement = Statement {
+    sql: "UPDATE webhook.inbox i
+             SET status = 'filtered', processed_at = pg_catalog.now(),
+                 last_error = coalesce($2, ($4::text[])[pg_catalog.array_position($3::text[], i.consumer)])
+           WHERE i.delivery_id = $1 AND ($2 IS NOT NULL OR i.consumer = ANY ($3::text[]))",
+    arg_types: &[
+        pgrx::pg_sys::UUIDOID,
+        pgrx::pg_sys::TEXTOID,
+        pgrx::pg_sys::TEXTARRAYOID,
+        pgrx::pg_sys::TEXTARRAYOID,
+    ],
+};
+
+/// `enqueue`, for a delivery some filter does not take: the provider's
+/// (`event`: why; then the event is answered and archived `filtered`) or
+/// some consumers' (with why). A duplicate is answered as usual: its rows
+/// stay as the first delivery left them.
+pub fn enqueue_filtered(
+    client: &mut SpiClient<'_>,
+    d: &Delivery<'_>,
+    event: Option<&str>,
+    consumers: &[(String, String)],
+) -> Result<Outcome> {
+    let outcome = enqueue(client, d)?;
+    if outcome.status != ClaimStatus::Queued {
+        return Ok(outcome);
+    }
+    let (names, reasons): (Vec<&str>, Vec<&str>) = consumers
+        .iter()
+        .map(|(consumer, reason)| (consumer.as_str(), reason.as_str()))
+        .unzip();
+    FILTER.run(
+        client,
+        &[
+            outcome.id.into(),
+            event.into(),
+            names.into(),
+            reasons.into(),
+        ],
+    )?;
+    match event {
+        Some(reason) => {
+            crate::archive::mark_filtered(client, outcome.id, reason)?;
+            Ok(Outcome {
+                status: ClaimStatus::Filtered,
+                ..outcome
+            })
+        }
+        None => Ok(outcome),
+    }
+}
+
 /// Wake workers that `LISTEN webhook_inbox`: one notification, without a
 /// payload, from at most one transaction at a time.
 ///

@@ -75,6 +75,7 @@ pub fn of_outcome(outcome: &Outcome, unordered: bool) -> (i32, &'static str) {
     let reason = match (outcome.status, outcome.tie) {
         (_, true) => "tie",
         (ClaimStatus::Stale, false) => "older",
+        (ClaimStatus::Filtered, _) => "filtered",
         _ if unordered => "unordered",
         _ => "ok",
     };

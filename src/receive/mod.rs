@@ -13,11 +13,14 @@
 //!   come from, signed or not;
 //! * `bindings` — signed bytes bound to one event id, where the id is not
 //!   signed;
+//! * `filters` — whether the provider and its consumers take the event,
+//!   judged on signed material only;
 //! * `answer` — what the caller gets back.
 
 mod answer;
 mod api;
 mod bindings;
+mod filters;
 mod handshakes;
 mod headers;
 mod rejections;
@@ -246,11 +249,28 @@ fn flow(
         }
     }
 
-    // Claim, or queue.
-    let outcome = if inbox {
-        crate::inbox::enqueue(client, &delivery)?
-    } else {
-        claim::claim(client, &delivery)?
+    // Filter, on what the signature covers; then claim, or queue.
+    let verdict = filters::judge(
+        client,
+        name,
+        &event_type,
+        authentic.body_vouched(),
+        delivery.payload,
+    )?;
+    let outcome = match (verdict, inbox) {
+        (None, true) => crate::inbox::enqueue(client, &delivery)?,
+        (None, false) => claim::claim(client, &delivery)?,
+        (Some(verdict), true) => crate::inbox::enqueue_filtered(
+            client,
+            &delivery,
+            verdict.event.as_deref(),
+            &verdict.consumers,
+        )?,
+        // A claim has no consumers: only the provider's filter applies.
+        (Some(verdict), false) => match verdict.event {
+            Some(reason) => claim::filter_out(client, &delivery, &reason)?,
+            None => claim::claim(client, &delivery)?,
+        },
     };
     Ok(answer(outcome))
 }
