@@ -601,3 +601,49 @@ fn filters_refuse_bad_arguments_with_their_own_sqlstates_and_only_operators_set_
     )
     .unwrap();
 }
+
+#[test]
+fn a_redelivery_racing_a_filtered_delivery_waits_for_it_and_a_rolled_back_one_leaves_nothing() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute(&format!(
+            "SELECT webhook_register_provider('fr_github', scheme => 'github', secret => '{GITHUB_SECRET}',
+                                              inbox => false);
+             SELECT webhook_set_filter('fr_github', payload_path => '$.action == \"opened\"');"
+        ))
+        .unwrap();
+    let mut first = app_role(&mut admin, db);
+    let mut second = connect_as(db, "filters_app");
+    let body = r#"{"action":"labeled","number":1}"#;
+    let headers = github("gh-race", "pull_request", body, GITHUB_SECRET);
+
+    // Filtered in an open transaction: a redelivery meanwhile is told to
+    // come back (409), never answered as done before the first commits.
+    let mut tx = first.transaction().unwrap();
+    let row = receive(&mut tx, "fr_github", &headers, body.as_bytes()).unwrap();
+    assert_eq!(row.get::<_, String>("status"), "filtered");
+    let racing = handle(&mut second, "fr_github", &headers, body);
+    assert_eq!((racing.status.as_str(), racing.http), ("in_progress", 409));
+    // Rolled back: nothing of it stays, and the next delivery is judged anew.
+    tx.rollback().unwrap();
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT count(*) FROM webhook.events WHERE provider = 'fr_github'"
+        ),
+        0
+    );
+    let answer = handle(&mut second, "fr_github", &headers, body);
+    assert_eq!((answer.status.as_str(), answer.http), ("filtered", 200));
+    let answer = handle(&mut first, "fr_github", &headers, body);
+    assert_eq!((answer.status.as_str(), answer.http), ("duplicate", 200));
+    assert_eq!(
+        archive(&mut admin, "fr_github", "gh-race"),
+        vec![
+            "in_progress:SKIPPED".to_string(),
+            "filtered:FILTERED".to_string(),
+            "duplicate:SKIPPED".to_string()
+        ]
+    );
+}
