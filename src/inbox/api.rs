@@ -337,10 +337,11 @@ fn next(
         for _ in 0..MAX_PARKING_ROUNDS {
             let (line_providers, line_keys) = lines(client, consumer, provider, event_type, batch)?;
             let lease_statement = lease_statement(
+                client,
                 provider.is_some(),
                 event_type.is_some(),
                 allowance.is_some(),
-            );
+            )?;
             let turn = TURN.get();
             TURN.set(turn.wrapping_add(1) & i64::MAX);
             let lease_ids: Vec<pgrx::Uuid> =
@@ -405,7 +406,7 @@ fn next(
                         leased.iter().map(|row| (row.0, row.1.as_str())).collect();
                     super::flow::record(client, allowance, consumer, &made)?;
                 }
-                read_payloads(client, consumer, &mut leased)?;
+                read_payloads(client, &mut leased)?;
                 return Ok(leased);
             }
         }
@@ -414,63 +415,28 @@ fn next(
     Ok(rows)
 }
 
-/// The leased events' payloads, from the archive rows that brought them,
-/// the replay that queued each again, if one did, and the trace context
-/// their requests came with (`trace`).
+/// The leased events' payloads, from the archive rows that brought them.
 /// A statement of its own rather than a join in LEASE: planned with the
 /// ids in hand, it reads only the archive partitions holding them (see
 /// `plans`), where the join would open every partition on each call.
 static PAYLOADS: Statement = Statement {
-    sql: "SELECT l.id, l.payload,
-                 (SELECT i.replay_id FROM webhook.inbox i WHERE i.delivery_id = l.id AND i.consumer = $2),
-                 (SELECT t.traceparent FROM webhook.trace_contexts t WHERE t.delivery_id = l.id)
-            FROM webhook.delivery_log l WHERE l.id = ANY ($1)",
-    arg_types: &[pg_sys::UUIDARRAYOID, pg_sys::TEXTOID],
+    sql: "SELECT id, payload FROM webhook.delivery_log WHERE id = ANY ($1)",
+    arg_types: &[pg_sys::UUIDARRAYOID],
 };
 
-/// PAYLOADS for the tables of the release before replays and trace
-/// context, between installing this library and `ALTER EXTENSION …
-/// UPDATE`.
-static PAYLOADS_BEFORE_REPLAYS: Statement = Statement {
-    sql: "SELECT id, payload, NULL::uuid, NULL::text FROM webhook.delivery_log WHERE id = ANY ($1)",
-    arg_types: &[pg_sys::UUIDARRAYOID, pg_sys::TEXTOID],
-};
-
-/// Whether the installed tables know replays (and trace context, which
-/// came with them).
-static REPLAYS: crate::installed::Column =
-    crate::installed::Column::new("webhook.inbox", "replay_id");
-
-fn read_payloads(
-    client: &mut pgrx::spi::SpiClient<'_>,
-    consumer: &str,
-    leased: &mut [LeasedRow],
-) -> Result<()> {
+fn read_payloads(client: &mut pgrx::spi::SpiClient<'_>, leased: &mut [LeasedRow]) -> Result<()> {
     if leased.is_empty() {
         return Ok(());
     }
     let ids: Vec<pgrx::Uuid> = leased.iter().map(|row| row.7).collect();
-    let statement = match REPLAYS.present(client)? {
-        true => &PAYLOADS,
-        false => &PAYLOADS_BEFORE_REPLAYS,
-    };
-    let mut found = std::collections::HashMap::with_capacity(ids.len());
-    for row in statement.run_pruned(client, &[ids.into(), consumer.into()])? {
+    let mut payloads = std::collections::HashMap::with_capacity(ids.len());
+    for row in PAYLOADS.run_pruned(client, &[ids.into()])? {
         if let Some(id) = row.get::<pgrx::Uuid>(1)? {
-            let archived = (
-                row.get::<RawJsonb>(2)?,
-                row.get::<pgrx::Uuid>(3)?,
-                row.get::<String>(4)?,
-            );
-            found.insert(*id.as_bytes(), archived);
+            payloads.insert(*id.as_bytes(), row.get::<RawJsonb>(2)?);
         }
     }
     for row in leased.iter_mut() {
-        if let Some((payload, replay_id, traceparent)) = found.remove(row.7.as_bytes()) {
-            row.4 = payload;
-            row.10 = replay_id;
-            row.11 = traceparent;
-        }
+        row.4 = payloads.remove(row.7.as_bytes()).flatten();
     }
     Ok(())
 }
@@ -492,8 +458,8 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
         row.get::<pgrx::Uuid>(8)?.ok_or_else(missing)?,
         row.get::<TimestampWithTimeZone>(9)?.ok_or_else(missing)?,
         row.get::<TimestampWithTimeZone>(10)?.ok_or_else(missing)?,
-        None,
-        None,
+        row.get::<pgrx::Uuid>(13)?,
+        row.get::<String>(14)?,
     ))
 }
 
@@ -526,7 +492,26 @@ macro_rules! lease {
             "",
             "",
             "p.verdict",
-            "pg_catalog.clock_timestamp() + $5"
+            "pg_catalog.clock_timestamp() + $5",
+            replay_returning!(),
+            replay_columns!()
+        )
+    };
+    // The tables of the release before replays and trace context, between
+    // installing this library and `ALTER EXTENSION … UPDATE`.
+    ($queues:expr, $type_filter:literal, before_replays) => {
+        lease!(
+            $queues,
+            $type_filter,
+            "",
+            "",
+            "$4",
+            "",
+            "",
+            "p.verdict",
+            "pg_catalog.clock_timestamp() + $5",
+            "",
+            ", NULL::uuid, NULL::text"
         )
     };
     // Steered (see `flow`): providers left out ($13), quotas per provider
@@ -559,11 +544,14 @@ macro_rules! lease {
             ),
             "CASE WHEN p.verdict = 'held' THEN 'ready' ELSE p.verdict END",
             "CASE WHEN p.verdict = 'held' THEN 'infinity'
-                               ELSE pg_catalog.clock_timestamp() + $5 END"
+                               ELSE pg_catalog.clock_timestamp() + $5 END",
+            replay_returning!(),
+            replay_columns!()
         )
     };
     ($queues:expr, $type_filter:literal, $quota:expr, $excluded:literal, $limit:literal,
-     $held:expr, $held_anywhere:expr, $status:literal, $run_at:literal) => {
+     $held:expr, $held_anywhere:expr, $status:literal, $run_at:literal,
+     $returning:expr, $columns:expr) => {
         concat!(
             "WITH RECURSIVE ",
             $queues,
@@ -661,13 +649,32 @@ macro_rules! lease {
                     FROM (SELECT q.*, pg_catalog.row_number() OVER () AS n FROM picked q) p
                    WHERE i.ctid = ANY (ARRAY(SELECT q.row_id FROM picked q)) AND i.ctid = p.row_id
                RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer,
-                         i.delivery_id, i.queued_at, i.run_at, i.status, p.due
+                         i.delivery_id, i.queued_at, i.run_at, i.status, p.due",
+            $returning,
+            "
               )
               SELECT l.claim_id, l.provider, l.event_id, l.event_type, NULL::jsonb, l.attempts, l.consumer,
-                     l.delivery_id, l.queued_at, l.run_at, l.status = 'leased', l.due
+                     l.delivery_id, l.queued_at, l.run_at, l.status = 'leased', l.due",
+            $columns,
+            "
                 FROM leased l
                ORDER BY l.queued_at"
         )
+    };
+}
+
+/// What a leased row adds to LEASE's columns (13, 14): the replay that
+/// queued it again, if one did, read off the row the lease updates, and
+/// the trace context its request came with (`trace`), one key probe.
+macro_rules! replay_returning {
+    () => {
+        ", i.replay_id"
+    };
+}
+macro_rules! replay_columns {
+    () => {
+        ", l.replay_id,
+                     (SELECT t.traceparent FROM webhook.trace_contexts t WHERE t.delivery_id = l.delivery_id)"
     };
 }
 
@@ -740,6 +747,25 @@ static LEASE_EVERY_QUEUE_OF_TYPE: Statement = Statement {
     arg_types: LEASE_ARGUMENTS,
 };
 
+/// LEASE on the tables of the release before replays and trace context
+/// (which also had nothing to steer with).
+static LEASE_ONE_QUEUE_BEFORE_REPLAYS: Statement = Statement {
+    sql: lease!(one_queue!(), "", before_replays),
+    arg_types: LEASE_ARGUMENTS,
+};
+static LEASE_ONE_QUEUE_OF_TYPE_BEFORE_REPLAYS: Statement = Statement {
+    sql: lease!(one_queue!(), "AND i.event_type = $3", before_replays),
+    arg_types: LEASE_ARGUMENTS,
+};
+static LEASE_EVERY_QUEUE_BEFORE_REPLAYS: Statement = Statement {
+    sql: lease!(every_queue!(), "", before_replays),
+    arg_types: LEASE_ARGUMENTS,
+};
+static LEASE_EVERY_QUEUE_OF_TYPE_BEFORE_REPLAYS: Statement = Statement {
+    sql: lease!(every_queue!(), "AND i.event_type = $3", before_replays),
+    arg_types: LEASE_ARGUMENTS,
+};
+
 /// LEASE under a consumer's controls (`flow`).
 static STEERED_LEASE_ONE_QUEUE: Statement = Statement {
     sql: lease!(one_queue!(), "", steered),
@@ -758,19 +784,37 @@ static STEERED_LEASE_EVERY_QUEUE_OF_TYPE: Statement = Statement {
     arg_types: STEERED_LEASE_ARGUMENTS,
 };
 
+/// Whether the installed tables know replays (and trace context, which
+/// came with them).
+static REPLAYS: crate::installed::Column =
+    crate::installed::Column::new("webhook.inbox", "replay_id");
+
 /// The lease statement for a call: of one provider's queue or every
-/// provider's, of one event type or any, steered or not.
-fn lease_statement(provider: bool, event_type: bool, steered: bool) -> &'static Statement {
-    match (provider, event_type, steered) {
-        (true, false, false) => &LEASE_ONE_QUEUE,
-        (true, true, false) => &LEASE_ONE_QUEUE_OF_TYPE,
-        (false, false, false) => &LEASE_EVERY_QUEUE,
-        (false, true, false) => &LEASE_EVERY_QUEUE_OF_TYPE,
+/// provider's, of one event type or any, steered or not; on the tables of
+/// the release before replays until `ALTER EXTENSION … UPDATE` (nothing
+/// can be steered there).
+fn lease_statement(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    provider: bool,
+    event_type: bool,
+    steered: bool,
+) -> Result<&'static Statement> {
+    Ok(match (provider, event_type, steered) {
         (true, false, true) => &STEERED_LEASE_ONE_QUEUE,
         (true, true, true) => &STEERED_LEASE_ONE_QUEUE_OF_TYPE,
         (false, false, true) => &STEERED_LEASE_EVERY_QUEUE,
         (false, true, true) => &STEERED_LEASE_EVERY_QUEUE_OF_TYPE,
-    }
+        _ if !REPLAYS.present(client)? => match (provider, event_type) {
+            (true, false) => &LEASE_ONE_QUEUE_BEFORE_REPLAYS,
+            (true, true) => &LEASE_ONE_QUEUE_OF_TYPE_BEFORE_REPLAYS,
+            (false, false) => &LEASE_EVERY_QUEUE_BEFORE_REPLAYS,
+            (false, true) => &LEASE_EVERY_QUEUE_OF_TYPE_BEFORE_REPLAYS,
+        },
+        (true, false, false) => &LEASE_ONE_QUEUE,
+        (true, true, false) => &LEASE_ONE_QUEUE_OF_TYPE,
+        (false, false, false) => &LEASE_EVERY_QUEUE,
+        (false, true, false) => &LEASE_EVERY_QUEUE_OF_TYPE,
+    })
 }
 
 /// The arguments of LEASE: consumer, provider, event type, batch, lease,
