@@ -139,7 +139,7 @@ fn consumers_standing(
     Ok(match (done, stale, filtered) {
         (Some(true), Some(true), _) => "stale for every consumer".into(),
         (Some(true), _, Some(true)) => "filtered for every consumer".into(),
-        (Some(true), _, _) => "finished by every consumer".into(),
+        (Some(true), _, _) => "processed by every consumer".into(),
         _ => "queued, with no dead consumer (ready or leased)".into(),
     })
 }
