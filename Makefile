@@ -30,7 +30,8 @@ STATE_DIR  ?= /var/tmp/pg_webhook_inbox/pg$(PG_MAJOR)
 # runs on 15 and 18 can share a machine, and none uses `cargo pgrx run`'s
 # 288xx: n is 0 for the client suites, 1 the hardening suites, 2 the
 # benchmark, 3 the examples, 4 the package test, 5 the demo, 6 the
-# observability test (and the three ports 100 above it).
+# observability test (and the three ports 100 above it), 7 the console's
+# browser test (and the four ports 200 above it).
 TEST_PORT_BASE ?= 25000
 port = $(shell expr $(TEST_PORT_BASE) + 10 \* $(PG_MAJOR) + $(1))
 
@@ -47,7 +48,7 @@ HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES),$(basename $(notdir $(wildcard tests/*.rs))))
 
 .PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening figures lint \
-        package package-major package-test examples-test observability-test bench demo clean
+        package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
 
@@ -80,6 +81,7 @@ test:
 	$(MAKE) --no-print-directory test-client
 	$(MAKE) --no-print-directory hardening
 	$(MAKE) --no-print-directory observability-test
+	$(MAKE) --no-print-directory console-test
 	$(MAKE) --no-print-directory package-test
 
 test-in-db: setup
@@ -116,8 +118,9 @@ figures: hardening
 lint: setup
 	@$(CARGO) clippy --version >/dev/null 2>&1 && $(CARGO) fmt --version >/dev/null 2>&1 \
 		|| rustup component add clippy rustfmt
-	$(CARGO) fmt --check
+	$(CARGO) fmt --all --check
 	$(CARGO) clippy --all-targets $(CLIENT_FEATURES) -- -D warnings
+	$(CARGO) clippy -p webhook-console --all-targets -- -D warnings
 	.ci/releases check
 	.ci/releases self-test
 
@@ -148,6 +151,11 @@ observability-test: install
 
 # The example receivers in Python, Node and Rust, end to end, with
 # deliveries signed by the providers' SDKs.
+# The web console in headless chromium, as an operator, a viewer and an
+# application role; screenshots in target/console-screenshots/.
+console-test: install
+	.ci/console-test $(STATE_DIR)/console $(call port,7)
+
 examples-test: install
 	.ci/examples-test $(STATE_DIR)/examples $(call port,3)
 
@@ -162,6 +170,18 @@ demo: install-release
 		examples/demo.sh; \
 	else \
 		.ci/pg-temp run $(STATE_DIR)/demo-pg $(call port,5) -- examples/demo.sh; \
+	fi
+
+# The web console against the database given (PGHOST…, DATABASE_URL), or
+# against the demo's throwaway server, with the demo's event in it:
+# http://127.0.0.1:8480/ until Ctrl-C.
+console: install-release
+	$(CARGO) build --release -p webhook-console
+	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \
+		target/release/webhook-console; \
+	else \
+		.ci/pg-temp run $(STATE_DIR)/demo-pg $(call port,5) -- \
+			sh -c 'examples/demo.sh && exec target/release/webhook-console'; \
 	fi
 
 clean:

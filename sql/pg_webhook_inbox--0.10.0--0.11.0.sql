@@ -650,9 +650,9 @@ $$;
 COMMENT ON FUNCTION @extschema@.webhook_unscope_app(regrole) IS
     'Remove an application role''s scope: it may use every provider and consumer again; false if it had none';
 
--- Grant an operator role the archive, the views and the maintenance
--- functions; never the secrets.
-CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_operator(role regrole)
+-- A read-only role: what an operator sees, no function that changes
+-- anything (the web console's viewers).
+CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_viewer(role regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -672,12 +672,30 @@ BEGIN
         webhook.missed_deliveries, webhook.replays, webhook.replay_items,
         webhook.replay_progress, webhook.trace_contexts, webhook.filters TO %s', role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_providers(),
+        @extschema@.webhook_source_signed(text, text)
+        TO %s', role);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_grant_viewer(regrole) IS
+    'Grant a read-only role SELECT on the archive, the inbox, the watermarks, the idempotency keys, the application roles'' scopes, the metrics, the alerts, the steering tables, the replays, the filters and every view (secret usage by fingerprint included), and webhook_providers(); no function that changes anything, never the secrets';
+
+-- Grant an operator role the archive, the views and the maintenance
+-- functions; never the secrets.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_operator(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- What a viewer sees.
+    PERFORM @extschema@.webhook_grant_viewer(role);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_requeue(text, text, text),
         @extschema@.webhook_requeue_dead(text, text, text, timestamptz, timestamptz, text),
         @extschema@.webhook_purge(interval, integer, integer),
         @extschema@.webhook_create_partitions(integer),
         @extschema@.webhook_reset_watermark(text, text, text),
-        @extschema@.webhook_providers(),
         @extschema@.idempotency_purge(interval),
         @extschema@.webhook_metrics(text),
         @extschema@.webhook_metrics_prometheus(),
@@ -697,8 +715,7 @@ BEGIN
         @extschema@.webhook_replay_pause(uuid),
         @extschema@.webhook_replay_resume(uuid),
         @extschema@.webhook_replay_cancel(uuid),
-        @extschema@.webhook_set_filter(text, text, text[], jsonpath),
-        @extschema@.webhook_source_signed(text, text)
+        @extschema@.webhook_set_filter(text, text, text[], jsonpath)
         TO %s', role);
 END
 $$;
