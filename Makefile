@@ -31,7 +31,7 @@ STATE_DIR  ?= /var/tmp/pg_webhook_inbox/pg$(PG_MAJOR)
 # 288xx: n is 0 for the client suites, 1 the hardening suites, 2 the
 # benchmark, 3 the examples, 4 the package test, 5 the demo, 6 the
 # observability test (and the three ports 100 above it), 7 the console's
-# browser test (and the four ports 200 above it).
+# browser test (and the five ports 200 above it).
 TEST_PORT_BASE ?= 25000
 port = $(shell expr $(TEST_PORT_BASE) + 10 \* $(PG_MAJOR) + $(1))
 

@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 
 BIN = os.environ["CONSOLE_BIN"]
-OPS_PORT, VIEW_PORT, APP_PORT, DRIVER_PORT = (int(p) for p in os.environ["CONSOLE_PORTS"].split(","))
+OPS_PORT, VIEW_PORT, APP_PORT, DRIVER_PORT, AUTH_PORT = (int(p) for p in os.environ["CONSOLE_PORTS"].split(","))
 SHOTS = os.environ["CONSOLE_SCREENSHOTS"]
 DB = "console"
 PWNED = "pwned"
@@ -109,21 +109,25 @@ def seed():
         psql(f"DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN; SELECT webhook_grant_{grant}('{role}')")
 
 
-def start_console(role, port):
+def start_console(role, port, env=None):
     conninfo = f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} dbname={DB} user={role}"
     proc = subprocess.Popen([BIN, "--listen", f"127.0.0.1:{port}", "--database", conninfo],
-                            stderr=subprocess.PIPE, text=True)
-    wait_for(f"http://127.0.0.1:{port}/style.css", proc)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    wait_for(f"http://127.0.0.1:{port}/style.css", proc, ok_codes=(200, 401))
     return proc
 
 
-def wait_for(url, proc=None):
+def wait_for(url, proc=None, ok_codes=(200,)):
     for _ in range(200):
         if proc is not None and proc.poll() is not None:
             raise SystemExit(f"{url}: exited: {proc.stderr.read()}")
         try:
             urllib.request.urlopen(url, timeout=2)
             return
+        except urllib.error.HTTPError as err:
+            if err.code in ok_codes:
+                return
+            raise
         except (urllib.error.URLError, ConnectionError):
             time.sleep(0.1)
     raise SystemExit(f"{url} never answered")
@@ -199,7 +203,9 @@ def check(condition, what):
 def main():
     seed()
     consoles = [start_console("console_ops", OPS_PORT), start_console("console_view", VIEW_PORT),
-                start_console("console_app", APP_PORT)]
+                start_console("console_app", APP_PORT),
+                start_console("console_ops", AUTH_PORT,
+                              {"WEBHOOK_CONSOLE_USER": "oncall", "WEBHOOK_CONSOLE_PASSWORD": "s3cret-pass"})]
     driver = subprocess.Popen(["chromedriver", f"--port={DRIVER_PORT}"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     browser = None
@@ -287,6 +293,26 @@ def main():
         with urllib.request.urlopen(ops + "/", timeout=10) as resp:
             csp = resp.headers.get("Content-Security-Policy", "")
         check("script-src" not in csp and "default-src 'none'" in csp, "pages forbid every script")
+
+        # An alert acknowledged.
+        browser.go(ops + "/alerts")
+        browser.click("form[action='/alerts/acknowledge'] button")
+        check("acknowledged" in browser.text("#notice")
+              and psql("SELECT count(*) FROM webhook.alerts WHERE status = 'acknowledged' "
+                       "AND acknowledged_by = 'console_ops'") == "1",
+              "an alert is acknowledged, as the console's role")
+
+        # Basic authentication, when configured: nothing without it.
+        auth = f"http://127.0.0.1:{AUTH_PORT}/"
+        for credentials, expected in [(None, 401), ("oncall:wrong", 401), ("oncall:s3cret-pass", 200)]:
+            req = urllib.request.Request(auth)
+            if credentials:
+                req.add_header("Authorization", "Basic " + base64.b64encode(credentials.encode()).decode())
+            try:
+                code = urllib.request.urlopen(req, timeout=10).status
+            except urllib.error.HTTPError as err:
+                code = err.code
+            check(code == expected, f"basic authentication: {credentials or 'none'} -> {code}")
 
         # The viewer sees everything but acts on nothing.
         browser.go(view + "/dead")
