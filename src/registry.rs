@@ -61,6 +61,10 @@ macro_rules! watched_tables {
 
 /// How many tables `watched_tables!` names.
 const WATCHED_TABLES: usize = 6;
+/// Where the tables a later release made stand in `watched_tables!`.
+const APP_SCOPES: usize = 2;
+const PAUSES: usize = 3;
+const FILTERS: usize = 5;
 type Watched = [pg_sys::Oid; WATCHED_TABLES];
 const UNKNOWN: Watched = [pg_sys::InvalidOid; WATCHED_TABLES];
 
@@ -323,6 +327,17 @@ fn learn_tables(client: &mut SpiClient<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Whether the watched table at `index`, made by a later release than the
+/// first, is installed. Until `ALTER EXTENSION … UPDATE` brings it, it is
+/// looked for again each time: its creation sends no invalidation this
+/// backend would be watching for.
+fn installed(client: &mut SpiClient<'_>, index: usize) -> Result<bool> {
+    if WATCHED.get()[index] == pg_sys::InvalidOid {
+        learn_tables(client)?;
+    }
+    Ok(WATCHED.get()[index] != pg_sys::InvalidOid)
+}
+
 /// Whether any provider is registered with `fifo`: `webhook_next` takes
 /// FIFO lines' locks only then. Kept like the providers, until the
 /// registry changes.
@@ -378,14 +393,9 @@ pub fn app_scopes(client: &mut SpiClient<'_>) -> Result<Rc<Vec<AppScope>>> {
     if let Some(scopes) = look(&SCOPES, generation, |scopes| scopes.clone()) {
         return Ok(scopes);
     }
-    if WATCHED.get()[2] == pg_sys::InvalidOid {
-        // Until `ALTER EXTENSION … UPDATE` brings the table, nobody is
-        // scoped; looked for again each time, since its creation sends no
-        // invalidation this backend would be watching for.
-        learn_tables(client)?;
-        if WATCHED.get()[2] == pg_sys::InvalidOid {
-            return Ok(Rc::new(Vec::new()));
-        }
+    if !installed(client, APP_SCOPES)? {
+        // Nobody is scoped before the release that made the table.
+        return Ok(Rc::new(Vec::new()));
     }
     let scopes = LOAD_SCOPES
         .run(client, &[])?
@@ -427,13 +437,9 @@ pub fn controls(client: &mut SpiClient<'_>, consumer: &str) -> Result<Option<Rc<
     if let Some(controls) = look(&CONTROLS, generation, |kept| kept.get(consumer).cloned()) {
         return Ok(controls);
     }
-    if WATCHED.get()[3] == pg_sys::InvalidOid {
-        // Until `ALTER EXTENSION … UPDATE` brings the tables, nothing
-        // steers (see `app_scopes`).
-        learn_tables(client)?;
-        if WATCHED.get()[3] == pg_sys::InvalidOid {
-            return Ok(None);
-        }
+    if !installed(client, PAUSES)? {
+        // Nothing steers before the release that made the tables.
+        return Ok(None);
     }
     let Some(row) = LOAD_CONTROLS.run(client, &[consumer.into()])?.next() else {
         return Ok(None);
@@ -471,13 +477,9 @@ pub fn has_filter(client: &mut SpiClient<'_>, name: &str) -> Result<bool> {
     if let Some(filtered) = look(&FILTERED, generation, |kept| kept.clone()) {
         return Ok(filtered.contains(name));
     }
-    if WATCHED.get()[5] == pg_sys::InvalidOid {
-        // Until `ALTER EXTENSION … UPDATE` brings the table, nothing is
-        // filtered (see `app_scopes`).
-        learn_tables(client)?;
-        if WATCHED.get()[5] == pg_sys::InvalidOid {
-            return Ok(false);
-        }
+    if !installed(client, FILTERS)? {
+        // Nothing is filtered before the release that made the table.
+        return Ok(false);
     }
     let Some(row) = LOAD_FILTERED.run(client, &[])?.next() else {
         return Ok(false);

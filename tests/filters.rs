@@ -647,3 +647,50 @@ fn a_redelivery_racing_a_filtered_delivery_waits_for_it_and_a_rolled_back_one_le
         ]
     );
 }
+
+#[test]
+fn a_filtered_inbox_delivery_rolled_back_leaves_nothing_and_its_redelivery_is_filtered_anew() {
+    let db = database(DB);
+    let mut admin = connect(db);
+    admin
+        .batch_execute(&format!(
+            "SELECT webhook_register_provider('fb_stripe', scheme => 'stripe', secret => '{STRIPE_SECRET}',
+                                              inbox => true, consumers => '{{billing,analytics}}');
+             SELECT webhook_set_filter('fb_stripe', event_types => '{{invoice.paid}}');"
+        ))
+        .unwrap();
+    let mut app = app_role(&mut admin, db);
+    let body = stripe_event("evt_fb_1", "charge.refunded", 5);
+    let headers = stripe(&body, now(), STRIPE_SECRET);
+
+    // The handler fails after webhook_receive: its transaction rolls back.
+    let mut tx = app.transaction().unwrap();
+    let row = receive(&mut tx, "fb_stripe", &headers, body.as_bytes()).unwrap();
+    assert_eq!(row.get::<_, String>("status"), "filtered");
+    tx.rollback().unwrap();
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT (SELECT count(*) FROM webhook.events WHERE provider = 'fb_stripe')
+                  + (SELECT count(*) FROM webhook.inbox WHERE provider = 'fb_stripe')
+                  + (SELECT count(*) FROM webhook.deliveries WHERE provider = 'fb_stripe')"
+        ),
+        0,
+        "nothing of it stays"
+    );
+
+    // The provider's retry is judged anew: filtered, kept, never queued.
+    let answer = handle(&mut app, "fb_stripe", &headers, &body);
+    assert_eq!((answer.status.as_str(), answer.http), ("filtered", 200));
+    assert_eq!(
+        inbox_rows(&mut admin, "fb_stripe", "evt_fb_1")
+            .into_iter()
+            .map(|(c, s, _)| (c, s))
+            .collect::<Vec<_>>(),
+        vec![
+            ("analytics".into(), "filtered".into()),
+            ("billing".into(), "filtered".into())
+        ]
+    );
+    assert!(work(&mut admin, "fb_stripe", "billing").is_empty());
+}

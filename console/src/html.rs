@@ -126,6 +126,16 @@ pub fn maybe(value: Option<impl std::fmt::Display>) -> Html {
     }
 }
 
+/// A row of values from the database as cells, each escaped.
+pub fn cells(values: &[Option<String>]) -> Vec<Html> {
+    values.iter().map(|v| maybe(v.as_ref())).collect()
+}
+
+/// Rows of values as a table's rows of cells.
+pub fn grid(rows: &[Vec<Option<String>>]) -> Vec<Vec<Html>> {
+    rows.iter().map(|row| cells(row)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

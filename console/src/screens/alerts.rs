@@ -2,7 +2,7 @@
 //! acknowledged from here (`webhook_alert_acknowledge`).
 
 use super::{form, hidden, param, text, Fields};
-use crate::html::{maybe, Html};
+use crate::html::{cells, Html};
 use crate::page;
 use axum::extract::Query;
 use axum::response::Response;
@@ -40,7 +40,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         ],
         rows.iter()
             .map(|r| {
-                let mut cells: Vec<Html> = r.iter().map(|v| maybe(v.as_ref())).collect();
+                let mut shown = cells(r);
                 let mut action = Html::new();
                 if text(r, 3) == "open" {
                     let mut f = form(&app, "/alerts/acknowledge", "inline");
@@ -48,8 +48,8 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
                     f.raw("<button type=\"submit\">Acknowledge</button></form>");
                     action.push(f);
                 }
-                cells.push(action);
-                cells
+                shown.push(action);
+                shown
             })
             .collect(),
     );

@@ -3,7 +3,7 @@
 //! those matching a filter, each behind a confirmation that says how many.
 
 use super::{field, form, hidden, input, param, text, Fields};
-use crate::html::{maybe, url_encode, Html};
+use crate::html::{cells, url_encode, Html};
 use crate::page;
 use axum::extract::Query;
 use axum::response::Response;
@@ -52,7 +52,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         ],
         rows.iter()
             .map(|r| {
-                let mut cells: Vec<Html> = r.iter().map(|v| maybe(v.as_ref())).collect();
+                let mut shown = cells(r);
                 let mut query = format!(
                     "/dead/confirm?provider={}&event_id={}",
                     url_encode(text(r, 0)),
@@ -63,8 +63,8 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
                 }
                 let mut action = Html::new();
                 action.link(&query, "Requeue…");
-                cells.push(action);
-                cells
+                shown.push(action);
+                shown
             })
             .collect(),
     );

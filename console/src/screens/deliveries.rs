@@ -4,7 +4,7 @@
 //! answers, errors, timing, payload and (redacted) headers.
 
 use super::{field, input, param, text, Fields};
-use crate::html::{cell, maybe, url_encode, Html};
+use crate::html::{cell, cells, grid, maybe, url_encode, Html};
 use crate::page;
 use axum::extract::{Path, Query};
 use axum::response::Response;
@@ -167,26 +167,20 @@ pub async fn detail(state: crate::State, Path(id): Path<String>) -> Result<Respo
                    FROM webhook.events WHERE provider = $1 AND event_id = $2",
                 &[&provider, &event_id],
             )
-            .await;
-        match event {
-            Ok(rows) => {
-                body.raw("<h2>The event</h2>");
-                body.table(
-                    &[
-                        "status",
-                        "attempts",
-                        "requeues",
-                        "first seen",
-                        "processed",
-                        "last error",
-                    ],
-                    rows.iter()
-                        .map(|r| r.iter().map(|v| maybe(v.as_ref())).collect())
-                        .collect(),
-                );
-            }
-            Err(refusal) => return Err(page::refused("the event", refusal)),
-        }
+            .await
+            .map_err(|refusal| page::refused("the event", refusal))?;
+        body.raw("<h2>The event</h2>");
+        body.table(
+            &[
+                "status",
+                "attempts",
+                "requeues",
+                "first seen",
+                "processed",
+                "last error",
+            ],
+            grid(&event),
+        );
         let attempts = session
             .rows(
                 "SELECT id::text, date_trunc('milliseconds', created_at)::text, claim_status::text,
@@ -195,30 +189,27 @@ pub async fn detail(state: crate::State, Path(id): Path<String>) -> Result<Respo
                   ORDER BY created_at, id LIMIT 200",
                 &[&provider, &event_id],
             )
-            .await;
-        match attempts {
-            Ok(rows) => {
-                body.raw("<h2>Every delivery of it</h2>");
-                body.table(
-                    &[
-                        "delivery", "received", "answered", "outcome", "finished", "error",
-                    ],
-                    rows.iter()
-                        .map(|r| {
-                            let mut link = Html::new();
-                            link.link(
-                                &format!("/deliveries/{}", url_encode(text(r, 0))),
-                                text(r, 0),
-                            );
-                            let mut cells = vec![link];
-                            cells.extend(r[1..].iter().map(|v| maybe(v.as_ref())));
-                            cells
-                        })
-                        .collect(),
-                );
-            }
-            Err(refusal) => return Err(page::refused("the event's deliveries", refusal)),
-        }
+            .await
+            .map_err(|refusal| page::refused("the event's deliveries", refusal))?;
+        body.raw("<h2>Every delivery of it</h2>");
+        body.table(
+            &[
+                "delivery", "received", "answered", "outcome", "finished", "error",
+            ],
+            attempts
+                .iter()
+                .map(|r| {
+                    let mut link = Html::new();
+                    link.link(
+                        &format!("/deliveries/{}", url_encode(text(r, 0))),
+                        text(r, 0),
+                    );
+                    let mut shown = vec![link];
+                    shown.extend(cells(&r[1..]));
+                    shown
+                })
+                .collect(),
+        );
         let consumers = session
             .rows(
                 "SELECT i.consumer, i.status::text, i.attempts::text, i.run_at::text, i.processed_at::text,
@@ -229,27 +220,22 @@ pub async fn detail(state: crate::State, Path(id): Path<String>) -> Result<Respo
                    FROM webhook.inbox i WHERE i.provider = $1 AND i.event_id = $2 ORDER BY i.consumer",
                 &[&provider, &event_id],
             )
-            .await;
-        match consumers {
-            Ok(rows) if !rows.is_empty() => {
-                body.raw("<h2>Its inbox consumers</h2>");
-                body.table(
-                    &[
-                        "consumer",
-                        "status",
-                        "attempts",
-                        "due / lease ends",
-                        "processed",
-                        "last error",
-                        "failed attempts",
-                    ],
-                    rows.iter()
-                        .map(|r| r.iter().map(|v| maybe(v.as_ref())).collect())
-                        .collect(),
-                );
-            }
-            Ok(_) => {}
-            Err(refusal) => return Err(page::refused("the event's inbox rows", refusal)),
+            .await
+            .map_err(|refusal| page::refused("the event's inbox rows", refusal))?;
+        if !consumers.is_empty() {
+            body.raw("<h2>Its inbox consumers</h2>");
+            body.table(
+                &[
+                    "consumer",
+                    "status",
+                    "attempts",
+                    "due / lease ends",
+                    "processed",
+                    "last error",
+                    "failed attempts",
+                ],
+                grid(&consumers),
+            );
         }
     }
     body.raw("<h2>Payload</h2><pre id=\"payload\">")

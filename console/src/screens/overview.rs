@@ -5,7 +5,7 @@
 
 use super::{number, text, Fields};
 use crate::charts::{self, Bar};
-use crate::html::{maybe, url_encode, Html};
+use crate::html::{cells, grid, url_encode, Html};
 use crate::page;
 use axum::extract::Query;
 use axum::response::Response;
@@ -71,7 +71,7 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         let mut r = vec![name];
         r.push(charts::bars(&format!("{provider}, last hour"), &hour));
         r.push(charts::bars(&format!("{provider}, last day"), &day));
-        r.extend(row[1..=8].iter().map(|v| maybe(v.as_ref())));
+        r.extend(cells(&row[1..=8]));
         rows.push(r);
     }
     body.table(
@@ -114,10 +114,7 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
             "quarantined",
             "oldest ready",
         ],
-        inbox
-            .iter()
-            .map(|row| row.iter().map(|v| maybe(v.as_ref())).collect())
-            .collect(),
+        grid(&inbox),
     );
 
     let paused = session
@@ -140,10 +137,7 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
             "by",
             "why",
         ],
-        paused
-            .iter()
-            .map(|row| row.iter().map(|v| maybe(v.as_ref())).collect())
-            .collect(),
+        grid(&paused),
     );
 
     let alerts = session
@@ -165,10 +159,7 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
             "message",
             "last seen",
         ],
-        alerts
-            .iter()
-            .map(|row| row.iter().map(|v| maybe(v.as_ref())).collect())
-            .collect(),
+        grid(&alerts),
     );
     let dead = stats.iter().map(|r| number(&r[4])).sum::<i64>();
     body.raw("<p>").text(dead).raw(" dead letters: ");

@@ -4,7 +4,7 @@
 //! resuming a provider's inbox work.
 
 use super::{field, form, hidden, param, text, Fields};
-use crate::html::{maybe, Html};
+use crate::html::{cells, grid, Html};
 use crate::page;
 use axum::extract::Query;
 use axum::response::Response;
@@ -45,7 +45,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         providers
             .iter()
             .map(|r| {
-                let mut cells: Vec<Html> = r[..9].iter().map(|v| maybe(v.as_ref())).collect();
+                let mut shown = cells(&r[..9]);
                 let paused = text(r, 9) == "true";
                 let mut f = form(&app, "/providers/steer", "inline");
                 hidden(&mut f, "provider", text(r, 0));
@@ -53,8 +53,8 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
                 f.raw("<button type=\"submit\">")
                     .raw(if paused { "Resume" } else { "Pause" })
                     .raw("</button></form>");
-                cells.push(f);
-                cells
+                shown.push(f);
+                shown
             })
             .collect(),
     );
@@ -69,10 +69,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
     body.raw("<h2>Secrets, by fingerprint</h2>");
     body.table(
         &["provider", "fingerprint", "added", "retired", "last used"],
-        secrets
-            .iter()
-            .map(|r| r.iter().map(|v| maybe(v.as_ref())).collect())
-            .collect(),
+        grid(&secrets),
     );
     let filters = session
         .rows(
@@ -92,10 +89,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
             "set by",
             "set at",
         ],
-        filters
-            .iter()
-            .map(|r| r.iter().map(|v| maybe(v.as_ref())).collect())
-            .collect(),
+        grid(&filters),
     );
     Ok(page::page(
         "Providers",

@@ -3,7 +3,7 @@
 //! counts and samples what it would queue, then confirmed with a reason.
 
 use super::{field, form, hidden, input, param, text, Fields};
-use crate::html::{maybe, Html};
+use crate::html::{cells, Html};
 use crate::page;
 use axum::extract::Query;
 use axum::response::Response;
@@ -87,7 +87,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         ],
         rows.iter()
             .map(|r| {
-                let mut cells: Vec<Html> = r.iter().map(|v| maybe(v.as_ref())).collect();
+                let mut shown = cells(r);
                 let mut actions = Html::new();
                 let changes: &[(&str, &str)] = match text(r, 6) {
                     "running" => &[("pause", "Pause"), ("cancel", "Cancel")],
@@ -103,8 +103,8 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
                         .raw("</button></form>");
                     actions.push(f);
                 }
-                cells.push(actions);
-                cells
+                shown.push(actions);
+                shown
             })
             .collect(),
     );
