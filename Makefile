@@ -47,7 +47,7 @@ CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES),$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all setup build install install-release test test-in-db test-client sdk-fixtures hardening figures lint \
+.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client sdk-fixtures hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -69,9 +69,19 @@ RELEASED_SCRIPTS := $(filter-out $(wildcard sql/pg_webhook_inbox--*--*.sql),$(RE
 install: setup
 	$(CARGO) pgrx install $(PG_FEATURES) --pg-config $(PG_CONFIG)
 	install -m 644 $(RELEASED_SCRIPTS) "$$($(PG_CONFIG) --sharedir)/extension/"
+	$(MAKE) --no-print-directory install-proxy
 
 install-release: setup
 	$(CARGO) pgrx install --release $(PG_FEATURES) --pg-config $(PG_CONFIG)
+	$(MAKE) --no-print-directory install-proxy
+
+# The companion extension of an intake tier's proxy database
+# (pg_webhook_inbox_proxy, proxy/): SQL only, over the same library.
+install-proxy:
+	sed 's/@CARGO_VERSION@/$(VERSION)/' proxy/pg_webhook_inbox_proxy.control \
+		> "$$($(PG_CONFIG) --sharedir)/extension/pg_webhook_inbox_proxy.control"
+	install -m 644 proxy/pg_webhook_inbox_proxy.sql \
+		"$$($(PG_CONFIG) --sharedir)/extension/pg_webhook_inbox_proxy--$(VERSION).sql"
 
 # One after the other, also under `make -j`: `cargo pgrx test` installs
 # its own test build into the server's library directory, which the later

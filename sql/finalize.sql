@@ -53,6 +53,8 @@ COMMENT ON FUNCTION @extschema@.webhook_verify_detail(text, jsonb, text, text[],
     'webhook_verify_detail for a body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_source_signed(text, text) IS
     'Whether a scheme''s signature covers a registry source (header:<name> or body:<path>, alternatives separated by |): every alternative must be covered';
+COMMENT ON FUNCTION @extschema@.webhook_route_key(text, text, text, jsonb, bytea, text) IS
+    'A delivery''s route key in a tier of databases, from signed material only and without a secret: entity:<key> for an ordered provider, else event:<id> where the scheme signs the id, else signed:<SHA-256 of the signed bytes> (body:<SHA-256 of the body> when nothing signed can be read)';
 COMMENT ON FUNCTION @extschema@.webhook_check_key(text, text) IS
     'Why a key (secret, public key or certificate) cannot verify deliveries under a scheme, or NULL when it can';
 COMMENT ON FUNCTION @extschema@.webhook_schemes() IS

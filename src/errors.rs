@@ -164,6 +164,22 @@ pub enum WebhookError {
         /// What the role's scopes allow, for the detail.
         allowed: String,
     },
+    /// `webhook.slot` and `webhook.slots` do not name one slot of a
+    /// power-of-two number of them.
+    BadSlotSettings {
+        function: &'static str,
+        slot: i32,
+        slots: i32,
+    },
+    /// A delivery whose route key hashes to another slot than the one
+    /// this database holds (`route`): a proxy's cluster map is out of date.
+    Misrouted {
+        function: &'static str,
+        holding: i32,
+        slots: i32,
+        routes_to: i32,
+        key: String,
+    },
     /// An SPI failure: a bug or a broken installation, never the caller's input.
     Internal(String),
 }
@@ -277,6 +293,8 @@ impl WebhookError {
             Self::TooManyEventsInTransaction { .. } => ERRCODE_PROGRAM_LIMIT_EXCEEDED, // 54000
             Self::BadSchemeOption { .. } => ERRCODE_SYNTAX_ERROR,             // 42601
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
+            Self::BadSlotSettings { .. } => ERRCODE_INVALID_PARAMETER_VALUE,  // 22023
+            Self::Misrouted { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
             Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                      // XX000
         }
     }
@@ -293,6 +311,7 @@ impl WebhookError {
             | Self::MalformedSignature { detail, .. }
             | Self::BadSchemeOption { detail, .. } => Some(detail.clone()),
             Self::OutOfScope { allowed, .. } => Some(format!("Its scope allows {allowed}.")),
+            Self::Misrouted { key, .. } => Some(format!("Its route key is {key}.")),
             Self::Fenced {
                 standing: Standing::Lost { detail },
                 ..
@@ -351,6 +370,13 @@ impl WebhookError {
             }
             Self::BadSchemeOption { .. } => Some(
                 "Options are for the generic hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>] and for paypal;webhook_id=<id>; other schemes take none.",
+            ),
+            Self::BadSlotSettings { .. } => Some(
+                "SELECT webhook_set_slot(slot, slots) sets both: slots a power of two, slot below it.",
+            ),
+            Self::Misrouted { .. } => Some(
+                "The proxy's cluster map sends this slot's deliveries elsewhere, or this database was moved: \
+                 check the tier's partitions (docs/scale-out.md). The provider retries the delivery.",
             ),
             Self::MalformedSignature { .. } => Some(
                 "Give the digest as hex or base64, optionally prefixed with the algorithm (\"sha256=...\").",
@@ -469,6 +495,14 @@ impl fmt::Display for WebhookError {
             Self::MalformedSignature { function, arg, .. } => {
                 write!(f, "{function}: argument \"{arg}\" is not a well-formed signature")
             }
+            Self::BadSlotSettings { function, slot, slots } => write!(
+                f,
+                "{function}: settings \"webhook.slot\" ({slot}) and \"webhook.slots\" ({slots}) do not name one slot of a power-of-two number of slots"
+            ),
+            Self::Misrouted { function, holding, slots, routes_to, .. } => write!(
+                f,
+                "{function}: argument \"body\": this database holds slot {holding} of {slots}, and the delivery routes to slot {routes_to}"
+            ),
             Self::Internal(msg) => write!(f, "pg_webhook_inbox internal error: {msg}"),
         }
     }

@@ -67,7 +67,34 @@ pub static IDEMPOTENCY_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(86_40
 /// Largest response body `idempotency_finish` stores for replays, in kB.
 pub static IDEMPOTENCY_MAX_RESPONSE: GucSetting<i32> = GucSetting::<i32>::new(1024);
 
+/// The slot this database holds in a tier of databases (`route`), or -1.
+pub static SLOT: GucSetting<i32> = GucSetting::<i32>::new(-1);
+
+/// How many slots the tier has (a power of two), or 0.
+pub static SLOTS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 pub fn init() {
+    GucRegistry::define_int_guc(
+        c"webhook.slot",
+        c"The slot this database holds in a tier of databases, or -1.",
+        c"Set with webhook_set_slot(slot, slots). Ids made here carry it in their last two bytes, \
+          and webhook_receive refuses (SQLSTATE 55000) a delivery whose route key hashes to another slot.",
+        &SLOT,
+        -1,
+        65_535,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"webhook.slots",
+        c"How many slots the tier of databases this one belongs to has (a power of two), or 0.",
+        c"Set with webhook_set_slot(slot, slots).",
+        &SLOTS,
+        0,
+        65_536,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"webhook.lease_timeout",
         c"Default lease of a webhook claim.",

@@ -13,6 +13,8 @@
 //! * `ordering` — per-entity watermarks: stale events never overwrite
 //!   newer state;
 //! * `requeue` — `webhook_requeue` and `webhook_requeue_dead`, for operators;
+//! * `route` — a delivery's route key and slot in a tier of databases,
+//!   read from signed material only;
 //! * `scopes` — application roles scoped to some providers and consumers;
 //! * `idempotency` — idempotency keys both ways: `webhook_outbound_key` for
 //!   the calls a handler makes, and `idempotency_begin` … `_finish` for
@@ -65,6 +67,7 @@ mod plans;
 mod receive;
 mod registry;
 mod requeue;
+mod route;
 mod schemes;
 mod scopes;
 mod session_claims;
@@ -115,7 +118,8 @@ extension_sql_file!(
     name = "filters",
     requires = ["reconciliation"]
 );
-extension_sql_file!("../sql/roles.sql", name = "roles", requires = ["filters"]);
+extension_sql_file!("../sql/scale.sql", name = "scale", requires = ["filters"]);
+extension_sql_file!("../sql/roles.sql", name = "roles", requires = ["scale"]);
 extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
 
 #[pg_guard]

@@ -55,10 +55,7 @@ pub struct Order {
 /// paths are read, whatever the registry holds: a header is not signed by
 /// every scheme, and an unsigned value must never move a watermark.
 pub fn read(entity_key_from: &str, order_from: &str, body: &serde_json::Value) -> Option<Order> {
-    let entity_key = first_in_body(entity_key_from, body)?;
-    if entity_key.len() > MAX_ENTITY_KEY_BYTES {
-        return None;
-    }
+    let entity_key = entity_key(entity_key_from, body)?;
     let value = order_value(&first_in_body(order_from, body)?)?;
     Some(Order { entity_key, value })
 }
@@ -83,6 +80,12 @@ pub fn of_payload(
         return Ok(None);
     };
     Ok(read(entity_key_from, order_from, &document))
+}
+
+/// An event's entity key, read as `read` reads it: what a tier of
+/// databases routes an ordered provider's deliveries by (`route`).
+pub fn entity_key(entity_key_from: &str, body: &serde_json::Value) -> Option<String> {
+    first_in_body(entity_key_from, body).filter(|key| key.len() <= MAX_ENTITY_KEY_BYTES)
 }
 
 /// The first present `body:` alternative of a registry source.

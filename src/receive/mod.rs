@@ -40,6 +40,7 @@ use answer::Answer;
 use bindings::Binding;
 use pgrx::prelude::*;
 use rejections::{reject, Request};
+pub(crate) use sources::{document, extract};
 
 const FUNCTION: &str = "webhook_receive";
 
@@ -127,6 +128,17 @@ fn flow(
 
     // The request as far as it is read, for archiving a refusal.
     let headers_json = headers.to_json().unwrap_or(serde_json::Value::Null);
+    // In a tier of databases, only the slot the delivery routes to may
+    // hold it: anywhere else its duplicates would not find it.
+    let registration = crate::route::Registration {
+        scheme: &provider.scheme,
+        event_id_from: &provider.event_id_from,
+        entity_key_from: provider
+            .ordering
+            .as_ref()
+            .map(|(entity, _)| entity.as_str()),
+    };
+    crate::route::check(FUNCTION, name, &registration, &headers_json, body, url)?;
     let parsed_headers = Headers::from_json(&headers_json);
     let signature = parsed_headers.as_ref().ok().and_then(|h| {
         provider

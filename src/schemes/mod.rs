@@ -543,15 +543,42 @@ pub fn authenticate(
     match signed.timestamp {
         Some(ts) if ts < now.saturating_sub(tolerance) => verdict(Reason::TimestampTooOld),
         Some(ts) if ts > now.saturating_add(tolerance) => verdict(Reason::TimestampInFuture),
-        _ => Ok(Authentic {
-            signed_at: signed.timestamp,
-            prefix: prefix.clone(),
-            body_signed: signed.body_signed,
-            suffix: signed.suffix.clone(),
-            covered_headers: signed.covered_headers,
+        _ => {
+            let prefix = prefix.clone();
+            Ok(signed.covering_with(scheme, prefix, secret))
+        }
+    }
+}
+
+/// What a delivery's signature covers *if* it is authentic, read without a
+/// secret and without verifying anything: how a database that holds no
+/// secrets (the intake tier's proxy, see `route`) tells signed material
+/// from unsigned. Where a scheme may sign one of several prefixes
+/// (Twilio's URL with and without its default port), the first is taken,
+/// so one request always reads the same. Nothing read here is trusted as
+/// the signer's until a database with the secrets verifies it.
+pub fn claimed(scheme: &Scheme, request: &Request<'_, '_>) -> Result<Authentic, Reason> {
+    let mut signed = scheme.read(request)?;
+    let prefix = std::mem::take(&mut signed.prefixes)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    Ok(signed.covering_with(scheme, prefix, 0))
+}
+
+impl Signed {
+    /// What these signed bytes prove once `prefix` verified under the
+    /// secret at index `secret`.
+    fn covering_with(self, scheme: &Scheme, prefix: Vec<u8>, secret: usize) -> Authentic {
+        Authentic {
+            signed_at: self.timestamp,
+            prefix,
+            body_signed: self.body_signed,
+            suffix: self.suffix,
+            covered_headers: self.covered_headers,
             covers: scheme.entry().covers,
             secret,
-        }),
+        }
     }
 }
 
