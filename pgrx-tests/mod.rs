@@ -13,6 +13,7 @@ mod operations_tests;
 mod ordering_tests;
 mod out_of_date_tests;
 mod receive_tests;
+mod route_tests;
 mod release_tests;
 mod roles_tests;
 mod schema_tests;
