@@ -45,7 +45,9 @@ CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 # provider: they run in `hardening`, on a server of their own. Every other
 # file in tests/ is a client suite.
 HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
-CLIENT_SUITES := $(filter-out $(HARDENING_SUITES),$(basename $(notdir $(wildcard tests/*.rs))))
+# tests/scale_*.rs need a tier of servers: `make scale-test` starts them.
+SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES),$(basename $(notdir $(wildcard tests/*.rs))))
 
 .PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client sdk-fixtures hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
@@ -92,6 +94,7 @@ test:
 	$(MAKE) --no-print-directory hardening
 	$(MAKE) --no-print-directory observability-test
 	$(MAKE) --no-print-directory console-test
+	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory scale-test)
 	$(MAKE) --no-print-directory package-test
 
 test-in-db: setup
@@ -165,6 +168,11 @@ observability-test: install
 # application role; screenshots in target/console-screenshots/.
 console-test: install
 	.ci/console-test $(STATE_DIR)/console $(call port,7)
+
+# The intake tier (PL/Proxy, PostgreSQL 15 only): seven servers at
+# TEST_PORT_BASE + 500 + 10 × major and the six ports above it.
+scale-test: install
+	.ci/scale-test $(STATE_DIR)/scale $(call port,500)
 
 examples-test: install
 	.ci/examples-test $(STATE_DIR)/examples $(call port,3)

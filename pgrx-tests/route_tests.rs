@@ -92,7 +92,11 @@ mod tests {
 
     /// The headers a sender may set without the secret: the registry's
     /// header sources the scheme's signature never covers.
-    fn with_fresh_unsigned_ids(sender: &Sender, delivery: &Delivery, event_id_from: &str) -> Delivery {
+    fn with_fresh_unsigned_ids(
+        sender: &Sender,
+        delivery: &Delivery,
+        event_id_from: &str,
+    ) -> Delivery {
         let mut replay = delivery.clone();
         let object = replay.headers.as_object_mut().unwrap();
         for source in event_id_from.split('|').chain(["header:X-Event-Type"]) {
@@ -159,7 +163,9 @@ mod tests {
             for (change, replay) in &replays {
                 let replayed_key = route_key(&sender, &event_id_from, replay);
                 if replayed_key != key {
-                    failures.push(format!("{provider}: {change} routes by {replayed_key}, not {key}"));
+                    failures.push(format!(
+                        "{provider}: {change} routes by {replayed_key}, not {key}"
+                    ));
                 }
             }
 
@@ -167,7 +173,9 @@ mod tests {
             // refuses it before writing anything.
             hold((slot + 1) % SLOTS);
             let refused = error_of(&receive_sql(&provider, &genuine));
-            if !refused.starts_with("55000: ") || !refused.contains(&format!("routes to slot {slot}")) {
+            if !refused.starts_with("55000: ")
+                || !refused.contains(&format!("routes to slot {slot}"))
+            {
                 failures.push(format!("{provider}: another slot answered {refused}"));
             }
             if events(&provider) != 0 {
@@ -204,8 +212,12 @@ mod tests {
                     ],
                 );
                 let answer = answer.ok().flatten().unwrap_or_else(|| "an error".into());
-                if matches!(answer.as_str(), "claimed" | "queued" | "retry") || events(&provider) != 1 {
-                    failures.push(format!("{provider}: {change} was answered {answer} in its slot"));
+                if matches!(answer.as_str(), "claimed" | "queued" | "retry")
+                    || events(&provider) != 1
+                {
+                    failures.push(format!(
+                        "{provider}: {change} was answered {answer} in its slot"
+                    ));
                 }
             }
             Spi::run("RESET webhook.slot; RESET webhook.slots").unwrap();
@@ -250,7 +262,10 @@ mod tests {
         .unwrap()
         .unwrap();
         use sha2::Digest;
-        assert_eq!(key, format!("body:{}", hex::encode(sha2::Sha256::digest(body))));
+        assert_eq!(
+            key,
+            format!("body:{}", hex::encode(sha2::Sha256::digest(body)))
+        );
     }
 
     #[pg_test]

@@ -215,12 +215,15 @@ $$;
 
 -- Which database PL/Proxy sends a slot's calls to, and what it says it
 -- holds: for operators checking the cluster map.
-CREATE FUNCTION webhook_proxy.slot_database(which integer) RETURNS TABLE (database text, slot integer, slots integer)
+CREATE FUNCTION webhook_proxy.slot_database(which integer)
+RETURNS TABLE (server text, database text, slot integer, slots integer)
 LANGUAGE plproxy
 AS $$
     CLUSTER 'webhook_tier';
     RUN ON which;
-    SELECT pg_catalog.current_database()::text AS database,
+    SELECT coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), 'local') || ':'
+               || pg_catalog.current_setting('port') AS server,
+           pg_catalog.current_database()::text AS database,
            pg_catalog.current_setting('webhook.slot')::integer AS slot,
            pg_catalog.current_setting('webhook.slots')::integer AS slots;
 $$;
