@@ -4,7 +4,8 @@
 #                is set) and replay a signed webhook against it
 #   make test    every test: in-database (#[pg_test]) and client-side
 #                suites over real connections, upgrades, dump and restore,
-#                hardening, the release package
+#                hardening, the console, the intake tier on seven servers
+#                (PostgreSQL 15), the release package
 #   make lint    cargo fmt --check and clippy, warnings as errors
 #   make figures the hardening figures, written into docs/hardening.md
 #   make package release artifacts for every supported major

@@ -311,6 +311,26 @@ for cell in ("capped", "rated"):
         steer_limit_lines.append(f"| {r[5]} | {fmt(num(r[3]))} | {r[6]} |")
 steer_table = "\n".join(steer_lines) + "\n\nUnder a limit (4 workers asking for 10 each):\n\n" + "\n".join(steer_limit_lines)
 
+# tier.tsv: cell (plain, slot, proxy), round, deliveries per second,
+# deliveries, WAL bytes per delivery; tier-storage.tsv: events, archive and
+# all bytes per event in the slot.
+tier_runs = rows("tier.tsv")
+tier_med = {c: statistics.median([num(r[2]) for r in tier_runs if r[0] == c] or [0]) for c in ("plain", "slot", "proxy")}
+tier_wal = statistics.median([num(r[4]) for r in tier_runs if r[0] == "plain"] or [0])
+tier_storage = (rows("tier-storage.tsv") or [["0", "0", "0"]])[0]
+tier_table = ""
+if tier_med["slot"]:
+    tier_table = (
+        "| | deliveries/s (median) | ÷ its slot called directly |\n|---|---:|---:|\n"
+        f"| a database of its own | {fmt(tier_med['plain'])} | |\n"
+        f"| a slot's database, called directly (its route check included) | {fmt(tier_med['slot'])} | |\n"
+        f"| through the proxy, to that slot | {fmt(tier_med['proxy'])} | {tier_med['proxy'] / tier_med['slot']:.2f} |\n\n"
+        f"A slot writes **{num(tier_wal) / 1000:.1f} kB of WAL** per delivery and holds "
+        f"**{num(tier_storage[2]) / 1000:.1f} kB** per event: the archive {num(tier_storage[1]) / 1000:.1f} kB of it "
+        f"(purgeable by day), the rest (event state, queue row, signature binding, their indexes) "
+        f"{(num(tier_storage[2]) - num(tier_storage[1])) / 1000:.1f} kB, of which the dedup row stays for good."
+    )
+
 pg_version = subprocess.run(["psql", "-X", "-At", "-c", "SHOW server_version"], capture_output=True, text=True).stdout.strip()
 settings = subprocess.run(
     ["psql", "-X", "-At", "-c",
@@ -335,6 +355,8 @@ print()
 print(metrics_table)
 print()
 print(steer_table)
+print()
+print(tier_table)
 
 if os.path.exists(doc):
     with open(doc) as f:
@@ -355,11 +377,24 @@ if os.path.exists(doc):
         f"and `webhook_alerts_evaluate()` every minute; lock waits over 10 ms logged):\n\n{metrics_table}\n\n"
         f"**What steering costs** (bench/steer: synchronous_commit off, medians of "
         f"{os.environ.get('BENCH_STEER_ROUNDS', '6')} interleaved rounds, this build's library and the one before "
-        f"steering swapped between runs; nothing paused or limited):\n\n{steer_table}\n"
+        f"steering swapped between runs; nothing paused or limited):\n\n{steer_table}\n\n"
+        f"**The intake tier's proxy** (bench/tier: synchronous_commit off, 4 clients, a new signed Stripe "
+        f"delivery per call; see [scale-out.md](scale-out.md)):\n\n{tier_table}\n"
         "<!-- figures:end -->"
     )
     start, end = text.find("<!-- figures:start -->"), text.find("<!-- figures:end -->")
     if start >= 0 and end >= 0:
         text = text[:start] + block + text[end + len("<!-- figures:end -->"):]
         with open(doc, "w") as f:
+            f.write(text)
+
+# The capacity model's inputs, in the scale-out guide.
+scale_doc = os.path.join(os.path.dirname(doc), "scale-out.md")
+if tier_table and os.path.exists(scale_doc):
+    with open(scale_doc) as f:
+        text = f.read()
+    start, end = text.find("<!-- tier:start -->"), text.find("<!-- tier:end -->")
+    if start >= 0 and end >= 0:
+        text = text[:start] + "<!-- tier:start -->\n" + tier_table + "\n" + text[end:]
+        with open(scale_doc, "w") as f:
             f.write(text)
