@@ -43,22 +43,6 @@ mod tests {
         .expect("webhook_receive answers")
     }
 
-    fn register(provider: &str, sender: &Sender) {
-        let registration = sender.registration();
-        Spi::run_with_args(
-            "SELECT webhook_register_provider($1, secret => $2, scheme => $3,
-                     event_id_from => $4, event_type_from => $5)",
-            &[
-                provider.into(),
-                registration.secret.as_str().into(),
-                registration.scheme.as_str().into(),
-                registration.event_id_from.into(),
-                registration.event_type_from.into(),
-            ],
-        )
-        .expect("the scheme registers");
-    }
-
     fn events(provider: &str) -> i64 {
         Spi::get_one_with_args::<i64>(
             "SELECT count(DISTINCT event_id) FROM (
@@ -204,7 +188,7 @@ mod tests {
                     sender.name(),
                     if inbox { "inbox" } else { "claim" }
                 );
-                register(&provider, &sender);
+                crate::in_db_tests::register_sender(&provider, &sender);
                 let now = now_unix();
                 let genuine = sender.deliver("evt-genuine", "thing.created", now);
                 let first = receive(&provider, &genuine, inbox);
@@ -277,7 +261,7 @@ mod tests {
         let mut failures = Vec::new();
         for sender in Sender::all() {
             let provider = format!("r-{}", sender.name());
-            register(&provider, &sender);
+            crate::in_db_tests::register_sender(&provider, &sender);
             let genuine = sender.deliver("evt-failed", "thing.created", now_unix());
             let id = Spi::get_one_with_args::<pgrx::Uuid>(
                 "SELECT id FROM webhook_receive($1, $2::jsonb, $3, inbox => false, url => $4)",
@@ -374,7 +358,7 @@ mod tests {
     #[pg_test]
     fn a_binding_made_before_bodies_were_bound_takes_the_next_body() {
         let sender = Sender::of("twilio");
-        register("m-twilio-old", &sender);
+        crate::in_db_tests::register_sender("m-twilio-old", &sender);
         let now = now_unix();
         let genuine = sender.deliver("evt-old", "delivered", now);
         assert_eq!(receive("m-twilio-old", &genuine, true).status, "queued");

@@ -104,6 +104,24 @@ pub fn error_of(sql: &str) -> String {
         .unwrap_or_else(|| panic!("expected an error from: {sql}"))
 }
 
+/// Register `provider` as the scheme coverage's sender of one scheme
+/// signs for (its scheme, secret and, where the scheme has none, sources).
+pub fn register_sender(provider: &str, sender: &crate::schemes::genuine::Sender) {
+    let registration = sender.registration();
+    Spi::run_with_args(
+        "SELECT webhook_register_provider($1, secret => $2, scheme => $3,
+                 event_id_from => $4, event_type_from => $5)",
+        &[
+            provider.into(),
+            registration.secret.as_str().into(),
+            registration.scheme.as_str().into(),
+            registration.event_id_from.into(),
+            registration.event_type_from.into(),
+        ],
+    )
+    .expect("the scheme registers");
+}
+
 /// Assert that `sql` fails with `sqlstate` and a message containing `needle`.
 pub fn assert_error(sql: &str, sqlstate: &str, needle: &str) {
     let err = error_of(sql);

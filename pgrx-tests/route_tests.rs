@@ -16,20 +16,9 @@ mod tests {
 
     const SLOTS: i32 = 8;
 
+    /// Registers the provider; its event id source as registered.
     fn register(provider: &str, sender: &Sender) -> String {
-        let registration = sender.registration();
-        Spi::run_with_args(
-            "SELECT webhook_register_provider($1, secret => $2, scheme => $3,
-                     event_id_from => $4, event_type_from => $5)",
-            &[
-                provider.into(),
-                registration.secret.as_str().into(),
-                registration.scheme.as_str().into(),
-                registration.event_id_from.into(),
-                registration.event_type_from.into(),
-            ],
-        )
-        .expect("the scheme registers");
+        crate::in_db_tests::register_sender(provider, sender);
         Spi::get_one_with_args::<String>(
             "SELECT event_id_from FROM webhook.providers WHERE name = $1",
             &[provider.into()],

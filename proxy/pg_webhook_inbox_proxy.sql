@@ -54,6 +54,13 @@ CREATE TYPE webhook_proxy.receive_result AS (
     response_type     text
 );
 
+-- A row of webhook_next, as the slots return it.
+CREATE TYPE webhook_proxy.leased AS (
+    id uuid, provider text, event_id text, event_type text, payload jsonb, attempts integer,
+    consumer text, delivery_id uuid, queued_at timestamptz, lease_expires_at timestamptz,
+    replay_id uuid, traceparent text
+);
+
 -- webhook.provider_summary as the slots return it.
 CREATE TYPE webhook_proxy.provider_summary AS (
     name text, scheme text, tolerance interval, event_id_from text, event_type_from text,
@@ -77,20 +84,35 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN ('x' || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
             pg_catalog.convert_to(provider || E'\n' || route_key, 'UTF8')), 'hex'), 8))::bit(32)::integer;
 
--- A delivery's hash. A provider the proxy does not know routes by its
--- body's digest, so its refusal is archived in one place.
-CREATE FUNCTION webhook_proxy.delivery_hash(provider text, headers jsonb, body bytea, url text)
+-- A delivery's hash, where PL/Proxy sends it. A provider the proxy does
+-- not know routes by its body's digest, so its refusal is archived in one
+-- place. complete_on_commit cannot cross the tier: the slot commits the
+-- claim before the proxy's call returns. PL/pgSQL, whose plans last the
+-- session: PL/Proxy evaluates RUN ON anew for every call, and a SQL
+-- function would plan its body each time.
+CREATE FUNCTION webhook_proxy.delivery_hash(provider text, headers jsonb, body bytea, url text,
+                                            complete_on_commit boolean)
 RETURNS integer
-LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+LANGUAGE plpgsql STABLE SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT webhook_proxy.route_hash(delivery_hash.provider, coalesce(
-               (SELECT webhook_proxy.route_key(p.scheme, p.event_id_from, p.entity_key_from,
-                                               delivery_hash.headers, delivery_hash.body, delivery_hash.url)
-                  FROM webhook_proxy.providers p
-                 WHERE p.name = pg_catalog.lower(delivery_hash.provider)),
-               'body:' || pg_catalog.encode(pg_catalog.sha256(delivery_hash.body), 'hex')));
+AS $$
+DECLARE
+    registered webhook_proxy.providers;
+BEGIN
+    IF complete_on_commit THEN
+        RAISE EXCEPTION 'webhook_receive: argument "complete_on_commit" cannot be kept through an intake tier'
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'The slot database commits the claim before this call returns, not with this transaction.',
+                  HINT = 'Queue through the tier and claim with complete_on_commit in the application''s own database (docs/scale-out.md).';
+    END IF;
+    SELECT * INTO registered FROM webhook_proxy.providers p WHERE p.name = lower(delivery_hash.provider);
+    RETURN webhook_proxy.route_hash(delivery_hash.provider, CASE
+        WHEN registered.name IS NULL THEN 'body:' || encode(sha256(body), 'hex')
+        ELSE webhook_proxy.route_key(registered.scheme, registered.event_id_from, registered.entity_key_from,
+                                     headers, body, url)
+    END);
 END;
+$$;
 
 -- As webhook_slot_of on a slot: PL/Proxy masks it to the slot count.
 CREATE FUNCTION webhook_proxy.id_hash(id uuid) RETURNS integer
@@ -101,18 +123,7 @@ RETURN (pg_catalog.get_byte(pg_catalog.uuid_send(id), 14) << 8)
 ---------------------------------------------------------------------------
 -- Intake.
 
-CREATE FUNCTION webhook_proxy.receive(provider text, headers jsonb, body bytea, lease interval,
-                                      inbox boolean, url text, traceparent text)
-RETURNS webhook_proxy.receive_result
-LANGUAGE plproxy
-AS $$
-    CLUSTER 'webhook_tier';
-    RUN ON webhook_proxy.delivery_hash(provider, headers, body, url);
-    SELECT * FROM webhook_receive(provider, headers, body, lease, inbox, url, false, traceparent);
-$$;
-
--- webhook_receive as a slot declares it. complete_on_commit cannot be
--- kept: the slot commits the claim before this call returns.
+-- webhook_receive as a slot declares it, on the delivery's slot.
 CREATE FUNCTION @extschema@.webhook_receive(
     provider           text,
     headers            jsonb,
@@ -123,18 +134,11 @@ CREATE FUNCTION @extschema@.webhook_receive(
     complete_on_commit boolean  DEFAULT false,
     traceparent        text     DEFAULT NULL
 ) RETURNS webhook_proxy.receive_result
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
+LANGUAGE plproxy
 AS $$
-BEGIN
-    IF complete_on_commit THEN
-        RAISE EXCEPTION 'webhook_receive: argument "complete_on_commit" cannot be kept through an intake tier'
-            USING ERRCODE = 'feature_not_supported',
-                  DETAIL = 'The slot database commits the claim before this call returns, not with this transaction.',
-                  HINT = 'Queue through the tier and claim with complete_on_commit in the application''s own database (docs/scale-out.md).';
-    END IF;
-    RETURN webhook_proxy.receive(provider, headers, body, lease, inbox, url, traceparent);
-END;
+    CLUSTER 'webhook_tier';
+    RUN ON webhook_proxy.delivery_hash(provider, headers, body, url, complete_on_commit);
+    SELECT * FROM webhook_receive(provider, headers, body, lease, inbox, url, false, traceparent);
 $$;
 
 CREATE FUNCTION @extschema@.webhook_receive(
@@ -163,9 +167,7 @@ CREATE FUNCTION @extschema@.webhook_next(
     provider   text     DEFAULT NULL,
     event_type text     DEFAULT NULL,
     lease      interval DEFAULT NULL
-) RETURNS TABLE (id uuid, provider text, event_id text, event_type text, payload jsonb, attempts integer,
-                 consumer text, delivery_id uuid, queued_at timestamptz, lease_expires_at timestamptz,
-                 replay_id uuid, traceparent text)
+) RETURNS SETOF webhook_proxy.leased
 LANGUAGE plproxy
 AS $$
     CLUSTER 'webhook_tier';
@@ -181,9 +183,7 @@ CREATE FUNCTION @extschema@.webhook_next_on(
     provider   text     DEFAULT NULL,
     event_type text     DEFAULT NULL,
     lease      interval DEFAULT NULL
-) RETURNS TABLE (id uuid, provider text, event_id text, event_type text, payload jsonb, attempts integer,
-                 consumer text, delivery_id uuid, queued_at timestamptz, lease_expires_at timestamptz,
-                 replay_id uuid, traceparent text)
+) RETURNS SETOF webhook_proxy.leased
 LANGUAGE plproxy
 AS $$
     CLUSTER 'webhook_tier';
@@ -381,8 +381,7 @@ BEGIN
         @extschema@.webhook_complete(uuid, jsonb),
         @extschema@.webhook_fail(uuid, text, interval, boolean),
         @extschema@.webhook_extend(uuid, interval),
-        webhook_proxy.receive(text, jsonb, bytea, interval, boolean, text, text),
-        webhook_proxy.delivery_hash(text, jsonb, bytea, text),
+        webhook_proxy.delivery_hash(text, jsonb, bytea, text, boolean),
         webhook_proxy.route_hash(text, text),
         webhook_proxy.id_hash(uuid)
         TO %s$grant$, role);

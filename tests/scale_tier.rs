@@ -385,6 +385,28 @@ fn python() -> String {
     std::env::var("TIER_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// examples/python/tier_apply_worker.py against the tier and the shop,
+/// until it finds nothing 25 polls in a row; `crash_after`: it dies right
+/// after that many application commits, before completing the lease.
+fn apply_worker(env: &[(&str, &str)], crash_after: Option<usize>) -> std::process::Child {
+    let mut cmd = std::process::Command::new(python());
+    cmd.arg("examples/python/tier_apply_worker.py")
+        .env(
+            "TIER_URL",
+            format!("postgresql://app@127.0.0.1:{}/tier", Server::Proxy.port()),
+        )
+        .env(
+            "APP_URL",
+            format!("postgresql://app@127.0.0.1:{}/shop", Server::App.port()),
+        )
+        .env("TIER_EXIT_WHEN_IDLE", "25")
+        .envs(env.iter().copied());
+    if let Some(n) = crash_after {
+        cmd.env("TIER_CRASH_AFTER_APPLY", n.to_string());
+    }
+    cmd.spawn().unwrap()
+}
+
 // ---------------------------------------------------------------------------
 // Workers written in Rust: lease through the proxy slot by slot, complete
 // through the proxy, and count the completions that were accepted.
@@ -846,24 +868,8 @@ fn apply_is_exactly_once_when_workers_die_between_the_two_commits() {
             "queued"
         );
     }
-    let spawn = |crash_after: Option<usize>| {
-        let mut cmd = std::process::Command::new(python());
-        cmd.arg("examples/python/tier_apply_worker.py")
-            .env(
-                "TIER_URL",
-                format!("postgresql://app@127.0.0.1:{}/tier", Server::Proxy.port()),
-            )
-            .env(
-                "APP_URL",
-                format!("postgresql://app@127.0.0.1:{}/shop", Server::App.port()),
-            )
-            .env("TIER_LEASE", "2 seconds")
-            .env("TIER_EXIT_WHEN_IDLE", "25");
-        if let Some(n) = crash_after {
-            cmd.env("TIER_CRASH_AFTER_APPLY", n.to_string());
-        }
-        cmd.spawn().unwrap()
-    };
+    let spawn =
+        |crash_after: Option<usize>| apply_worker(&[("TIER_LEASE", "2 seconds")], crash_after);
     // Workers that die after their 7th to 30th application commit, until
     // twenty of them have died that way.
     let mut crashes = 0;
@@ -953,21 +959,7 @@ fn every_entity_ends_in_its_newest_state_across_slots() {
         .chunks(deliveries.len() / 2 + 1)
         .map(|c| c.to_vec())
         .collect();
-    let spawn_worker = || {
-        std::process::Command::new(python())
-            .arg("examples/python/tier_apply_worker.py")
-            .env(
-                "TIER_URL",
-                format!("postgresql://app@127.0.0.1:{}/tier", Server::Proxy.port()),
-            )
-            .env(
-                "APP_URL",
-                format!("postgresql://app@127.0.0.1:{}/shop", Server::App.port()),
-            )
-            .env("TIER_EXIT_WHEN_IDLE", "25")
-            .spawn()
-            .unwrap()
-    };
+    let spawn_worker = || apply_worker(&[], None);
     let mut workers: Vec<_> = (0..2).map(|_| spawn_worker()).collect();
     let senders: Vec<_> = halves
         .into_iter()
