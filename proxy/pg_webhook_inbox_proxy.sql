@@ -340,6 +340,38 @@ AS $$
     RUN ON ALL;
 $$;
 
+-- Limits hold per slot: a cap of 8 leases is 8 in each slot, a rate of
+-- 100 a second is 100 in each.
+CREATE FUNCTION @extschema@.webhook_set_limit(consumer text, provider text DEFAULT NULL,
+                                              max_leases integer DEFAULT NULL,
+                                              rate double precision DEFAULT NULL,
+                                              burst integer DEFAULT NULL,
+                                              breaker_failures integer DEFAULT NULL,
+                                              breaker_cooldown interval DEFAULT NULL) RETURNS SETOF void
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'webhook_tier';
+    RUN ON ALL;
+$$;
+
+-- An entity lives in one slot (its route key is its entity key): its
+-- quarantine and release go there.
+CREATE FUNCTION @extschema@.webhook_quarantine(provider text, entity_key text, consumer text DEFAULT NULL,
+                                               reason text DEFAULT NULL) RETURNS bigint
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'webhook_tier';
+    RUN ON webhook_proxy.route_hash(provider, 'entity:' || entity_key);
+$$;
+
+CREATE FUNCTION @extschema@.webhook_release(provider text, entity_key text, consumer text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'webhook_tier';
+    RUN ON webhook_proxy.route_hash(provider, 'entity:' || entity_key);
+$$;
+
 ---------------------------------------------------------------------------
 -- Privileges: nothing for PUBLIC; an application role gets the intake,
 -- the workers' and the finishing calls; the registry stays the DBA's.
@@ -360,7 +392,10 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.webhook_retire_secret(text, text, boolean),
     @extschema@.webhook_set_filter(text, text, text[], jsonpath),
     @extschema@.webhook_pause(text, text, text),
-    @extschema@.webhook_resume(text, text)
+    @extschema@.webhook_resume(text, text),
+    @extschema@.webhook_set_limit(text, text, integer, double precision, integer, integer, interval),
+    @extschema@.webhook_quarantine(text, text, text, text),
+    @extschema@.webhook_release(text, text, text)
 FROM PUBLIC;
 
 -- An application role of the tier: it may call the intake, workers' and

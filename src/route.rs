@@ -202,6 +202,73 @@ fn route_key(
 mod tests {
     use super::*;
 
+    /// A genuine delivery of every scheme in the catalog (and, where the
+    /// scheme has an ordering preset, of an ordered provider of it), with
+    /// its route key and slot among 8 as this library computes them. Each
+    /// routes by signed material. With `ROUTE_VECTORS` set, written there
+    /// as JSON lines: the tier's test (.ci/scale-test) sends them through a
+    /// real proxy and holds it, SQL and the examples to these slots.
+    #[test]
+    fn route_vectors_of_every_scheme() {
+        use crate::schemes::genuine::Sender;
+        let mut lines = Vec::new();
+        for sender in Sender::all() {
+            let registration = sender.registration();
+            let scheme = Scheme::parse("t", "scheme", &registration.scheme).unwrap();
+            let event_id_from = registration
+                .event_id_from
+                .or(sender.entry.event_id_from)
+                .expect("every scheme's sender has an event id source");
+            let delivery = sender.deliver("evt-vector", "thing.created", schemes::now_unix());
+            let orderings = [(false, None), (true, sender.entry.entity_key_from)];
+            for (ordered, entity_key_from) in orderings {
+                if ordered && entity_key_from.is_none() {
+                    continue;
+                }
+                let route = Registration {
+                    scheme: &scheme,
+                    event_id_from,
+                    entity_key_from,
+                };
+                let key = key(&route, &delivery.headers, &delivery.body, delivery.url).text();
+                // An ordered provider routes by entity, unless its scheme
+                // does not vouch for the body (PayPal, Twilio, Mailgun):
+                // another body under the same signature must meet the
+                // first one's binding, so those route by the signed bytes.
+                let kind = key.split(':').next().unwrap();
+                let by_entity = ordered && sender.entry.covers.body.vouches();
+                assert!(
+                    if by_entity {
+                        kind == "entity"
+                    } else {
+                        kind == "event" || kind == "signed"
+                    },
+                    "{}: {key}",
+                    sender.name()
+                );
+                let provider = format!("{}-{}", if ordered { "o" } else { "r" }, sender.name());
+                lines.push(serde_json::json!({
+                    "provider": provider,
+                    "scheme": registration.scheme,
+                    "secret": registration.secret,
+                    "event_id_from": event_id_from,
+                    "event_type_from": registration.event_type_from,
+                    "ordered": ordered,
+                    "headers": delivery.headers,
+                    "body": hex::encode(&delivery.body),
+                    "url": delivery.url,
+                    "route_key": key,
+                    "slot": slot(hash(&provider, &key), 8),
+                }));
+            }
+        }
+        assert!(lines.len() > schemes::catalog::CATALOG.len());
+        if let Ok(path) = std::env::var("ROUTE_VECTORS") {
+            let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            std::fs::write(&path, text).expect("write the route vectors");
+        }
+    }
+
     #[test]
     fn hash_is_the_first_four_bytes_big_endian() {
         // printf 'stripe\nevent:evt_1' | sha256sum begins with 3fe75dc3.

@@ -613,6 +613,134 @@ fn routing_is_one_function_in_sql_the_examples_and_the_proxy() {
     }
 }
 
+/// Every scheme of the catalog (genuine deliveries written by the
+/// library's own test, `route::tests`, with the slots it computed): each
+/// provider registered through the proxy, each delivery sent through it.
+/// Where the proxy put it, the library's slot, SQL's and the examples' are
+/// one, and the slot took it (it did not refuse it as misrouted).
+#[test]
+fn every_scheme_lands_where_its_vector_says() {
+    let _serial = serial();
+    tier();
+    let path = std::env::var("TIER_ROUTE_VECTORS")
+        .expect("TIER_ROUTE_VECTORS: run through .ci/scale-test");
+    let vectors: Vec<serde_json::Value> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(vectors.len() > 21, "{} vectors", vectors.len());
+    let text = |v: &serde_json::Value, k: &str| v[k].as_str().map(str::to_string);
+    let mut admin = Server::Proxy.connect("tier");
+    let mut proxy = proxy_as_app().unwrap();
+    let mut shop = Server::App.connect("shop");
+    let mut input = String::new();
+    let mut expected = Vec::new();
+    for v in &vectors {
+        let provider = text(v, "provider").unwrap();
+        let ordered = v["ordered"].as_bool().unwrap();
+        admin
+            .query(
+                "SELECT * FROM webhook_register_provider($1, secret => $2, scheme => $3, event_id_from => $4,
+                         event_type_from => $5, ordering => $6)",
+                &[&provider, &text(v, "secret"), &text(v, "scheme"), &text(v, "event_id_from"),
+                  &text(v, "event_type_from"), &ordered.then_some(true)],
+            )
+            .unwrap_or_else(|e| panic!("{provider} registers through the proxy: {e}"));
+        let body = hex::decode(text(v, "body").unwrap()).unwrap();
+        let headers = v["headers"].to_string();
+        let url = text(v, "url");
+        let status: String = proxy
+            .query_one(
+                "SELECT status FROM webhook_receive($1, $2::text::jsonb, $3::bytea, url => $4)",
+                &[&provider, &headers, &body, &url],
+            )
+            .unwrap_or_else(|e| panic!("{provider}: {e}"))
+            .get(0);
+        assert!(
+            matches!(status.as_str(), "claimed" | "queued"),
+            "{provider}: {status}"
+        );
+        // SQL, from the registry as the proxy recorded it.
+        let (scheme, id_from, entity_from): (String, String, Option<String>) = {
+            let row = admin
+                .query_one(
+                    "SELECT scheme, event_id_from, entity_key_from FROM webhook_proxy.providers WHERE name = $1",
+                    &[&provider],
+                )
+                .unwrap();
+            (row.get(0), row.get(1), row.get(2))
+        };
+        let row = shop
+            .query_one(
+                "SELECT k, webhook_route_slot($1, k, $2)
+                   FROM webhook_route_key($3, $4, $5, $6::text::jsonb, $7::bytea, $8) k",
+                &[
+                    &provider,
+                    &SLOTS,
+                    &scheme,
+                    &id_from,
+                    &entity_from,
+                    &headers,
+                    &body,
+                    &url,
+                ],
+            )
+            .unwrap();
+        let (key, sql_slot): (String, i32) = (row.get(0), row.get(1));
+        assert_eq!(
+            Some(key.clone()),
+            text(v, "route_key"),
+            "{provider}: SQL's route key"
+        );
+        assert_eq!(
+            i64::from(sql_slot),
+            v["slot"].as_i64().unwrap(),
+            "{provider}: SQL's slot"
+        );
+        input.push_str(&format!("{provider}\t{key}\n"));
+        expected.push((provider, sql_slot));
+    }
+    let mut landed: HashMap<String, Vec<i32>> = HashMap::new();
+    for slot in 0..SLOTS {
+        let mut db = place(slot).connect(&slot_db(slot));
+        for row in db
+            .query(
+                "SELECT DISTINCT provider FROM webhook.delivery_log WHERE provider ~ '^[ro]-'",
+                &[],
+            )
+            .unwrap()
+        {
+            landed.entry(row.get(0)).or_default().push(slot);
+        }
+    }
+    for (provider, slot) in &expected {
+        assert_eq!(
+            landed.get(provider),
+            Some(&vec![*slot]),
+            "{provider}: the proxy's choice"
+        );
+    }
+    let slots: Vec<String> = expected.iter().map(|(_, s)| s.to_string()).collect();
+    let from_python = run_with_input(&python(), &["examples/python/tier.py", "8"], &input);
+    assert_eq!(
+        from_python.lines().collect::<Vec<_>>(),
+        slots,
+        "Python's slots"
+    );
+    let from_node = run_with_input("node", &["examples/node/tier.js", "8"], &input);
+    assert_eq!(from_node.lines().collect::<Vec<_>>(), slots, "Node's slots");
+    for (line, (provider, slot)) in input.lines().zip(&expected) {
+        let key = line.split_once('\t').unwrap().1;
+        assert_eq!(example_tier::route_slot(provider, key, SLOTS), Some(*slot));
+    }
+    eprintln!(
+        "routing: {} deliveries of {} schemes, ordered and not, where the library, SQL, the examples and the proxy say",
+        expected.len(),
+        vectors.iter().filter(|v| v["provider"].as_str().unwrap().starts_with("r-")).count()
+    );
+}
+
 /// Registry calls run on every slot, agree, and may run again; the
 /// application role may not make them; the proxy keeps no secret.
 #[test]
@@ -648,9 +776,23 @@ fn registry_calls_run_on_every_slot_and_repeat_safely() {
             .get(0);
         assert_eq!(secrets, 2, "slot {slot}");
     }
+    proxy
+        .batch_execute("SELECT webhook_retire_secret('paddle', 'pdl_ntfset_01_tier')")
+        .unwrap();
+    for slot in 0..SLOTS {
+        let mut db = place(slot).connect(&slot_db(slot));
+        let active: i64 = db
+            .query_one(
+                "SELECT count(*) FROM webhook.provider_secrets WHERE provider = 'paddle' AND retired_at IS NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(active, 1, "slot {slot} retired one");
+    }
     let routes: Vec<String> = proxy
         .query(
-            "SELECT name FROM webhook_proxy.providers ORDER BY name",
+            "SELECT name FROM webhook_proxy.providers WHERE name !~ '^[ro]-' ORDER BY name",
             &[],
         )
         .unwrap()
@@ -669,8 +811,49 @@ fn registry_calls_run_on_every_slot_and_repeat_safely() {
         .get(0);
     assert_eq!(columns, 0);
 
+    // A quarantine goes to the entity's slot only; a limit to every slot.
+    let entity_slot: i32 = Server::App
+        .connect("shop")
+        .query_one(
+            "SELECT webhook_route_slot('orders', 'entity:cus_quarantined', $1)",
+            &[&SLOTS],
+        )
+        .unwrap()
+        .get(0);
+    proxy
+        .batch_execute(
+            "SELECT webhook_quarantine('orders', 'cus_quarantined', reason => 'a tier test');
+             SELECT webhook_set_limit('default', 'orders', max_leases => 50);",
+        )
+        .unwrap();
+    let held = |sql: &str| -> Vec<i32> {
+        (0..SLOTS)
+            .filter(|&slot| {
+                let n: i64 = place(slot)
+                    .connect(&slot_db(slot))
+                    .query_one(sql, &[])
+                    .unwrap()
+                    .get(0);
+                n > 0
+            })
+            .collect()
+    };
+    let quarantined = "SELECT count(*) FROM webhook.pauses WHERE entity_key = 'cus_quarantined'";
+    let limited =
+        "SELECT count(*) FROM webhook.limits WHERE provider = 'orders' AND max_leases = 50";
+    assert_eq!(held(quarantined), vec![entity_slot]);
+    assert_eq!(held(limited), (0..SLOTS).collect::<Vec<_>>());
+    proxy
+        .batch_execute(
+            "SELECT webhook_release('orders', 'cus_quarantined');
+             SELECT webhook_set_limit('default', 'orders');",
+        )
+        .unwrap();
+    assert!(held(quarantined).is_empty() && held(limited).is_empty());
+
     let mut app = proxy_as_app().unwrap();
     for sql in [
+        "SELECT * FROM webhook_quarantine('orders', 'cus_1')",
         "SELECT * FROM webhook_register_provider('evil', secret => 'x')",
         "SELECT * FROM webhook_add_secret('stripe', 'whsec_mine')",
         "SELECT * FROM webhook_proxy.providers",
