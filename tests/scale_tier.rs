@@ -1130,7 +1130,7 @@ fn every_entity_ends_in_its_newest_state_across_slots() {
     for e in 0..ENTITIES {
         for v in 1..=VERSIONS {
             let d = order_event(&format!("cus_ord_{e}"), v, "ord");
-            if (e + v as usize) % 3 == 0 {
+            if (e + v as usize).is_multiple_of(3) {
                 deliveries.push(d.clone());
             }
             deliveries.push(d);
