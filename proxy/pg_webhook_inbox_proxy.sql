@@ -11,10 +11,11 @@
 --     carries;
 --   * webhook_next on every slot (batch is per slot), webhook_next_on on
 --     one;
---   * the registry (providers, secrets, filters, pauses) on every slot;
---     each call is idempotent, so a partial failure is fixed by running it
---     again. The proxy keeps what routing needs of each provider (scheme,
---     event id and entity key sources), never a secret.
+--   * the registry (providers, secrets, filters, pauses, limits) on every
+--     slot; each call is idempotent, so a partial failure is fixed by
+--     running it again. The proxy keeps what routing needs of each
+--     provider (scheme, event id and entity key sources), never a secret;
+--   * an entity's quarantine and release on the entity's slot.
 --
 -- The slots are PL/Proxy's cluster 'webhook_tier', defined by the DBA as
 -- a foreign server (partition_0 … partition_<2^k - 1>), with user mappings
