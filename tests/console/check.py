@@ -164,8 +164,18 @@ class Browser:
         return self.s(f"/element/{self.find(css)}/text")
 
     def find(self, css):
-        found = self.s("/element", "POST", {"using": "css selector", "value": css})
-        return next(iter(found.values()))
+        # A click that submits a form returns before the next page is
+        # there: wait for the element (up to 10 s) rather than read the
+        # page being left.
+        for _ in range(100):
+            try:
+                found = self.s("/element", "POST", {"using": "css selector", "value": css})
+                return next(iter(found.values()))
+            except urllib.error.HTTPError as err:
+                if err.code != 404:
+                    raise
+                time.sleep(0.1)
+        raise SystemExit(f"console: FAILED: no element {css} on {self.s('/url')}")
 
     def exists(self, css):
         return len(self.s("/elements", "POST", {"using": "css selector", "value": css})) > 0
