@@ -214,6 +214,25 @@ AS $$
     RUN ON webhook_proxy.id_hash(id);
 $$;
 
+-- A batch goes to the slot its first id carries, and is finished there in
+-- one transaction, as on a slot: take it from one webhook_next_on call
+-- (whose rows share a slot). An id of another slot is unknown there, and
+-- refuses the whole batch; nothing of it is finished.
+CREATE FUNCTION @extschema@.webhook_complete_batch(ids uuid[]) RETURNS void
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'webhook_tier';
+    RUN ON webhook_proxy.id_hash(ids[1]);
+$$;
+
+CREATE FUNCTION @extschema@.webhook_fail_batch(ids uuid[], err text, retry_in interval DEFAULT NULL,
+                                               permanent boolean DEFAULT false) RETURNS void
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'webhook_tier';
+    RUN ON webhook_proxy.id_hash(ids[1]);
+$$;
+
 -- Which database PL/Proxy sends a slot's calls to, and what it says it
 -- holds: for operators checking the cluster map.
 CREATE FUNCTION webhook_proxy.slot_database(which integer)
@@ -387,6 +406,8 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.webhook_complete(uuid, jsonb),
     @extschema@.webhook_fail(uuid, text, interval, boolean),
     @extschema@.webhook_extend(uuid, interval),
+    @extschema@.webhook_complete_batch(uuid[]),
+    @extschema@.webhook_fail_batch(uuid[], text, interval, boolean),
     @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean,
                                           text, text, text, boolean),
     @extschema@.webhook_add_secret(text, text),
@@ -417,6 +438,8 @@ BEGIN
         @extschema@.webhook_complete(uuid, jsonb),
         @extschema@.webhook_fail(uuid, text, interval, boolean),
         @extschema@.webhook_extend(uuid, interval),
+        @extschema@.webhook_complete_batch(uuid[]),
+        @extschema@.webhook_fail_batch(uuid[], text, interval, boolean),
         webhook_proxy.delivery_hash(text, jsonb, bytea, text, boolean),
         webhook_proxy.route_hash(text, text),
         webhook_proxy.id_hash(uuid)

@@ -741,6 +741,90 @@ fn every_scheme_lands_where_its_vector_says() {
     );
 }
 
+/// `webhook_next` leases from every slot at once (batch per slot); a batch
+/// of leases finishes in one call on the slot its ids carry, and a batch
+/// mixing slots is refused whole, nothing of it finished.
+#[test]
+fn leases_come_from_every_slot_and_batches_finish_on_theirs() {
+    let _serial = serial();
+    tier();
+    Server::Proxy
+        .connect("tier")
+        .batch_execute(&format!(
+            "SELECT * FROM webhook_register_provider('batches', secret => '{STRIPE_SECRET}', scheme => 'stripe',
+                     inbox => true)"
+        ))
+        .unwrap();
+    let mut proxy = proxy_as_app().unwrap();
+    for n in 0..120 {
+        let mut d = stripe_event(&format!("evt_batch_{n}"));
+        d.provider = "batches";
+        assert_eq!(receive(&mut proxy, &d).unwrap().status, "queued");
+    }
+    let leased: Vec<(String, String)> = proxy
+        .query(
+            "SELECT id::text, event_id FROM webhook_next(3, provider => 'batches')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut by_slot: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    let mut event_of: HashMap<String, String> = HashMap::new();
+    for (id, event_id) in &leased {
+        by_slot.entry(slot_of_id(id)).or_default().push(id.clone());
+        event_of.insert(id.clone(), event_id.clone());
+    }
+    assert_eq!(by_slot.len(), SLOTS as usize, "every slot leased");
+    assert!(
+        by_slot.values().all(|ids| ids.len() <= 3),
+        "at most batch per slot"
+    );
+    let status = |id: &str| -> String {
+        let slot = slot_of_id(id);
+        let mut db = place(slot).connect(&slot_db(slot));
+        db.query_one(
+            "SELECT status::text FROM webhook.inbox WHERE provider = 'batches' AND event_id = $1",
+            &[&event_of[id]],
+        )
+        .unwrap()
+        .get(0)
+    };
+    // Two slots' leases in one batch: refused, nothing finished.
+    let mixed = vec![by_slot[&0][0].clone(), by_slot[&1][0].clone()];
+    assert!(proxy
+        .execute(
+            "SELECT webhook_complete_batch($1::text[]::uuid[])",
+            &[&mixed]
+        )
+        .is_err());
+    assert!(
+        mixed.iter().all(|id| status(id) == "leased"),
+        "a mixed batch finished nothing"
+    );
+    // Each slot's batch finishes there: half completed, half failed.
+    for (slot, ids) in &by_slot {
+        if slot % 2 == 0 {
+            proxy
+                .execute("SELECT webhook_complete_batch($1::text[]::uuid[])", &[ids])
+                .unwrap();
+            assert!(
+                ids.iter().all(|id| status(id) == "processed"),
+                "slot {slot}"
+            );
+        } else {
+            proxy
+                .execute(
+                    "SELECT webhook_fail_batch($1::text[]::uuid[], 'downstream is down', retry_in => '0 s')",
+                    &[ids],
+                )
+                .unwrap();
+            assert!(ids.iter().all(|id| status(id) == "ready"), "slot {slot}");
+        }
+    }
+}
+
 /// Registry calls run on every slot, agree, and may run again; the
 /// application role may not make them; the proxy keeps no secret.
 #[test]
@@ -799,7 +883,23 @@ fn registry_calls_run_on_every_slot_and_repeat_safely() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(routes, ["github", "orders", "paddle", "stripe"]);
+    // What every slot registered, and nothing else (other tests add theirs).
+    for name in ["github", "orders", "paddle", "stripe"] {
+        assert!(routes.iter().any(|r| r == name), "{name} in {routes:?}");
+    }
+    for slot in 0..SLOTS {
+        let mut db = place(slot).connect(&slot_db(slot));
+        let registered: Vec<String> = db
+            .query(
+                "SELECT name FROM webhook.providers WHERE name !~ '^[ro]-' ORDER BY name",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(registered, routes, "slot {slot}");
+    }
     // Nothing on the proxy holds a secret.
     let columns: i64 = proxy
         .query_one(
