@@ -78,9 +78,10 @@ fn time_ordered(version: u8) -> pgrx::Uuid {
     bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
     bytes[6] = (bytes[6] & 0x0f) | version;
     bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 9562 variant
-                                         // In a database holding one slot of a tier, the last two bytes say
-                                         // which (`route`): finishing calls route by the id alone. 58 random
-                                         // bits remain, beside the millisecond.
+
+    // In a database holding one slot of a tier, the last two bytes say
+    // which (`route`): finishing calls route by the id alone. 58 random
+    // bits remain, beside the millisecond.
     let slot = crate::gucs::SLOT.get();
     if slot >= 0 {
         bytes[14..].copy_from_slice(&(slot as u16).to_be_bytes());
