@@ -741,6 +741,89 @@ fn every_scheme_lands_where_its_vector_says() {
     );
 }
 
+/// A registry call that fails on some slots: made again, it completes,
+/// one row per slot, whatever the failure left behind. Two failures: a
+/// slot cluster down (PL/Proxy connects to every slot before it sends,
+/// so nothing is written), and slots that refuse the call (the others,
+/// in autocommit, have committed their part).
+#[test]
+fn a_registry_call_that_failed_halfway_is_completed_by_making_it_again() {
+    let _serial = serial();
+    tier();
+    let mut proxy = Server::Proxy.connect("tier");
+    let active = |slot: i32, provider: &str, secret: &str| -> i64 {
+        place(slot)
+            .connect(&slot_db(slot))
+            .query_one(
+                "SELECT count(*) FROM webhook.provider_secrets
+                  WHERE provider = $1 AND secret = $2 AND retired_at IS NULL",
+                &[&provider, &secret],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let add = "SELECT * FROM webhook_add_secret($1, $2)";
+
+    // A slot cluster down.
+    let down = Server::Shard(3);
+    let rotated = "whsec_tier_rotated";
+    down.pg_ctl(&["-m", "fast", "stop"]);
+    let failed = proxy.query(add, &[&"stripe", &rotated]);
+    down.pg_ctl(&["-w", "start"]);
+    assert!(failed.is_err(), "a slot was down");
+    let took = (0..SLOTS)
+        .filter(|&slot| active(slot, "stripe", rotated) == 1)
+        .count();
+    assert_eq!(
+        proxy.query(add, &[&"stripe", &rotated]).unwrap().len(),
+        SLOTS as usize
+    );
+    assert!((0..SLOTS).all(|slot| active(slot, "stripe", rotated) == 1));
+
+    // Slots that refuse it: a provider registered on half of them only.
+    let halves = "whsec_tier_halves";
+    for slot in 0..SLOTS / 2 {
+        place(slot)
+            .connect(&slot_db(slot))
+            .batch_execute(
+                "SELECT webhook_register_provider('halves', scheme => 'stripe', inbox => true)",
+            )
+            .unwrap();
+    }
+    let refused = proxy.query(add, &[&"halves", &halves]).unwrap_err();
+    assert_eq!(common::sql_state(&refused), Some("42704"), "{refused}");
+    let half_took = (0..SLOTS)
+        .filter(|&slot| active(slot, "halves", halves) == 1)
+        .count();
+    proxy
+        .batch_execute(
+            "SELECT * FROM webhook_register_provider('halves', scheme => 'stripe', inbox => true)",
+        )
+        .unwrap();
+    assert_eq!(
+        proxy.query(add, &[&"halves", &halves]).unwrap().len(),
+        SLOTS as usize
+    );
+    assert!((0..SLOTS).all(|slot| active(slot, "halves", halves) == 1));
+
+    // Deliveries signed with the rotated secret are taken wherever they
+    // route.
+    let mut app = proxy_as_app().unwrap();
+    for n in 0..40 {
+        let body = format!(r#"{{"id":"evt_rotated_{n}","type":"invoice.paid"}}"#);
+        let d = Delivery {
+            provider: "stripe",
+            event_id: format!("evt_rotated_{n}"),
+            headers: sign::stripe(&body, sign::now(), rotated),
+            body,
+        };
+        assert_eq!(receive(&mut app, &d).unwrap().status, "queued", "{d:?}");
+    }
+    eprintln!(
+        "registry: a cluster down left the call on {took} of {SLOTS} slots, refusing slots left it on {half_took}; made again, on all"
+    );
+}
+
 /// `webhook_next` leases from every slot at once (batch per slot); a batch
 /// of leases finishes in one call on the slot its ids carry, and a batch
 /// mixing slots is refused whole, nothing of it finished.
