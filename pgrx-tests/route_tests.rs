@@ -304,4 +304,46 @@ mod tests {
         .unwrap();
         assert!(distinct > 1);
     }
+
+    #[pg_test]
+    fn a_route_change_in_a_tier_needs_reroute() {
+        Spi::run(
+            "SELECT webhook_register_provider('r-moving', secret => 'whsec_m', scheme => 'stripe');
+             SET LOCAL webhook.slots = 8; SET LOCAL webhook.slot = 3",
+        )
+        .unwrap();
+        // Each argument that moves the route key: ordering (entity key),
+        // the event id's source, the scheme.
+        for change in [
+            "ordering => true",
+            "entity_key_from => 'body:data.object.id', order_from => 'body:created'",
+            "event_id_from => 'header:X-Id'",
+            "scheme => 'hmac;header=X-Sig'",
+        ] {
+            assert_error(
+                &format!("SELECT webhook_register_provider('r-moving', {change})"),
+                "55000",
+                "would route its deliveries to other slots",
+            );
+        }
+        let route = || {
+            Spi::get_one::<String>(
+                "SELECT scheme || ' ' || event_id_from || ' ' || coalesce(entity_key_from, '-')
+                   FROM webhook.providers WHERE name = 'r-moving'",
+            )
+            .unwrap()
+            .unwrap()
+        };
+        assert_eq!(route(), "stripe body:id -");
+        // What does not move the route key is taken as before.
+        Spi::run("SELECT webhook_register_provider('r-moving', inbox => true, tolerance => '10 minutes')").unwrap();
+        Spi::run("SELECT webhook_register_provider('r-moving', scheme => 'stripe', event_id_from => 'body:id')").unwrap();
+        // Forced, it moves.
+        Spi::run("SELECT webhook_register_provider('r-moving', ordering => true, reroute => true)").unwrap();
+        assert_eq!(route(), "stripe body:id body:data.object.id");
+        // Outside a tier there is no route to keep.
+        Spi::run("RESET webhook.slot; RESET webhook.slots").unwrap();
+        Spi::run("SELECT webhook_register_provider('r-moving', ordering => false)").unwrap();
+        assert_eq!(route(), "stripe body:id -");
+    }
 }

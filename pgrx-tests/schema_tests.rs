@@ -205,10 +205,10 @@ mod tests {
             "webhook.alert_rules, webhook.alerts, webhook.alerts_id_seq, \
              webhook.app_scopes, webhook.breakers, webhook.delivery_failures, webhook.delivery_log_default, \
              webhook.events, webhook.filters, webhook.idempotency_keys, webhook.inbox, webhook.inbox_failures, \
-             webhook.limit_slots, webhook.limits, webhook.metric_minutes, webhook.metric_open, \
+             webhook.limit_slots, webhook.limits, webhook.metric_held, webhook.metric_minutes, webhook.metric_open, \
              webhook.metric_totals, webhook.pauses, webhook.polled, webhook.provider_secrets, webhook.providers, \
-             webhook.replay_items, webhook.replays, webhook.requeues, webhook.signature_bindings, webhook.trace_contexts, \
-             webhook.watermarks"
+             webhook.replay_items, webhook.replays, webhook.requeues, webhook.secret_uses, webhook.signature_bindings, \
+             webhook.trace_contexts, webhook.watermarks"
         );
     }
 

@@ -171,6 +171,44 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_twitch_revocation_is_acknowledged_and_never_claimed_as_an_event() {
+        Spi::run("SELECT webhook_register_provider('twitch', secret => 'twitch-secret-123')").unwrap();
+        // The message-type header is not signed: what tells a revocation is
+        // its signed body, the subscription without an event.
+        let deliver = |id: &str, kind: &str, body: &str| {
+            Spi::get_three::<String, String, i32>(&format!(
+                "SELECT r.status, r.event_type, r.http_status
+                   FROM (SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS sent) t,
+                        webhook_receive('twitch',
+                            jsonb_build_object('Twitch-Eventsub-Message-Id', '{id}',
+                                'Twitch-Eventsub-Message-Timestamp', t.sent,
+                                'Twitch-Eventsub-Message-Type', '{kind}',
+                                'Twitch-Eventsub-Message-Signature',
+                                'sha256=' || encode(hmac('{id}' || t.sent || '{body}', 'twitch-secret-123', 'sha256'), 'hex')),
+                            '{body}'::text) r"
+            ))
+            .unwrap()
+        };
+        let revoked = r#"{"subscription":{"id":"f1c2a387","status":"authorization_revoked","type":"channel.follow"}}"#;
+        assert_eq!(
+            deliver("rev-1", "revocation", revoked),
+            (Some("handshake".into()), Some("revocation".into()), Some(200))
+        );
+        // Sent as a notification, it is still no event.
+        assert_eq!(deliver("rev-2", "notification", revoked).1, Some("revocation".into()));
+        let events = Spi::get_one::<i64>("SELECT count(*) FROM webhook.events WHERE provider = 'twitch'").unwrap();
+        assert_eq!(events, Some(0));
+        let archived = Spi::get_one::<i64>(
+            "SELECT count(*) FROM webhook.delivery_log WHERE provider = 'twitch' AND event_type = 'revocation'",
+        )
+        .unwrap();
+        assert_eq!(archived, Some(2));
+        // A notification is an event.
+        let followed = r#"{"subscription":{"id":"f1c2a387","type":"channel.follow"},"event":{"user_id":"1"}}"#;
+        assert_eq!(deliver("ev-1", "revocation", followed).0, Some("claimed".into()));
+    }
+
+    #[pg_test]
     fn a_slack_url_verification_is_answered_and_archived_as_a_handshake() {
         Spi::run("SELECT webhook_register_provider('slack', secret => 'slack-signing-secret')")
             .unwrap();

@@ -25,6 +25,12 @@
 
 \echo Use "CREATE EXTENSION pg_webhook_inbox_proxy CASCADE" to load this file. \quit
 
+-- Bound to pg_catalog while this script runs: every name below is
+-- qualified, and a schema the installing role put first on its path
+-- cannot stand in for a built-in one. (CREATE EXTENSION restores the
+-- caller's search_path when the script ends.)
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
 CREATE SCHEMA webhook_proxy;
 COMMENT ON SCHEMA webhook_proxy IS 'pg_webhook_inbox_proxy: what routing needs, and the PL/Proxy calls behind the public functions';
 
@@ -87,7 +93,9 @@ RETURN ('x' || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
 
 -- A delivery's hash, where PL/Proxy sends it. A provider the proxy does
 -- not know routes by its body's digest, so its refusal is archived in one
--- place. complete_on_commit cannot cross the tier: the slot commits the
+-- place. Names are looked up and hashed exactly as given, as the slots
+-- look them up: a name in other letters is a provider nobody registered
+-- there either. complete_on_commit cannot cross the tier: the slot commits the
 -- claim before the proxy's call returns. PL/pgSQL, whose plans last the
 -- session: PL/Proxy evaluates RUN ON anew for every call, and a SQL
 -- function would plan its body each time.
@@ -106,7 +114,7 @@ BEGIN
                   DETAIL = 'The slot database commits the claim before this call returns, not with this transaction.',
                   HINT = 'Queue through the tier and claim with complete_on_commit in the application''s own database (docs/scale-out.md).';
     END IF;
-    SELECT * INTO registered FROM webhook_proxy.providers p WHERE p.name = lower(delivery_hash.provider);
+    SELECT * INTO registered FROM webhook_proxy.providers p WHERE p.name = delivery_hash.provider;
     RETURN webhook_proxy.route_hash(delivery_hash.provider, CASE
         WHEN registered.name IS NULL THEN 'body:' || encode(sha256(body), 'hex')
         ELSE webhook_proxy.route_key(registered.scheme, registered.event_id_from, registered.entity_key_from,
@@ -254,7 +262,7 @@ $$;
 CREATE FUNCTION webhook_proxy.register_provider(
     name text, secret text, scheme text, tolerance interval, event_id_from text, event_type_from text,
     inbox boolean, consumers text[], ordering boolean, entity_key_from text, order_from text, ties text,
-    fifo boolean
+    fifo boolean, reroute boolean
 ) RETURNS SETOF webhook_proxy.provider_summary
 LANGUAGE plproxy
 AS $$
@@ -265,7 +273,10 @@ $$;
 
 -- webhook_register_provider on every slot, then what routing needs of it
 -- here. The slots must agree on it (they do, unless one was changed by
--- hand): otherwise nothing is recorded and the call fails.
+-- hand): otherwise nothing is recorded and the call fails. Every slot
+-- refuses alike to change the route of a provider it has registered,
+-- unless reroute => true (the redeliveries of its events would reach
+-- slots that never saw them).
 CREATE FUNCTION @extschema@.webhook_register_provider(
     name            text,
     secret          text     DEFAULT NULL,
@@ -279,7 +290,8 @@ CREATE FUNCTION @extschema@.webhook_register_provider(
     entity_key_from text     DEFAULT NULL,
     order_from      text     DEFAULT NULL,
     ties            text     DEFAULT NULL,
-    fifo            boolean  DEFAULT NULL
+    fifo            boolean  DEFAULT NULL,
+    reroute         boolean  DEFAULT false
 ) RETURNS SETOF webhook_proxy.provider_summary
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -296,7 +308,7 @@ BEGIN
             webhook_register_provider.inbox, webhook_register_provider.consumers,
             webhook_register_provider.ordering, webhook_register_provider.entity_key_from,
             webhook_register_provider.order_from, webhook_register_provider.ties,
-            webhook_register_provider.fifo)
+            webhook_register_provider.fifo, webhook_register_provider.reroute)
     LOOP
         IF agreed IS NULL THEN
             agreed := slot;
@@ -409,7 +421,7 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.webhook_complete_batch(uuid[]),
     @extschema@.webhook_fail_batch(uuid[], text, interval, boolean),
     @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean,
-                                          text, text, text, boolean),
+                                          text, text, text, boolean, boolean),
     @extschema@.webhook_add_secret(text, text),
     @extschema@.webhook_retire_secret(text, text, boolean),
     @extschema@.webhook_set_filter(text, text, text[], jsonpath),

@@ -13,7 +13,9 @@
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
 CREATE TYPE webhook.alert_kind AS ENUM (
-    -- Events parked as dead in the window: more than threshold.
+    -- Dead letters waiting for an operator now (claimed events and inbox
+    -- rows parked as dead): more than threshold. Open exactly while they
+    -- wait; a requeue resolves it.
     'dead_letters',
     -- The oldest ready inbox event of a consumer has waited longer than
     -- threshold seconds.
@@ -65,7 +67,7 @@ COMMENT ON COLUMN webhook.alert_rules.kind IS 'What it watches (webhook.alert_ki
 COMMENT ON COLUMN webhook.alert_rules.provider IS 'The provider it watches; NULL: each provider';
 COMMENT ON COLUMN webhook.alert_rules.consumer IS 'The inbox consumer it watches; NULL: each consumer';
 COMMENT ON COLUMN webhook.alert_rules.threshold IS 'dead_letters: a count; oldest_ready, circuit_open: seconds; failure_rate, rejection_spike: a share from 0 to 1; silence: deliveries before the silence that make a provider one that normally sends; secret_rotation: unused (0)';
-COMMENT ON COLUMN webhook.alert_rules."window" IS 'The period the rule looks at (silence: how long without a delivery; secret_rotation: the grace after a newer secret was added)';
+COMMENT ON COLUMN webhook.alert_rules."window" IS 'The period the rule looks at (silence: how long without a delivery; secret_rotation: the grace after a newer secret was added; dead_letters: unused, it counts what waits now)';
 COMMENT ON COLUMN webhook.alert_rules.min_events IS 'Rates: the fewest attempts or deliveries in the window worth judging';
 COMMENT ON COLUMN webhook.alert_rules.enabled IS 'A disabled rule raises nothing, and its open alerts resolve';
 
@@ -148,10 +150,9 @@ WITH rules AS (
         ON m.minute >= pg_catalog.date_trunc('minute', pg_catalog.now() - r."window")
        AND (r.provider IS NULL OR m.provider = r.provider)
        AND (r.consumer IS NULL OR m.consumer = r.consumer)
-     WHERE r.kind IN ('dead_letters', 'failure_rate', 'rejection_spike')
+     WHERE r.kind IN ('failure_rate', 'rejection_spike')
 ), measured AS (
     SELECT r.name, r.kind, m.provider, m.consumer, r.threshold, r.min_events,
-           sum(m.count) FILTER (WHERE m.metric = 'dead_letters') AS dead,
            sum(m.count) FILTER (WHERE m.metric = 'failures') AS failures,
            sum(m.count) FILTER (WHERE m.metric = 'completions') AS completions,
            sum(m.count) FILTER (WHERE m.metric = 'deliveries') AS deliveries,
@@ -159,13 +160,28 @@ WITH rules AS (
                                   AND m.label IN ('bad_signature', 'no_secret', 'invalid_secret', 'unknown_certificate')) AS forged
       FROM rules r JOIN minutes m ON m.name = r.name
      GROUP BY r.name, r.kind, m.provider, m.consumer, r.threshold, r.min_events
+), dead AS (
+    -- The dead letters waiting now: inbox rows (from their partial
+    -- index), and claimed events found from their parking failure (the
+    -- archive keeps those of unfinished events), so that no evaluation
+    -- reads every event ever received.
+    SELECT webhook._metric_provider(x.provider) AS provider, x.consumer, pg_catalog.count(*) AS n
+      FROM (SELECT i.provider, i.consumer FROM webhook.inbox i WHERE i.status = 'dead'
+            UNION ALL
+            SELECT e.provider, ''
+              FROM webhook.delivery_failures f
+              JOIN webhook.delivery_log l ON l.id = f.delivery_id
+              JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
+             WHERE e.status = 'dead' AND e.claim_id = f.delivery_id) x
+     WHERE EXISTS (SELECT FROM rules r WHERE r.kind = 'dead_letters')
+     GROUP BY 1, 2
 )
-SELECT name, kind, provider, consumer, dead::float8, threshold,
-       pg_catalog.format('%s dead letter(s) of %s%s in the last %s minutes', dead, provider,
-                         CASE WHEN consumer <> '' THEN ' (consumer ' || consumer || ')' ELSE '' END,
-                         (SELECT pg_catalog.round(pg_catalog.date_part('epoch', r."window") / 60)
-                            FROM rules r WHERE r.name = measured.name))
-  FROM measured WHERE kind = 'dead_letters' AND dead > threshold
+SELECT r.name, r.kind, d.provider, d.consumer, d.n::float8, r.threshold,
+       pg_catalog.format('%s dead letter(s) of %s%s waiting for an operator', d.n, d.provider,
+                         CASE WHEN d.consumer <> '' THEN ' (consumer ' || d.consumer || ')' ELSE '' END)
+  FROM rules r
+  JOIN dead d ON (r.provider IS NULL OR d.provider = r.provider) AND (r.consumer IS NULL OR d.consumer = r.consumer)
+ WHERE r.kind = 'dead_letters' AND d.n > r.threshold
 UNION ALL
 SELECT name, kind, provider, consumer, failures::float8 / (failures + coalesce(completions, 0)), threshold,
        pg_catalog.format('%s of %s attempts failed for %s%s', failures, failures + coalesce(completions, 0), provider,
@@ -185,12 +201,16 @@ SELECT r.name, r.kind, s.provider, s.consumer, pg_catalog.date_part('epoch', s.o
        pg_catalog.format('the oldest ready event of %s for consumer %s has waited %s', s.provider, s.consumer,
                          pg_catalog.date_trunc('second', s.oldest_ready_age))
   FROM rules r
-  JOIN webhook.inbox_stats s
+  JOIN (SELECT webhook._metric_provider(x.provider) AS provider, x.consumer,
+               pg_catalog.max(x.oldest_ready_age) AS oldest_ready_age
+          FROM webhook.inbox_stats x GROUP BY 1, 2) s
     ON (r.provider IS NULL OR s.provider = r.provider) AND (r.consumer IS NULL OR s.consumer = r.consumer)
  WHERE r.kind = 'oldest_ready' AND pg_catalog.date_part('epoch', s.oldest_ready_age) > r.threshold
 UNION ALL
 -- Silence: read from the totals of deliveries per minute, up to where the
 -- rollup has counted, so that a lagging rollup is not taken for silence.
+-- Refused deliveries are not the provider speaking: one forged request
+-- every few hours must not hide a webhook disabled at the provider.
 SELECT r.name, r.kind, d.provider, '', pg_catalog.date_part('epoch', mk.counted_until - d.last_minute), r.threshold,
        pg_catalog.format('no delivery from %s since %s, after %s in the %s before', d.provider,
                          d.last_minute, d.before, r."window" * 7)
@@ -202,7 +222,7 @@ SELECT r.name, r.kind, d.provider, '', pg_catalog.date_part('epoch', mk.counted_
               sum(m.count) FILTER (WHERE m.minute < mk.counted_until - r."window") AS before,
               sum(m.count) FILTER (WHERE m.minute >= pg_catalog.date_trunc('minute', mk.counted_until - r."window")) AS recent
          FROM webhook.metric_minutes m
-        WHERE m.metric = 'deliveries' AND m.minute >= mk.counted_until - r."window" * 8
+        WHERE m.metric = 'deliveries' AND m.label <> 'rejected' AND m.minute >= mk.counted_until - r."window" * 8
           AND (r.provider IS NULL OR m.provider = r.provider)
         GROUP BY m.provider) d
  WHERE r.kind = 'silence' AND r.consumer IS NULL AND coalesce(d.recent, 0) = 0 AND coalesce(d.before, 0) >= GREATEST(r.threshold, 1)
@@ -211,7 +231,10 @@ SELECT r.name, r.kind, o.provider, '', pg_catalog.date_part('epoch', o.last_used
        pg_catalog.format('secret %s of %s still verified a delivery at %s, %s after secret %s was added: the sender still signs with the old one',
                          o.fingerprint, o.provider, o.last_used_at, pg_catalog.date_trunc('second', o.last_used_at - n.added_at), n.fingerprint)
   FROM rules r
-  JOIN webhook.provider_secrets o ON (r.provider IS NULL OR o.provider = r.provider) AND o.retired_at IS NULL
+  JOIN (SELECT s.provider, s.fingerprint, s.added_at, u.last_used_at
+          FROM webhook.provider_secrets s
+          JOIN webhook.secret_uses u ON u.provider = s.provider AND u.fingerprint = s.fingerprint
+         WHERE s.retired_at IS NULL) o ON (r.provider IS NULL OR o.provider = r.provider)
   JOIN LATERAL (SELECT s.fingerprint, s.added_at FROM webhook.provider_secrets s
                  WHERE s.provider = o.provider AND s.retired_at IS NULL AND s.added_at > o.added_at
                  ORDER BY s.added_at DESC LIMIT 1) n ON true
@@ -224,7 +247,10 @@ SELECT r.name, r.kind, b.provider, b.consumer, pg_catalog.date_part('epoch', pg_
                          b.consumer, CASE WHEN b.provider <> '' THEN ' for ' || b.provider ELSE '' END,
                          b.state, b.failures, b.opened_at)
   FROM rules r
-  JOIN webhook.breakers b
+  JOIN (SELECT DISTINCT ON (1, 2) webhook._metric_provider(x.provider) AS provider, x.consumer, x.state,
+               x.failures, x.opened_at
+          FROM webhook.breakers x WHERE x.state <> 'closed'
+         ORDER BY 1, 2, x.opened_at) b
     ON (r.provider IS NULL OR b.provider = r.provider) AND (r.consumer IS NULL OR b.consumer = r.consumer)
  WHERE r.kind = 'circuit_open' AND b.state <> 'closed'
    AND pg_catalog.date_part('epoch', pg_catalog.now() - b.opened_at) >= r.threshold

@@ -86,8 +86,8 @@ COMMENT ON FUNCTION @extschema@.idempotency_purge(interval) IS
 ALTER FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) SET jit = off;
 
 -- webhook_receive caches the registry in each backend (src/registry.rs);
--- a change to it, committed, drops every backend's copy. Touching a
--- secret's last_used_at changes nothing webhook_receive reads.
+-- a change to it, committed, drops every backend's copy. A secret's use
+-- (webhook.secret_uses) changes nothing webhook_receive reads.
 CREATE TRIGGER registry_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON webhook.providers
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.webhook_registry_changed();
@@ -139,6 +139,7 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_log_default', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.delivery_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.providers', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.provider_secrets', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.secret_uses', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.inbox', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.inbox_failures', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.requeues', '');
@@ -148,6 +149,7 @@ SELECT pg_catalog.pg_extension_config_dump('webhook.app_scopes', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_minutes', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_totals', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_held', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.alert_rules', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.alerts', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.alerts_id_seq', '');

@@ -14,9 +14,13 @@
 --                     a second, burst at a time; a circuit breaker that
 --                     stops leasing after breaker_failures failures in a
 --                     row, and lets one event through after
---                     breaker_cooldown.
+--                     breaker_cooldown. Breakers are kept per provider
+--                     even under a consumer-wide limit: one provider's
+--                     failures (one team's, where scopes split a database
+--                     between teams) never stop another's events.
 --   webhook.limit_slots   the rows caps and rates are enforced with.
---   webhook.breakers      each breaker's state.
+--   webhook.breakers      each breaker's state, one per consumer and
+--                         provider whose events have failed.
 --
 -- Caps and rates hold across every backend without a lock anyone waits
 -- for: a cap of N is N slot rows, each holding the lease it was last
@@ -120,6 +124,9 @@ CREATE TYPE webhook.breaker_state AS ENUM ('closed', 'open', 'half_open');
 COMMENT ON TYPE webhook.breaker_state IS
     'A circuit breaker: closed (leasing), open (leasing nothing until its cooldown ends), half_open (one event let through: its success closes the breaker, its failure opens it again)';
 
+-- A breaker follows the most specific limit with a breaker that covers
+-- its provider (webhook.limits: the provider's own, else the consumer's);
+-- its row is made by the first failure it counts.
 CREATE TABLE webhook.breakers (
     consumer   text                  NOT NULL,
     provider   text                  NOT NULL,
@@ -129,13 +136,11 @@ CREATE TABLE webhook.breakers (
     -- Half open: the lease let through.
     probe      uuid,
     changed_at timestamptz           NOT NULL DEFAULT pg_catalog.now(),
-    CONSTRAINT breakers_pkey PRIMARY KEY (consumer, provider),
-    CONSTRAINT breakers_limit_fkey FOREIGN KEY (consumer, provider)
-        REFERENCES webhook.limits (consumer, provider) ON DELETE CASCADE
+    CONSTRAINT breakers_pkey PRIMARY KEY (consumer, provider)
 );
 COMMENT ON TABLE webhook.breakers IS 'Each circuit breaker''s state (its settings are in webhook.limits)';
 COMMENT ON COLUMN webhook.breakers.consumer IS 'The consumer it guards';
-COMMENT ON COLUMN webhook.breakers.provider IS 'The provider whose events it guards (empty: all)';
+COMMENT ON COLUMN webhook.breakers.provider IS 'The provider whose events it guards (each has its own, under a consumer-wide limit too)';
 COMMENT ON COLUMN webhook.breakers.state IS 'closed, open or half_open';
 COMMENT ON COLUMN webhook.breakers.failures IS 'Failed attempts since the last success';
 COMMENT ON COLUMN webhook.breakers.opened_at IS 'When it last opened';
@@ -388,6 +393,15 @@ BEGIN
       FROM webhook.limit_slots s
      WHERE s.consumer = c AND s.provider = p AND s.kind = 'lease' AND webhook._lease_live(s.lease_id);
     DELETE FROM webhook.limits l WHERE l.consumer = c AND l.provider = p;
+    -- The breakers this limit governed start again closed under the new
+    -- one (or none): the provider's own, or, for a consumer-wide limit,
+    -- those of providers without a breaker of their own.
+    DELETE FROM webhook.breakers b
+     WHERE b.consumer = c
+       AND (b.provider = p
+            OR p = '' AND NOT EXISTS (SELECT FROM webhook.limits l
+                                       WHERE l.consumer = c AND l.provider = b.provider
+                                         AND l.breaker_failures IS NOT NULL));
     IF webhook_set_limit.max_leases IS NULL AND webhook_set_limit.rate IS NULL
        AND webhook_set_limit.breaker_failures IS NULL THEN
         RETURN;
@@ -400,9 +414,6 @@ BEGIN
       FROM pg_catalog.generate_series(0, webhook_set_limit.max_leases - 1) AS g (n);
     INSERT INTO webhook.limit_slots (consumer, provider, kind, n)
     SELECT c, p, 'rate', g.n FROM pg_catalog.generate_series(0, b - 1) AS g (n);
-    IF webhook_set_limit.breaker_failures IS NOT NULL THEN
-        INSERT INTO webhook.breakers (consumer, provider) VALUES (c, p);
-    END IF;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_set_limit(text, text, integer, double precision, integer, integer, interval) IS
@@ -438,8 +449,18 @@ SELECT l.consumer, l.provider, l.max_leases,
        l.breaker_failures, l.breaker_cooldown, b.state AS breaker_state, b.failures AS breaker_failures_now,
        b.opened_at AS breaker_opened_at, l.updated_at, l.updated_by
   FROM webhook.limits l
-  LEFT JOIN webhook.breakers b ON b.consumer = l.consumer AND b.provider = l.provider;
+  -- The breakers it governs (one per provider), the worst first.
+  LEFT JOIN LATERAL (
+       SELECT x.state, x.failures, x.opened_at
+         FROM webhook.breakers x
+        WHERE l.breaker_failures IS NOT NULL AND x.consumer = l.consumer
+          AND (x.provider = l.provider
+               OR l.provider = '' AND NOT EXISTS (SELECT FROM webhook.limits y
+                                                   WHERE y.consumer = x.consumer AND y.provider = x.provider
+                                                     AND y.breaker_failures IS NOT NULL))
+        ORDER BY x.state = 'open' DESC, x.state = 'half_open' DESC, x.failures DESC
+        LIMIT 1) b ON true;
 COMMENT ON VIEW webhook.limits_in_effect IS
-    'Each limit with its live leases (of max_leases), the rate slots used in the last burst/rate seconds, and its circuit breaker''s state';
+    'Each limit with its live leases (of max_leases), the rate slots used in the last burst/rate seconds, and the state of the worst circuit breaker it governs (one per provider)';
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

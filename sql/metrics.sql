@@ -103,6 +103,83 @@ COMMENT ON COLUMN webhook.metric_open.event_id IS 'The event''s id';
 COMMENT ON COLUMN webhook.metric_open.consumer IS 'Empty for a claim; the consumer for a lease';
 COMMENT ON COLUMN webhook.metric_open.started_at IS 'When the attempt began';
 
+-- Outcomes an operator took back before a rollup had counted them. The
+-- rollup reads a lease's completion off its inbox row, and a dead letter
+-- off the dead row or event its failure parked: a replay or a requeue
+-- that puts the row back to work (its next lease rewrites it) would
+-- otherwise take the count with it. webhook._metrics_hold writes them
+-- here; the next rollup counts and deletes them.
+CREATE TABLE webhook.metric_held (
+    -- The lease (or, for a claim, the delivery) the outcome belongs to.
+    id          uuid        NOT NULL,
+    outcome     text        NOT NULL CONSTRAINT metric_held_outcome_check CHECK (outcome IN ('completion', 'dead_letter')),
+    provider    text        NOT NULL,
+    consumer    text        NOT NULL,
+    -- When it completed, or when the failure that parked it happened.
+    at          timestamptz NOT NULL,
+    -- Completions: when the event was queued, when the lease began, and
+    -- the attempts it took.
+    received_at timestamptz,
+    started_at  timestamptz,
+    attempts    integer,
+    CONSTRAINT metric_held_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE webhook.metric_held IS 'Completions and dead letters a replay or requeue undid before the metrics rollup counted them; the next rollup counts them';
+COMMENT ON COLUMN webhook.metric_held.id IS 'The lease (or claimed delivery) the outcome belongs to';
+COMMENT ON COLUMN webhook.metric_held.outcome IS 'completion or dead_letter';
+COMMENT ON COLUMN webhook.metric_held.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.metric_held.consumer IS 'The inbox consumer; empty for a claim';
+COMMENT ON COLUMN webhook.metric_held.at IS 'When it completed, or when the failure that parked it happened';
+COMMENT ON COLUMN webhook.metric_held.received_at IS 'Completions: when the event was queued';
+COMMENT ON COLUMN webhook.metric_held.started_at IS 'Completions: when the lease began';
+COMMENT ON COLUMN webhook.metric_held.attempts IS 'Completions: the attempts the event took';
+
+-- Before a replay or a requeue puts finished attempts back to work: keep
+-- what no rollup has counted of them. `ids` are inbox leases (completed,
+-- or failed and parked) or claimed deliveries whose failure parked their
+-- event. Counted already is an outcome whose attempt a rollup saw
+-- finished: a completion whose lease is below the marks and no longer
+-- open, a failure before the marks. The marks are read under a share
+-- lock taken first, in a statement of its own: a rollup running now
+-- finishes before this looks, and the next one waits for this
+-- transaction, so each outcome is counted by exactly one of the two.
+CREATE FUNCTION webhook._metrics_hold(outcome text, ids uuid[]) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    since timestamptz;
+BEGIN
+    SELECT m.counted_until INTO since FROM webhook.metric_marks m FOR SHARE;
+    IF since IS NULL THEN
+        RETURN;  -- counting starts again from the next rollup
+    END IF;
+    IF outcome = 'completion' THEN
+        INSERT INTO webhook.metric_held (id, outcome, provider, consumer, at, received_at, started_at, attempts)
+        SELECT i.claim_id, 'completion', i.provider, i.consumer, i.processed_at, i.queued_at,
+               webhook._id_time(i.claim_id), i.attempts
+          FROM webhook.inbox i
+         WHERE i.claim_id = ANY (ids) AND i.status = 'processed'
+           AND (i.claim_id >= webhook._archive_bound(since)
+                OR EXISTS (SELECT FROM webhook.metric_open o WHERE o.id = i.claim_id))
+        ON CONFLICT (id) DO NOTHING;
+    ELSE
+        INSERT INTO webhook.metric_held (id, outcome, provider, consumer, at)
+        SELECT f.claim_id, 'dead_letter', f.provider, f.consumer, f.failed_at
+          FROM webhook.inbox_failures f
+         WHERE f.claim_id = ANY (ids) AND f.failed_at >= since
+        UNION ALL
+        SELECT f.delivery_id, 'dead_letter', l.provider, '', f.failed_at
+          FROM webhook.delivery_failures f
+          JOIN webhook.delivery_log l ON l.id = f.delivery_id
+         WHERE f.delivery_id = ANY (ids) AND f.failed_at >= since
+        ON CONFLICT (id) DO NOTHING;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook._metrics_hold(text, uuid[]) IS
+    'Internal: before a replay or requeue, keep the completions or dead letters of these attempts that no rollup has counted yet (webhook.metric_held)';
+
 -- The histograms' buckets (inlined, like webhook._id_time): fixed, so
 -- that Prometheus (histogram_quantile) and SQL (webhook_metric_quantile)
 -- compute quantiles from the same counts.
@@ -146,6 +223,24 @@ $$;
 COMMENT ON FUNCTION webhook._metric_bucket_label(text, integer) IS
     'Internal: the label (upper bound) of a histogram bucket';
 
+-- The provider a series, an alert or the console's overview names: the
+-- provider itself where it is registered or already has series of its
+-- own, (other) for a name no registered provider owns that the rollup
+-- counted there (webhook.metrics_unregistered_providers). webhook_claim
+-- and webhook_enqueue take any name an application passes; the metrics
+-- must not grow with every name invented.
+CREATE FUNCTION webhook._metric_provider(provider text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN provider = '' OR provider = '(other)'
+                 OR EXISTS (SELECT FROM webhook.providers p WHERE p.name = provider)
+                 OR EXISTS (SELECT FROM webhook.metric_totals t WHERE t.provider = provider)
+            THEN provider ELSE '(other)' END
+$$;
+COMMENT ON FUNCTION webhook._metric_provider(text) IS
+    'Internal: the provider label metrics and alerts use for a name: itself when registered or already counted, else (other)';
+
 -- Add counts to webhook.metric_minutes and webhook.metric_totals. `counts`
 -- is a query of (minute, provider, consumer, metric, label, count, sum),
 -- aggregated as far as it could be: per delivery nothing but a few
@@ -164,7 +259,24 @@ AS $$
 DECLARE
     added bigint;
 BEGIN
-    EXECUTE 'WITH ' || coalesce(ctes || ', ', '') || 'counted AS (' || counts || '),
+    EXECUTE 'WITH ' || coalesce(ctes || ', ', '') || 'uncapped AS (' || counts || '),
+        -- Names no registered provider owns, with no series yet: in name
+        -- order, those past webhook.metrics_unregistered_providers are
+        -- counted as (other).
+        newcomers AS (
+            SELECT n.provider, pg_catalog.row_number() OVER (ORDER BY n.provider) AS k
+              FROM (SELECT DISTINCT u.provider FROM uncapped u) n
+             WHERE webhook._metric_provider(n.provider) = ''(other)''
+        ), room AS (
+            SELECT GREATEST(coalesce(pg_catalog.current_setting(''webhook.metrics_unregistered_providers'', true), ''100'')::integer
+                            - (SELECT pg_catalog.count(DISTINCT t.provider) FROM webhook.metric_totals t
+                                WHERE t.provider <> ''(other)''
+                                  AND NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = t.provider)), 0) AS n
+        ), counted AS (
+            SELECT u.minute, CASE WHEN w.k > r.n THEN ''(other)'' ELSE u.provider END AS provider,
+                   u.consumer, u.metric, u.label, u.count, u.sum
+              FROM uncapped u CROSS JOIN room r LEFT JOIN newcomers w ON w.provider = u.provider
+        ),
         minutes AS (
             INSERT INTO webhook.metric_minutes AS m (minute, provider, consumer, metric, label, count, sum)
             SELECT minute, provider, consumer, metric, label, sum(count), sum(sum)
@@ -396,12 +508,36 @@ BEGIN
            )$q$,
         webhook._failure_counts(), since, bound);
 
+    -- Outcomes a replay or requeue undid before they were counted: each
+    -- once, whenever it was held (its own minute, already passed or not).
+    counted := counted + webhook._metrics_add(
+        $q$held AS (
+               DELETE FROM webhook.metric_held h RETURNING h.*
+           ), done AS (
+               SELECT h.at, h.provider, h.consumer, h.received_at, h.started_at, h.attempts
+                 FROM held h WHERE h.outcome = 'completion'
+           )$q$,
+        webhook._completion_counts() || $q$
+           UNION ALL
+           SELECT webhook._minute(h.at), h.provider, h.consumer, 'dead_letters', '', count(*), 0
+             FROM held h WHERE h.outcome = 'dead_letter'
+            GROUP BY 1, 2, 3$q$,
+        since, bound);
+
     UPDATE webhook.metric_marks SET counted_until = bound, rolled_up_at = pg_catalog.clock_timestamp();
 
     -- In minutes, its unit, whatever unit it was set in.
     SELECT pg_catalog.make_interval(mins => s.setting::integer) INTO retention
       FROM pg_catalog.pg_settings s WHERE s.name = 'webhook.metrics_retention';
     DELETE FROM webhook.metric_minutes WHERE minute < pg_catalog.now() - retention;
+    -- A name no registered provider owns, quiet for the retention: its
+    -- series go (a counter Prometheus then sees end), and its place
+    -- under webhook.metrics_unregistered_providers is free again.
+    DELETE FROM webhook.metric_totals t
+     WHERE t.provider NOT IN ('', '(other)')
+       AND NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = t.provider)
+       AND NOT EXISTS (SELECT FROM webhook.metric_minutes m WHERE m.provider = t.provider)
+       AND NOT EXISTS (SELECT FROM webhook.metric_open o WHERE o.provider = t.provider);
     RETURN counted;
 END
 $$;
@@ -494,23 +630,27 @@ BEGIN
              WHERE only_family IS NULL OR h.family = only_family
              GROUP BY h.family, s.suffix, t.provider, t.consumer
             UNION ALL
-            SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, g.n::float8
-              FROM webhook.inbox_stats st
+            SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, pg_catalog.sum(g.n)::float8
+              FROM (SELECT webhook._metric_provider(x.provider) AS provider, x.consumer, x.ready, x.scheduled,
+                           x.leased, x.dead, x.quarantined
+                      FROM webhook.inbox_stats x) st
              CROSS JOIN LATERAL (VALUES ('ready', st.ready), ('scheduled', st.scheduled),
                                         ('leased', st.leased), ('dead', st.dead),
                                         ('quarantined', st.quarantined)) AS g (state, n)
              WHERE only_family IS NULL OR only_family = 'webhook_inbox_events'
+             GROUP BY st.provider, st.consumer, g.state
             UNION ALL
-            SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', st.provider, st.consumer, NULL, NULL,
-                   coalesce(pg_catalog.date_part('epoch', st.oldest_ready_age), 0)
+            SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', webhook._metric_provider(st.provider), st.consumer, NULL, NULL,
+                   coalesce(pg_catalog.date_part('epoch', pg_catalog.max(st.oldest_ready_age)), 0)
               FROM webhook.inbox_stats st
              WHERE only_family IS NULL OR only_family = 'webhook_inbox_oldest_ready_seconds'
+             GROUP BY 3, 4
             UNION ALL
-            SELECT 'webhook_oldest_unfinished_claim_seconds', 'gauge', o.provider, '', NULL, NULL,
+            SELECT 'webhook_oldest_unfinished_claim_seconds', 'gauge', webhook._metric_provider(o.provider), '', NULL, NULL,
                    pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - pg_catalog.min(o.started_at))
               FROM webhook.metric_open o
              WHERE o.consumer = '' AND (only_family IS NULL OR only_family = 'webhook_oldest_unfinished_claim_seconds')
-             GROUP BY o.provider
+             GROUP BY 3
             UNION ALL
             SELECT 'webhook_steering_paused', 'gauge', s.provider, s.consumer, 'kind', s.kind, pg_catalog.count(*)::float8
               FROM (SELECT p.provider, p.consumer,
@@ -519,10 +659,12 @@ BEGIN
              WHERE only_family IS NULL OR only_family = 'webhook_steering_paused'
              GROUP BY s.provider, s.consumer, s.kind
             UNION ALL
-            SELECT 'webhook_circuit_breaker_open', 'gauge', b.provider, b.consumer, 'state', b.state::text, 1
+            SELECT 'webhook_circuit_breaker_open', 'gauge', webhook._metric_provider(b.provider), b.consumer, 'state',
+                   b.state::text, pg_catalog.count(*)::float8
               FROM webhook.breakers b
              WHERE b.state <> 'closed'
                AND (only_family IS NULL OR only_family = 'webhook_circuit_breaker_open')
+             GROUP BY 3, 4, 6
             UNION ALL
             SELECT 'webhook_alerts_open', 'gauge', '', '', 'rule', r.name,
                    (SELECT count(*) FROM webhook.alerts a WHERE a.rule = r.name AND a.status <> 'resolved')::float8

@@ -36,8 +36,9 @@ COMMENT ON VIEW webhook.provider_summary IS 'The registry, secrets listed by fin
 -- Which secret (or public key, or certificate) is in use: what a DBA looks
 -- at before retiring one.
 CREATE VIEW webhook.secret_usage AS
-SELECT s.provider, s.fingerprint, s.added_at, s.retired_at, s.last_used_at
-  FROM webhook.provider_secrets s;
+SELECT s.provider, s.fingerprint, s.added_at, s.retired_at, u.last_used_at
+  FROM webhook.provider_secrets s
+  LEFT JOIN webhook.secret_uses u ON u.provider = s.provider AND u.fingerprint = s.fingerprint;
 COMMENT ON VIEW webhook.secret_usage IS 'Each provider secret by fingerprint: when added, retired and last used to verify a delivery';
 
 -- Create or update a provider. Arguments left NULL keep their current value,
@@ -71,7 +72,8 @@ CREATE FUNCTION @extschema@.webhook_register_provider(
     entity_key_from text     DEFAULT NULL,
     order_from      text     DEFAULT NULL,
     ties            text     DEFAULT NULL,
-    fifo            boolean  DEFAULT NULL
+    fifo            boolean  DEFAULT NULL,
+    reroute         boolean  DEFAULT false
 ) RETURNS SETOF webhook.provider_summary
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -145,6 +147,29 @@ BEGIN
         END IF;
     END IF;
 
+    -- In an intake tier (webhook_set_slot) a delivery's slot follows from
+    -- its route key, and the route key from the scheme, event_id_from and
+    -- entity_key_from: changing them sends the redeliveries of every event
+    -- received so far to a slot that never saw it, where they would be
+    -- taken as new. Refused for a provider registered already, unless
+    -- reroute: this slot cannot know whether another holds its events,
+    -- and every slot must decide alike (the proxy calls them one by one).
+    IF existing.name IS NOT NULL
+       AND coalesce(nullif(pg_catalog.current_setting('webhook.slots', true), ''), '0')::integer > 1
+       AND (existing.scheme, existing.event_id_from, existing.entity_key_from)
+           IS DISTINCT FROM (v_scheme,
+                             coalesce(webhook_register_provider.event_id_from, existing.event_id_from),
+                             v_entity)
+       AND NOT coalesce(webhook_register_provider.reroute, false) THEN
+        RAISE EXCEPTION 'webhook_register_provider: changing the scheme, event_id_from or ordering of provider "%" would route its deliveries to other slots', p_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('Its route is now scheme %s, event id from %s, entity key from %s; asked: %s, %s, %s. Redeliveries of events received under the old route would reach slots that never saw them, and be processed again.',
+                                             existing.scheme, existing.event_id_from, coalesce(existing.entity_key_from, 'none'),
+                                             v_scheme, coalesce(webhook_register_provider.event_id_from, existing.event_id_from),
+                                             coalesce(v_entity, 'none')),
+                  HINT = 'Register the new route under a new provider name (and point the provider''s endpoint at it), or pass reroute => true if it has no deliveries yet or has stopped redelivering what it sent before (docs/scale-out.md).';
+    END IF;
+
     INSERT INTO webhook.providers AS p
            (name, scheme, tolerance, event_id_from, event_type_from, inbox, consumers,
             entity_key_from, order_from, ties, fifo)
@@ -204,8 +229,8 @@ EXCEPTION
                   END;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean, text, text, text, boolean) IS
-    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, inbox mode and consumers, ordering (entity key, order value, ties, FIFO), and optionally a secret';
+COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean, text, text, text, boolean, boolean) IS
+    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, inbox mode and consumers, ordering (entity key, order value, ties, FIFO), and optionally a secret; in an intake tier, a change of its route for a provider with events needs reroute => true';
 
 -- Add a signing secret (or re-activate a retired one). Returns its fingerprint.
 CREATE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)
@@ -248,6 +273,11 @@ BEGIN
     INSERT INTO webhook.provider_secrets AS s (provider, secret, fingerprint)
     VALUES (webhook_add_secret.provider, webhook_add_secret.secret, fp)
     ON CONFLICT ON CONSTRAINT provider_secrets_pkey DO UPDATE SET retired_at = NULL;
+    -- Its use row, made now: deliveries then only ever update it, and skip
+    -- it while another holds it (src/receive/secrets.rs).
+    INSERT INTO webhook.secret_uses (provider, fingerprint)
+    VALUES (webhook_add_secret.provider, fp)
+    ON CONFLICT ON CONSTRAINT secret_uses_pkey DO NOTHING;
     RETURN fp;
 END
 $$;
@@ -257,7 +287,10 @@ COMMENT ON FUNCTION @extschema@.webhook_add_secret(text, text) IS
 -- Retire a secret, named by its fingerprint (as listed) or by itself.
 -- Deliveries signed with it fail from now on. One that verified a delivery
 -- in the last day is still in use by the provider: retiring it needs
--- force => true, and warns even then.
+-- force => true, and warns even then. A leaked key must stop verifying
+-- now: deliveries noting its use never hold the secret's row, and another
+-- transaction that does (a registry change left open) is waited for at
+-- most webhook.maintenance_lock_timeout, then named in the error.
 CREATE FUNCTION @extschema@.webhook_retire_secret(
     provider              text,
     secret_or_fingerprint text,
@@ -267,25 +300,53 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    target webhook.provider_secrets;
+    target   webhook.provider_secrets;
+    used_at  timestamptz;
+    wait     text := pg_catalog.current_setting('webhook.maintenance_lock_timeout', true);
+    previous text := pg_catalog.current_setting('lock_timeout');
+    holder   xid;
+    blockers text;
 BEGIN
-    SELECT * INTO target
-      FROM webhook.provider_secrets s
-     WHERE s.provider = webhook_retire_secret.provider
-       AND s.retired_at IS NULL
-       AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
-                             webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint))
-       FOR UPDATE;
-    IF FOUND AND target.last_used_at > now() - interval '1 day' THEN
+    PERFORM pg_catalog.set_config('lock_timeout', coalesce(wait, '5s'), true);
+    BEGIN
+        SELECT * INTO target
+          FROM webhook.provider_secrets s
+         WHERE s.provider = webhook_retire_secret.provider
+           AND s.retired_at IS NULL
+           AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
+                                 webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint))
+           FOR UPDATE;
+    EXCEPTION WHEN lock_not_available THEN
+        -- The row's locker, from its xmax, and the sessions of that
+        -- transaction.
+        SELECT s.xmax INTO holder FROM webhook.provider_secrets s
+         WHERE s.provider = webhook_retire_secret.provider
+           AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
+                                 webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint));
+        SELECT pg_catalog.string_agg(pg_catalog.format('pid %s (user %s, application %L, transaction open since %s)',
+                                                       a.pid, a.usename, a.application_name, a.xact_start), ', ')
+          INTO blockers
+          FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+         WHERE l.locktype = 'transactionid' AND l.granted AND l.transactionid = holder;
+        RAISE EXCEPTION 'webhook_retire_secret: the secret of provider "%" is locked by another transaction; waited %',
+            webhook_retire_secret.provider, coalesce(wait, '5s')
+            USING ERRCODE = 'lock_not_available',
+                  DETAIL = 'Held by ' || coalesce(blockers, 'a transaction that has since ended') || '.',
+                  HINT = 'End that transaction (pg_terminate_backend) and retire the secret again.';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', previous, true);
+    SELECT u.last_used_at INTO used_at FROM webhook.secret_uses u
+     WHERE u.provider = target.provider AND u.fingerprint = target.fingerprint;
+    IF target.provider IS NOT NULL AND used_at > now() - interval '1 day' THEN
         IF NOT coalesce(webhook_retire_secret.force, false) THEN
             RAISE EXCEPTION 'webhook_retire_secret: secret % of provider "%" verified a delivery at %, within the last day',
-                target.fingerprint, target.provider, target.last_used_at
+                target.fingerprint, target.provider, used_at
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = 'Deliveries the provider still signs with it would be refused once it is retired.',
                       HINT = 'Retire it once webhook.secret_usage shows the new secret verifying deliveries and this one idle, or pass force => true.';
         END IF;
         RAISE WARNING 'webhook_retire_secret: secret % of provider "%" verified a delivery at %; deliveries still signed with it will be refused',
-            target.fingerprint, target.provider, target.last_used_at;
+            target.fingerprint, target.provider, used_at;
     END IF;
     UPDATE webhook.provider_secrets s
        SET retired_at = now()

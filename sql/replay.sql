@@ -286,6 +286,13 @@ BEGIN
        -- another replay, is as it is now.
        AND i.status::text IN ('processed', 'dead', 'stale', 'filtered')
        FOR UPDATE OF i;
+    -- The metrics read a completion or a dead letter off its row, which
+    -- the replay's lease rewrites: keep what no rollup has counted yet.
+    PERFORM webhook._metrics_hold(h.outcome, ARRAY(
+                SELECT i.claim_id FROM webhook.replay_items t
+                  JOIN webhook.inbox i ON i.delivery_id = t.delivery_id AND i.consumer = t.consumer
+                 WHERE t.replay_id = started AND t.prior_status::text = h.status))
+       FROM (VALUES ('completion', 'processed'), ('dead_letter', 'dead')) AS h (outcome, status);
     UPDATE webhook.inbox i
        SET status = 'ready', attempts = 0, requeues = i.requeues + 1, replay_id = started,
            run_at = pg_catalog.clock_timestamp()

@@ -746,9 +746,6 @@ CREATE TABLE webhook.provider_secrets (
     fingerprint text        NOT NULL,
     added_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
     retired_at  timestamptz,
-    -- When it last verified a delivery, to the minute: written at most
-    -- once a minute, by whichever delivery finds it stale and unlocked.
-    last_used_at timestamptz,
     CONSTRAINT provider_secrets_pkey PRIMARY KEY (provider, fingerprint)
 );
 
@@ -760,7 +757,26 @@ COMMENT ON COLUMN webhook.provider_secrets.secret IS 'The signing secret, as the
 COMMENT ON COLUMN webhook.provider_secrets.fingerprint IS 'First 16 hex digits of the secret''s SHA-256: how it is listed';
 COMMENT ON COLUMN webhook.provider_secrets.added_at IS 'When it was added (the newest is tried first)';
 COMMENT ON COLUMN webhook.provider_secrets.retired_at IS 'When it was retired; NULL while active';
-COMMENT ON COLUMN webhook.provider_secrets.last_used_at IS 'When it last verified a delivery (kept to the minute); NULL if never';
+
+-- When each secret last verified a delivery, to the minute: written at
+-- most once a minute, by whichever delivery finds it stale and unlocked.
+-- A row of its own, apart from the secret's: the handler transaction that
+-- noted a use holds this row until it ends, and retiring the secret must
+-- not wait for it (the foreign key's share lock on the secret does not
+-- stop an update of retired_at).
+CREATE TABLE webhook.secret_uses (
+    provider     text        NOT NULL,
+    fingerprint  text        NOT NULL,
+    -- NULL until it first verifies a delivery.
+    last_used_at timestamptz,
+    CONSTRAINT secret_uses_pkey PRIMARY KEY (provider, fingerprint),
+    CONSTRAINT secret_uses_secret_fkey FOREIGN KEY (provider, fingerprint)
+        REFERENCES webhook.provider_secrets (provider, fingerprint) ON DELETE CASCADE
+);
+COMMENT ON TABLE webhook.secret_uses IS 'When each provider secret last verified a delivery (kept to the minute)';
+COMMENT ON COLUMN webhook.secret_uses.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.secret_uses.fingerprint IS 'The secret''s fingerprint';
+COMMENT ON COLUMN webhook.secret_uses.last_used_at IS 'When it last verified a delivery, to the minute; NULL if never';
 
 -- Application roles scoped to some providers (and inbox consumers), for a
 -- DBA serving several teams from one database. Written through

@@ -58,6 +58,8 @@ pub static MAINTENANCE_LOCK_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(20
 /// How long the per-minute metrics are kept, in minutes (the totals
 /// Prometheus reads are kept for good).
 pub static METRICS_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(14 * 24 * 60);
+pub static METRICS_UNREGISTERED: GucSetting<i32> = GucSetting::<i32>::new(100);
+pub static ORDER_MAX_FUTURE: GucSetting<i32> = GucSetting::<i32>::new(24 * 60 * 60);
 
 /// How long an idempotency key of the application's API is kept, in
 /// seconds, from its first request: Stripe keeps its keys for 24 hours.
@@ -232,6 +234,32 @@ pub fn init() {
         i32::MAX,
         GucContext::Suset,
         GucFlags::UNIT_MIN,
+    );
+    GucRegistry::define_int_guc(
+        c"webhook.metrics_unregistered_providers",
+        c"How many provider names not in the registry the metrics count under their own name.",
+        c"webhook_claim and webhook_enqueue take any provider name; past this many unregistered \
+          names with series of their own, the metrics count further ones as provider (other), \
+          so that invented names cannot grow every scrape. A name quiet for \
+          webhook.metrics_retention loses its series and frees its place.",
+        &METRICS_UNREGISTERED,
+        0,
+        100_000,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"webhook.order_max_future",
+        c"How far past the clock an order value handed to webhook_claim or webhook_enqueue may lie.",
+        c"Those calls take a payload their caller verified; an order value further ahead (read \
+          as seconds, milliseconds, microseconds or nanoseconds since 1970) would make every \
+          later event of its entity stale. Such an event is taken unordered, with a warning. \
+          Deliveries webhook_receive verified are not bounded.",
+        &ORDER_MAX_FUTURE,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
     );
     GucRegistry::define_string_guc(
         c"webhook.redact_headers",

@@ -13,9 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 static HAS_COLUMN: Statement = Statement {
     sql: "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute
-                          WHERE attrelid = $1::pg_catalog.regclass
+                          WHERE attrelid = pg_catalog.to_regclass($1)
                             AND attname = $2 AND NOT attisdropped)",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
+};
+
+static HAS_FUNCTION: Statement = Statement {
+    sql: "SELECT pg_catalog.to_regprocedure($1) IS NOT NULL",
+    arg_types: &[pg_sys::TEXTOID],
 };
 
 /// A column a newer release added.
@@ -45,6 +50,34 @@ impl Column {
             .run(client, &[self.table.into(), self.column.into()])?
             .next()
         {
+            Some(row) => row.get::<bool>(1)?.unwrap_or(false),
+            None => false,
+        };
+        self.present.store(present, Relaxed);
+        Ok(present)
+    }
+}
+
+/// A function a newer release added, by its signature.
+pub struct Function {
+    signature: &'static str,
+    present: AtomicBool,
+}
+
+impl Function {
+    pub const fn new(signature: &'static str) -> Self {
+        Function {
+            signature,
+            present: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the installed SQL has it (remembered once it has).
+    pub fn present(&self, client: &mut SpiClient<'_>) -> Result<bool> {
+        if self.present.load(Relaxed) {
+            return Ok(true);
+        }
+        let present = match HAS_FUNCTION.run(client, &[self.signature.into()])?.next() {
             Some(row) => row.get::<bool>(1)?.unwrap_or(false),
             None => false,
         };

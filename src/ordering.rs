@@ -79,7 +79,54 @@ pub fn of_payload(
     let Some(document) = payload.to_json() else {
         return Ok(None);
     };
-    Ok(read(entity_key_from, order_from, &document))
+    let Some(order) = read(entity_key_from, order_from, &document) else {
+        return Ok(None);
+    };
+    let max_future = i64::from(crate::gucs::ORDER_MAX_FUTURE.get());
+    if !within_clock(&order.value, unix_now(), max_future) {
+        pgrx::warning!(
+            "argument \"payload\": order value {} of entity {:?} lies more than webhook.order_max_future ({} s) \
+             past the clock; the event is taken unordered (it neither waits for nor moves its entity's watermark)",
+            order.value,
+            order.entity_key,
+            max_future
+        );
+        return Ok(None);
+    }
+    Ok(Some(order))
+}
+
+/// Seconds since the Unix epoch now.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Whether an order value lies at most `max_future` seconds past `now`,
+/// read as a time: in seconds, or, past 10^11 (the year 5138 in seconds),
+/// in milliseconds, past 10^14 in microseconds, past 10^17 in nanoseconds,
+/// the units providers stamp events in. A payload handed to
+/// `webhook_claim` or `webhook_enqueue` was verified by its caller, not
+/// here: one dated centuries ahead would make every later event of its
+/// entity stale, for good. Counters (versions, sequence numbers) read as
+/// times long past and always pass.
+pub fn within_clock(value: &str, now: i64, max_future: i64) -> bool {
+    let whole = value.split('.').next().unwrap_or(value);
+    if whole.starts_with('-') {
+        return true;
+    }
+    // Past 38 digits it is beyond every clock.
+    let Ok(n) = whole.parse::<u128>() else {
+        return false;
+    };
+    let seconds = match n {
+        n if n >= 100_000_000_000_000_000 => n / 1_000_000_000,
+        n if n >= 100_000_000_000_000 => n / 1_000_000,
+        n if n >= 100_000_000_000 => n / 1_000,
+        n => n,
+    };
+    seconds <= (now.max(0) as u128).saturating_add(max_future.max(0) as u128)
 }
 
 /// An event's entity key, read as `read` reads it: what a tier of
@@ -316,6 +363,22 @@ pub fn advance(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_order_value_past_the_clock_is_caught_in_every_unit() {
+        let now = 1_800_000_000; // 2027-01-15
+        let day = 86_400;
+        for ahead in ["9999999999", "9999999999999", "9999999999999999", "9999999999999999999", &"9".repeat(60)] {
+            assert!(!within_clock(ahead, now, day), "{ahead}");
+        }
+        for fine in ["1800000000", "1800086400", "1800000000123", "1800000000123456", "1800000000123456789",
+                     "1", "42.5", "-9999999999999", "1799999999.999"] {
+            assert!(within_clock(fine, now, day), "{fine}");
+        }
+        assert!(!within_clock("1800086401", now, day));
+        assert!(!within_clock(&order_value("2286-11-20T17:46:40Z").unwrap(), now, day));
+        assert!(within_clock(&order_value("2027-01-15T12:00:00Z").unwrap(), now, day));
+    }
 
     #[test]
     fn decimals_are_kept_as_written() {

@@ -90,6 +90,57 @@ function restartDatabase() {
   execFileSync(command[0], command.slice(1), { stdio: 'ignore' });
 }
 
+// Stop the database (fast), or start it again, as restartDatabase does.
+function pgCtl(action) {
+  const args = [`${process.env.PG_BINDIR}/pg_ctl`, '-D', process.env.PG_DATA_DIR, '-m', 'fast', '-w',
+    '-l', process.env.PG_SERVER_LOG, '-o', process.env.PG_SERVER_OPTS, action];
+  const command = process.env.PG_SERVER_USER ? ['runuser', '-u', process.env.PG_SERVER_USER, '--', ...args] : args;
+  execFileSync(command[0], command.slice(1), { stdio: 'ignore' });
+}
+
+// While the database is down: a GitHub delivery (sent once, as GitHub
+// sends it) arriving during an outage shorter than the receiver's retry
+// budget is answered 200 once the database is back; during a longer one,
+// 503 with Retry-After. Never 500. Returns the events stored.
+async function exerciseOutage(language, port, stats) {
+  const expect = (what, status, allowed) => {
+    stats.deliveries++;
+    if (!allowed.includes(status)) {
+      stats.wrong++;
+      console.error(`${language}: ${what} answered ${status} during an outage, expected ${allowed.join(' or ')}`);
+    }
+  };
+  const sent = [];
+  const short = `${language}_outage_github_${crypto.randomBytes(4).toString('hex')}`;
+  const delivery = await signed('github', short);
+  pgCtl('stop');
+  const answered = post(port, '/inbox/github', delivery);
+  await sleep(2000);
+  pgCtl('start');
+  stats.events++;
+  expect(`${short} (sent 2 s into an outage of 2 s)`, await answered, [200]);
+  sent.push({ provider: 'github', eventId: short });
+
+  const long = `${language}_outage_long_${crypto.randomBytes(4).toString('hex')}`;
+  pgCtl('stop');
+  const began = Date.now();
+  const longDelivery = await signed('github', long);
+  const res = await fetch(`http://127.0.0.1:${port}/inbox/github`, {
+    method: 'POST',
+    headers: { 'content-type': longDelivery.contentType ?? 'application/json', ...longDelivery.headers },
+    body: longDelivery.body,
+  });
+  await res.arrayBuffer();
+  const waited = (Date.now() - began) / 1000;
+  pgCtl('start');
+  expect(`${long} (an outage past the retry budget)`, res.status, [503]);
+  if (res.status === 503 && (!res.headers.get('retry-after') || waited < 6 || waited > 10)) {
+    stats.wrong++;
+    console.error(`${language}: the 503 came after ${waited} s with Retry-After ${res.headers.get('retry-after')}`);
+  }
+  return sent;
+}
+
 // Wait until every event is processed by the worker.
 async function processed(db, language, ids) {
   for (let i = 0; ; i++) {
@@ -573,6 +624,11 @@ async function main() {
       db.end().catch(() => {}); // closed by the restart
       db = await connectDb();
       sent.push(...await exerciseAfterRestart(language, inboxPort, inbox, db));
+      await processed(db, language, sent.map((e) => e.eventId));
+      // And while it is down.
+      db.end().catch(() => {});
+      sent.push(...await exerciseOutage(language, inboxPort, inbox));
+      db = await connectDb();
       await processed(db, language, sent.map((e) => e.eventId));
       if (receiver.exitCode !== null || worker.exitCode !== null) {
         inbox.wrong++;

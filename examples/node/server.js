@@ -19,9 +19,13 @@
 // built from the request's Host header, which whoever sends it chooses.
 //
 // A database restart breaks the pooled connections: the pool drops them
-// (its 'error' listener keeps the process up), and a request that meets one
-// runs again on a fresh connection, which is safe since webhook_receive
-// answers a second attempt of the same delivery as a duplicate.
+// (its 'error' listener keeps the process up). While the database is away
+// (a restart, a failover) a request keeps trying it on fresh connections
+// for up to DB_RETRY_SECONDS (8: GitHub gives up on a delivery after 10 s
+// and never sends it again), then answers 503 with Retry-After, an answer
+// every provider retries; never 500 for a delivery that was not stored.
+// Trying again is safe: a broken attempt's writes rolled back with it, and
+// webhook_receive answers a delivery it did store as a duplicate.
 //
 //   DATABASE_URL=postgresql://app@localhost/shop PORT=8002 node server.js
 import express from 'express';
@@ -41,21 +45,42 @@ const CONNECTION_LOST = new Set(['57P01', '57P02', '57P03', 'ECONNRESET', 'ECONN
 const connectionLost = (err) =>
   CONNECTION_LOST.has(err?.code) || /Connection terminated|not queryable/.test(String(err?.message));
 
-// Run fn(client) on a pooled connection; once more on a fresh one if the
-// first broke. A broken client is destroyed, not returned to the pool.
+const DB_RETRY_MS = Number(process.env.DB_RETRY_SECONDS ?? 8) * 1000;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// The database stayed away for the whole retry budget.
+class DatabaseAway extends Error {}
+
+// Run fn(client) on a pooled connection; again, on a fresh one, while the
+// database is away, until DB_RETRY_MS have passed. A broken client is
+// destroyed, not returned to the pool.
 async function withClient(fn) {
-  for (let attempt = 1; ; attempt++) {
-    const client = await pool.connect();
+  const deadline = Date.now() + DB_RETRY_MS;
+  for (let wait = 100; ; wait = Math.min(wait * 2, 1000)) {
+    let client = null;
     let broken = null;
     try {
+      client = await pool.connect();
       return await fn(client);
     } catch (err) {
-      if (connectionLost(err)) broken = err;
-      if (!broken || attempt > 1) throw err;
+      if (!connectionLost(err)) throw err;
+      broken = err;
+      if (Date.now() + wait >= deadline) throw new DatabaseAway(err.message);
     } finally {
-      client.release(broken ?? undefined);
+      client?.release(broken ?? undefined);
     }
+    await sleep(wait);
   }
+}
+
+// What an error becomes: 503 with Retry-After while the database is away
+// (the provider sends the delivery again), 500 otherwise.
+function failed(res, err) {
+  if (err instanceof DatabaseAway || connectionLost(err)) {
+    console.error(`database unavailable (${err.message}); answering 503`);
+    return res.status(503).set('Retry-After', '30').json({ status: 'unavailable' });
+  }
+  return res.status(500).json({ status: 'error', error: String(err.message ?? err) });
 }
 
 // The raw bytes: signatures cover exactly these, so never parse before verifying.
@@ -115,7 +140,7 @@ app.post('/webhooks/:provider', async (req, res) => {
     if (body.response !== undefined) return handshake(res, body);
     return res.status(status).json(body);
   } catch (err) {
-    return res.status(500).json({ status: 'error', error: String(err.message ?? err) });
+    return failed(res, err);
   }
 });
 
@@ -137,7 +162,7 @@ app.post('/webhooks-2p/:provider', async (req, res) => {
          FROM webhook_receive($1, $2::jsonb, $3::bytea, lease => '30 seconds', inbox => false, url => $4)`,
       [provider, JSON.stringify(req.headers), req.body, publicUrl(req)])));
   } catch (err) {
-    return res.status(500).json({ status: 'error', error: String(err.message ?? err) });
+    return failed(res, err);
   }
   if (r.response !== null) return handshake(res, r);
   if (!r.claimed) return res.status(r.http_status).json({ status: r.status, reason: r.reason });
@@ -175,7 +200,7 @@ app.post('/inbox/:provider', async (req, res) => {
     if (r.response !== null) return handshake(res, r);
     return res.status(r.http_status).json({ status: r.status, reason: r.reason });
   } catch (err) {
-    return res.status(500).json({ status: 'error', error: String(err.message ?? err) });
+    return failed(res, err);
   }
 });
 

@@ -14,8 +14,10 @@
 // On SIGTERM it finishes the event in hand, hands the rest of its batch back
 // at once (webhook_fail with retry_in => 0), and exits. When the database
 // goes away (a restart, a failover) it reconnects, waiting longer each time
-// up to half a minute; what it held was rolled back with its connection,
-// and its leases run out and are taken again.
+// up to half a minute, back to half a second once connected, each wait
+// drawn at random from its upper half so that workers one restart dropped
+// do not all come back at the same instant; what it held was rolled back
+// with its connection, and its leases run out and are taken again.
 //
 //   DATABASE_URL=postgresql://app@localhost/shop node worker.js
 import pg from 'pg';
@@ -110,6 +112,19 @@ const pause = (ms) => new Promise((resolve) => {
   wake = () => { clearTimeout(timer); resolve(); };
 });
 
+// How long to wait before reconnecting: doubling from 0.5 s to 30 s, each
+// wait drawn from the upper half of its step (jitter), and back to the
+// first step once a connection works.
+const backoff = {
+  step: 500,
+  connected() { this.step = 500; },
+  next() {
+    const wait = this.step / 2 + Math.random() * (this.step / 2);
+    this.step = Math.min(this.step * 2, 30_000);
+    return Math.round(wait);
+  },
+};
+
 // Work on one pair of connections until stopped, or until one breaks.
 async function run() {
   let lost = null;
@@ -124,6 +139,7 @@ async function run() {
     listener.on('notification', () => wake());
     await listener.query('LISTEN webhook_inbox');
     await client.connect();
+    backoff.connected();
     while (!stopping) {
       if (lost) throw lost;
       if ((await workOnce(client)) === 0) await pause(POLL_MS);
@@ -134,13 +150,12 @@ async function run() {
   }
 }
 
-let delay = 500;
 while (!stopping) {
   try {
     await run();
   } catch (err) {
+    const delay = backoff.next();
     console.error(`worker: database unavailable (${err.message}); reconnecting in ${delay} ms`);
     await pause(delay);
-    delay = Math.min(delay * 2, 30_000);
   }
 }

@@ -13,7 +13,11 @@ The database verifies the signature, deduplicates and claims the delivery
 (webhook_receive); the handler only does its work and answers what the
 provider should hear: 200 done or duplicate, 409 in progress elsewhere,
 401 bad signature, 400 unreadable, 500 failed (recorded: the next delivery
-retries it). An endpoint check (Slack's url_verification, Zoom's, Twitch's,
+retries it). While the database is away (a restart, a failover) a request
+keeps trying it for up to DB_RETRY_SECONDS (8: GitHub gives up on a delivery
+after 10 s and never sends it again), then answers 503 with Retry-After, an
+answer every provider retries; never 500 for a delivery that was not
+stored. An endpoint check (Slack's url_verification, Zoom's, Twitch's,
 Discord's PING) comes back with the exact body to answer it with.
 
 PUBLIC_URL is the base URL the providers are configured with (behind a
@@ -28,10 +32,12 @@ chooses.
 import json
 import os
 import threading
+import time
 import urllib.request
 
 from fastapi import FastAPI, Request, Response
-from psycopg_pool import ConnectionPool
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
 from starlette.concurrency import run_in_threadpool
 
 LANGUAGE = "python"
@@ -44,9 +50,33 @@ ORDER_LEASE = os.environ.get("IDEMPOTENCY_LEASE", "30 seconds")
 # by a database restart is replaced instead of failing the request. A
 # webhook answered 500 is retried by most providers, but never by GitHub.
 pool = ConnectionPool(
-    os.environ["DATABASE_URL"], min_size=1, max_size=8, open=True, check=ConnectionPool.check_connection
+    os.environ["DATABASE_URL"], min_size=1, max_size=8, open=True, check=ConnectionPool.check_connection,
+    timeout=1.0,
 )
 app = FastAPI()
+# How long a request keeps trying a database that is away before answering
+# 503: within the shortest provider timeout (GitHub's 10 s).
+DB_RETRY_SECONDS = float(os.environ.get("DB_RETRY_SECONDS", "8"))
+
+
+def with_database(handler, *args) -> Response:
+    """Run a handler, again while the database is away (its connection
+    broke, or none could be had), until DB_RETRY_SECONDS have passed; then
+    503 with Retry-After. Running it again is safe: what the broken attempt
+    wrote was rolled back with it, and a delivery it did commit is answered
+    as a duplicate (or in progress) the second time."""
+    deadline = time.monotonic() + DB_RETRY_SECONDS
+    wait = 0.1
+    while True:
+        try:
+            return handler(*args)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            if time.monotonic() + wait >= deadline:
+                print(f"receiver: database unavailable ({exc}); answering 503", flush=True)
+                return Response(json.dumps({"status": "unavailable"}), status_code=503,
+                                media_type="application/json", headers={"Retry-After": "30"})
+            time.sleep(wait)
+            wait = min(wait * 2, 1.0)
 
 # inbox => false: claimed here, whatever the provider is registered for;
 # complete_on_commit: the commit of the handler's transaction completes it.
@@ -82,7 +112,7 @@ def healthz():
 @app.post("/webhooks/{provider}")
 async def webhook(provider: str, request: Request) -> Response:
     body = await request.body()  # the raw bytes: signatures cover exactly these
-    return await run_in_threadpool(handle, provider, dict(request.headers), body, public_url(request))
+    return await run_in_threadpool(with_database, handle, provider, dict(request.headers), body, public_url(request))
 
 
 def handle(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
@@ -134,7 +164,9 @@ class Heartbeat:
 @app.post("/webhooks-2p/{provider}")
 async def webhook_two_phase(provider: str, request: Request) -> Response:
     body = await request.body()
-    return await run_in_threadpool(handle_two_phase, provider, dict(request.headers), body, public_url(request))
+    return await run_in_threadpool(
+        with_database, handle_two_phase, provider, dict(request.headers), body, public_url(request)
+    )
 
 
 def handle_two_phase(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
@@ -171,7 +203,9 @@ def handle_two_phase(provider: str, request_headers: dict, body: bytes, url: str
 @app.post("/inbox/{provider}")
 async def webhook_inbox(provider: str, request: Request) -> Response:
     body = await request.body()
-    return await run_in_threadpool(handle_inbox, provider, dict(request.headers), body, public_url(request))
+    return await run_in_threadpool(
+        with_database, handle_inbox, provider, dict(request.headers), body, public_url(request)
+    )
 
 
 def handle_inbox(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
@@ -203,6 +237,7 @@ BEGIN = """SELECT outcome, request_id, http_status, recovery_point, recovery, re
 async def create_order(request: Request) -> Response:
     body = await request.body()
     return await run_in_threadpool(
+        with_database,
         handle_order,
         request.headers.get("idempotency-key"),
         request.headers.get("x-customer", "anonymous"),

@@ -15,13 +15,16 @@ PgBouncer in transaction mode, poll only).
 On SIGTERM it finishes the event in hand, hands the rest of its batch back
 at once (webhook_fail with retry_in => 0), and exits. When the database
 goes away (a restart, a failover) it reconnects, waiting longer each time
-up to half a minute; what it held was rolled back with its connection, and
-its leases run out and are taken again.
+up to half a minute, back to half a second once connected, each wait drawn
+at random from its upper half so that workers one restart dropped do not
+all come back at the same instant; what it held was rolled back with its
+connection, and its leases run out and are taken again.
 
     DATABASE_URL=postgresql://app@localhost/shop python worker.py
 """
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -117,10 +120,30 @@ def finish(conn, events):
             cur.execute("SELECT webhook_complete_batch(%s)", (done,))
 
 
-def run(url):
+class Backoff:
+    """How long to wait before reconnecting: doubling from 0.5 s to 30 s,
+    each wait drawn from the upper half of its step (jitter), and back to
+    the first step once a connection works."""
+
+    FIRST, LAST = 0.5, 30.0
+
+    def __init__(self):
+        self.step = self.FIRST
+
+    def connected(self):
+        self.step = self.FIRST
+
+    def next(self):
+        wait = random.uniform(self.step / 2, self.step)
+        self.step = min(self.step * 2, self.LAST)
+        return wait
+
+
+def run(url, backoff):
     """Work until stopped, on one pair of connections."""
     with psycopg.connect(url) as conn, psycopg.connect(url, autocommit=True) as listener:
         listener.execute("LISTEN webhook_inbox")
+        backoff.connected()
         while not stopping:
             if work_once(conn) == 0:
                 # Nothing ready: sleep until notified, or until the next poll.
@@ -132,19 +155,17 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     url = os.environ["DATABASE_URL"]
-    delay = 0.5
+    backoff = Backoff()
     while not stopping:
         try:
-            run(url)
+            run(url, backoff)
         except psycopg.OperationalError as exc:
             # The connection is gone: nothing it held survives it.
+            delay = backoff.next()
             print(f"worker: database unavailable ({exc}); reconnecting in {delay:.1f} s", file=sys.stderr)
             deadline = time.monotonic() + delay
             while not stopping and time.monotonic() < deadline:
                 time.sleep(0.1)
-            delay = min(delay * 2, 30.0)
-        else:
-            delay = 0.5
 
 
 if __name__ == "__main__":

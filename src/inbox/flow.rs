@@ -142,16 +142,44 @@ struct Taken {
     slots: Vec<i32>,
 }
 
-/// The breakers of a consumer that are not closed: for each, whether
-/// this call may try to probe it (open past its cooldown, or half open
-/// with no live probe).
+/// The limit a breaker of consumer `$c`'s events of provider `$p`
+/// follows: the provider's own limit with a breaker, else the consumer's.
+/// Breakers are kept per provider either way, so that one provider's
+/// failures never stop another's events.
+macro_rules! breaker_limit {
+    ($c:literal, $p:literal, $column:literal) => {
+        concat!(
+            "(SELECT l.", $column, " FROM webhook.limits l
+               WHERE l.consumer = ", $c, " AND l.provider IN (", $p, ", '')
+                 AND l.breaker_failures IS NOT NULL
+               ORDER BY l.provider DESC LIMIT 1)"
+        )
+    };
+}
+
+/// Whether a breaker, not closed, may be probed: open past its cooldown,
+/// or half open with no live probe.
+macro_rules! breaker_probeable {
+    ($c:literal, $p:literal) => {
+        concat!(
+            "((b.state = 'open' AND b.opened_at + ",
+            breaker_limit!($c, $p, "breaker_cooldown"),
+            " <= pg_catalog.clock_timestamp())
+              OR (b.state = 'half_open' AND (b.probe IS NULL OR NOT webhook._lease_live(b.probe))))"
+        )
+    };
+}
+
+/// The breakers of a consumer that are not closed (one per provider):
+/// for each, whether this call may try to probe it.
 static OPEN_BREAKERS: Statement = Statement {
-    sql: "SELECT b.provider,
-                 (b.state = 'open' AND b.opened_at + l.breaker_cooldown <= pg_catalog.clock_timestamp())
-              OR (b.state = 'half_open' AND (b.probe IS NULL OR NOT webhook._lease_live(b.probe)))
+    sql: concat!(
+        "SELECT b.provider, ",
+        breaker_probeable!("b.consumer", "b.provider"),
+        "
             FROM webhook.breakers b
-            JOIN webhook.limits l ON l.consumer = b.consumer AND l.provider = b.provider
-           WHERE b.consumer = $1 AND b.state <> 'closed'",
+           WHERE b.consumer = $1 AND b.state <> 'closed'"
+    ),
     arg_types: &[pg_sys::TEXTOID],
 };
 
@@ -169,14 +197,14 @@ static LOCK_BREAKER: Statement = Statement {
 /// the call that held the row last committed (a probe it gave out), where
 /// the locking statement's own would not.
 static TAKE_PROBE: Statement = Statement {
-    sql: "UPDATE webhook.breakers b
+    sql: concat!(
+        "UPDATE webhook.breakers b
              SET state = 'half_open', probe = NULL, changed_at = pg_catalog.now()
-            FROM webhook.limits l
-           WHERE l.consumer = b.consumer AND l.provider = b.provider
-             AND b.consumer = $1 AND b.provider = $2
-             AND ((b.state = 'open' AND b.opened_at + l.breaker_cooldown <= pg_catalog.clock_timestamp())
-               OR (b.state = 'half_open' AND (b.probe IS NULL OR NOT webhook._lease_live(b.probe))))
-       RETURNING true",
+           WHERE b.consumer = $1 AND b.provider = $2 AND ",
+        breaker_probeable!("$1", "$2"),
+        "
+       RETURNING true"
+    ),
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };
 
@@ -285,8 +313,10 @@ pub fn allowance(
     };
     if limits.iter().any(|l| l.breaker) {
         for row in OPEN_BREAKERS.run(client, &[consumer.into()])? {
+            // A breaker guards one provider's events: it holds back those
+            // alone, whichever limit it follows.
             let scope = row.get::<String>(1)?.unwrap_or_default();
-            if !limits.iter().any(|l| l.provider == scope) {
+            if provider.is_some_and(|p| p != scope) || !controls.breaker_watches(&scope) {
                 continue;
             }
             let may_probe = row.get::<bool>(2)?.unwrap_or(false)
@@ -301,7 +331,7 @@ pub fn allowance(
             if may_probe {
                 allowance.limit(&scope, 1);
                 allowance.probes.push(scope);
-            } else if scope.is_empty() {
+            } else if provider.is_some() {
                 return Ok(None);
             } else {
                 allowance.excluded.push(scope);
@@ -496,34 +526,42 @@ pub fn record(
 }
 
 /// Count `n` failed attempts of a consumer's events of a provider against
-/// its breakers: one that reaches its threshold opens (a failed probe
-/// reopens a half-open one, from now).
+/// the provider's breaker, made by its first failure: it opens when it
+/// reaches its limit's threshold (a failed probe reopens a half-open one,
+/// from now).
 static FAILED: Statement = Statement {
-    sql: "UPDATE webhook.breakers b
+    sql: concat!(
+        "WITH l AS (SELECT ",
+        breaker_limit!("$1", "$2", "breaker_failures"),
+        " AS threshold)
+          INSERT INTO webhook.breakers AS b (consumer, provider, failures, state, opened_at)
+          SELECT $1, $2, $3,
+                 CASE WHEN $3 >= l.threshold THEN 'open' ELSE 'closed' END::webhook.breaker_state,
+                 CASE WHEN $3 >= l.threshold THEN pg_catalog.clock_timestamp() END
+            FROM l WHERE l.threshold IS NOT NULL
+          ON CONFLICT ON CONSTRAINT breakers_pkey DO UPDATE
              SET failures = b.failures + $3,
-                 state = CASE WHEN b.state = 'half_open' OR b.failures + $3 >= l.breaker_failures
+                 state = CASE WHEN b.state = 'half_open' OR b.failures + $3 >= (SELECT threshold FROM l)
                               THEN 'open' ELSE b.state END,
                  opened_at = CASE WHEN b.state = 'half_open'
-                                    OR (b.state = 'closed' AND b.failures + $3 >= l.breaker_failures)
+                                    OR (b.state = 'closed' AND b.failures + $3 >= (SELECT threshold FROM l))
                                   THEN pg_catalog.clock_timestamp() ELSE b.opened_at END,
                  probe = CASE WHEN b.state = 'half_open' THEN NULL ELSE b.probe END,
                  changed_at = CASE WHEN b.state = 'half_open'
-                                     OR (b.state = 'closed' AND b.failures + $3 >= l.breaker_failures)
-                                   THEN pg_catalog.now() ELSE b.changed_at END
-            FROM webhook.limits l
-           WHERE l.consumer = b.consumer AND l.provider = b.provider
-             AND b.consumer = $1 AND b.provider IN ('', $2)",
+                                     OR (b.state = 'closed' AND b.failures + $3 >= (SELECT threshold FROM l))
+                                   THEN pg_catalog.now() ELSE b.changed_at END"
+    ),
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INT4OID],
 };
 
-/// A success closes the breakers of a consumer's events of a provider
-/// and forgets their failures; a breaker with nothing to forget is not
-/// written (nor locked).
+/// A success closes the breaker of a consumer's events of a provider and
+/// forgets its failures; a breaker with nothing to forget is not written
+/// (nor locked).
 static SUCCEEDED: Statement = Statement {
     sql: "UPDATE webhook.breakers b
              SET failures = 0, state = 'closed', probe = NULL,
                  changed_at = CASE WHEN b.state <> 'closed' THEN pg_catalog.now() ELSE b.changed_at END
-           WHERE b.consumer = $1 AND b.provider IN ('', $2)
+           WHERE b.consumer = $1 AND b.provider = $2
              AND (b.failures > 0 OR b.state <> 'closed')",
     arg_types: &[pg_sys::TEXTOID, pg_sys::TEXTOID],
 };

@@ -50,6 +50,21 @@ pub fn recognise(scheme: &Scheme, body: &Value, hmac_key: Option<&[u8]>) -> Opti
             response: text(body.get("challenge")?)?,
             content_type: "text/plain",
         }),
+        // Twitch: a revocation says the subscription has ended (its status
+        // says why: authorization_revoked, user_removed,
+        // notification_failures_exceeded, version_removed). It carries the
+        // subscription and no event, in its signed body: acknowledged with
+        // an empty 2xx and archived as a `revocation`, never claimed as an
+        // event. Nothing more will come until it is subscribed again.
+        Scheme::Plain(Kind::Twitch)
+            if body.get("subscription").is_some() && body.get("event").is_none() =>
+        {
+            Some(Handshake {
+                kind: "revocation",
+                response: String::new(),
+                content_type: "text/plain",
+            })
+        }
         // Discord: a PING (type 1) is answered with a PONG.
         Scheme::Plain(Kind::Discord) if body.get("type")?.as_i64()? == 1 => Some(Handshake {
             kind: "ping",

@@ -470,6 +470,17 @@ fn handshakes_are_recognised_for_their_scheme_only() {
         None
     )
     .is_none());
+    // A revocation (the subscription and no event) is acknowledged, never
+    // claimed; its status is whatever ended it.
+    for status in ["authorization_revoked", "user_removed", "notification_failures_exceeded", "version_removed"] {
+        let revoked = handshake::recognise(
+            &twitch,
+            &json!({ "subscription": { "id": "f1c2", "status": status, "type": "channel.follow" } }),
+            None,
+        )
+        .unwrap();
+        assert_eq!((revoked.kind, revoked.response.as_str()), ("revocation", ""));
+    }
     // Not for another provider's scheme, and not an event.
     assert!(handshake::recognise(&slack, &body, None).is_none());
     assert!(handshake::recognise(&discord, &json!({ "type": 2 }), None).is_none());

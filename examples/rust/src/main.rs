@@ -18,7 +18,11 @@
 //! Without it their deliveries are refused (`missing_url`).
 //!
 //! The pool checks each connection before handing it out, so one broken by
-//! a database restart is replaced instead of failing the request.
+//! a database restart is replaced instead of failing the request. While the
+//! database is away (a restart, a failover) a request keeps trying it for
+//! up to `DB_RETRY_SECONDS` (8: GitHub gives up on a delivery after 10 s and
+//! never sends it again), then answers 503 with `Retry-After`, an answer
+//! every provider retries; never 500 for a delivery that was not stored.
 //!
 //! `DATABASE_URL=postgresql://app@localhost/shop PORT=8003 cargo run --release`
 
@@ -56,6 +60,67 @@ impl App {
 }
 
 type Answer = Response;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Whether an error says the database is away (the connection broke, none
+/// could be made, the server is shutting down or starting up) rather than
+/// answering the request.
+fn database_away(err: &BoxError) -> bool {
+    use tokio_postgres::error::SqlState;
+    let postgres = |e: &tokio_postgres::Error| {
+        e.is_closed()
+            || e.code().is_some_and(|code| {
+                [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW]
+                    .contains(code)
+            })
+            || (e.as_db_error().is_none()
+                && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()))
+    };
+    if let Some(e) = err.downcast_ref::<tokio_postgres::Error>() {
+        return postgres(e);
+    }
+    match err.downcast_ref::<deadpool_postgres::PoolError>() {
+        Some(deadpool_postgres::PoolError::Backend(e)) => postgres(e),
+        Some(deadpool_postgres::PoolError::Timeout(_)) => true,
+        _ => false,
+    }
+}
+
+/// Run one attempt of a handler, again while the database is away, for up
+/// to `DB_RETRY_SECONDS`; then 503 with `Retry-After`. Trying again is safe:
+/// a broken attempt's writes rolled back with it, and `webhook_receive`
+/// answers a delivery it did store as a duplicate (or in progress).
+async fn with_database<F, Fut>(mut attempt: F) -> Answer
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, BoxError>>,
+{
+    let budget = std::env::var("DB_RETRY_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(8.0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(budget);
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match attempt().await {
+            Ok(answer) => return answer,
+            Err(err) if database_away(&err) => {
+                if tokio::time::Instant::now() + wait >= deadline {
+                    eprintln!("receiver: database unavailable ({err}); answering 503");
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [(header::RETRY_AFTER, "30")],
+                        Json(json!({ "status": "unavailable" })),
+                    )
+                        .into_response();
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+            Err(err) => return answer(500, json!({ "status": "error", "error": err.to_string() })),
+        }
+    }
+}
 
 fn answer(status: i32, body: Value) -> Answer {
     (
@@ -101,10 +166,7 @@ async fn webhook(
     body: Bytes,
 ) -> Answer {
     let url = app.url_of(&uri);
-    match one_transaction(&app, &provider, &headers, &body, &url).await {
-        Ok(answer) => answer,
-        Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
-    }
+    with_database(|| one_transaction(&app, &provider, &headers, &body, &url)).await
 }
 
 async fn one_transaction(
@@ -113,7 +175,7 @@ async fn one_transaction(
     headers: &HeaderMap,
     body: &[u8],
     url: &Option<String>,
-) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<Answer, BoxError> {
     let mut client = app.pool.get().await?;
     let mut tx = client.transaction().await?;
     let r = tx
@@ -141,7 +203,7 @@ async fn one_transaction(
         )
         .await?;
         if headers.get("x-test-fail").is_some_and(|v| v == "1") {
-            return Err::<(), Box<dyn std::error::Error + Send + Sync>>(
+            return Err::<(), BoxError>(
                 "injected failure halfway".into(),
             );
         }
@@ -176,10 +238,7 @@ async fn webhook_two_phase(
     body: Bytes,
 ) -> Answer {
     let url = app.url_of(&uri);
-    match two_phase(&app, &provider, &headers, &body, &url).await {
-        Ok(answer) => answer,
-        Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
-    }
+    with_database(|| two_phase(&app, &provider, &headers, &body, &url)).await
 }
 
 async fn two_phase(
@@ -188,7 +247,7 @@ async fn two_phase(
     headers: &HeaderMap,
     body: &[u8],
     url: &Option<String>,
-) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<Answer, BoxError> {
     let client = app.pool.get().await?;
     // Autocommit: the claim commits on its own, with its lease.
     let r = client
@@ -264,7 +323,7 @@ async fn webhook_inbox(
     body: Bytes,
 ) -> Answer {
     let url = app.url_of(&uri);
-    let queued = async {
+    let queued = || async {
         let client = app.pool.get().await?;
         let r = client
             .query_one(
@@ -276,15 +335,12 @@ async fn webhook_inbox(
         if let Some(answer) = handshake(&r, 3) {
             return Ok(answer);
         }
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(answer(
+        Ok::<_, BoxError>(answer(
             r.get(1),
             json!({ "status": r.get::<_, String>(0), "reason": r.get::<_, String>(2) }),
         ))
     };
-    match queued.await {
-        Ok(answer) => answer,
-        Err(err) => answer(500, json!({ "status": "error", "error": err.to_string() })),
-    }
+    with_database(queued).await
 }
 
 #[tokio::main]
@@ -300,7 +356,15 @@ async fn main() {
             recycling_method: RecyclingMethod::Verified,
         },
     );
-    let pool = Pool::builder(manager).max_size(8).build().expect("pool");
+    // A request waits at most a second for a connection per attempt; the
+    // retry budget above bounds the whole.
+    let pool = Pool::builder(manager)
+        .max_size(8)
+        .wait_timeout(Some(Duration::from_secs(1)))
+        .create_timeout(Some(Duration::from_secs(1)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .expect("pool");
     let app = App {
         pool,
         email_url: std::env::var("EMAIL_URL")

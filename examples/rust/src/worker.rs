@@ -13,8 +13,11 @@
 //! On SIGTERM it finishes the event in hand, hands the rest of its batch
 //! back at once (`webhook_fail` with `retry_in => 0`), and exits. When the
 //! database goes away (a restart, a failover) it reconnects, waiting longer
-//! each time up to half a minute; what it held was rolled back with its
-//! connection, and its leases run out and are taken again.
+//! each time up to half a minute, back to half a second once connected,
+//! each wait drawn at random from its upper half so that workers one
+//! restart dropped do not all come back at the same instant; what it held
+//! was rolled back with its connection, and its leases run out and are
+//! taken again.
 //!
 //! `DATABASE_URL=postgresql://app@localhost/shop cargo run --release --bin webhook-worker`
 
@@ -155,10 +158,38 @@ fn lost_lease(err: &Error) -> bool {
         == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE)
 }
 
+/// How long to wait before reconnecting: doubling from 0.5 s to 30 s, each
+/// wait drawn from the upper half of its step (jitter), and back to the
+/// first step once a connection works.
+struct Backoff {
+    step: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const LAST: Duration = Duration::from_secs(30);
+
+    fn connected(&mut self) {
+        self.step = Self::FIRST;
+    }
+
+    fn next(&mut self) -> Duration {
+        // Jitter without a crate: the clock's nanoseconds are random
+        // enough to spread workers apart.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let wait = self.step / 2 + self.step.mul_f64(f64::from(nanos % 1000) / 2000.0);
+        self.step = (self.step * 2).min(Self::LAST);
+        wait
+    }
+}
+
 /// Work on one connection until stopped, or until it breaks.
-async fn run(worker: &Worker, url: &str) -> Result<(), Error> {
+async fn run(worker: &Worker, url: &str, backoff: &mut Backoff) -> Result<(), Error> {
     let (mut client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
+    backoff.connected();
     while !worker.stopping.load(Ordering::SeqCst) {
         if worker.work_once(&mut client).await? == 0 {
             tokio::time::sleep(POLL).await;
@@ -189,17 +220,19 @@ async fn main() -> Result<(), Error> {
         http: reqwest::Client::new(),
         stopping: Arc::clone(&stopping),
     };
-    let mut delay = Duration::from_millis(500);
+    let mut backoff = Backoff {
+        step: Backoff::FIRST,
+    };
     while !stopping.load(Ordering::SeqCst) {
-        match run(&worker, &url).await {
+        match run(&worker, &url, &mut backoff).await {
             Ok(()) => break,
             Err(err) => {
+                let delay = backoff.next();
                 eprintln!("worker: database unavailable ({err}); reconnecting in {delay:?}");
                 let until = tokio::time::Instant::now() + delay;
                 while !stopping.load(Ordering::SeqCst) && tokio::time::Instant::now() < until {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
     }
