@@ -52,6 +52,25 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_worker_is_told_where_each_event_came_from() {
+        Spi::run("SELECT webhook_register_provider('origins', secret => 'whsec_origins', scheme => 'stripe', inbox => true)").unwrap();
+        let body = r#"{"id":"evt_signed","type":"invoice.paid"}"#;
+        let headers = crate::in_db_tests::stripe_headers(body, "whsec_origins", 0);
+        assert_eq!(receive("origins", &headers, body).0, "queued");
+        Spi::run("SELECT webhook_enqueue('origins', 'evt_handed', 'invoice.paid', '{}'::jsonb)").unwrap();
+        Spi::run("SELECT webhook_enqueue_polled('origins', 'evt_polled', 'invoice.paid', '{}'::jsonb)").unwrap();
+        // Polled after it was delivered and verified: verified, as queued.
+        Spi::run("SELECT webhook_enqueue_polled('origins', 'evt_signed', 'invoice.paid', '{}'::jsonb)").unwrap();
+        assert_eq!(
+            one_text(
+                "SELECT string_agg(event_id || '=' || origin, ',' ORDER BY event_id)
+                   FROM webhook_next(10, provider => 'origins')"
+            ),
+            "evt_handed=enqueued,evt_polled=polled,evt_signed=verified"
+        );
+    }
+
+    #[pg_test]
     fn a_new_event_is_queued_once_and_every_duplicate_acknowledged() {
         assert_eq!(enqueue("stripe", "evt_1"), (true, "queued".into()));
         assert_eq!(enqueue("stripe", "evt_1"), (false, "duplicate".into()));

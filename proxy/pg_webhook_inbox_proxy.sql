@@ -65,7 +65,7 @@ CREATE TYPE webhook_proxy.receive_result AS (
 CREATE TYPE webhook_proxy.leased AS (
     id uuid, provider text, event_id text, event_type text, payload jsonb, attempts integer,
     consumer text, delivery_id uuid, queued_at timestamptz, lease_expires_at timestamptz,
-    replay_id uuid, traceparent text
+    replay_id uuid, traceparent text, origin text
 );
 
 -- webhook.provider_summary as the slots return it.

@@ -38,7 +38,7 @@ COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, bytea, text, t
 COMMENT ON FUNCTION @extschema@.webhook_enqueue(text, text, text, text, text, text) IS
     'webhook_enqueue with the raw body passed as text';
 COMMENT ON FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) IS
-    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again; traceparent is the trace context its request came with';
+    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again; traceparent is the trace context its request came with; origin says where it came from (verified, polled, enqueued)';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, bytea, text, text) IS
     'Constant-time check of an HMAC signature (hex or base64) over the raw body';
 COMMENT ON FUNCTION @extschema@.verify_hmac(text, text, text, text) IS

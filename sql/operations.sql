@@ -156,6 +156,24 @@ COMMENT ON FUNCTION webhook._maintenance_lock_timeout() IS
 -- partition (no partition was there when they came): they stay there.
 -- The partition is made apart and then attached, which lets claims go on
 -- meanwhile. Returns whether it created it.
+-- Whether the archive's partition for one day (UTC) may be made: no
+-- partition covers part of it, and none of its deliveries is in the
+-- default partition.
+CREATE FUNCTION webhook._archive_day_free(day date) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT NOT EXISTS (SELECT FROM webhook.archive_partitions p
+                    WHERE NOT p.is_default
+                      AND (p.lower_id IS NULL OR p.lower_id < webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC'))
+                      AND p.upper_id > webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC'))
+   AND NOT EXISTS (SELECT FROM webhook.delivery_log_default d
+                    WHERE d.id >= webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC')
+                      AND d.id < webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC'))
+$$;
+COMMENT ON FUNCTION webhook._archive_day_free(date) IS
+    'Internal: whether the archive''s partition for a day (UTC) may be made: nothing of that day is in another partition';
+
 CREATE FUNCTION webhook._create_archive_partition(day date) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -166,9 +184,7 @@ DECLARE
     name text := 'delivery_log_' || pg_catalog.to_char(day, 'YYYYMMDD');
     lock_timeout_before text := pg_catalog.current_setting('lock_timeout');
 BEGIN
-    IF EXISTS (SELECT FROM webhook.archive_partitions p
-                WHERE NOT p.is_default AND (p.lower_id IS NULL OR p.lower_id < hi) AND p.upper_id > lo)
-       OR EXISTS (SELECT FROM webhook.delivery_log_default d WHERE d.id >= lo AND d.id < hi) THEN
+    IF NOT webhook._archive_day_free(day) THEN
         RETURN false;
     END IF;
     EXECUTE pg_catalog.format(
@@ -208,6 +224,14 @@ COMMENT ON FUNCTION webhook._create_archive_partition(date) IS
 -- 'SELECT webhook_create_partitions()')); without it, deliveries land in
 -- webhook.delivery_log_default, which works but is purged row by row.
 -- Returns how many partitions it created.
+--
+-- Attaching a partition makes PostgreSQL read the whole default partition
+-- (is nothing of the new range in it?), holding it locked until the
+-- transaction ends: once per day made, and claims that read the archive
+-- would wait behind all of them. Instead, one ALTER TABLE first adds to
+-- the default partition a constraint per day excluding its range, which
+-- reads it once for every day; each attach then finds its range excluded
+-- and reads nothing. The constraints go again before the call returns.
 CREATE FUNCTION @extschema@.webhook_create_partitions(days_ahead integer DEFAULT 7)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -215,6 +239,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     today date := (pg_catalog.now() AT TIME ZONE 'UTC')::date;
+    days  date[];
+    made  integer;
+    guards text[] := '{}';
+    lock_timeout_before text := pg_catalog.current_setting('lock_timeout');
 BEGIN
     IF days_ahead IS NULL OR days_ahead < 0 OR days_ahead > 366 THEN
         RAISE EXCEPTION 'webhook_create_partitions: argument "days_ahead" must be between 0 and 366'
@@ -222,8 +250,35 @@ BEGIN
     END IF;
     -- One maintenance at a time (webhook_purge takes the same lock).
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
-    RETURN (SELECT pg_catalog.count(*) FILTER (WHERE webhook._create_archive_partition(today + i))
-              FROM pg_catalog.generate_series(0, days_ahead) AS i);
+    SELECT pg_catalog.array_agg(today + i ORDER BY i) INTO days
+      FROM pg_catalog.generate_series(0, days_ahead) AS i
+     WHERE webhook._archive_day_free(today + i);
+    IF pg_catalog.cardinality(days) > 1 AND EXISTS (SELECT FROM webhook.delivery_log_default) THEN
+        SELECT pg_catalog.array_agg(pg_catalog.format('delivery_log_default_not_%s', pg_catalog.to_char(d, 'YYYYMMDD')))
+          INTO guards FROM pg_catalog.unnest(days) AS d;
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', webhook._maintenance_lock_timeout(), true);
+            EXECUTE 'ALTER TABLE webhook.delivery_log_default '
+                    || (SELECT pg_catalog.string_agg(pg_catalog.format('ADD CONSTRAINT %I CHECK (id < %L::uuid OR id >= %L::uuid)',
+                                                                       g, webhook._archive_bound((d::timestamp) AT TIME ZONE 'UTC'),
+                                                                       webhook._archive_bound(((d + 1)::timestamp) AT TIME ZONE 'UTC')), ', ')
+                          FROM pg_catalog.unnest(days, guards) AS x (d, g));
+            PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
+        EXCEPTION WHEN check_violation OR lock_not_available THEN
+            -- A delivery of one of those days reached the default partition
+            -- meanwhile, or the archive is in use: each day is attached (or
+            -- skipped) on its own, as below.
+            guards := '{}';
+        END;
+    END IF;
+    SELECT pg_catalog.count(*) FILTER (WHERE webhook._create_archive_partition(d)) INTO made
+      FROM pg_catalog.unnest(days) AS d;
+    IF pg_catalog.cardinality(guards) > 0 THEN
+        EXECUTE 'ALTER TABLE webhook.delivery_log_default '
+                || (SELECT pg_catalog.string_agg(pg_catalog.format('DROP CONSTRAINT %I', g), ', ')
+                      FROM pg_catalog.unnest(guards) AS g);
+    END IF;
+    RETURN coalesce(made, 0);
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_create_partitions(integer) IS

@@ -72,6 +72,24 @@ RETURN coalesce(nullif(pg_catalog.current_setting('webhook.maintenance_lock_time
 COMMENT ON FUNCTION webhook._maintenance_lock_timeout() IS
     'Internal: how long webhook_purge and webhook_create_partitions wait for a lock on the archive';
 
+-- Whether the archive's partition for one day (UTC) may be made: no
+-- partition covers part of it, and none of its deliveries is in the
+-- default partition.
+CREATE FUNCTION webhook._archive_day_free(day date) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT NOT EXISTS (SELECT FROM webhook.archive_partitions p
+                    WHERE NOT p.is_default
+                      AND (p.lower_id IS NULL OR p.lower_id < webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC'))
+                      AND p.upper_id > webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC'))
+   AND NOT EXISTS (SELECT FROM webhook.delivery_log_default d
+                    WHERE d.id >= webhook._archive_bound((day::timestamp) AT TIME ZONE 'UTC')
+                      AND d.id < webhook._archive_bound(((day + 1)::timestamp) AT TIME ZONE 'UTC'))
+$$;
+COMMENT ON FUNCTION webhook._archive_day_free(date) IS
+    'Internal: whether the archive''s partition for a day (UTC) may be made: nothing of that day is in another partition';
+
 CREATE OR REPLACE FUNCTION webhook._create_archive_partition(day date) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -82,9 +100,7 @@ DECLARE
     name text := 'delivery_log_' || pg_catalog.to_char(day, 'YYYYMMDD');
     lock_timeout_before text := pg_catalog.current_setting('lock_timeout');
 BEGIN
-    IF EXISTS (SELECT FROM webhook.archive_partitions p
-                WHERE NOT p.is_default AND (p.lower_id IS NULL OR p.lower_id < hi) AND p.upper_id > lo)
-       OR EXISTS (SELECT FROM webhook.delivery_log_default d WHERE d.id >= lo AND d.id < hi) THEN
+    IF NOT webhook._archive_day_free(day) THEN
         RETURN false;
     END IF;
     EXECUTE pg_catalog.format(
@@ -115,361 +131,8 @@ EXCEPTION
         RETURN false;
 END
 $$;
-
-CREATE OR REPLACE FUNCTION @extschema@.webhook_purge(
-    older_than  interval DEFAULT '90 days',
-    batch_size  integer  DEFAULT 10000,
-    max_batches integer  DEFAULT NULL
-) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    -- An event whose deliveries must stay (as `e`): not finished, or
-    -- queued and not finished by every consumer. The one rule, for both
-    -- ways of purging (applied once, below); a delivery of no such event
-    -- may go.
-    unfinished CONSTANT text := $rule$
-        NOT (e.status IN ('processed', 'stale', 'filtered')
-             OR (e.status = 'queued'
-                 AND NOT EXISTS (SELECT FROM webhook.inbox i
-                                  WHERE i.delivery_id = e.claim_id
-                                    AND i.provider = e.provider AND i.event_id = e.event_id
-                                    AND i.status NOT IN ('processed', 'stale', 'filtered'))))$rule$;
-    columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
-                             'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
-                             'body_sha256, secret_fingerprint';
-    cutoff    timestamptz;
-    deleted   bigint := 0;
-    batch     bigint;
-    batches   integer;
-    part      record;
-    total     bigint;
-    kept      uuid[];
-    kept_all  uuid[] := '{}';
-    providers text[];
-    event_ids text[];
-    days      pg_catalog.regclass[] := '{}';
-    day_rows  bigint[] := '{}';
-    skipped   pg_catalog.regclass[] := '{}';
-    day       pg_catalog.regclass;
-    lock_timeout_before CONSTANT text := pg_catalog.current_setting('lock_timeout');
-BEGIN
-    IF older_than IS NULL OR older_than <= interval '0' THEN
-        RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF batch_size IS NULL OR batch_size < 1 THEN
-        RAISE EXCEPTION 'webhook_purge: argument "batch_size" must be at least 1'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF max_batches IS NOT NULL AND max_batches < 1 THEN
-        RAISE EXCEPTION 'webhook_purge: argument "max_batches" must be at least 1'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
-    cutoff := pg_catalog.now() - older_than;
-
-    -- The events whose deliveries stay, found once for the whole purge:
-    -- few, and reached without reading the archive (one pass over
-    -- webhook.events for those processing, failed or dead; the inbox's
-    -- unfinished rows from its partial indexes). The candidates must
-    -- cover every event the rule calls unfinished; the rule decides. No
-    -- event goes from finished back to unfinished (a requeue takes only
-    -- failed or dead ones), so the list stays right while the purge runs.
-    EXECUTE pg_catalog.format($sql$
-        SELECT coalesce(array_agg(e.provider), '{}'), coalesce(array_agg(e.event_id), '{}')
-          FROM (SELECT c.provider, c.event_id FROM webhook.events c
-                 WHERE c.status IN ('processing', 'failed', 'dead')
-                UNION
-                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status IN ('ready', 'leased')
-                UNION
-                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status = 'dead') AS k
-          JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
-         WHERE %s$sql$, unfinished)
-    INTO providers, event_ids;
-
-    -- Row by row where a partition spans more than a day, before any lock
-    -- on the archive as a whole is taken.
-    FOR part IN
-        SELECT p.partition FROM webhook.archive_partitions p
-         WHERE p.is_default OR (p.lower_id IS NULL AND p.upper_id > webhook._archive_bound(cutoff))
-    LOOP
-        batches := 0;
-        LOOP
-            EXECUTE pg_catalog.format($sql$
-                WITH gone AS (
-                    DELETE FROM %1$s
-                     WHERE ctid = ANY (ARRAY(SELECT l.ctid FROM %1$s l
-                                              WHERE l.created_at < $1
-                                                AND NOT EXISTS (SELECT FROM unnest($3, $4) AS k (provider, event_id)
-                                                                 WHERE k.provider = l.provider
-                                                                   AND k.event_id = l.event_id)
-                                              LIMIT $2))
-                    RETURNING id
-                ), failures AS (
-                    DELETE FROM webhook.delivery_failures f USING gone WHERE f.delivery_id = gone.id
-                )
-                SELECT count(*) FROM gone$sql$, part.partition)
-            INTO batch USING cutoff, batch_size, providers, event_ids;
-            deleted := deleted + batch;
-            batches := batches + 1;
-            EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
-        END LOOP;
-    END LOOP;
-
-    DELETE FROM webhook.inbox_failures f
-     WHERE f.failed_at < cutoff
-       AND EXISTS (SELECT FROM webhook.events e
-                      JOIN webhook.inbox i ON i.delivery_id = e.claim_id AND i.consumer = f.consumer
-                    WHERE e.provider = f.provider AND e.event_id = f.event_id
-                      AND i.provider = f.provider AND i.event_id = f.event_id
-                      AND i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff);
-    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff;
-    -- A trace context serves the event's workers: kept while an inbox row
-    -- of it is.
-    DELETE FROM webhook.trace_contexts t
-     WHERE NOT EXISTS (SELECT FROM webhook.inbox i WHERE i.delivery_id = t.delivery_id);
-
-    -- Whole days, oldest first. Each is read before any is detached: the
-    -- first detach locks the archive until the transaction ends, and
-    -- claims wait for only what follows it.
-    FOR part IN
-        SELECT p.partition FROM webhook.archive_partitions p
-         WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
-         ORDER BY p.upper_id
-    LOOP
-        -- Each unfinished event looked up in the day's event index: a
-        -- day costs the same whatever its size.
-        EXECUTE pg_catalog.format($sql$
-            SELECT coalesce(array_agg(l.id), '{}')
-              FROM unnest($1, $2) AS k (provider, event_id)
-              JOIN %s l ON l.provider = k.provider AND l.event_id = k.event_id$sql$, part.partition)
-        INTO kept USING providers, event_ids;
-        kept_all := kept_all || kept;
-        EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
-        day_rows := day_rows || (total - pg_catalog.cardinality(kept));
-        days := days || part.partition;
-    END LOOP;
-    -- Detaching a day waits for every reader of the archive (a report, a
-    -- dump), and every claim queues behind the waiting detach: wait only
-    -- briefly, skip the day if its lock is not granted, and say so.
-    FOR i IN 1 .. pg_catalog.cardinality(days) LOOP
-        day := days[i];
-        BEGIN
-            PERFORM pg_catalog.set_config('lock_timeout', webhook._maintenance_lock_timeout(), true);
-            SELECT p.lower_id, p.upper_id INTO part FROM webhook.archive_partitions p WHERE p.partition = day;
-            EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', day);
-            -- No partition covers their ids any more: they go to the default
-            -- partition, under the same ids.
-            EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
-                                      columns, day)
-            USING kept_all;
-            DELETE FROM webhook.delivery_failures f
-             WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
-               AND f.delivery_id <> ALL (kept_all);
-            EXECUTE pg_catalog.format('DROP TABLE %s', day);
-            deleted := deleted + day_rows[i];
-        EXCEPTION WHEN lock_not_available THEN
-            skipped := skipped || day;
-        END;
-    END LOOP;
-    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
-    IF pg_catalog.cardinality(skipped) > 0 THEN
-        RAISE WARNING 'webhook_purge: % day(s) of the archive not dropped: the archive is in use', pg_catalog.cardinality(skipped)
-            USING DETAIL = pg_catalog.format('Not dropped: %s. Their lock was not granted within webhook.maintenance_lock_timeout (%s).',
-                                             pg_catalog.array_to_string(skipped, ', '), webhook._maintenance_lock_timeout()),
-                  HINT = 'Run webhook_purge again later, when no long read of webhook.delivery_log is running.';
-    END IF;
-    RETURN deleted;
-END
-$$;
-
--- provider_stats counts inbox events where their consumers stand, and
--- says how many are still queued, and how many were filtered out.
-CREATE OR REPLACE VIEW webhook.provider_stats AS
-SELECT e.provider,
-       count(*) AS events,
-       count(*) FILTER (WHERE s.status = 'processed')  AS processed,
-       count(*) FILTER (WHERE s.status = 'processing') AS processing,
-       count(*) FILTER (WHERE s.status = 'failed')     AS failed,
-       count(*) FILTER (WHERE s.status = 'dead')       AS dead,
-       coalesce(sum(s.retries), 0)::bigint AS retries,
-       max(e.first_seen_at) AS last_event_at,
-       count(*) FILTER (WHERE s.status = 'stale')      AS stale,
-       count(*) FILTER (WHERE s.status = 'queued')     AS queued,
-       count(*) FILTER (WHERE s.status = 'filtered')   AS filtered
-  FROM webhook.events e
-  LEFT JOIN LATERAL (
-       SELECT CASE WHEN pg_catalog.bool_and(i.status = 'stale') THEN 'stale'
-                   WHEN pg_catalog.bool_and(i.status::text = 'filtered') THEN 'filtered'
-                   WHEN pg_catalog.bool_and(i.status::text IN ('processed', 'stale', 'filtered')) THEN 'processed'
-                   WHEN pg_catalog.bool_or(i.status = 'dead') THEN 'dead'
-                   ELSE 'queued'
-              END AS status,
-              pg_catalog.sum(GREATEST(i.attempts - 1, 0)) AS retries
-         FROM webhook.inbox i
-        WHERE e.status = 'queued' AND i.delivery_id = e.claim_id
-          AND i.provider = e.provider AND i.event_id = e.event_id
-       ) q ON true
- CROSS JOIN LATERAL (
-       SELECT CASE WHEN e.status = 'queued' THEN coalesce(q.status, 'queued') ELSE e.status::text END AS status,
-              CASE WHEN e.status = 'queued' THEN coalesce(q.retries, 0) ELSE GREATEST(e.attempts - 1, 0) END AS retries
-       ) s
- GROUP BY e.provider;
-COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (inbox events by their consumers: processed by all, stale, filtered by all, dead, or still queued), retries spent, last event';
-
--- A provider keeps at most 16 active secrets: every delivery is checked
--- against each.
-CREATE OR REPLACE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)
-RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    fp       text;
-    v_scheme text;
-    problem  text;
-BEGIN
-    IF webhook_add_secret.secret IS NULL OR webhook_add_secret.secret = '' THEN
-        RAISE EXCEPTION 'webhook_add_secret: argument "secret" must not be empty'
-            USING ERRCODE = 'zero_length_character_string';
-    END IF;
-    SELECT p.scheme INTO v_scheme FROM webhook.providers p WHERE p.name = webhook_add_secret.provider;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'webhook_add_secret: argument "provider": no provider "%" is registered', webhook_add_secret.provider
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    -- A public key or certificate in the wrong format would only show up
-    -- later, as every delivery refused: say so now. (The message never
-    -- echoes the secret.)
-    problem := @extschema@.webhook_check_key(v_scheme, webhook_add_secret.secret);
-    IF problem IS NOT NULL THEN
-        RAISE EXCEPTION 'webhook_add_secret: argument "secret" is not a key for scheme "%"', v_scheme
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = problem || '.';
-    END IF;
-    -- Each delivery is checked against every active secret: keep them few.
-    IF (SELECT pg_catalog.count(*) FROM webhook.provider_secrets s
-         WHERE s.provider = webhook_add_secret.provider AND s.retired_at IS NULL
-           AND s.secret <> webhook_add_secret.secret) >= 16 THEN
-        RAISE EXCEPTION 'webhook_add_secret: argument "provider": "%" has 16 active secrets already', webhook_add_secret.provider
-            USING ERRCODE = 'program_limit_exceeded',
-                  HINT = 'Retire the secrets the provider no longer signs with: webhook_retire_secret(provider, fingerprint).';
-    END IF;
-    fp := webhook._fingerprint(webhook_add_secret.secret);
-    INSERT INTO webhook.provider_secrets AS s (provider, secret, fingerprint)
-    VALUES (webhook_add_secret.provider, webhook_add_secret.secret, fp)
-    ON CONFLICT ON CONSTRAINT provider_secrets_pkey DO UPDATE SET retired_at = NULL;
-    RETURN fp;
-END
-$$;
-
--- The registry's caches are dropped also for changes made under
--- session_replication_role = replica (a restore, a logical replication
--- apply).
-ALTER TABLE webhook.providers ENABLE ALWAYS TRIGGER registry_changed;
-ALTER TABLE webhook.provider_secrets ENABLE ALWAYS TRIGGER registry_changed;
-
--- Bulk intake of any size: a procedure that commits every batch, granted
--- to application roles with the rest.
--- Queue any number of verified events, committing every batch_size of
--- them: a backfill or an import. Each event queued holds its lock until
--- its transaction commits, and one transaction may hold only so many
--- (webhook_enqueue refuses more with SQLSTATE 54000); this procedure
--- commits between batches instead. CALL it on its own, not inside a
--- transaction block. events: a JSON array of objects with event_id,
--- event_type and payload. Batches committed before a failure stay queued;
--- calling it again with the same events queues only the rest, the others
--- being duplicates. Returns how many were queued (duplicates not counted).
--- SECURITY INVOKER, with no SET clause (a procedure with one cannot
--- commit): it does nothing the caller could not do with webhook_enqueue,
--- and names everything with its schema.
-CREATE PROCEDURE @extschema@.webhook_enqueue_batches(
-    provider     text,
-    events       jsonb,
-    batch_size   integer DEFAULT 1000,
-    INOUT queued bigint  DEFAULT NULL
-)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    total    integer;
-    position integer := 0;
-    event    jsonb;
-    answer   text;
-BEGIN
-    IF webhook_enqueue_batches.provider IS NULL THEN
-        RAISE EXCEPTION 'webhook_enqueue_batches: argument "provider" must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF events IS NULL OR pg_catalog.jsonb_typeof(events) IS DISTINCT FROM 'array' THEN
-        RAISE EXCEPTION 'webhook_enqueue_batches: argument "events" must be a JSON array of {"event_id", "event_type", "payload"} objects'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF batch_size IS NULL OR batch_size < 1 OR batch_size > 10000 THEN
-        RAISE EXCEPTION 'webhook_enqueue_batches: argument "batch_size" must be between 1 and 10000'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    queued := 0;
-    total := pg_catalog.jsonb_array_length(events);
-    WHILE position < total LOOP
-        event := events -> position;
-        SELECT e.status::text INTO answer
-          FROM @extschema@.webhook_enqueue(webhook_enqueue_batches.provider,
-                                           event ->> 'event_id', event ->> 'event_type',
-                                           event -> 'payload') AS e;
-        IF answer = 'queued' THEN
-            queued := queued + 1;
-        END IF;
-        position := position + 1;
-        IF position % batch_size = 0 THEN
-            COMMIT;
-        END IF;
-    END LOOP;
-END
-$$;
-COMMENT ON PROCEDURE @extschema@.webhook_enqueue_batches(text, jsonb, integer, bigint) IS
-    'Queue any number of verified events ({"event_id", "event_type", "payload"} objects), committing every batch_size: a backfill or an import; returns how many were queued';
-
-CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_app(role regrole)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    EXECUTE format('GRANT EXECUTE ON FUNCTION
-        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text),
-        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text),
-        @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean),
-        @extschema@.webhook_claim(text, text, text, bytea, text, interval, boolean),
-        @extschema@.webhook_claim(text, text, text, text, text, interval, boolean),
-        @extschema@.webhook_enqueue(text, text, text, jsonb, text, text),
-        @extschema@.webhook_enqueue(text, text, text, bytea, text, text),
-        @extschema@.webhook_enqueue(text, text, text, text, text, text),
-        @extschema@.webhook_enqueue_polled(text, text, text, jsonb),
-        @extschema@.webhook_next(integer, text, text, text, interval),
-        @extschema@.webhook_complete(uuid, jsonb),
-        @extschema@.webhook_fail(uuid, text, interval, boolean),
-        @extschema@.webhook_complete_batch(uuid[]),
-        @extschema@.webhook_fail_batch(uuid[], text, interval, boolean),
-        @extschema@.webhook_extend(uuid, interval),
-        @extschema@.webhook_outbound_key(uuid, text),
-        @extschema@.webhook_outbound_key(text, text, text),
-        @extschema@.idempotency_begin(text, text, text, interval),
-        @extschema@.idempotency_checkpoint(uuid, text, jsonb),
-        @extschema@.idempotency_finish(uuid, integer, text, jsonb),
-        @extschema@.idempotency_fail(uuid, text, boolean, integer, text, jsonb),
-        @extschema@.idempotency_fingerprint(text, text, bytea),
-        @extschema@.idempotency_fingerprint(text, text, text)
-        TO %s', role);
-    EXECUTE format('GRANT EXECUTE ON PROCEDURE
-        @extschema@.webhook_enqueue_batches(text, jsonb, integer, bigint)
-        TO %s', role);
-END
-$$;
-COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_enqueue_polled, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+COMMENT ON FUNCTION webhook._create_archive_partition(date) IS
+    'Internal: create and attach the archive''s partition for one day (UTC), if nothing of that day is elsewhere';
 
 -- The privilege rule names routines, so that it covers procedures too.
 CREATE OR REPLACE FUNCTION webhook._restrict_privileges() RETURNS void
@@ -963,14 +626,15 @@ CREATE  FUNCTION @extschema@."webhook_next"(
 	"queued_at" timestamp with time zone,  /* TimestampWithTimeZone */
 	"lease_expires_at" timestamp with time zone,  /* TimestampWithTimeZone */
 	"replay_id" uuid,  /* Option < pgrx :: Uuid > */
-	"traceparent" TEXT  /* Option < String > */
+	"traceparent" TEXT,  /* Option < String > */
+	"origin" TEXT  /* Option < String > */
 )
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'lease_next_wrapper';
 COMMENT ON FUNCTION @extschema@.webhook_next(integer, text, text, text, interval) IS
-    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again; traceparent is the trace context its request came with';
+    'Lease up to batch ready inbox events of a consumer, never waiting on another worker (stale ordered events are parked, FIFO entities wait their turn); finish each with webhook_complete or webhook_fail. replay_id names the replay that queued an event again; traceparent is the trace context its request came with; origin says where it came from (verified, polled, enqueued)';
 
 -- A lease is a few index probes, but its generic plan is costed for whole
 -- queues: past jit_above_cost, every call would compile it with LLVM
@@ -1095,9 +759,13 @@ COMMENT ON COLUMN webhook.trace_contexts.traceparent IS 'As intake was given it'
 --                     a second, burst at a time; a circuit breaker that
 --                     stops leasing after breaker_failures failures in a
 --                     row, and lets one event through after
---                     breaker_cooldown.
+--                     breaker_cooldown. Breakers are kept per provider
+--                     even under a consumer-wide limit: one provider's
+--                     failures (one team's, where scopes split a database
+--                     between teams) never stop another's events.
 --   webhook.limit_slots   the rows caps and rates are enforced with.
---   webhook.breakers      each breaker's state.
+--   webhook.breakers      each breaker's state, one per consumer and
+--                         provider whose events have failed.
 --
 -- Caps and rates hold across every backend without a lock anyone waits
 -- for: a cap of N is N slot rows, each holding the lease it was last
@@ -1199,6 +867,9 @@ CREATE TYPE webhook.breaker_state AS ENUM ('closed', 'open', 'half_open');
 COMMENT ON TYPE webhook.breaker_state IS
     'A circuit breaker: closed (leasing), open (leasing nothing until its cooldown ends), half_open (one event let through: its success closes the breaker, its failure opens it again)';
 
+-- A breaker follows the most specific limit with a breaker that covers
+-- its provider (webhook.limits: the provider's own, else the consumer's);
+-- its row is made by the first failure it counts.
 CREATE TABLE webhook.breakers (
     consumer   text                  NOT NULL,
     provider   text                  NOT NULL,
@@ -1208,13 +879,11 @@ CREATE TABLE webhook.breakers (
     -- Half open: the lease let through.
     probe      uuid,
     changed_at timestamptz           NOT NULL DEFAULT pg_catalog.now(),
-    CONSTRAINT breakers_pkey PRIMARY KEY (consumer, provider),
-    CONSTRAINT breakers_limit_fkey FOREIGN KEY (consumer, provider)
-        REFERENCES webhook.limits (consumer, provider) ON DELETE CASCADE
+    CONSTRAINT breakers_pkey PRIMARY KEY (consumer, provider)
 );
 COMMENT ON TABLE webhook.breakers IS 'Each circuit breaker''s state (its settings are in webhook.limits)';
 COMMENT ON COLUMN webhook.breakers.consumer IS 'The consumer it guards';
-COMMENT ON COLUMN webhook.breakers.provider IS 'The provider whose events it guards (empty: all)';
+COMMENT ON COLUMN webhook.breakers.provider IS 'The provider whose events it guards (each has its own, under a consumer-wide limit too)';
 COMMENT ON COLUMN webhook.breakers.state IS 'closed, open or half_open';
 COMMENT ON COLUMN webhook.breakers.failures IS 'Failed attempts since the last success';
 COMMENT ON COLUMN webhook.breakers.opened_at IS 'When it last opened';
@@ -1467,6 +1136,15 @@ BEGIN
       FROM webhook.limit_slots s
      WHERE s.consumer = c AND s.provider = p AND s.kind = 'lease' AND webhook._lease_live(s.lease_id);
     DELETE FROM webhook.limits l WHERE l.consumer = c AND l.provider = p;
+    -- The breakers this limit governed start again closed under the new
+    -- one (or none): the provider's own, or, for a consumer-wide limit,
+    -- those of providers without a breaker of their own.
+    DELETE FROM webhook.breakers b
+     WHERE b.consumer = c
+       AND (b.provider = p
+            OR p = '' AND NOT EXISTS (SELECT FROM webhook.limits l
+                                       WHERE l.consumer = c AND l.provider = b.provider
+                                         AND l.breaker_failures IS NOT NULL));
     IF webhook_set_limit.max_leases IS NULL AND webhook_set_limit.rate IS NULL
        AND webhook_set_limit.breaker_failures IS NULL THEN
         RETURN;
@@ -1479,9 +1157,6 @@ BEGIN
       FROM pg_catalog.generate_series(0, webhook_set_limit.max_leases - 1) AS g (n);
     INSERT INTO webhook.limit_slots (consumer, provider, kind, n)
     SELECT c, p, 'rate', g.n FROM pg_catalog.generate_series(0, b - 1) AS g (n);
-    IF webhook_set_limit.breaker_failures IS NOT NULL THEN
-        INSERT INTO webhook.breakers (consumer, provider) VALUES (c, p);
-    END IF;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_set_limit(text, text, integer, double precision, integer, integer, interval) IS
@@ -1517,9 +1192,19 @@ SELECT l.consumer, l.provider, l.max_leases,
        l.breaker_failures, l.breaker_cooldown, b.state AS breaker_state, b.failures AS breaker_failures_now,
        b.opened_at AS breaker_opened_at, l.updated_at, l.updated_by
   FROM webhook.limits l
-  LEFT JOIN webhook.breakers b ON b.consumer = l.consumer AND b.provider = l.provider;
+  -- The breakers it governs (one per provider), the worst first.
+  LEFT JOIN LATERAL (
+       SELECT x.state, x.failures, x.opened_at
+         FROM webhook.breakers x
+        WHERE l.breaker_failures IS NOT NULL AND x.consumer = l.consumer
+          AND (x.provider = l.provider
+               OR l.provider = '' AND NOT EXISTS (SELECT FROM webhook.limits y
+                                                   WHERE y.consumer = x.consumer AND y.provider = x.provider
+                                                     AND y.breaker_failures IS NOT NULL))
+        ORDER BY x.state = 'open' DESC, x.state = 'half_open' DESC, x.failures DESC
+        LIMIT 1) b ON true;
 COMMENT ON VIEW webhook.limits_in_effect IS
-    'Each limit with its live leases (of max_leases), the rate slots used in the last burst/rate seconds, and its circuit breaker''s state';
+    'Each limit with its live leases (of max_leases), the rate slots used in the last burst/rate seconds, and the state of the worst circuit breaker it governs (one per provider)';
 
 
 -- pg_webhook_inbox: backfilling a new consumer.
@@ -1879,6 +1564,13 @@ BEGIN
        -- another replay, is as it is now.
        AND i.status::text IN ('processed', 'dead', 'stale', 'filtered')
        FOR UPDATE OF i;
+    -- The metrics read a completion or a dead letter off its row, which
+    -- the replay's lease rewrites: keep what no rollup has counted yet.
+    PERFORM webhook._metrics_hold(h.outcome, ARRAY(
+                SELECT i.claim_id FROM webhook.replay_items t
+                  JOIN webhook.inbox i ON i.delivery_id = t.delivery_id AND i.consumer = t.consumer
+                 WHERE t.replay_id = started AND t.prior_status::text = h.status))
+       FROM (VALUES ('completion', 'processed'), ('dead_letter', 'dead')) AS h (outcome, status);
     UPDATE webhook.inbox i
        SET status = 'ready', attempts = 0, requeues = i.requeues + 1, replay_id = started,
            run_at = pg_catalog.clock_timestamp()
@@ -2142,6 +1834,83 @@ COMMENT ON COLUMN webhook.metric_open.event_id IS 'The event''s id';
 COMMENT ON COLUMN webhook.metric_open.consumer IS 'Empty for a claim; the consumer for a lease';
 COMMENT ON COLUMN webhook.metric_open.started_at IS 'When the attempt began';
 
+-- Outcomes an operator took back before a rollup had counted them. The
+-- rollup reads a lease's completion off its inbox row, and a dead letter
+-- off the dead row or event its failure parked: a replay or a requeue
+-- that puts the row back to work (its next lease rewrites it) would
+-- otherwise take the count with it. webhook._metrics_hold writes them
+-- here; the next rollup counts and deletes them.
+CREATE TABLE webhook.metric_held (
+    -- The lease (or, for a claim, the delivery) the outcome belongs to.
+    id          uuid        NOT NULL,
+    outcome     text        NOT NULL CONSTRAINT metric_held_outcome_check CHECK (outcome IN ('completion', 'dead_letter')),
+    provider    text        NOT NULL,
+    consumer    text        NOT NULL,
+    -- When it completed, or when the failure that parked it happened.
+    at          timestamptz NOT NULL,
+    -- Completions: when the event was queued, when the lease began, and
+    -- the attempts it took.
+    received_at timestamptz,
+    started_at  timestamptz,
+    attempts    integer,
+    CONSTRAINT metric_held_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE webhook.metric_held IS 'Completions and dead letters a replay or requeue undid before the metrics rollup counted them; the next rollup counts them';
+COMMENT ON COLUMN webhook.metric_held.id IS 'The lease (or claimed delivery) the outcome belongs to';
+COMMENT ON COLUMN webhook.metric_held.outcome IS 'completion or dead_letter';
+COMMENT ON COLUMN webhook.metric_held.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.metric_held.consumer IS 'The inbox consumer; empty for a claim';
+COMMENT ON COLUMN webhook.metric_held.at IS 'When it completed, or when the failure that parked it happened';
+COMMENT ON COLUMN webhook.metric_held.received_at IS 'Completions: when the event was queued';
+COMMENT ON COLUMN webhook.metric_held.started_at IS 'Completions: when the lease began';
+COMMENT ON COLUMN webhook.metric_held.attempts IS 'Completions: the attempts the event took';
+
+-- Before a replay or a requeue puts finished attempts back to work: keep
+-- what no rollup has counted of them. `ids` are inbox leases (completed,
+-- or failed and parked) or claimed deliveries whose failure parked their
+-- event. Counted already is an outcome whose attempt a rollup saw
+-- finished: a completion whose lease is below the marks and no longer
+-- open, a failure before the marks. The marks are read under a share
+-- lock taken first, in a statement of its own: a rollup running now
+-- finishes before this looks, and the next one waits for this
+-- transaction, so each outcome is counted by exactly one of the two.
+CREATE FUNCTION webhook._metrics_hold(outcome text, ids uuid[]) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    since timestamptz;
+BEGIN
+    SELECT m.counted_until INTO since FROM webhook.metric_marks m FOR SHARE;
+    IF since IS NULL THEN
+        RETURN;  -- counting starts again from the next rollup
+    END IF;
+    IF outcome = 'completion' THEN
+        INSERT INTO webhook.metric_held (id, outcome, provider, consumer, at, received_at, started_at, attempts)
+        SELECT i.claim_id, 'completion', i.provider, i.consumer, i.processed_at, i.queued_at,
+               webhook._id_time(i.claim_id), i.attempts
+          FROM webhook.inbox i
+         WHERE i.claim_id = ANY (ids) AND i.status = 'processed'
+           AND (i.claim_id >= webhook._archive_bound(since)
+                OR EXISTS (SELECT FROM webhook.metric_open o WHERE o.id = i.claim_id))
+        ON CONFLICT (id) DO NOTHING;
+    ELSE
+        INSERT INTO webhook.metric_held (id, outcome, provider, consumer, at)
+        SELECT f.claim_id, 'dead_letter', f.provider, f.consumer, f.failed_at
+          FROM webhook.inbox_failures f
+         WHERE f.claim_id = ANY (ids) AND f.failed_at >= since
+        UNION ALL
+        SELECT f.delivery_id, 'dead_letter', l.provider, '', f.failed_at
+          FROM webhook.delivery_failures f
+          JOIN webhook.delivery_log l ON l.id = f.delivery_id
+         WHERE f.delivery_id = ANY (ids) AND f.failed_at >= since
+        ON CONFLICT (id) DO NOTHING;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook._metrics_hold(text, uuid[]) IS
+    'Internal: before a replay or requeue, keep the completions or dead letters of these attempts that no rollup has counted yet (webhook.metric_held)';
+
 -- The histograms' buckets (inlined, like webhook._id_time): fixed, so
 -- that Prometheus (histogram_quantile) and SQL (webhook_metric_quantile)
 -- compute quantiles from the same counts.
@@ -2185,6 +1954,24 @@ $$;
 COMMENT ON FUNCTION webhook._metric_bucket_label(text, integer) IS
     'Internal: the label (upper bound) of a histogram bucket';
 
+-- The provider a series, an alert or the console's overview names: the
+-- provider itself where it is registered or already has series of its
+-- own, (other) for a name no registered provider owns that the rollup
+-- counted there (webhook.metrics_unregistered_providers). webhook_claim
+-- and webhook_enqueue take any name an application passes; the metrics
+-- must not grow with every name invented.
+CREATE FUNCTION webhook._metric_provider(provider text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN provider = '' OR provider = '(other)'
+                 OR EXISTS (SELECT FROM webhook.providers p WHERE p.name = provider)
+                 OR EXISTS (SELECT FROM webhook.metric_totals t WHERE t.provider = provider)
+            THEN provider ELSE '(other)' END
+$$;
+COMMENT ON FUNCTION webhook._metric_provider(text) IS
+    'Internal: the provider label metrics and alerts use for a name: itself when registered or already counted, else (other)';
+
 -- Add counts to webhook.metric_minutes and webhook.metric_totals. `counts`
 -- is a query of (minute, provider, consumer, metric, label, count, sum),
 -- aggregated as far as it could be: per delivery nothing but a few
@@ -2203,7 +1990,24 @@ AS $$
 DECLARE
     added bigint;
 BEGIN
-    EXECUTE 'WITH ' || coalesce(ctes || ', ', '') || 'counted AS (' || counts || '),
+    EXECUTE 'WITH ' || coalesce(ctes || ', ', '') || 'uncapped AS (' || counts || '),
+        -- Names no registered provider owns, with no series yet: in name
+        -- order, those past webhook.metrics_unregistered_providers are
+        -- counted as (other).
+        newcomers AS (
+            SELECT n.provider, pg_catalog.row_number() OVER (ORDER BY n.provider) AS k
+              FROM (SELECT DISTINCT u.provider FROM uncapped u) n
+             WHERE webhook._metric_provider(n.provider) = ''(other)''
+        ), room AS (
+            SELECT GREATEST(coalesce(pg_catalog.current_setting(''webhook.metrics_unregistered_providers'', true), ''100'')::integer
+                            - (SELECT pg_catalog.count(DISTINCT t.provider) FROM webhook.metric_totals t
+                                WHERE t.provider <> ''(other)''
+                                  AND NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = t.provider)), 0) AS n
+        ), counted AS (
+            SELECT u.minute, CASE WHEN w.k > r.n THEN ''(other)'' ELSE u.provider END AS provider,
+                   u.consumer, u.metric, u.label, u.count, u.sum
+              FROM uncapped u CROSS JOIN room r LEFT JOIN newcomers w ON w.provider = u.provider
+        ),
         minutes AS (
             INSERT INTO webhook.metric_minutes AS m (minute, provider, consumer, metric, label, count, sum)
             SELECT minute, provider, consumer, metric, label, sum(count), sum(sum)
@@ -2435,12 +2239,36 @@ BEGIN
            )$q$,
         webhook._failure_counts(), since, bound);
 
+    -- Outcomes a replay or requeue undid before they were counted: each
+    -- once, whenever it was held (its own minute, already passed or not).
+    counted := counted + webhook._metrics_add(
+        $q$held AS (
+               DELETE FROM webhook.metric_held h RETURNING h.*
+           ), done AS (
+               SELECT h.at, h.provider, h.consumer, h.received_at, h.started_at, h.attempts
+                 FROM held h WHERE h.outcome = 'completion'
+           )$q$,
+        webhook._completion_counts() || $q$
+           UNION ALL
+           SELECT webhook._minute(h.at), h.provider, h.consumer, 'dead_letters', '', count(*), 0
+             FROM held h WHERE h.outcome = 'dead_letter'
+            GROUP BY 1, 2, 3$q$,
+        since, bound);
+
     UPDATE webhook.metric_marks SET counted_until = bound, rolled_up_at = pg_catalog.clock_timestamp();
 
     -- In minutes, its unit, whatever unit it was set in.
     SELECT pg_catalog.make_interval(mins => s.setting::integer) INTO retention
       FROM pg_catalog.pg_settings s WHERE s.name = 'webhook.metrics_retention';
     DELETE FROM webhook.metric_minutes WHERE minute < pg_catalog.now() - retention;
+    -- A name no registered provider owns, quiet for the retention: its
+    -- series go (a counter Prometheus then sees end), and its place
+    -- under webhook.metrics_unregistered_providers is free again.
+    DELETE FROM webhook.metric_totals t
+     WHERE t.provider NOT IN ('', '(other)')
+       AND NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = t.provider)
+       AND NOT EXISTS (SELECT FROM webhook.metric_minutes m WHERE m.provider = t.provider)
+       AND NOT EXISTS (SELECT FROM webhook.metric_open o WHERE o.provider = t.provider);
     RETURN counted;
 END
 $$;
@@ -2533,23 +2361,27 @@ BEGIN
              WHERE only_family IS NULL OR h.family = only_family
              GROUP BY h.family, s.suffix, t.provider, t.consumer
             UNION ALL
-            SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, g.n::float8
-              FROM webhook.inbox_stats st
+            SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, pg_catalog.sum(g.n)::float8
+              FROM (SELECT webhook._metric_provider(x.provider) AS provider, x.consumer, x.ready, x.scheduled,
+                           x.leased, x.dead, x.quarantined
+                      FROM webhook.inbox_stats x) st
              CROSS JOIN LATERAL (VALUES ('ready', st.ready), ('scheduled', st.scheduled),
                                         ('leased', st.leased), ('dead', st.dead),
                                         ('quarantined', st.quarantined)) AS g (state, n)
              WHERE only_family IS NULL OR only_family = 'webhook_inbox_events'
+             GROUP BY st.provider, st.consumer, g.state
             UNION ALL
-            SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', st.provider, st.consumer, NULL, NULL,
-                   coalesce(pg_catalog.date_part('epoch', st.oldest_ready_age), 0)
+            SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', webhook._metric_provider(st.provider), st.consumer, NULL, NULL,
+                   coalesce(pg_catalog.date_part('epoch', pg_catalog.max(st.oldest_ready_age)), 0)
               FROM webhook.inbox_stats st
              WHERE only_family IS NULL OR only_family = 'webhook_inbox_oldest_ready_seconds'
+             GROUP BY 3, 4
             UNION ALL
-            SELECT 'webhook_oldest_unfinished_claim_seconds', 'gauge', o.provider, '', NULL, NULL,
+            SELECT 'webhook_oldest_unfinished_claim_seconds', 'gauge', webhook._metric_provider(o.provider), '', NULL, NULL,
                    pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - pg_catalog.min(o.started_at))
               FROM webhook.metric_open o
              WHERE o.consumer = '' AND (only_family IS NULL OR only_family = 'webhook_oldest_unfinished_claim_seconds')
-             GROUP BY o.provider
+             GROUP BY 3
             UNION ALL
             SELECT 'webhook_steering_paused', 'gauge', s.provider, s.consumer, 'kind', s.kind, pg_catalog.count(*)::float8
               FROM (SELECT p.provider, p.consumer,
@@ -2558,10 +2390,12 @@ BEGIN
              WHERE only_family IS NULL OR only_family = 'webhook_steering_paused'
              GROUP BY s.provider, s.consumer, s.kind
             UNION ALL
-            SELECT 'webhook_circuit_breaker_open', 'gauge', b.provider, b.consumer, 'state', b.state::text, 1
+            SELECT 'webhook_circuit_breaker_open', 'gauge', webhook._metric_provider(b.provider), b.consumer, 'state',
+                   b.state::text, pg_catalog.count(*)::float8
               FROM webhook.breakers b
              WHERE b.state <> 'closed'
                AND (only_family IS NULL OR only_family = 'webhook_circuit_breaker_open')
+             GROUP BY 3, 4, 6
             UNION ALL
             SELECT 'webhook_alerts_open', 'gauge', '', '', 'rule', r.name,
                    (SELECT count(*) FROM webhook.alerts a WHERE a.rule = r.name AND a.status <> 'resolved')::float8
@@ -2689,7 +2523,9 @@ COMMENT ON FUNCTION @extschema@.webhook_metric_quantile(double precision, text, 
 
 
 CREATE TYPE webhook.alert_kind AS ENUM (
-    -- Events parked as dead in the window: more than threshold.
+    -- Dead letters waiting for an operator now (claimed events and inbox
+    -- rows parked as dead): more than threshold. Open exactly while they
+    -- wait; a requeue resolves it.
     'dead_letters',
     -- The oldest ready inbox event of a consumer has waited longer than
     -- threshold seconds.
@@ -2741,7 +2577,7 @@ COMMENT ON COLUMN webhook.alert_rules.kind IS 'What it watches (webhook.alert_ki
 COMMENT ON COLUMN webhook.alert_rules.provider IS 'The provider it watches; NULL: each provider';
 COMMENT ON COLUMN webhook.alert_rules.consumer IS 'The inbox consumer it watches; NULL: each consumer';
 COMMENT ON COLUMN webhook.alert_rules.threshold IS 'dead_letters: a count; oldest_ready, circuit_open: seconds; failure_rate, rejection_spike: a share from 0 to 1; silence: deliveries before the silence that make a provider one that normally sends; secret_rotation: unused (0)';
-COMMENT ON COLUMN webhook.alert_rules."window" IS 'The period the rule looks at (silence: how long without a delivery; secret_rotation: the grace after a newer secret was added)';
+COMMENT ON COLUMN webhook.alert_rules."window" IS 'The period the rule looks at (silence: how long without a delivery; secret_rotation: the grace after a newer secret was added; dead_letters: unused, it counts what waits now)';
 COMMENT ON COLUMN webhook.alert_rules.min_events IS 'Rates: the fewest attempts or deliveries in the window worth judging';
 COMMENT ON COLUMN webhook.alert_rules.enabled IS 'A disabled rule raises nothing, and its open alerts resolve';
 
@@ -2824,10 +2660,9 @@ WITH rules AS (
         ON m.minute >= pg_catalog.date_trunc('minute', pg_catalog.now() - r."window")
        AND (r.provider IS NULL OR m.provider = r.provider)
        AND (r.consumer IS NULL OR m.consumer = r.consumer)
-     WHERE r.kind IN ('dead_letters', 'failure_rate', 'rejection_spike')
+     WHERE r.kind IN ('failure_rate', 'rejection_spike')
 ), measured AS (
     SELECT r.name, r.kind, m.provider, m.consumer, r.threshold, r.min_events,
-           sum(m.count) FILTER (WHERE m.metric = 'dead_letters') AS dead,
            sum(m.count) FILTER (WHERE m.metric = 'failures') AS failures,
            sum(m.count) FILTER (WHERE m.metric = 'completions') AS completions,
            sum(m.count) FILTER (WHERE m.metric = 'deliveries') AS deliveries,
@@ -2835,13 +2670,28 @@ WITH rules AS (
                                   AND m.label IN ('bad_signature', 'no_secret', 'invalid_secret', 'unknown_certificate')) AS forged
       FROM rules r JOIN minutes m ON m.name = r.name
      GROUP BY r.name, r.kind, m.provider, m.consumer, r.threshold, r.min_events
+), dead AS (
+    -- The dead letters waiting now: inbox rows (from their partial
+    -- index), and claimed events found from their parking failure (the
+    -- archive keeps those of unfinished events), so that no evaluation
+    -- reads every event ever received.
+    SELECT webhook._metric_provider(x.provider) AS provider, x.consumer, pg_catalog.count(*) AS n
+      FROM (SELECT i.provider, i.consumer FROM webhook.inbox i WHERE i.status = 'dead'
+            UNION ALL
+            SELECT e.provider, ''
+              FROM webhook.delivery_failures f
+              JOIN webhook.delivery_log l ON l.id = f.delivery_id
+              JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
+             WHERE e.status = 'dead' AND e.claim_id = f.delivery_id) x
+     WHERE EXISTS (SELECT FROM rules r WHERE r.kind = 'dead_letters')
+     GROUP BY 1, 2
 )
-SELECT name, kind, provider, consumer, dead::float8, threshold,
-       pg_catalog.format('%s dead letter(s) of %s%s in the last %s minutes', dead, provider,
-                         CASE WHEN consumer <> '' THEN ' (consumer ' || consumer || ')' ELSE '' END,
-                         (SELECT pg_catalog.round(pg_catalog.date_part('epoch', r."window") / 60)
-                            FROM rules r WHERE r.name = measured.name))
-  FROM measured WHERE kind = 'dead_letters' AND dead > threshold
+SELECT r.name, r.kind, d.provider, d.consumer, d.n::float8, r.threshold,
+       pg_catalog.format('%s dead letter(s) of %s%s waiting for an operator', d.n, d.provider,
+                         CASE WHEN d.consumer <> '' THEN ' (consumer ' || d.consumer || ')' ELSE '' END)
+  FROM rules r
+  JOIN dead d ON (r.provider IS NULL OR d.provider = r.provider) AND (r.consumer IS NULL OR d.consumer = r.consumer)
+ WHERE r.kind = 'dead_letters' AND d.n > r.threshold
 UNION ALL
 SELECT name, kind, provider, consumer, failures::float8 / (failures + coalesce(completions, 0)), threshold,
        pg_catalog.format('%s of %s attempts failed for %s%s', failures, failures + coalesce(completions, 0), provider,
@@ -2861,12 +2711,16 @@ SELECT r.name, r.kind, s.provider, s.consumer, pg_catalog.date_part('epoch', s.o
        pg_catalog.format('the oldest ready event of %s for consumer %s has waited %s', s.provider, s.consumer,
                          pg_catalog.date_trunc('second', s.oldest_ready_age))
   FROM rules r
-  JOIN webhook.inbox_stats s
+  JOIN (SELECT webhook._metric_provider(x.provider) AS provider, x.consumer,
+               pg_catalog.max(x.oldest_ready_age) AS oldest_ready_age
+          FROM webhook.inbox_stats x GROUP BY 1, 2) s
     ON (r.provider IS NULL OR s.provider = r.provider) AND (r.consumer IS NULL OR s.consumer = r.consumer)
  WHERE r.kind = 'oldest_ready' AND pg_catalog.date_part('epoch', s.oldest_ready_age) > r.threshold
 UNION ALL
 -- Silence: read from the totals of deliveries per minute, up to where the
 -- rollup has counted, so that a lagging rollup is not taken for silence.
+-- Refused deliveries are not the provider speaking: one forged request
+-- every few hours must not hide a webhook disabled at the provider.
 SELECT r.name, r.kind, d.provider, '', pg_catalog.date_part('epoch', mk.counted_until - d.last_minute), r.threshold,
        pg_catalog.format('no delivery from %s since %s, after %s in the %s before', d.provider,
                          d.last_minute, d.before, r."window" * 7)
@@ -2878,7 +2732,7 @@ SELECT r.name, r.kind, d.provider, '', pg_catalog.date_part('epoch', mk.counted_
               sum(m.count) FILTER (WHERE m.minute < mk.counted_until - r."window") AS before,
               sum(m.count) FILTER (WHERE m.minute >= pg_catalog.date_trunc('minute', mk.counted_until - r."window")) AS recent
          FROM webhook.metric_minutes m
-        WHERE m.metric = 'deliveries' AND m.minute >= mk.counted_until - r."window" * 8
+        WHERE m.metric = 'deliveries' AND m.label <> 'rejected' AND m.minute >= mk.counted_until - r."window" * 8
           AND (r.provider IS NULL OR m.provider = r.provider)
         GROUP BY m.provider) d
  WHERE r.kind = 'silence' AND r.consumer IS NULL AND coalesce(d.recent, 0) = 0 AND coalesce(d.before, 0) >= GREATEST(r.threshold, 1)
@@ -2887,7 +2741,10 @@ SELECT r.name, r.kind, o.provider, '', pg_catalog.date_part('epoch', o.last_used
        pg_catalog.format('secret %s of %s still verified a delivery at %s, %s after secret %s was added: the sender still signs with the old one',
                          o.fingerprint, o.provider, o.last_used_at, pg_catalog.date_trunc('second', o.last_used_at - n.added_at), n.fingerprint)
   FROM rules r
-  JOIN webhook.provider_secrets o ON (r.provider IS NULL OR o.provider = r.provider) AND o.retired_at IS NULL
+  JOIN (SELECT s.provider, s.fingerprint, s.added_at, u.last_used_at
+          FROM webhook.provider_secrets s
+          JOIN webhook.secret_uses u ON u.provider = s.provider AND u.fingerprint = s.fingerprint
+         WHERE s.retired_at IS NULL) o ON (r.provider IS NULL OR o.provider = r.provider)
   JOIN LATERAL (SELECT s.fingerprint, s.added_at FROM webhook.provider_secrets s
                  WHERE s.provider = o.provider AND s.retired_at IS NULL AND s.added_at > o.added_at
                  ORDER BY s.added_at DESC LIMIT 1) n ON true
@@ -2900,7 +2757,10 @@ SELECT r.name, r.kind, b.provider, b.consumer, pg_catalog.date_part('epoch', pg_
                          b.consumer, CASE WHEN b.provider <> '' THEN ' for ' || b.provider ELSE '' END,
                          b.state, b.failures, b.opened_at)
   FROM rules r
-  JOIN webhook.breakers b
+  JOIN (SELECT DISTINCT ON (1, 2) webhook._metric_provider(x.provider) AS provider, x.consumer, x.state,
+               x.failures, x.opened_at
+          FROM webhook.breakers x WHERE x.state <> 'closed'
+         ORDER BY 1, 2, x.opened_at) b
     ON (r.provider IS NULL OR b.provider = r.provider) AND (r.consumer IS NULL OR b.consumer = r.consumer)
  WHERE r.kind = 'circuit_open' AND b.state <> 'closed'
    AND pg_catalog.date_part('epoch', pg_catalog.now() - b.opened_at) >= r.threshold
@@ -3383,6 +3243,376 @@ ALTER TABLE webhook.limits ENABLE ALWAYS TRIGGER registry_changed;
 ALTER TABLE webhook.filters ENABLE ALWAYS TRIGGER registry_changed;
 COMMENT ON FUNCTION @extschema@.webhook_registry_changed() IS
     'Trigger on the provider registry, the application roles'' scopes, the pauses, the limits and the filters: drops every backend''s cached copy of them once the change commits';
+
+-- A secret's last use is kept apart from the secret: a handler
+-- transaction that noted it no longer holds the secret's row, and
+-- retiring a leaked key never waits for one.
+-- When each secret last verified a delivery, to the minute: written at
+-- most once a minute, by whichever delivery finds it stale and unlocked.
+-- A row of its own, apart from the secret's: the handler transaction that
+-- noted a use holds this row until it ends, and retiring the secret must
+-- not wait for it (the foreign key's share lock on the secret does not
+-- stop an update of retired_at).
+CREATE TABLE webhook.secret_uses (
+    provider     text        NOT NULL,
+    fingerprint  text        NOT NULL,
+    -- NULL until it first verifies a delivery.
+    last_used_at timestamptz,
+    CONSTRAINT secret_uses_pkey PRIMARY KEY (provider, fingerprint),
+    CONSTRAINT secret_uses_secret_fkey FOREIGN KEY (provider, fingerprint)
+        REFERENCES webhook.provider_secrets (provider, fingerprint) ON DELETE CASCADE
+);
+COMMENT ON TABLE webhook.secret_uses IS 'When each provider secret last verified a delivery (kept to the minute)';
+COMMENT ON COLUMN webhook.secret_uses.provider IS 'Provider name';
+COMMENT ON COLUMN webhook.secret_uses.fingerprint IS 'The secret''s fingerprint';
+COMMENT ON COLUMN webhook.secret_uses.last_used_at IS 'When it last verified a delivery, to the minute; NULL if never';
+INSERT INTO webhook.secret_uses (provider, fingerprint, last_used_at)
+SELECT s.provider, s.fingerprint, s.last_used_at FROM webhook.provider_secrets s;
+SELECT pg_catalog.pg_extension_config_dump('webhook.secret_uses', '');
+-- Which secret (or public key, or certificate) is in use: what a DBA looks
+-- at before retiring one.
+CREATE OR REPLACE VIEW webhook.secret_usage AS
+SELECT s.provider, s.fingerprint, s.added_at, s.retired_at, u.last_used_at
+  FROM webhook.provider_secrets s
+  LEFT JOIN webhook.secret_uses u ON u.provider = s.provider AND u.fingerprint = s.fingerprint;
+COMMENT ON VIEW webhook.secret_usage IS 'Each provider secret by fingerprint: when added, retired and last used to verify a delivery';
+ALTER TABLE webhook.provider_secrets DROP COLUMN last_used_at;
+
+-- Retire a secret, named by its fingerprint (as listed) or by itself.
+-- Deliveries signed with it fail from now on. One that verified a delivery
+-- in the last day is still in use by the provider: retiring it needs
+-- force => true, and warns even then. A leaked key must stop verifying
+-- now: deliveries noting its use never hold the secret's row, and another
+-- transaction that does (a registry change left open) is waited for at
+-- most webhook.maintenance_lock_timeout, then named in the error.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_retire_secret(
+    provider              text,
+    secret_or_fingerprint text,
+    force                 boolean DEFAULT false
+) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target   webhook.provider_secrets;
+    used_at  timestamptz;
+    wait     text := pg_catalog.current_setting('webhook.maintenance_lock_timeout', true);
+    previous text := pg_catalog.current_setting('lock_timeout');
+    holder   xid;
+    blockers text;
+BEGIN
+    PERFORM pg_catalog.set_config('lock_timeout', coalesce(wait, '5s'), true);
+    BEGIN
+        SELECT * INTO target
+          FROM webhook.provider_secrets s
+         WHERE s.provider = webhook_retire_secret.provider
+           AND s.retired_at IS NULL
+           AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
+                                 webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint))
+           FOR UPDATE;
+    EXCEPTION WHEN lock_not_available THEN
+        -- The row's locker, from its xmax, and the sessions of that
+        -- transaction.
+        SELECT s.xmax INTO holder FROM webhook.provider_secrets s
+         WHERE s.provider = webhook_retire_secret.provider
+           AND s.fingerprint IN (webhook_retire_secret.secret_or_fingerprint,
+                                 webhook._fingerprint(webhook_retire_secret.secret_or_fingerprint));
+        SELECT pg_catalog.string_agg(pg_catalog.format('pid %s (user %s, application %L, transaction open since %s)',
+                                                       a.pid, a.usename, a.application_name, a.xact_start), ', ')
+          INTO blockers
+          FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+         WHERE l.locktype = 'transactionid' AND l.granted AND l.transactionid = holder;
+        RAISE EXCEPTION 'webhook_retire_secret: the secret of provider "%" is locked by another transaction; waited %',
+            webhook_retire_secret.provider, coalesce(wait, '5s')
+            USING ERRCODE = 'lock_not_available',
+                  DETAIL = 'Held by ' || coalesce(blockers, 'a transaction that has since ended') || '.',
+                  HINT = 'End that transaction (pg_terminate_backend) and retire the secret again.';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', previous, true);
+    SELECT u.last_used_at INTO used_at FROM webhook.secret_uses u
+     WHERE u.provider = target.provider AND u.fingerprint = target.fingerprint;
+    IF target.provider IS NOT NULL AND used_at > now() - interval '1 day' THEN
+        IF NOT coalesce(webhook_retire_secret.force, false) THEN
+            RAISE EXCEPTION 'webhook_retire_secret: secret % of provider "%" verified a delivery at %, within the last day',
+                target.fingerprint, target.provider, used_at
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'Deliveries the provider still signs with it would be refused once it is retired.',
+                      HINT = 'Retire it once webhook.secret_usage shows the new secret verifying deliveries and this one idle, or pass force => true.';
+        END IF;
+        RAISE WARNING 'webhook_retire_secret: secret % of provider "%" verified a delivery at %; deliveries still signed with it will be refused',
+            target.fingerprint, target.provider, used_at;
+    END IF;
+    UPDATE webhook.provider_secrets s
+       SET retired_at = now()
+     WHERE s.provider = target.provider AND s.fingerprint = target.fingerprint;
+    IF NOT FOUND THEN
+        -- The argument may be the secret itself: never echo it into an
+        -- error message, which ends up in the server log.
+        RAISE EXCEPTION 'webhook_retire_secret: provider "%" has no active secret with that value or fingerprint',
+            webhook_retire_secret.provider
+            USING ERRCODE = 'no_data_found',
+                  HINT = 'webhook_providers() lists the fingerprints of active secrets.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_retire_secret(text, text, boolean) IS
+    'Retire a provider''s secret, named by its fingerprint or by itself; one used in the last day needs force => true';
+
+-- Outcomes a replay or requeue takes back before a rollup counted them.
+SELECT pg_catalog.pg_extension_config_dump('webhook.metric_held', '');
+
+-- Making many days ahead reads the default partition once.
+-- Create the archive's partitions for today (UTC) and the next days_ahead
+-- days, those that do not exist yet. Schedule it daily at least (with
+-- pg_cron: SELECT cron.schedule('webhook-partitions', '15 * * * *',
+-- 'SELECT webhook_create_partitions()')); without it, deliveries land in
+-- webhook.delivery_log_default, which works but is purged row by row.
+-- Returns how many partitions it created.
+--
+-- Attaching a partition makes PostgreSQL read the whole default partition
+-- (is nothing of the new range in it?), holding it locked until the
+-- transaction ends: once per day made, and claims that read the archive
+-- would wait behind all of them. Instead, one ALTER TABLE first adds to
+-- the default partition a constraint per day excluding its range, which
+-- reads it once for every day; each attach then finds its range excluded
+-- and reads nothing. The constraints go again before the call returns.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_create_partitions(days_ahead integer DEFAULT 7)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    today date := (pg_catalog.now() AT TIME ZONE 'UTC')::date;
+    days  date[];
+    made  integer;
+    guards text[] := '{}';
+    lock_timeout_before text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    IF days_ahead IS NULL OR days_ahead < 0 OR days_ahead > 366 THEN
+        RAISE EXCEPTION 'webhook_create_partitions: argument "days_ahead" must be between 0 and 366'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One maintenance at a time (webhook_purge takes the same lock).
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    SELECT pg_catalog.array_agg(today + i ORDER BY i) INTO days
+      FROM pg_catalog.generate_series(0, days_ahead) AS i
+     WHERE webhook._archive_day_free(today + i);
+    IF pg_catalog.cardinality(days) > 1 AND EXISTS (SELECT FROM webhook.delivery_log_default) THEN
+        SELECT pg_catalog.array_agg(pg_catalog.format('delivery_log_default_not_%s', pg_catalog.to_char(d, 'YYYYMMDD')))
+          INTO guards FROM pg_catalog.unnest(days) AS d;
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', webhook._maintenance_lock_timeout(), true);
+            EXECUTE 'ALTER TABLE webhook.delivery_log_default '
+                    || (SELECT pg_catalog.string_agg(pg_catalog.format('ADD CONSTRAINT %I CHECK (id < %L::uuid OR id >= %L::uuid)',
+                                                                       g, webhook._archive_bound((d::timestamp) AT TIME ZONE 'UTC'),
+                                                                       webhook._archive_bound(((d + 1)::timestamp) AT TIME ZONE 'UTC')), ', ')
+                          FROM pg_catalog.unnest(days, guards) AS x (d, g));
+            PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
+        EXCEPTION WHEN check_violation OR lock_not_available THEN
+            -- A delivery of one of those days reached the default partition
+            -- meanwhile, or the archive is in use: each day is attached (or
+            -- skipped) on its own, as below.
+            guards := '{}';
+        END;
+    END IF;
+    SELECT pg_catalog.count(*) FILTER (WHERE webhook._create_archive_partition(d)) INTO made
+      FROM pg_catalog.unnest(days) AS d;
+    IF pg_catalog.cardinality(guards) > 0 THEN
+        EXECUTE 'ALTER TABLE webhook.delivery_log_default '
+                || (SELECT pg_catalog.string_agg(pg_catalog.format('DROP CONSTRAINT %I', g), ', ')
+                      FROM pg_catalog.unnest(guards) AS g);
+    END IF;
+    RETURN coalesce(made, 0);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_create_partitions(integer) IS
+    'Create the archive''s daily partitions (UTC) for today and the next days_ahead days; returns how many it created. Schedule it daily';
+
+-- In an intake tier, a change of a provider's route needs reroute => true.
+-- The function takes a new argument: made anew, its grants given back
+-- below like the others'.
+SELECT pg_catalog.set_config('pg_webhook_inbox.upgrade_acls',
+       (pg_catalog.current_setting('pg_webhook_inbox.upgrade_acls')::pg_catalog.jsonb
+        || (SELECT pg_catalog.jsonb_build_object(
+                       '@extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean, text, text, text, boolean, boolean)',
+                       coalesce(p.proacl::text, ''))
+              FROM pg_catalog.pg_proc p
+             WHERE p.oid = '@extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean, text, text, text, boolean)'::pg_catalog.regprocedure))::text,
+       true);
+DROP FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean, text, text, text, boolean);
+CREATE FUNCTION @extschema@.webhook_register_provider(
+    name            text,
+    secret          text     DEFAULT NULL,
+    scheme          text     DEFAULT NULL,
+    tolerance       interval DEFAULT NULL,
+    event_id_from   text     DEFAULT NULL,
+    event_type_from text     DEFAULT NULL,
+    inbox           boolean  DEFAULT NULL,
+    consumers       text[]   DEFAULT NULL,
+    ordering        boolean  DEFAULT NULL,
+    entity_key_from text     DEFAULT NULL,
+    order_from      text     DEFAULT NULL,
+    ties            text     DEFAULT NULL,
+    fifo            boolean  DEFAULT NULL,
+    reroute         boolean  DEFAULT false
+) RETURNS SETOF webhook.provider_summary
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p_name     text := lower(webhook_register_provider.name);
+    existing   webhook.providers;
+    v_scheme   text;
+    v_entity   text;
+    v_order    text;
+    known      record;
+    failed_check text;
+BEGIN
+    IF p_name IS NULL OR p_name = '' THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "name" must not be empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO existing FROM webhook.providers p WHERE p.name = p_name FOR UPDATE;
+
+    v_scheme := btrim(coalesce(webhook_register_provider.scheme, existing.scheme, p_name));
+    SELECT s.* INTO known
+      FROM @extschema@.webhook_schemes() s
+     WHERE s.scheme = lower(split_part(v_scheme, ';', 1))
+        OR lower(split_part(v_scheme, ';', 1)) = ANY (s.aliases);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "scheme": unknown signature scheme "%"', v_scheme
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'SELECT * FROM webhook_schemes() lists the schemes and their aliases.';
+    END IF;
+    -- A scheme's options (the generic form's, PayPal's webhook id) are
+    -- kept; webhook_verify checks them, and that a scheme needing them has
+    -- them.
+    BEGIN
+        PERFORM @extschema@.webhook_verify(v_scheme, '{}'::jsonb, ''::bytea, '{}'::text[]);
+    EXCEPTION WHEN syntax_error THEN
+        RAISE EXCEPTION 'webhook_register_provider: argument "scheme": invalid scheme "%"', v_scheme
+            USING ERRCODE = 'syntax_error',
+                  DETAIL = SQLERRM,
+                  HINT = CASE known.scheme
+                      WHEN 'paypal' THEN 'PayPal signs with the webhook''s id: paypal;webhook_id=<id>.'
+                      WHEN 'hmac' THEN 'The generic form is hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>].'
+                      ELSE format('Scheme "%s" takes no options.', known.scheme)
+                  END;
+    END;
+    IF pg_catalog.strpos(v_scheme, ';') = 0 THEN
+        v_scheme := known.scheme;
+    END IF;
+
+    IF webhook_register_provider.ordering IS FALSE THEN
+        IF webhook_register_provider.entity_key_from IS NOT NULL
+           OR webhook_register_provider.order_from IS NOT NULL THEN
+            RAISE EXCEPTION 'webhook_register_provider: argument "ordering": false turns ordering off, but entity_key_from or order_from was given'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    ELSE
+        v_entity := coalesce(webhook_register_provider.entity_key_from,
+                             CASE WHEN webhook_register_provider.ordering THEN known.entity_key_from END,
+                             existing.entity_key_from);
+        v_order := coalesce(webhook_register_provider.order_from,
+                            CASE WHEN webhook_register_provider.ordering THEN known.order_from END,
+                            existing.order_from);
+        IF (webhook_register_provider.ordering OR v_entity IS NOT NULL OR v_order IS NOT NULL)
+           AND (v_entity IS NULL OR v_order IS NULL) THEN
+            RAISE EXCEPTION 'webhook_register_provider: argument "%": ordering needs both entity_key_from and order_from',
+                CASE WHEN v_entity IS NULL THEN 'entity_key_from' ELSE 'order_from' END
+                USING ERRCODE = 'null_value_not_allowed',
+                      HINT = CASE WHEN v_entity IS NULL
+                                  THEN format('Scheme "%s" has no entity key that fits every event type: name the path, for example entity_key_from => ''body:data.id''.', known.scheme)
+                                  ELSE format('Scheme "%s" has no order value preset: name the path, for example order_from => ''body:updated_at''.', known.scheme)
+                             END;
+        END IF;
+    END IF;
+
+    -- In an intake tier (webhook_set_slot) a delivery's slot follows from
+    -- its route key, and the route key from the scheme, event_id_from and
+    -- entity_key_from: changing them sends the redeliveries of every event
+    -- received so far to a slot that never saw it, where they would be
+    -- taken as new. Refused for a provider registered already, unless
+    -- reroute: this slot cannot know whether another holds its events,
+    -- and every slot must decide alike (the proxy calls them one by one).
+    IF existing.name IS NOT NULL
+       AND coalesce(nullif(pg_catalog.current_setting('webhook.slots', true), ''), '0')::integer > 1
+       AND (existing.scheme, existing.event_id_from, existing.entity_key_from)
+           IS DISTINCT FROM (v_scheme,
+                             coalesce(webhook_register_provider.event_id_from, existing.event_id_from),
+                             v_entity)
+       AND NOT coalesce(webhook_register_provider.reroute, false) THEN
+        RAISE EXCEPTION 'webhook_register_provider: changing the scheme, event_id_from or ordering of provider "%" would route its deliveries to other slots', p_name
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('Its route is now scheme %s, event id from %s, entity key from %s; asked: %s, %s, %s. Redeliveries of events received under the old route would reach slots that never saw them, and be processed again.',
+                                             existing.scheme, existing.event_id_from, coalesce(existing.entity_key_from, 'none'),
+                                             v_scheme, coalesce(webhook_register_provider.event_id_from, existing.event_id_from),
+                                             coalesce(v_entity, 'none')),
+                  HINT = 'Register the new route under a new provider name (and point the provider''s endpoint at it), or pass reroute => true if it has no deliveries yet or has stopped redelivering what it sent before (docs/scale-out.md).';
+    END IF;
+
+    INSERT INTO webhook.providers AS p
+           (name, scheme, tolerance, event_id_from, event_type_from, inbox, consumers,
+            entity_key_from, order_from, ties, fifo)
+    VALUES (p_name,
+            v_scheme,
+            coalesce(webhook_register_provider.tolerance, existing.tolerance, known.tolerance),
+            coalesce(webhook_register_provider.event_id_from, existing.event_id_from, known.event_id_from),
+            coalesce(webhook_register_provider.event_type_from, existing.event_type_from, known.event_type_from),
+            coalesce(webhook_register_provider.inbox, existing.inbox, known.scheme = 'github'),
+            coalesce(webhook_register_provider.consumers, existing.consumers, '{}'),
+            v_entity,
+            v_order,
+            coalesce(webhook_register_provider.ties, existing.ties, 'process'),
+            -- Ordering turned off takes FIFO with it.
+            CASE WHEN v_entity IS NULL THEN coalesce(webhook_register_provider.fifo, false)
+                 ELSE coalesce(webhook_register_provider.fifo, existing.fifo, false) END)
+    ON CONFLICT ON CONSTRAINT providers_pkey DO UPDATE
+       SET scheme = excluded.scheme, tolerance = excluded.tolerance,
+           event_id_from = excluded.event_id_from, event_type_from = excluded.event_type_from,
+           inbox = excluded.inbox, consumers = excluded.consumers,
+           entity_key_from = excluded.entity_key_from, order_from = excluded.order_from,
+           ties = excluded.ties, fifo = excluded.fifo;
+
+    IF webhook_register_provider.secret IS NOT NULL THEN
+        PERFORM @extschema@.webhook_add_secret(p_name, webhook_register_provider.secret);
+    END IF;
+    RETURN QUERY SELECT * FROM webhook.provider_summary s WHERE s.name = p_name;
+EXCEPTION
+    WHEN not_null_violation THEN
+        RAISE EXCEPTION 'webhook_register_provider: scheme "%" has no defaults; give event_id_from and event_type_from', v_scheme
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Sources are ''header:<name>'' or ''body:<dotted.path>'', alternatives joined by ''|''.';
+    WHEN check_violation THEN
+        -- Each check guards one argument: name it.
+        GET STACKED DIAGNOSTICS failed_check = CONSTRAINT_NAME;
+        RAISE EXCEPTION 'webhook_register_provider: argument "%" is invalid',
+            CASE failed_check
+                WHEN 'providers_name_check' THEN 'name'
+                WHEN 'providers_tolerance_check' THEN 'tolerance'
+                WHEN 'providers_event_id_from_check' THEN 'event_id_from'
+                WHEN 'providers_event_type_from_check' THEN 'event_type_from'
+                WHEN 'providers_consumers_check' THEN 'consumers'
+                WHEN 'providers_entity_key_from_check' THEN 'entity_key_from'
+                WHEN 'providers_order_from_check' THEN 'order_from'
+                WHEN 'providers_ties_check' THEN 'ties'
+                WHEN 'providers_fifo_check' THEN 'fifo'
+                ELSE failed_check
+            END
+            USING ERRCODE = 'check_violation',
+                  DETAIL = SQLERRM,
+                  HINT = CASE failed_check
+                      WHEN 'providers_entity_key_from_check' THEN 'Ordering reads the signed body only: ''body:<dotted.path>'', alternatives joined by ''|''.'
+                      WHEN 'providers_order_from_check' THEN 'Ordering reads the signed body only: ''body:<dotted.path>'', alternatives joined by ''|''.'
+                      WHEN 'providers_ties_check' THEN 'ties is ''process'' or ''stale''.'
+                      WHEN 'providers_fifo_check' THEN 'FIFO keeps each entity''s events in order: turn ordering on first (ordering => true, or entity_key_from and order_from).'
+                      ELSE 'Names (and consumers) are lower-case [a-z0-9_.-]; sources are ''header:<name>'' or ''body:<dotted.path>''; the tolerance is positive.'
+                  END;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean, text, text, text, boolean, boolean) IS
+    'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, inbox mode and consumers, ordering (entity key, order value, ties, FIFO), and optionally a secret; in an intake tier, a change of its route for a provider with events needs reroute => true';
+
 
 -- Last: whatever this script created gets the extension's privileges.
 SELECT webhook._restrict_privileges();

@@ -184,6 +184,52 @@ fn a_day_already_in_the_default_partition_stays_there() {
     finish(&mut client, "SELECT webhook_complete($1::text::uuid)", &id);
 }
 
+/// Making a month of days ahead reads the default partition once, not once
+/// a day: each attach would read all of it while holding it locked until
+/// the call ends, and claims reading the archive would wait behind every
+/// one of them.
+#[test]
+fn a_month_of_days_reads_the_default_partition_once() {
+    let mut client = installed("pgwi_partitions_once");
+    // Today's deliveries in the default partition, as after days without
+    // maintenance.
+    client
+        .batch_execute(
+            "SELECT webhook_claim('stripe', 'evt_backlog_' || i, 'invoice.paid', '{}'::jsonb, NULL)
+               FROM generate_series(1, 2000) i",
+        )
+        .unwrap();
+    let scans = |client: &mut Client| -> i64 {
+        // What this session counted is flushed when its transaction ends.
+        client.batch_execute("SELECT pg_stat_force_next_flush()").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        client.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        count(
+            client,
+            "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'webhook.delivery_log_default'::regclass",
+        )
+    };
+    let before = scans(&mut client);
+    assert_eq!(
+        count(&mut client, "SELECT webhook_create_partitions(30)::bigint"),
+        30,
+        "the thirty days after today (today is in the default partition)"
+    );
+    let after = scans(&mut client);
+    assert_eq!(after - before, 1, "the default partition was read {} times", after - before);
+    // No constraint is left behind, and the days take their deliveries.
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'webhook.delivery_log_default'::regclass AND contype = 'c'"
+        ),
+        0
+    );
+    assert_eq!(partitions(&mut client).len(), 31);
+    // One day more: a single day is attached as before.
+    assert_eq!(count(&mut client, "SELECT webhook_create_partitions(31)::bigint"), 1);
+}
+
 #[test]
 fn a_new_partition_grants_nothing_whatever_default_privileges_say() {
     let mut client = installed("pgwi_partitions_privileges");

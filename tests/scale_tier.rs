@@ -1300,6 +1300,71 @@ fn apply_is_exactly_once_when_workers_die_between_the_two_commits() {
     eprintln!("apply: {EVENTS} events, {crashes} workers killed between the commits, {duplicates} duplicates answered by the application");
 }
 
+/// The apply worker while the proxy and the application's database
+/// restart under it: it opens its connections again (never polling a
+/// dead one) and applies every event exactly once.
+#[test]
+fn the_apply_worker_rides_out_restarts_of_the_proxy_and_the_application_database() {
+    let _serial = serial();
+    tier();
+    let mut proxy = proxy_as_app().unwrap();
+    const EVENTS: usize = 150;
+    for n in 0..EVENTS {
+        assert_eq!(
+            receive(&mut proxy, &stripe_event(&format!("evt_restart_{n}")))
+                .unwrap()
+                .status,
+            "queued"
+        );
+    }
+    drop(proxy);
+    let mut worker = apply_worker(&[("TIER_LEASE", "2 seconds"), ("TIER_BATCH", "2")], None);
+    let applied = || -> i64 {
+        Server::App
+            .connect("shop")
+            .query_one(
+                "SELECT count(*) FROM ledger WHERE event_id LIKE 'evt_restart_%'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    wait_until("the worker applies", Duration::from_secs(30), || applied() > 0);
+    Server::Proxy.pg_ctl(&["-m", "fast", "-w", "restart"]);
+    let after_proxy = applied();
+    wait_until("the worker applies after the proxy restarted", Duration::from_secs(30), || {
+        applied() > after_proxy
+    });
+    Server::App.pg_ctl(&["-m", "fast", "-w", "restart"]);
+    let status = worker.wait().unwrap();
+    assert!(status.success(), "the worker exited with {status}");
+    let rows = Server::App
+        .connect("shop")
+        .query_one(
+            "SELECT count(*), count(DISTINCT event_id) FROM ledger WHERE event_id LIKE 'evt_restart_%'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (rows.get::<_, i64>(0), rows.get::<_, i64>(1)),
+        (EVENTS as i64, EVENTS as i64),
+        "every event applied once"
+    );
+    let left: i64 = (0..SLOTS)
+        .map(|slot| {
+            place(slot)
+                .connect(&slot_db(slot))
+                .query_one(
+                    "SELECT count(*) FROM webhook.inbox WHERE event_id LIKE 'evt_restart_%' AND status <> 'processed'",
+                    &[],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+        })
+        .sum();
+    assert_eq!(left, 0, "every lease completed in the tier");
+}
+
 /// Interleaved events of 200 entities across slots, shuffled, some sent
 /// twice, applied by the example workers: every entity ends in its newest
 /// event's state, and each entity's events live in one slot.

@@ -11,7 +11,10 @@
 //! The database comes from `--database`, else `WEBHOOK_CONSOLE_DATABASE`,
 //! else `DATABASE_URL`, else libpq's defaults (`PGHOST`…). Basic
 //! authentication is required when `WEBHOOK_CONSOLE_USER` and
-//! `WEBHOOK_CONSOLE_PASSWORD` are set.
+//! `WEBHOOK_CONSOLE_PASSWORD` are set. It answers only requests whose
+//! `Host` is its listen address (and `localhost` on loopback) or one of
+//! `WEBHOOK_CONSOLE_HOSTS` (comma-separated, as a reverse proxy passes
+//! them), and holds at most `WEBHOOK_CONSOLE_CONNECTIONS` (4) connections.
 
 mod charts;
 mod db;
@@ -25,7 +28,7 @@ use std::sync::Arc;
 
 /// What every request shares.
 pub struct App {
-    pub db: db::Db,
+    pub db: Arc<db::Db>,
     pub guard: security::Guard,
 }
 
@@ -35,6 +38,8 @@ struct Config {
     listen: SocketAddr,
     database: String,
     basic: Option<(String, String)>,
+    hosts: Vec<String>,
+    connections: usize,
 }
 
 fn config() -> Result<Config, String> {
@@ -84,10 +89,25 @@ fn config() -> Result<Config, String> {
              anyone who reaches it acts as the database role it connects as"
         );
     }
+    let hosts: Vec<String> = std::env::var("WEBHOOK_CONSOLE_HOSTS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let connections = match std::env::var("WEBHOOK_CONSOLE_CONNECTIONS") {
+        Ok(n) => n
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or("WEBHOOK_CONSOLE_CONNECTIONS must be a number from 1 to 100")?,
+        Err(_) => 4,
+    };
     Ok(Config {
+        hosts: security::hosts_for(listen, &hosts),
         listen,
         database,
         basic,
+        connections,
     })
 }
 
@@ -132,8 +152,8 @@ async fn main() {
         }
     };
     let app = Arc::new(App {
-        db: db::Db::new(config.database),
-        guard: security::Guard::new(config.basic),
+        db: Arc::new(db::Db::new(config.database, config.connections)),
+        guard: security::Guard::new(config.basic, config.hosts),
     });
     // Fail at start, not at the first page, when the database is out of
     // reach or the role cannot see the extension.

@@ -57,7 +57,7 @@ pub fn refused(what: &str, refusal: Refusal) -> Response {
         "42501" => StatusCode::FORBIDDEN,
         "55000" | "55P03" | "40001" => StatusCode::CONFLICT,
         code if code.starts_with("22") || code.starts_with("42") => StatusCode::BAD_REQUEST,
-        "08006" => StatusCode::SERVICE_UNAVAILABLE,
+        "08006" | "53300" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let mut body = Html::new();
@@ -87,17 +87,22 @@ pub fn forged() -> Response {
     let mut body = Html::new();
     body.raw(
         "<p class=\"refused\" id=\"refused\">This form did not come from this console \
-         (its token is missing or wrong): nothing was done.</p>",
+         (its origin or its token is not this console's): nothing was done.</p>",
     );
     let mut response = page("Refused", "", None, body);
     *response.status_mut() = StatusCode::FORBIDDEN;
     response
 }
 
-/// After an action: back to a screen, with what happened.
-pub fn done(to: &str, notice: &str) -> Response {
+/// After an action: back to a screen, with what happened, signed so that
+/// the screen shows only notices this console made.
+pub fn done(app: &crate::App, to: &str, notice: &str) -> Response {
     let sep = if to.contains('?') { '&' } else { '?' };
-    let location = format!("{to}{sep}notice={}", crate::html::url_encode(notice));
+    let location = format!(
+        "{to}{sep}notice={}&n={}",
+        crate::html::url_encode(notice),
+        app.guard.notice_mac(notice)
+    );
     (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response()
 }
 

@@ -266,6 +266,7 @@ fn lease_next(
             name!(lease_expires_at, TimestampWithTimeZone),
             name!(replay_id, Option<pgrx::Uuid>),
             name!(traceparent, Option<String>),
+            name!(origin, Option<String>),
         ),
     >,
     pg_sys::panic::ErrorReport,
@@ -288,6 +289,7 @@ type LeasedRow = (
     TimestampWithTimeZone,
     TimestampWithTimeZone,
     Option<pgrx::Uuid>,
+    Option<String>,
     Option<String>,
 );
 
@@ -415,28 +417,53 @@ fn next(
     Ok(rows)
 }
 
-/// The leased events' payloads, from the archive rows that brought them.
-/// A statement of its own rather than a join in LEASE: planned with the
-/// ids in hand, it reads only the archive partitions holding them (see
-/// `plans`), where the join would open every partition on each call.
+/// The leased events' payloads, and where each came from, from the
+/// archive rows that brought them. A statement of its own rather than a
+/// join in LEASE: planned with the ids in hand, it reads only the archive
+/// partitions holding them (see `plans`), where the join would open every
+/// partition on each call.
+///
+/// Where it came from: `verified` (`webhook_receive` checked its
+/// signature: the archive row names the secret), `polled`
+/// (`webhook_enqueue_polled`, from the provider's API) or `enqueued` (the
+/// application's `webhook_enqueue`, which trusts its caller). A worker
+/// that must act only on what the provider signed can tell them apart.
 static PAYLOADS: Statement = Statement {
-    sql: "SELECT id, payload FROM webhook.delivery_log WHERE id = ANY ($1)",
+    sql: "SELECT l.id, l.payload,
+                 CASE WHEN l.secret_fingerprint IS NOT NULL THEN 'verified'
+                      WHEN EXISTS (SELECT FROM webhook.polled p WHERE p.delivery_id = l.id) THEN 'polled'
+                      ELSE 'enqueued' END
+            FROM webhook.delivery_log l WHERE l.id = ANY ($1)",
     arg_types: &[pg_sys::UUIDARRAYOID],
 };
+
+/// The release before polling (and origins) reads the payload alone.
+static PAYLOADS_BEFORE_POLLING: Statement = Statement {
+    sql: "SELECT id, payload, NULL::text FROM webhook.delivery_log WHERE id = ANY ($1)",
+    arg_types: &[pg_sys::UUIDARRAYOID],
+};
+
+static POLLING: crate::installed::Column = crate::installed::Column::new("webhook.polled", "delivery_id");
 
 fn read_payloads(client: &mut pgrx::spi::SpiClient<'_>, leased: &mut [LeasedRow]) -> Result<()> {
     if leased.is_empty() {
         return Ok(());
     }
     let ids: Vec<pgrx::Uuid> = leased.iter().map(|row| row.7).collect();
+    let statement = if POLLING.present(client)? {
+        &PAYLOADS
+    } else {
+        &PAYLOADS_BEFORE_POLLING
+    };
     let mut payloads = std::collections::HashMap::with_capacity(ids.len());
-    for row in PAYLOADS.run_pruned(client, &[ids.into()])? {
+    for row in statement.run_pruned(client, &[ids.into()])? {
         if let Some(id) = row.get::<pgrx::Uuid>(1)? {
-            payloads.insert(*id.as_bytes(), row.get::<RawJsonb>(2)?);
+            payloads.insert(*id.as_bytes(), (row.get::<RawJsonb>(2)?, row.get::<String>(3)?));
         }
     }
     for row in leased.iter_mut() {
-        row.4 = payloads.remove(row.7.as_bytes()).flatten();
+        let (payload, origin) = payloads.remove(row.7.as_bytes()).unwrap_or((None, None));
+        (row.4, row.12) = (payload, origin);
     }
     Ok(())
 }
@@ -460,6 +487,8 @@ fn leased_row(row: &crate::plans::Row<'_>) -> Result<LeasedRow> {
         row.get::<TimestampWithTimeZone>(10)?.ok_or_else(missing)?,
         row.get::<pgrx::Uuid>(13)?,
         row.get::<String>(14)?,
+        // Read with the payload (read_payloads).
+        None,
     ))
 }
 

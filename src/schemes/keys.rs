@@ -24,6 +24,13 @@ pub enum Method {
     RsaSha256,
 }
 
+impl Method {
+    /// A public-key signature: each check costs about a hundred HMACs.
+    pub fn is_public_key(self) -> bool {
+        !matches!(self, Method::Hmac(_))
+    }
+}
+
 /// One signature a request carries, and how to check it.
 #[derive(Debug, Clone)]
 pub struct Candidate {

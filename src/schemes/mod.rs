@@ -449,6 +449,14 @@ pub const MAX_CANDIDATES: usize = 8;
 /// secrets, or `webhook_verify`'s array.
 pub const MAX_KEYS: usize = 16;
 
+/// The most public-key checks one delivery may cost: its public-key
+/// signatures × the public keys they are tried against × the signed
+/// forms. A rotation needs a few; eight signatures against sixteen keys
+/// would be 128 Ed25519 checks that anyone may ask of `webhook_verify`, or
+/// of `webhook_receive` for a provider with many keys, so such a delivery
+/// is refused as malformed before any is made.
+pub const MAX_PUBLIC_KEY_CHECKS: usize = 16;
+
 /// Verify one delivery. `now` and `tolerance` in seconds; `url` is the
 /// public URL the provider called, for the schemes that sign it.
 pub fn verify(
@@ -522,6 +530,18 @@ pub fn authenticate(
         if keys.is_empty() {
             return verdict(Reason::UnknownCertificate);
         }
+    }
+    let public_signatures = signed
+        .candidates
+        .iter()
+        .filter(|c| c.method.is_public_key())
+        .count();
+    let public_keys = keys
+        .iter()
+        .filter(|(_, key)| !matches!(key.key, Key::Hmac(_)))
+        .count();
+    if public_signatures * public_keys * signed.prefixes.len().max(1) > MAX_PUBLIC_KEY_CHECKS {
+        return verdict(Reason::MalformedHeader);
     }
     let body: &[u8] = if signed.body_signed {
         request.body

@@ -214,6 +214,46 @@ fn standard_webhooks_v1a_beside_v1() {
 }
 
 #[test]
+fn public_key_checks_are_bounded_per_delivery() {
+    use ed25519_dalek::Signer;
+    let (signer, public) = ed25519_signer(7);
+    let body = br#"{"type":"user.created"}"#;
+    let ts = 1_700_000_000;
+    let genuine = b64(&signer
+        .sign(format!("msg_1.{ts}.{}", std::str::from_utf8(body).unwrap()).as_bytes())
+        .to_bytes());
+    let scheme = Scheme::parse("t", "scheme", "standard").unwrap();
+    let keys: Vec<String> = (20..36u8)
+        .map(|seed| format!("whpk_{}", b64(&ed25519_signer(seed).1)))
+        .chain(std::iter::once(format!("whpk_{}", b64(&public))))
+        .collect();
+    let with = |signatures: usize, keys: &[String]| {
+        // The genuine signature last, after forged ones.
+        let mut entries: Vec<String> = (1..signatures).map(|_| format!("v1a,{}", b64(&[1u8; 64]))).collect();
+        entries.push(format!("v1a,{genuine}"));
+        let headers = json!({
+            "webhook-id": "msg_1", "webhook-timestamp": ts.to_string(),
+            "webhook-signature": entries.join(" "),
+        });
+        let secrets: Vec<Option<&str>> = keys.iter().map(|k| Some(k.as_str())).collect();
+        verify(&scheme, &headers, body, None, &secrets, 300, ts).reason
+    };
+    // A rotation's worth: two signatures against a few keys.
+    assert_eq!(with(2, &keys[13..]), Reason::Ok);
+    assert_eq!(with(1, &keys[1..]), Reason::Ok);
+    // Past the budget, refused before any check: the genuine one too.
+    assert_eq!(with(8, &keys[1..]), Reason::MalformedHeader);
+    assert_eq!(with(2, &keys[9..]), Reason::Ok);
+    assert_eq!(with(2, &keys[8..]), Reason::MalformedHeader);
+    assert_eq!(with(3, &keys[10..]), Reason::MalformedHeader);
+    // HMAC signatures and keys do not count against it.
+    let hmac_keys: Vec<String> = (0..15).map(|n| format!("whsec_{}", b64(&[n as u8 + 1; 24]))).collect();
+    let mut mixed = hmac_keys.clone();
+    mixed.push(format!("whpk_{}", b64(&public)));
+    assert_eq!(with(8, &mixed), Reason::Ok);
+}
+
+#[test]
 fn discord_ed25519() {
     use ed25519_dalek::Signer;
     let (signer, public) = ed25519_signer(3);

@@ -18,6 +18,7 @@ Run by .ci/console-test under .ci/pg-temp (PGHOST and friends set).
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -300,6 +301,62 @@ def main():
             code = err.code
         check(code == 403 and psql("SELECT count(*) FROM webhook.inbox WHERE status = 'dead'") == dead_now,
               "a form without its token is refused and changes nothing")
+        # DNS rebinding: a page on another name that resolves to the
+        # console's address reads the form token and posts. The console
+        # answers no other Host, and takes no POST from another Origin.
+        def status(url, data=None, headers=None):
+            req = urllib.request.Request(url, data=data, headers=headers or {})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    return resp.status, resp.read().decode()
+            except urllib.error.HTTPError as err:
+                return err.code, err.read().decode()
+        host = f"127.0.0.1:{OPS_PORT}"
+        code, page = status(ops + "/dead")
+        token = re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
+        rebound = {"Host": f"attacker.example:{OPS_PORT}"}
+        check(status(ops + "/", headers=rebound)[0] == 421, "a request for another host name is refused (421)")
+        requeue_all = urllib.parse.urlencode({"csrf": token, "provider": "stripe"}).encode()
+        check(status(ops + "/dead/requeue", requeue_all, rebound)[0] == 421
+              and psql("SELECT count(*) FROM webhook.inbox WHERE status = 'dead'") == dead_now,
+              "a rebound page's post with the token is refused and changes nothing")
+        for origin in (f"http://attacker.example:{OPS_PORT}", "null"):
+            check(status(ops + "/dead/requeue", requeue_all, {"Host": host, "Origin": origin})[0] == 403
+                  and psql("SELECT count(*) FROM webhook.inbox WHERE status = 'dead'") == dead_now,
+                  f"a post from origin {origin} is refused and changes nothing")
+        check(status(ops + "/dead/requeue", requeue_all,
+                     {"Host": host, "Origin": f"http://{host}", "Sec-Fetch-Site": "cross-site"})[0] == 403,
+              "a cross-site post is refused")
+        # Notices are the console's own: a link cannot put words on a page.
+        forged = "Your session expired: call +1 555 0100"
+        code, page = status(ops + "/?" + urllib.parse.urlencode({"notice": forged}))
+        check(code == 200 and "555 0100" not in page and 'id="notice"' not in page,
+              "a notice the console did not make is not shown")
+
+        # A burst at a slow page holds at most the console's connections
+        # (4 by default), never one per request.
+        import threading
+        answers, peak = [], [0]
+        def hit():
+            answers.append(status(ops + "/deliveries?path=" + urllib.parse.quote("$.x like_regex \"(a+)+b\""))[0])
+        def watch():
+            while len(answers) < 40:
+                n = int(psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-console'"
+                             " AND usename = 'console_ops'", db="postgres"))
+                peak[0] = max(peak[0], n)
+                time.sleep(0.05)
+        threads = [threading.Thread(target=hit) for _ in range(40)]
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        watcher.join()
+        check(peak[0] <= 4, f"40 requests at once held {peak[0]} connections (at most 4)")
+        check(all(a in (200, 503) for a in answers) and 200 in answers,
+              f"each was answered, or turned away as busy: {sorted(set(answers))}")
+
         with urllib.request.urlopen(ops + "/", timeout=10) as resp:
             csp = resp.headers.get("Content-Security-Policy", "")
         check("script-src" not in csp and "default-src 'none'" in csp, "pages forbid every script")

@@ -56,7 +56,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
     Ok(page::page(
         "Alerts",
         "/alerts",
-        fields.get("notice").map(String::as_str),
+        super::notice(&app, &fields),
         body,
     ))
 }
@@ -77,7 +77,7 @@ pub async fn acknowledge(
             )
             .await
         {
-            Ok(_) => page::done(
+            Ok(_) => page::done(&app,
                 "/alerts",
                 &format!("Alert {} acknowledged.", id.unwrap_or_default()),
             ),

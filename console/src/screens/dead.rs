@@ -71,7 +71,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
     Ok(page::page(
         "Dead letters",
         "/dead",
-        fields.get("notice").map(String::as_str),
+        super::notice(&app, &fields),
         body,
     ))
 }
@@ -161,7 +161,7 @@ pub async fn requeue(
             )
             .await
         {
-            Ok(_) => page::done("/dead", &format!("Requeued {event_id}.")),
+            Ok(_) => page::done(&app, "/dead", &format!("Requeued {event_id}.")),
             Err(refusal) => page::refused("the requeue", refusal),
         },
         None => match session
@@ -171,7 +171,7 @@ pub async fn requeue(
             )
             .await
         {
-            Ok(n) => page::done(
+            Ok(n) => page::done(&app,
                 "/dead",
                 &format!("Requeued {} dead letters.", n.unwrap_or_default()),
             ),

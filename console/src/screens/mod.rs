@@ -55,18 +55,31 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Every request: basic authentication when configured; every answer: the
+/// Every request: a `Host` the console answers to, a POST from its own
+/// pages, basic authentication when configured; every answer: the
 /// security headers.
 async fn guard(
     axum::extract::State(app): axum::extract::State<Arc<App>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let authorization = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let mut response = if app.guard.admits(authorization) {
+    let headers = request.headers();
+    let value = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let authorization = value(header::AUTHORIZATION);
+    let host_allowed = app.guard.host_allowed(value(header::HOST));
+    let same_origin = request.method() != axum::http::Method::POST
+        || app
+            .guard
+            .same_origin(value(header::ORIGIN), value(header::HeaderName::from_static("sec-fetch-site")));
+    let mut response = if !host_allowed {
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            "this console does not answer to that host name (WEBHOOK_CONSOLE_HOSTS lists the names it does)",
+        )
+            .into_response()
+    } else if !same_origin {
+        page::forged()
+    } else if app.guard.admits(authorization) {
         next.run(request).await
     } else {
         (
@@ -166,4 +179,10 @@ pub fn number(value: &Option<String>) -> i64 {
 /// The text of a column, or empty.
 pub fn text(row: &[Option<String>], n: usize) -> &str {
     row.get(n).and_then(|v| v.as_deref()).unwrap_or("")
+}
+
+/// The notice a redirect carried, if this console signed it.
+pub fn notice<'a>(app: &App, fields: &'a Fields) -> Option<&'a str> {
+    app.guard
+        .notice(fields.get("notice").map(String::as_str), fields.get("n").map(String::as_str))
 }

@@ -23,6 +23,9 @@ const ACTIVITY: &str = "
      WHERE minute > now() - $1::text::int * $2::text::int * interval '1 second'
      GROUP BY 1, 2";
 
+/// Providers a page of the overview lists.
+const PROVIDERS_PER_PAGE: i64 = 25;
+
 pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<Response, Response> {
     let app = state.0;
     let session = super::connect(&app).await?;
@@ -48,14 +51,26 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
             }
         }
     }
-    let stats = session
+    // Registered providers first, then by their latest event: names an
+    // application made up (webhook_claim takes any) come last, a page at
+    // a time, and never push the providers that matter off the screen.
+    let page_number = super::field(&fields, "page")
+        .and_then(|p| p.parse::<i64>().ok())
+        .filter(|p| *p >= 0 && *p < 100_000)
+        .unwrap_or(0);
+    let mut stats = session
         .rows(
-            "SELECT provider, events::text, processed::text, failed::text, dead::text, queued::text,
-                    filtered::text, stale::text, last_event_at::text
-               FROM webhook.provider_stats ORDER BY provider",
-            &[],
+            "SELECT s.provider, s.events::text, s.processed::text, s.failed::text, s.dead::text, s.queued::text,
+                    s.filtered::text, s.stale::text, s.last_event_at::text
+               FROM webhook.provider_stats s
+              ORDER BY EXISTS (SELECT FROM webhook.provider_summary p WHERE p.name = s.provider) DESC,
+                       s.last_event_at DESC NULLS LAST, s.provider
+              LIMIT $1::text::bigint + 1 OFFSET $1::text::bigint * $2::text::bigint",
+            &[&PROVIDERS_PER_PAGE.to_string(), &page_number.to_string()],
         )
         .await.map_err(|refusal| page::refused("the provider statistics", refusal))?;
+    let more = stats.len() as i64 > PROVIDERS_PER_PAGE;
+    stats.truncate(PROVIDERS_PER_PAGE as usize);
     body.raw("<h2>Providers</h2>");
     let mut rows = Vec::new();
     for row in &stats {
@@ -90,6 +105,17 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         ],
         rows,
     );
+    if more || page_number > 0 {
+        body.raw("<p>");
+        if page_number > 0 {
+            body.link(&format!("/?page={}", page_number - 1), "newer");
+            body.raw(" ");
+        }
+        if more {
+            body.link(&format!("/?page={}", page_number + 1), "older, and unregistered names");
+        }
+        body.raw("</p>");
+    }
     body.raw("<p class=\"muted\">Charts: deliveries (blue) and failures or refusals (red), from \
               <code>webhook.metric_minutes</code> as <code>webhook_metrics_rollup()</code> last left it.</p>");
 
@@ -97,7 +123,10 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         .rows(
             "SELECT provider, consumer, ready::text, scheduled::text, leased::text, dead::text,
                     quarantined::text, date_trunc('second', oldest_ready_age)::text
-               FROM webhook.inbox_stats ORDER BY provider, consumer",
+               FROM webhook.inbox_stats
+              ORDER BY EXISTS (SELECT FROM webhook.provider_summary p WHERE p.name = provider) DESC,
+                       ready + dead DESC, provider, consumer
+              LIMIT 50",
             &[],
         )
         .await
@@ -161,14 +190,17 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         ],
         grid(&alerts),
     );
-    let dead = stats.iter().map(|r| number(&r[4])).sum::<i64>();
-    body.raw("<p>").text(dead).raw(" dead letters: ");
+    let dead = session
+        .value("SELECT count(*)::text FROM webhook.dead_letters", &[])
+        .await
+        .map_err(|refusal| page::refused("the dead letters", refusal))?;
+    body.raw("<p>").text(dead.unwrap_or_default()).raw(" dead letters: ");
     body.link("/dead", "see them");
     body.raw("</p>");
     Ok(page::page(
         "Overview",
         "/",
-        fields.get("notice").map(String::as_str),
+        super::notice(&app, &fields),
         body,
     ))
 }

@@ -94,7 +94,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
     Ok(page::page(
         "Providers",
         "/providers",
-        fields.get("notice").map(String::as_str),
+        super::notice(&app, &fields),
         body,
     ))
 }
@@ -113,7 +113,7 @@ pub async fn steer(state: crate::State, Form(fields): Form<Fields>) -> Result<Re
     let session = super::connect(&app).await?;
     let provider = param(&fields, "provider");
     Ok(match session.value(sql, &[&provider]).await {
-        Ok(_) => page::done(
+        Ok(_) => page::done(&app,
             "/providers",
             &format!(
                 "{}: {}d.",

@@ -111,7 +111,7 @@ pub async fn list(state: crate::State, Query(fields): Query<Fields>) -> Result<R
     Ok(page::page(
         "Replays",
         "/replays",
-        fields.get("notice").map(String::as_str),
+        super::notice(&app, &fields),
         body,
     ))
 }
@@ -180,7 +180,7 @@ pub async fn run(state: crate::State, Form(fields): Form<Fields>) -> Result<Resp
                     text(&row, 0)
                 ),
             };
-                page::done("/replays", &notice)
+                page::done(&app, "/replays", &notice)
             }
             Err(refusal) => page::refused("the replay", refusal),
         },
@@ -199,7 +199,7 @@ pub async fn change(state: crate::State, Form(fields): Form<Fields>) -> Result<R
     let session = super::connect(&app).await?;
     let replay = param(&fields, "replay_id");
     Ok(match session.value(sql, &[&replay]).await {
-        Ok(n) => page::done(
+        Ok(n) => page::done(&app,
             "/replays",
             &format!(
                 "Replay {}: {} ({} events).",
