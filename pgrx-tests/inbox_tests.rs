@@ -57,10 +57,17 @@ mod tests {
         let body = r#"{"id":"evt_signed","type":"invoice.paid"}"#;
         let headers = crate::in_db_tests::stripe_headers(body, "whsec_origins", 0);
         assert_eq!(receive("origins", &headers, body).0, "queued");
-        Spi::run("SELECT webhook_enqueue('origins', 'evt_handed', 'invoice.paid', '{}'::jsonb)").unwrap();
-        Spi::run("SELECT webhook_enqueue_polled('origins', 'evt_polled', 'invoice.paid', '{}'::jsonb)").unwrap();
+        Spi::run("SELECT webhook_enqueue('origins', 'evt_handed', 'invoice.paid', '{}'::jsonb)")
+            .unwrap();
+        Spi::run(
+            "SELECT webhook_enqueue_polled('origins', 'evt_polled', 'invoice.paid', '{}'::jsonb)",
+        )
+        .unwrap();
         // Polled after it was delivered and verified: verified, as queued.
-        Spi::run("SELECT webhook_enqueue_polled('origins', 'evt_signed', 'invoice.paid', '{}'::jsonb)").unwrap();
+        Spi::run(
+            "SELECT webhook_enqueue_polled('origins', 'evt_signed', 'invoice.paid', '{}'::jsonb)",
+        )
+        .unwrap();
         assert_eq!(
             one_text(
                 "SELECT string_agg(event_id || '=' || origin, ',' ORDER BY event_id)

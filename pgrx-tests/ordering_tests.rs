@@ -451,6 +451,61 @@ mod tests {
     /// they are given (their caller verified it), as webhook_receive reads
     /// them from the body.
     #[pg_test]
+    fn a_payload_dated_centuries_ahead_cannot_pin_a_watermark() {
+        ordered_stripe("");
+        let now = Spi::get_one::<i64>("SELECT extract(epoch FROM now())::bigint")
+            .unwrap()
+            .unwrap();
+        let claim = |id: &str, created: i64| {
+            one_text(&format!(
+                "SELECT status::text || ' ' || id FROM webhook_claim('stripe', '{id}', 'customer.subscription.updated',
+                     '{}'::jsonb, NULL)",
+                event(id, "sub_far", created)
+            ))
+        };
+        // 2286 in seconds, then in milliseconds: each taken unordered.
+        for (n, far) in [9_999_999_999_i64, 9_999_999_999_999]
+            .into_iter()
+            .enumerate()
+        {
+            let forged = claim(&format!("far{n}"), far);
+            assert!(forged.starts_with("claimed "), "{forged}");
+            let id = forged.split(' ').nth(1).unwrap();
+            Spi::run(&format!("SELECT webhook_complete('{id}')")).unwrap();
+        }
+        assert_eq!(
+            Spi::get_one::<i64>(
+                "SELECT count(*) FROM webhook.watermarks WHERE entity_key = 'sub_far'"
+            )
+            .unwrap(),
+            Some(0),
+            "no watermark moved"
+        );
+        // The genuine events that follow are ordered as ever.
+        let genuine = claim("near2", now);
+        assert!(genuine.starts_with("claimed "), "{genuine}");
+        let id = genuine.split(' ').nth(1).unwrap();
+        Spi::run(&format!("SELECT webhook_complete('{id}')")).unwrap();
+        assert!(claim("near1", now - 60).starts_with("stale"));
+        // Within the allowance (a provider's clock a little ahead): ordered.
+        let ahead = claim("near3", now + 3600);
+        assert!(ahead.starts_with("claimed "), "{ahead}");
+        // The allowance is the DBA's.
+        Spi::run("SET LOCAL webhook.order_max_future = 0").unwrap();
+        let id = ahead.split(' ').nth(1).unwrap();
+        Spi::run(&format!("SELECT webhook_complete('{id}')")).unwrap();
+        assert!(claim("near4", now + 3600).starts_with("claimed "));
+        assert_eq!(
+            Spi::get_one::<String>(
+                "SELECT order_value::text FROM webhook.watermarks WHERE entity_key = 'sub_far'"
+            )
+            .unwrap(),
+            Some((now + 3600).to_string()),
+            "near3 moved it; near4, past the clock with no allowance, did not"
+        );
+    }
+
+    #[pg_test]
     fn claims_and_enqueues_of_an_ordered_provider_are_ordered_too() {
         ordered_stripe("");
         let claim = |id: &str, created: i64| {

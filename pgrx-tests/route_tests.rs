@@ -339,7 +339,8 @@ mod tests {
         Spi::run("SELECT webhook_register_provider('r-moving', inbox => true, tolerance => '10 minutes')").unwrap();
         Spi::run("SELECT webhook_register_provider('r-moving', scheme => 'stripe', event_id_from => 'body:id')").unwrap();
         // Forced, it moves.
-        Spi::run("SELECT webhook_register_provider('r-moving', ordering => true, reroute => true)").unwrap();
+        Spi::run("SELECT webhook_register_provider('r-moving', ordering => true, reroute => true)")
+            .unwrap();
         assert_eq!(route(), "stripe body:id body:data.object.id");
         // Outside a tier there is no route to keep.
         Spi::run("RESET webhook.slot; RESET webhook.slots").unwrap();

@@ -172,7 +172,8 @@ mod tests {
 
     #[pg_test]
     fn a_twitch_revocation_is_acknowledged_and_never_claimed_as_an_event() {
-        Spi::run("SELECT webhook_register_provider('twitch', secret => 'twitch-secret-123')").unwrap();
+        Spi::run("SELECT webhook_register_provider('twitch', secret => 'twitch-secret-123')")
+            .unwrap();
         // The message-type header is not signed: what tells a revocation is
         // its signed body, the subscription without an event.
         let deliver = |id: &str, kind: &str, body: &str| {
@@ -192,11 +193,20 @@ mod tests {
         let revoked = r#"{"subscription":{"id":"f1c2a387","status":"authorization_revoked","type":"channel.follow"}}"#;
         assert_eq!(
             deliver("rev-1", "revocation", revoked),
-            (Some("handshake".into()), Some("revocation".into()), Some(200))
+            (
+                Some("handshake".into()),
+                Some("revocation".into()),
+                Some(200)
+            )
         );
         // Sent as a notification, it is still no event.
-        assert_eq!(deliver("rev-2", "notification", revoked).1, Some("revocation".into()));
-        let events = Spi::get_one::<i64>("SELECT count(*) FROM webhook.events WHERE provider = 'twitch'").unwrap();
+        assert_eq!(
+            deliver("rev-2", "notification", revoked).1,
+            Some("revocation".into())
+        );
+        let events =
+            Spi::get_one::<i64>("SELECT count(*) FROM webhook.events WHERE provider = 'twitch'")
+                .unwrap();
         assert_eq!(events, Some(0));
         let archived = Spi::get_one::<i64>(
             "SELECT count(*) FROM webhook.delivery_log WHERE provider = 'twitch' AND event_type = 'revocation'",
@@ -204,8 +214,12 @@ mod tests {
         .unwrap();
         assert_eq!(archived, Some(2));
         // A notification is an event.
-        let followed = r#"{"subscription":{"id":"f1c2a387","type":"channel.follow"},"event":{"user_id":"1"}}"#;
-        assert_eq!(deliver("ev-1", "revocation", followed).0, Some("claimed".into()));
+        let followed =
+            r#"{"subscription":{"id":"f1c2a387","type":"channel.follow"},"event":{"user_id":"1"}}"#;
+        assert_eq!(
+            deliver("ev-1", "revocation", followed).0,
+            Some("claimed".into())
+        );
     }
 
     #[pg_test]

@@ -106,7 +106,7 @@ impl EventLock {
     }
 
     /// The lock on one entity's FIFO line in one consumer's inbox, held by
-    /// a transaction that leases from it (see `inbox::api::lines`).
+    /// a transaction that leases from it (see `inbox::pick::lines`).
     pub fn for_fifo_line(provider: &str, consumer: &str, entity_key: &str) -> Self {
         Self::keyed(&[
             b"fifo",

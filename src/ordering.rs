@@ -368,16 +368,39 @@ mod tests {
     fn an_order_value_past_the_clock_is_caught_in_every_unit() {
         let now = 1_800_000_000; // 2027-01-15
         let day = 86_400;
-        for ahead in ["9999999999", "9999999999999", "9999999999999999", "9999999999999999999", &"9".repeat(60)] {
+        for ahead in [
+            "9999999999",
+            "9999999999999",
+            "9999999999999999",
+            "9999999999999999999",
+            &"9".repeat(60),
+        ] {
             assert!(!within_clock(ahead, now, day), "{ahead}");
         }
-        for fine in ["1800000000", "1800086400", "1800000000123", "1800000000123456", "1800000000123456789",
-                     "1", "42.5", "-9999999999999", "1799999999.999"] {
+        for fine in [
+            "1800000000",
+            "1800086400",
+            "1800000000123",
+            "1800000000123456",
+            "1800000000123456789",
+            "1",
+            "42.5",
+            "-9999999999999",
+            "1799999999.999",
+        ] {
             assert!(within_clock(fine, now, day), "{fine}");
         }
         assert!(!within_clock("1800086401", now, day));
-        assert!(!within_clock(&order_value("2286-11-20T17:46:40Z").unwrap(), now, day));
-        assert!(within_clock(&order_value("2027-01-15T12:00:00Z").unwrap(), now, day));
+        assert!(!within_clock(
+            &order_value("2286-11-20T17:46:40Z").unwrap(),
+            now,
+            day
+        ));
+        assert!(within_clock(
+            &order_value("2027-01-15T12:00:00Z").unwrap(),
+            now,
+            day
+        ));
     }
 
     #[test]

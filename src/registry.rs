@@ -31,8 +31,8 @@
 //! while a delivery is verified; the registry's tables stay readable by
 //! the extension owner only.
 
+use crate::controls::Controls;
 use crate::errors::{Result, WebhookError};
-use crate::inbox::flow::Controls;
 use crate::plans::Statement;
 use crate::schemes::Scheme;
 use pgrx::pg_sys;
@@ -415,7 +415,7 @@ pub fn app_scopes(client: &mut SpiClient<'_>) -> Result<Rc<Vec<AppScope>>> {
 /// What steers a consumer's leases (`inbox::flow`), read with the
 /// watched tables.
 static LOAD_CONTROLS: Statement = Statement {
-    sql: concat!(crate::inbox::flow::load_controls!(), watched_tables!()),
+    sql: concat!(crate::controls::load_controls!(), watched_tables!()),
     arg_types: &[pg_sys::TEXTOID],
 };
 
@@ -444,7 +444,7 @@ pub fn controls(client: &mut SpiClient<'_>, consumer: &str) -> Result<Option<Rc<
     let Some(row) = LOAD_CONTROLS.run(client, &[consumer.into()])?.next() else {
         return Ok(None);
     };
-    let controls = crate::inbox::flow::controls_from(&row)?.map(Rc::new);
+    let controls = crate::controls::controls_from(&row)?.map(Rc::new);
     WATCHED.set(watched_from(&row, CONTROLS_WATCHED_FROM)?);
     keep(&CONTROLS, generation, |kept| {
         if kept.len() >= MAX_CONSUMERS {

@@ -72,7 +72,8 @@ fn requeue(
         }
     };
     let requeued = if status == EventStatus::Queued {
-        let parked = parked_by(REQUEUE_QUEUED.run(client, &one_event(provider, event_id, consumer))?)?;
+        let parked =
+            parked_by(REQUEUE_QUEUED.run(client, &one_event(provider, event_id, consumer))?)?;
         let any = !parked.is_empty();
         if any {
             hold_dead_letters(client, parked)?;
@@ -183,19 +184,18 @@ fn webhook_requeue_dead(
     let consumer = input::optional_text(BULK, "consumer", consumer, MAX_PROVIDER_BYTES)?;
     Ok(Spi::connect_mut(|client| -> Result<i64> {
         let none: Option<&str> = None;
-        let rows = REQUEUE_QUEUED
-            .run(
-                client,
-                &[
-                    provider.into(),
-                    none.into(),
-                    event_type.into(),
-                    error_like.into(),
-                    received_after.into(),
-                    received_before.into(),
-                    consumer.into(),
-                ],
-            )?;
+        let rows = REQUEUE_QUEUED.run(
+            client,
+            &[
+                provider.into(),
+                none.into(),
+                event_type.into(),
+                error_like.into(),
+                received_after.into(),
+                received_before.into(),
+                consumer.into(),
+            ],
+        )?;
         let parked = parked_by(rows)?;
         let queued = parked.len() as i64;
         hold_dead_letters(client, parked)?;

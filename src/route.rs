@@ -11,7 +11,7 @@
 //! 2. else the **event id, where the scheme signs it**;
 //! 3. else the **SHA-256 of the signed bytes**, so that a replay of them
 //!    under a fresh unsigned id lands where the first delivery did and
-//!    meets its binding (`receive::bindings`).
+//!    meets its binding (`receive`'s bindings).
 //!
 //! A delivery none of these can be read from (malformed headers, a body
 //! that is not the provider's) routes by the SHA-256 of its body: its
@@ -87,7 +87,7 @@ fn signed_key(
         url,
     };
     let covered = schemes::claimed(registration.scheme, &request).ok()?;
-    let (_, document) = crate::receive::document(registration.scheme, body)?;
+    let (_, document) = crate::sources::document(registration.scheme, body)?;
     if let Some(from) = registration.entity_key_from {
         if covered.body_vouched() {
             if let Some(entity) = crate::ordering::entity_key(from, &document) {
@@ -95,7 +95,7 @@ fn signed_key(
             }
         }
     }
-    match crate::receive::extract(registration.event_id_from, &headers, &covered, &document) {
+    match crate::sources::extract(registration.event_id_from, &headers, &covered, &document) {
         Some(id) if id.signed => Some(RouteKey::Event(id.value)),
         _ => Some(RouteKey::Signed(covered.signed_digest(body))),
     }

@@ -433,3 +433,154 @@ fn bad_arguments_are_refused_with_their_own_errors() {
         .unwrap_err();
     assert_eq!(sql_state(&err), Some("55000"));
 }
+
+/// The dead_letters alert is open exactly while dead letters wait: it
+/// resolves when they are requeued, and stays while they wait, however
+/// long ago they were parked. For claimed events and for inbox rows.
+#[test]
+fn the_dead_letters_alert_follows_the_dead_letters() {
+    let (_one, mut c) = setup();
+    // A claimed event and an inbox row, each parked.
+    let claim = claim_in(&mut c, "al_dead", "claimed_dead", None).unwrap();
+    c.execute(
+        "SELECT webhook_fail($1::text::uuid, 'no such customer', permanent => true)",
+        &[&claim.id],
+    )
+    .unwrap();
+    enqueue_many(&mut c, "al_dead_q", "q", 1);
+    let lease: String = c
+        .query_one(
+            "SELECT id::text FROM webhook_next(1, 'default', 'al_dead_q')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    c.execute(
+        "SELECT webhook_fail($1::text::uuid, 'no such order', permanent => true)",
+        &[&lease],
+    )
+    .unwrap();
+    assert_eq!(
+        evaluate(&mut c, "al_dead"),
+        [("opened".into(), "dead_letters".into(), "open".into())]
+    );
+    assert_eq!(
+        evaluate(&mut c, "al_dead_q"),
+        [("opened".into(), "dead_letters".into(), "open".into())]
+    );
+    // Long after the rule's window, still waiting: still open.
+    c.batch_execute(
+        "INSERT INTO webhook.alert_rules (name, kind, threshold, \"window\")
+         VALUES ('dead_letters', 'dead_letters', 0, '1 second')",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(evaluate(&mut c, "al_dead").is_empty());
+    assert!(
+        unresolved(&mut c, "dead_letters", "al_dead").is_some(),
+        "still waiting, still open"
+    );
+    // Requeued: resolved at the next evaluation.
+    c.batch_execute(
+        "SELECT webhook_requeue('al_dead', 'claimed_dead');
+         SELECT webhook_requeue('al_dead_q', 'q1');",
+    )
+    .unwrap();
+    assert_eq!(
+        evaluate(&mut c, "al_dead"),
+        [("resolved".into(), "dead_letters".into(), "resolved".into())]
+    );
+    assert_eq!(
+        evaluate(&mut c, "al_dead_q"),
+        [("resolved".into(), "dead_letters".into(), "resolved".into())]
+    );
+    c.batch_execute("DELETE FROM webhook.alert_rules WHERE name = 'dead_letters'")
+        .unwrap();
+}
+
+/// Refused deliveries are not the provider speaking: a forged request
+/// every so often does not keep "this provider went quiet" from firing.
+#[test]
+fn forged_requests_do_not_break_a_silence() {
+    let (_one, mut c) = setup();
+    c.batch_execute(
+        "SELECT webhook_register_provider('al_hushed', secret => 'whsec_hushed', scheme => 'stripe');
+         INSERT INTO webhook.alert_rules (name, kind, provider, threshold, \"window\")
+         VALUES ('hushed_silent', 'silence', 'al_hushed', 5, '10 minutes');
+         SELECT webhook_metrics_rollup();
+         INSERT INTO webhook.metric_minutes (minute, provider, consumer, metric, label, count)
+         VALUES (date_trunc('minute', now() - interval '30 minutes'), 'al_hushed', '', 'deliveries', 'claimed', 8);",
+    )
+    .unwrap();
+    assert_eq!(
+        evaluate(&mut c, "al_hushed"),
+        [("opened".into(), "hushed_silent".into(), "open".into())]
+    );
+    // Forgeries arrive: refused, and the silence goes on.
+    for n in 0..3 {
+        let body = payload(&format!("evt_forged_{n}"));
+        let answer = receive(
+            &mut c,
+            "al_hushed",
+            &stripe(&body, now(), "whsec_attacker"),
+            body.as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(answer.get::<_, String>("status"), "rejected");
+    }
+    settle(&mut c);
+    assert!(evaluate(&mut c, "al_hushed").is_empty());
+    assert!(unresolved(&mut c, "hushed_silent", "al_hushed").is_some());
+    // A genuine delivery ends it.
+    let body = payload("evt_genuine");
+    let answer = receive(
+        &mut c,
+        "al_hushed",
+        &stripe(&body, now(), "whsec_hushed"),
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(answer.get::<_, String>("status"), "claimed");
+    let mut changes = Vec::new();
+    wait_for("the delivery to be counted", || {
+        changes = evaluate(&mut c, "al_hushed");
+        !changes.is_empty()
+    });
+    assert_eq!(
+        changes,
+        [("resolved".into(), "hushed_silent".into(), "resolved".into())]
+    );
+}
+
+/// Invented names open one alert between them, not one each.
+#[test]
+fn invented_provider_names_open_one_alert_between_them() {
+    let (_one, mut c) = setup();
+    c.batch_execute("ALTER DATABASE pgwi_alerts SET webhook.metrics_unregistered_providers = 0;")
+        .unwrap();
+    let mut c = connect(database(DB));
+    for n in 0..40 {
+        let claim = claim_in(&mut c, &format!("al-made-up-{n}"), "e", None).unwrap();
+        c.execute(
+            "SELECT webhook_fail($1::text::uuid, 'made up', permanent => true)",
+            &[&claim.id],
+        )
+        .unwrap();
+    }
+    settle(&mut c);
+    let opened = c
+        .query(
+            "SELECT provider FROM webhook_alerts_evaluate() WHERE change = 'opened' AND rule = 'dead_letters'
+                AND (provider LIKE 'al-made-up-%' OR provider = '(other)')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(opened.len(), 1, "one alert for every invented name");
+    assert_eq!(opened[0].get::<_, String>(0), "(other)");
+    c.batch_execute(
+        "SELECT webhook_requeue_dead(provider => 'al-made-up-' || n) FROM generate_series(0, 39) n;
+         ALTER DATABASE pgwi_alerts RESET webhook.metrics_unregistered_providers;",
+    )
+    .unwrap();
+    c.query("SELECT webhook_alerts_evaluate()", &[]).unwrap();
+}

@@ -1087,3 +1087,104 @@ fn what_rolls_back_or_runs_out_gives_its_slot_and_counts_nothing() {
         "open"
     );
 }
+
+/// Two teams share a consumer whose limit (and breaker) is consumer-wide,
+/// each scoped to its own provider: one team's failures open its own
+/// provider's breaker, never the other's.
+#[test]
+fn one_providers_failures_never_open_another_providers_breaker() {
+    let db = db();
+    let mut admin = connect(db);
+    register(&mut admin, "fl_team_a", &["fl_shared"], None);
+    register(&mut admin, "fl_team_b", &["fl_shared"], None);
+    admin
+        .batch_execute(
+            "SELECT webhook_set_limit('fl_shared', breaker_failures => 3, breaker_cooldown => '1 hour');",
+        )
+        .unwrap();
+    ensure_role(&mut admin, "fl_team_a_app", true);
+    ensure_role(&mut admin, "fl_team_b_app", true);
+    admin
+        .batch_execute(
+            "SELECT webhook_grant_app('fl_team_a_app'); SELECT webhook_grant_app('fl_team_b_app');
+             SELECT webhook_scope_app('fl_team_a_app', '{fl_team_a}');
+             SELECT webhook_scope_app('fl_team_b_app', '{fl_team_b}');",
+        )
+        .unwrap();
+    enqueue(&mut admin, "fl_team_a", "a", 1, 10, 10);
+    enqueue(&mut admin, "fl_team_b", "b", 1, 10, 10);
+    // Team A's downstream is broken: three of its events fail.
+    let mut team_a = connect_as(db, "fl_team_a_app");
+    for _ in 0..3 {
+        let id: String = team_a
+            .query_one(
+                "SELECT id::text FROM webhook_next(1, 'fl_shared', 'fl_team_a')",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        team_a
+            .execute(
+                "SELECT webhook_fail($1::text::uuid, 'downstream of team a is down')",
+                &[&id],
+            )
+            .unwrap();
+    }
+    let states = |admin: &mut Client| -> Vec<(String, String)> {
+        admin
+            .query(
+                "SELECT provider, state::text FROM webhook.breakers WHERE consumer = 'fl_shared' ORDER BY provider",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    };
+    assert_eq!(
+        states(&mut admin),
+        [("fl_team_a".to_string(), "open".to_string())]
+    );
+    // Team A gets nothing; team B drains as before, and its success does
+    // not close team A's breaker.
+    assert!(lease(&mut team_a, 5, "fl_shared", Some("fl_team_a")).is_empty());
+    let mut team_b = connect_as(db, "fl_team_b_app");
+    for _ in 0..10 {
+        let rows = team_b
+            .query(
+                "SELECT id::text FROM webhook_next(1, 'fl_shared', 'fl_team_b')",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(
+            rows.len(),
+            1,
+            "team B's events are leased while team A's breaker is open"
+        );
+        let id: String = rows[0].get(0);
+        team_b
+            .execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+            .unwrap();
+    }
+    assert_eq!(
+        states(&mut admin),
+        [("fl_team_a".to_string(), "open".to_string())]
+    );
+    // A call for any provider passes over team A's events only.
+    enqueue(&mut admin, "fl_team_b", "b", 11, 12, 10);
+    let any = lease(&mut admin, 10, "fl_shared", None);
+    assert_eq!((of(&any, "fl_team_b"), of(&any, "fl_team_a")), (2, 0));
+    let open = admin
+        .query_one(
+            "SELECT breaker_state::text FROM webhook.limits_in_effect WHERE consumer = 'fl_shared'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, String>(0);
+    assert_eq!(open, "open", "the limit shows its worst breaker");
+    // Setting the limit again starts its breakers closed.
+    admin
+        .batch_execute("SELECT webhook_set_limit('fl_shared', breaker_failures => 3, breaker_cooldown => '1 hour')")
+        .unwrap();
+    assert!(states(&mut admin).is_empty());
+}

@@ -903,3 +903,188 @@ fn a_failure_written_after_a_rollup_passed_its_transactions_start_is_counted() {
     assert_eq!(total(&mut c, "late_queue", "default", "failures", ""), 1);
     assert_eq!(total(&mut c, "late_claims", "", "failures", ""), 1);
 }
+
+/// Every transition a row can make twice between two rollups: what each
+/// attempt ended in is counted once, whatever put the row back to work
+/// before the rollup looked (a replay, a requeue), and whether the first
+/// attempt was seen open by an earlier rollup or not.
+#[test]
+fn outcomes_undone_before_a_rollup_are_counted_exactly_once() {
+    let (_one, mut c) = setup();
+    settle(&mut c);
+    let lease = |c: &mut Client, provider: &str| -> String {
+        c.query_one(
+            "SELECT id::text FROM webhook_next(1, 'default', $1)",
+            &[&provider],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let run = |c: &mut Client, sql: &str, id: &str| {
+        c.execute(sql, &[&id]).unwrap();
+    };
+    let replay = |c: &mut Client, provider: &str, status: &str| {
+        c.execute(
+            "SELECT webhook_replay($1, statuses => ARRAY[$2], reason => 'metrics: ' || $2 || ' ' || clock_timestamp(),
+                                   dry_run => false)",
+            &[&provider, &status],
+        )
+        .unwrap();
+    };
+    let complete = "SELECT webhook_complete($1::text::uuid)";
+    let park = "SELECT webhook_fail($1::text::uuid, 'broken for good', permanent => true)";
+
+    // Completed, replayed, completed again: two completions.
+    enqueue_many(&mut c, "twice_done", "d", 1);
+    let first = lease(&mut c, "twice_done");
+    run(&mut c, complete, &first);
+    replay(&mut c, "twice_done", "processed");
+    let second = lease(&mut c, "twice_done");
+    run(&mut c, complete, &second);
+    settle(&mut c);
+    assert_eq!(total(&mut c, "twice_done", "default", "completions", ""), 2);
+    assert_eq!(histogram(&mut c, "twice_done", "default", "latency").0, 2);
+
+    // The same, the first lease seen open by a rollup before it completed.
+    enqueue_many(&mut c, "twice_open", "o", 1);
+    let first = lease(&mut c, "twice_open");
+    settle(&mut c);
+    run(&mut c, complete, &first);
+    replay(&mut c, "twice_open", "processed");
+    let second = lease(&mut c, "twice_open");
+    run(&mut c, complete, &second);
+    settle(&mut c);
+    assert_eq!(total(&mut c, "twice_open", "default", "completions", ""), 2);
+
+    // Counted before the replay: not counted again.
+    enqueue_many(&mut c, "twice_counted", "c", 1);
+    let first = lease(&mut c, "twice_counted");
+    run(&mut c, complete, &first);
+    settle(&mut c);
+    replay(&mut c, "twice_counted", "processed");
+    settle(&mut c);
+    assert_eq!(
+        total(&mut c, "twice_counted", "default", "completions", ""),
+        1
+    );
+
+    // Parked, requeued, completed: one dead letter, one failure, one completion.
+    enqueue_many(&mut c, "twice_requeued", "r", 1);
+    let first = lease(&mut c, "twice_requeued");
+    run(&mut c, park, &first);
+    c.execute("SELECT webhook_requeue('twice_requeued', 'r1')", &[])
+        .unwrap();
+    let second = lease(&mut c, "twice_requeued");
+    run(&mut c, complete, &second);
+    settle(&mut c);
+    assert_eq!(
+        (
+            total(&mut c, "twice_requeued", "default", "dead_letters", ""),
+            total(&mut c, "twice_requeued", "default", "failures", ""),
+            total(&mut c, "twice_requeued", "default", "completions", ""),
+        ),
+        (1, 1, 1)
+    );
+
+    // Parked, replayed, parked again: two dead letters.
+    enqueue_many(&mut c, "twice_dead", "x", 1);
+    let first = lease(&mut c, "twice_dead");
+    run(&mut c, park, &first);
+    replay(&mut c, "twice_dead", "dead");
+    let second = lease(&mut c, "twice_dead");
+    run(&mut c, park, &second);
+    settle(&mut c);
+    assert_eq!(
+        total(&mut c, "twice_dead", "default", "dead_letters", ""),
+        2
+    );
+
+    // Parked and counted, then requeued: not counted again.
+    enqueue_many(&mut c, "twice_seen_dead", "s", 1);
+    let first = lease(&mut c, "twice_seen_dead");
+    run(&mut c, park, &first);
+    settle(&mut c);
+    c.execute("SELECT webhook_requeue('twice_seen_dead', 's1')", &[])
+        .unwrap();
+    settle(&mut c);
+    assert_eq!(
+        total(&mut c, "twice_seen_dead", "default", "dead_letters", ""),
+        1
+    );
+
+    // A claimed event parked, requeued and claimed again by its next
+    // delivery, which completes: one dead letter, one completion.
+    let claim = claim_one(&mut c, "twice_claims", "k1");
+    run(&mut c, park, &claim.id);
+    c.execute("SELECT webhook_requeue('twice_claims', 'k1')", &[])
+        .unwrap();
+    let again = claim_one(&mut c, "twice_claims", "k1");
+    assert_eq!(again.status, "retry");
+    run(&mut c, complete, &again.id);
+    settle(&mut c);
+    assert_eq!(
+        (
+            total(&mut c, "twice_claims", "", "dead_letters", ""),
+            total(&mut c, "twice_claims", "", "completions", ""),
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        count(&mut c, "SELECT count(*) FROM webhook.metric_held"),
+        0,
+        "nothing left held"
+    );
+}
+
+/// Names no registered provider owns: past the limit they are one series,
+/// (other), and a name quiet for the retention gives its place back.
+#[test]
+fn invented_provider_names_cannot_grow_the_metrics() {
+    let (_one, mut c) = setup();
+    settle(&mut c);
+    let unregistered_series = |c: &mut Client| -> i64 {
+        count(
+            c,
+            "SELECT count(DISTINCT provider) FROM webhook.metric_totals t
+              WHERE provider <> '(other)' AND NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = t.provider)",
+        )
+    };
+    let before = unregistered_series(&mut c);
+    // The DBA's setting (superuser-only), for the database.
+    c.batch_execute(&format!(
+        "ALTER DATABASE {DB} SET webhook.metrics_unregistered_providers = {}",
+        before + 5
+    ))
+    .unwrap();
+    let mut c = connect(DB);
+    c.batch_execute(
+        "SELECT webhook_claim('made-up-' || i, 'e', 'x', '{}'::jsonb, NULL) FROM generate_series(1, 300) i;
+         SELECT webhook_enqueue('made-up-q' || i, 'e', 'x', '{}'::jsonb) FROM generate_series(1, 50) i;",
+    )
+    .unwrap();
+    settle(&mut c);
+    assert_eq!(
+        unregistered_series(&mut c),
+        before + 5,
+        "five more names, no more"
+    );
+    assert!(total(&mut c, "(other)", "", "deliveries", "claimed") >= 295);
+    let scrape: String = c
+        .query_one("SELECT webhook_metrics_prometheus()", &[])
+        .unwrap()
+        .get(0);
+    assert!(scrape.contains("provider=\"(other)\""));
+    assert!(!scrape.contains("made-up-300"));
+    let gauges = count(
+        &mut c,
+        "SELECT count(*) FROM webhook_metrics('webhook_inbox_events') WHERE provider LIKE 'made-up-q%'",
+    );
+    assert!(
+        gauges <= 5 * 5,
+        "the inbox gauges of invented names are (other) too: {gauges}"
+    );
+    c.batch_execute(&format!(
+        "ALTER DATABASE {DB} RESET webhook.metrics_unregistered_providers"
+    ))
+    .unwrap();
+}

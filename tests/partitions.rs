@@ -201,9 +201,13 @@ fn a_month_of_days_reads_the_default_partition_once() {
         .unwrap();
     let scans = |client: &mut Client| -> i64 {
         // What this session counted is flushed when its transaction ends.
-        client.batch_execute("SELECT pg_stat_force_next_flush()").unwrap();
+        client
+            .batch_execute("SELECT pg_stat_force_next_flush()")
+            .unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        client.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        client
+            .batch_execute("SELECT pg_stat_clear_snapshot()")
+            .unwrap();
         count(
             client,
             "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'webhook.delivery_log_default'::regclass",
@@ -216,7 +220,12 @@ fn a_month_of_days_reads_the_default_partition_once() {
         "the thirty days after today (today is in the default partition)"
     );
     let after = scans(&mut client);
-    assert_eq!(after - before, 1, "the default partition was read {} times", after - before);
+    assert_eq!(
+        after - before,
+        1,
+        "the default partition was read {} times",
+        after - before
+    );
     // No constraint is left behind, and the days take their deliveries.
     assert_eq!(
         count(
@@ -227,7 +236,10 @@ fn a_month_of_days_reads_the_default_partition_once() {
     );
     assert_eq!(partitions(&mut client).len(), 31);
     // One day more: a single day is attached as before.
-    assert_eq!(count(&mut client, "SELECT webhook_create_partitions(31)::bigint"), 1);
+    assert_eq!(
+        count(&mut client, "SELECT webhook_create_partitions(31)::bigint"),
+        1
+    );
 }
 
 #[test]

@@ -361,3 +361,84 @@ fn a_retired_secret_is_refused_inside_open_transactions_and_after_replica_change
     assert_eq!(receive(&mut tx, 5, new), "no_secret");
     tx.commit().unwrap();
 }
+
+/// A leaked key must stop verifying now: a handler transaction that noted
+/// the key's use and stays open does not hold its retirement back; a
+/// transaction that does hold the secret's row is waited for at most
+/// webhook.maintenance_lock_timeout, and named in the error.
+#[test]
+fn retiring_a_secret_never_waits_for_a_handler() {
+    let db = database("pgwi_receive");
+    let mut app = app_connection(db);
+    let mut admin = connect(db);
+    let leaked = "whsec_leaked_key";
+    admin
+        .batch_execute(
+            "SELECT webhook_register_provider('leaky', scheme => 'stripe', secret => 'whsec_leaked_key');
+             SELECT webhook_add_secret('leaky', 'whsec_leaky_new');",
+        )
+        .unwrap();
+    // A handler verified a delivery with the leaked key (noting its use)
+    // and is still working, its transaction open.
+    let mut handler = app.transaction().unwrap();
+    let body = r#"{"id":"evt_leaky_1","type":"invoice.paid"}"#;
+    let reason: String = handler
+        .query_one(
+            "SELECT reason FROM webhook_receive('leaky', $1::text::jsonb, $2::bytea)",
+            &[&stripe(body, now(), leaked).to_string(), &body.as_bytes()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(reason, "ok");
+    let started = std::time::Instant::now();
+    admin
+        .batch_execute(
+            "SET webhook.maintenance_lock_timeout = '2s';
+             SELECT webhook_retire_secret('leaky', 'whsec_leaked_key', force => true);",
+        )
+        .unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(1500),
+        "retired at once, not after the handler"
+    );
+    handler.commit().unwrap();
+    let used: Option<std::time::SystemTime> = admin
+        .query_one(
+            "SELECT last_used_at FROM webhook.secret_usage WHERE provider = 'leaky'
+                AND fingerprint = webhook._fingerprint('whsec_leaked_key')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(used.is_some(), "the use was still recorded");
+
+    // Someone holding the secret's own row (a registry change left open):
+    // the wait is bounded and the error names them.
+    admin
+        .batch_execute("SELECT webhook_add_secret('leaky', 'whsec_leaky_third')")
+        .unwrap();
+    let mut holder = connect(db);
+    holder
+        .batch_execute(
+            "SET application_name = 'forgotten-registry-change';
+             BEGIN;
+             SELECT 1 FROM webhook.provider_secrets WHERE provider = 'leaky'
+                AND fingerprint = webhook._fingerprint('whsec_leaky_third') FOR UPDATE;",
+        )
+        .unwrap();
+    let err = admin
+        .batch_execute("SELECT webhook_retire_secret('leaky', 'whsec_leaky_third', force => true)")
+        .unwrap_err();
+    assert_eq!(sql_state(&err), Some("55P03"));
+    let detail = err
+        .as_db_error()
+        .unwrap()
+        .detail()
+        .unwrap_or_default()
+        .to_string();
+    assert!(detail.contains("forgotten-registry-change"), "{detail}");
+    holder.batch_execute("ROLLBACK").unwrap();
+    admin
+        .batch_execute("SELECT webhook_retire_secret('leaky', 'whsec_leaky_third', force => true)")
+        .unwrap();
+}

@@ -1329,12 +1329,16 @@ fn the_apply_worker_rides_out_restarts_of_the_proxy_and_the_application_database
             .unwrap()
             .get(0)
     };
-    wait_until("the worker applies", Duration::from_secs(30), || applied() > 0);
+    wait_until("the worker applies", Duration::from_secs(30), || {
+        applied() > 0
+    });
     Server::Proxy.pg_ctl(&["-m", "fast", "-w", "restart"]);
     let after_proxy = applied();
-    wait_until("the worker applies after the proxy restarted", Duration::from_secs(30), || {
-        applied() > after_proxy
-    });
+    wait_until(
+        "the worker applies after the proxy restarted",
+        Duration::from_secs(30),
+        || applied() > after_proxy,
+    );
     Server::App.pg_ctl(&["-m", "fast", "-w", "restart"]);
     let status = worker.wait().unwrap();
     assert!(status.success(), "the worker exited with {status}");

@@ -136,7 +136,10 @@ impl Session {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, Refusal> {
-        let client = self.client.as_ref().expect("a session holds its connection");
+        let client = self
+            .client
+            .as_ref()
+            .expect("a session holds its connection");
         let rows = client.query(sql, params).await?;
         Ok(rows
             .iter()

@@ -52,7 +52,11 @@ impl Guard {
     /// Whether a request's `Host` is one the console answers to. A page
     /// that rebound its own name to 127.0.0.1 still sends that name.
     pub fn host_allowed(&self, host: Option<&str>) -> bool {
-        host.is_some_and(|h| self.hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(h)))
+        host.is_some_and(|h| {
+            self.hosts
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(h))
+        })
     }
 
     /// Whether a form post comes from the console's own pages: its
@@ -142,7 +146,12 @@ pub fn hosts_for(listen: std::net::SocketAddr, configured: &[String]) -> Vec<Str
             hosts.push(name);
         }
     }
-    hosts.extend(configured.iter().map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()));
+    hosts.extend(
+        configured
+            .iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty()),
+    );
     hosts
 }
 
@@ -198,13 +207,29 @@ mod tests {
         let guard = Guard {
             csrf_key: [3; 32],
             basic: None,
-            hosts: hosts_for("127.0.0.1:8480".parse().unwrap(), &["console.internal".into()]),
+            hosts: hosts_for(
+                "127.0.0.1:8480".parse().unwrap(),
+                &["console.internal".into()],
+            ),
         };
-        for host in ["127.0.0.1:8480", "localhost:8480", "LOCALHOST:8480", "[::1]:8480", "console.internal"] {
+        for host in [
+            "127.0.0.1:8480",
+            "localhost:8480",
+            "LOCALHOST:8480",
+            "[::1]:8480",
+            "console.internal",
+        ] {
             assert!(guard.host_allowed(Some(host)), "{host}");
         }
         // DNS rebinding: the attacker's name, resolved to 127.0.0.1.
-        for host in ["evil.example:8480", "evil.example", "localhost", "127.0.0.1:8481", "localhost.evil.example:8480", ""] {
+        for host in [
+            "evil.example:8480",
+            "evil.example",
+            "localhost",
+            "127.0.0.1:8481",
+            "localhost.evil.example:8480",
+            "",
+        ] {
             assert!(!guard.host_allowed(Some(host)), "{host}");
         }
         assert!(!guard.host_allowed(None));
@@ -224,10 +249,19 @@ mod tests {
     fn a_notice_is_shown_only_when_the_console_made_it() {
         let guard = Guard::with_key([5; 32], None);
         let mac = guard.notice_mac("Requeued 3 dead letters.");
-        assert_eq!(guard.notice(Some("Requeued 3 dead letters."), Some(&mac)), Some("Requeued 3 dead letters."));
-        assert_eq!(guard.notice(Some("Your account is locked: call +1 555"), Some(&mac)), None);
+        assert_eq!(
+            guard.notice(Some("Requeued 3 dead letters."), Some(&mac)),
+            Some("Requeued 3 dead letters.")
+        );
+        assert_eq!(
+            guard.notice(Some("Your account is locked: call +1 555"), Some(&mac)),
+            None
+        );
         assert_eq!(guard.notice(Some("Requeued 3 dead letters."), None), None);
-        assert_eq!(Guard::with_key([6; 32], None).notice(Some("Requeued 3 dead letters."), Some(&mac)), None);
+        assert_eq!(
+            Guard::with_key([6; 32], None).notice(Some("Requeued 3 dead letters."), Some(&mac)),
+            None
+        );
     }
 
     #[test]

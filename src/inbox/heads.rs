@@ -35,7 +35,7 @@
 //! takes its turns from then on.
 //!
 //! A provider with `fifo` is always read from the start (in SQL, see
-//! `api::lease!`): an event that is not its line's head is passed over
+//! `pick::lease!`): an event that is not its line's head is passed over
 //! without being leased, and must be found when its turn comes.
 
 use pgrx::datum::TimestampWithTimeZone;

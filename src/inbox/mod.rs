@@ -12,7 +12,9 @@
 //! rolls back instead of committing the work twice.
 //!
 //! * here — queueing an event, and waking workers;
-//! * `api` — the SQL functions `webhook_enqueue` and `webhook_next`;
+//! * `enqueue` — the SQL function `webhook_enqueue`;
+//! * `next` — the SQL function `webhook_next`, and `pick`, the statements
+//!   it leases with;
 //! * `lease` — finishing, failing and extending a lease;
 //! * `flow` — pauses, quarantines, caps, rates and circuit breakers:
 //!   what a consumer may lease;
@@ -20,11 +22,13 @@
 //!   not walk the entries its earlier leases left behind;
 //! * `backoff` — when a failed attempt is tried again.
 
-pub(crate) mod api;
 pub mod backoff;
+pub(crate) mod enqueue;
 pub mod flow;
 mod heads;
 pub mod lease;
+mod next;
+mod pick;
 
 use crate::archive::archive_insert;
 use crate::claim::{Delivery, Outcome, DELIVERY_ARGUMENTS};

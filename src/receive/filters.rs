@@ -10,11 +10,11 @@
 //! another scheme or source, since) takes the event: dropping it on a
 //! sender's word is what filters must never do.
 
-use super::sources::Sourced;
 use crate::errors::Result;
 use crate::jsonb::RawJsonb;
 use crate::plans::Statement;
 use crate::registry;
+use crate::sources::Sourced;
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 

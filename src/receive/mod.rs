@@ -9,8 +9,8 @@
 //! * `headers` — headers as archived, secret ones redacted;
 //! * `secrets` — which key verified a delivery, and its last use;
 //! * `handshakes` — endpoint checks, answered as their provider expects;
-//! * `sources` — the body as a document, and where the event id and type
-//!   come from, signed or not;
+//! * `crate::sources` (shared with `route`) — the body as a document, and
+//!   where the event id and type come from, signed or not;
 //! * `bindings` — signed bytes bound to one event id, where the id is not
 //!   signed;
 //! * `filters` — whether the provider and its consumers take the event,
@@ -25,7 +25,6 @@ mod handshakes;
 mod headers;
 mod rejections;
 mod secrets;
-mod sources;
 
 use crate::claim::{self, api::Claims, Delivery, Outcome};
 use crate::errors::Result;
@@ -40,7 +39,6 @@ use answer::Answer;
 use bindings::Binding;
 use pgrx::prelude::*;
 use rejections::{reject, Request};
-pub(crate) use sources::{document, extract};
 
 const FUNCTION: &str = "webhook_receive";
 
@@ -180,20 +178,20 @@ fn flow(
     request.verified_by = secrets::used(client, name, &provider, authentic.secret)?;
 
     // Read: parsed once, serde's document for the ids, jsonb for storing.
-    let Some((body_text, body_json)) = sources::document(&provider.scheme, body) else {
+    let Some((body_text, body_json)) = crate::sources::document(&provider.scheme, body) else {
         return reject(client, &request, 400, "malformed_body", None);
     };
     if let Some(handshake) = handshakes::recognise(&provider, authentic.secret, &body_json) {
         let payload = jsonb::from_text(FUNCTION, "body", &body_text)?;
         return handshakes::answer(client, &request, payload, handshake);
     }
-    let event_id = sources::extract(
+    let event_id = crate::sources::extract(
         &provider.event_id_from,
         &parsed_headers,
         &authentic,
         &body_json,
     );
-    let event_type = sources::extract(
+    let event_type = crate::sources::extract(
         &provider.event_type_from,
         &parsed_headers,
         &authentic,

@@ -229,7 +229,9 @@ fn public_key_checks_are_bounded_per_delivery() {
         .collect();
     let with = |signatures: usize, keys: &[String]| {
         // The genuine signature last, after forged ones.
-        let mut entries: Vec<String> = (1..signatures).map(|_| format!("v1a,{}", b64(&[1u8; 64]))).collect();
+        let mut entries: Vec<String> = (1..signatures)
+            .map(|_| format!("v1a,{}", b64(&[1u8; 64])))
+            .collect();
         entries.push(format!("v1a,{genuine}"));
         let headers = json!({
             "webhook-id": "msg_1", "webhook-timestamp": ts.to_string(),
@@ -247,7 +249,9 @@ fn public_key_checks_are_bounded_per_delivery() {
     assert_eq!(with(2, &keys[8..]), Reason::MalformedHeader);
     assert_eq!(with(3, &keys[10..]), Reason::MalformedHeader);
     // HMAC signatures and keys do not count against it.
-    let hmac_keys: Vec<String> = (0..15).map(|n| format!("whsec_{}", b64(&[n as u8 + 1; 24]))).collect();
+    let hmac_keys: Vec<String> = (0..15)
+        .map(|n| format!("whsec_{}", b64(&[n as u8 + 1; 24])))
+        .collect();
     let mut mixed = hmac_keys.clone();
     mixed.push(format!("whpk_{}", b64(&public)));
     assert_eq!(with(8, &mixed), Reason::Ok);
@@ -512,14 +516,22 @@ fn handshakes_are_recognised_for_their_scheme_only() {
     .is_none());
     // A revocation (the subscription and no event) is acknowledged, never
     // claimed; its status is whatever ended it.
-    for status in ["authorization_revoked", "user_removed", "notification_failures_exceeded", "version_removed"] {
+    for status in [
+        "authorization_revoked",
+        "user_removed",
+        "notification_failures_exceeded",
+        "version_removed",
+    ] {
         let revoked = handshake::recognise(
             &twitch,
             &json!({ "subscription": { "id": "f1c2", "status": status, "type": "channel.follow" } }),
             None,
         )
         .unwrap();
-        assert_eq!((revoked.kind, revoked.response.as_str()), ("revocation", ""));
+        assert_eq!(
+            (revoked.kind, revoked.response.as_str()),
+            ("revocation", "")
+        );
     }
     // Not for another provider's scheme, and not an event.
     assert!(handshake::recognise(&slack, &body, None).is_none());

@@ -77,7 +77,8 @@ pub async fn acknowledge(
             )
             .await
         {
-            Ok(_) => page::done(&app,
+            Ok(_) => page::done(
+                &app,
                 "/alerts",
                 &format!("Alert {} acknowledged.", id.unwrap_or_default()),
             ),

@@ -171,7 +171,8 @@ pub async fn requeue(
             )
             .await
         {
-            Ok(n) => page::done(&app,
+            Ok(n) => page::done(
+                &app,
                 "/dead",
                 &format!("Requeued {} dead letters.", n.unwrap_or_default()),
             ),

@@ -68,9 +68,10 @@ async fn guard(
     let authorization = value(header::AUTHORIZATION);
     let host_allowed = app.guard.host_allowed(value(header::HOST));
     let same_origin = request.method() != axum::http::Method::POST
-        || app
-            .guard
-            .same_origin(value(header::ORIGIN), value(header::HeaderName::from_static("sec-fetch-site")));
+        || app.guard.same_origin(
+            value(header::ORIGIN),
+            value(header::HeaderName::from_static("sec-fetch-site")),
+        );
     let mut response = if !host_allowed {
         (
             StatusCode::MISDIRECTED_REQUEST,
@@ -183,6 +184,8 @@ pub fn text(row: &[Option<String>], n: usize) -> &str {
 
 /// The notice a redirect carried, if this console signed it.
 pub fn notice<'a>(app: &App, fields: &'a Fields) -> Option<&'a str> {
-    app.guard
-        .notice(fields.get("notice").map(String::as_str), fields.get("n").map(String::as_str))
+    app.guard.notice(
+        fields.get("notice").map(String::as_str),
+        fields.get("n").map(String::as_str),
+    )
 }

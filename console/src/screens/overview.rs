@@ -112,7 +112,10 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
             body.raw(" ");
         }
         if more {
-            body.link(&format!("/?page={}", page_number + 1), "older, and unregistered names");
+            body.link(
+                &format!("/?page={}", page_number + 1),
+                "older, and unregistered names",
+            );
         }
         body.raw("</p>");
     }
@@ -194,7 +197,9 @@ pub async fn show(state: crate::State, Query(fields): Query<Fields>) -> Result<R
         .value("SELECT count(*)::text FROM webhook.dead_letters", &[])
         .await
         .map_err(|refusal| page::refused("the dead letters", refusal))?;
-    body.raw("<p>").text(dead.unwrap_or_default()).raw(" dead letters: ");
+    body.raw("<p>")
+        .text(dead.unwrap_or_default())
+        .raw(" dead letters: ");
     body.link("/dead", "see them");
     body.raw("</p>");
     Ok(page::page(

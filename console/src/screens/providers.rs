@@ -113,7 +113,8 @@ pub async fn steer(state: crate::State, Form(fields): Form<Fields>) -> Result<Re
     let session = super::connect(&app).await?;
     let provider = param(&fields, "provider");
     Ok(match session.value(sql, &[&provider]).await {
-        Ok(_) => page::done(&app,
+        Ok(_) => page::done(
+            &app,
             "/providers",
             &format!(
                 "{}: {}d.",

@@ -199,7 +199,8 @@ pub async fn change(state: crate::State, Form(fields): Form<Fields>) -> Result<R
     let session = super::connect(&app).await?;
     let replay = param(&fields, "replay_id");
     Ok(match session.value(sql, &[&replay]).await {
-        Ok(n) => page::done(&app,
+        Ok(n) => page::done(
+            &app,
             "/replays",
             &format!(
                 "Replay {}: {} ({} events).",

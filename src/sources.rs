@@ -5,12 +5,17 @@
 //! signature covers whenever the provider puts it there: a signed source
 //! always wins over an unsigned one. Where it is not signed, `bindings`
 //! ties the delivery's signed bytes to it.
+//!
+//! Read alike by `receive`, which takes the delivery, and by `route`,
+//! which computes where an intake tier sends it without verifying it.
 
-use super::FUNCTION;
 use crate::input;
 use crate::jsonb;
 use crate::schemes::{catalog::Body, Authentic, HeaderTrust, Headers, Scheme};
 use std::borrow::Cow;
+
+/// What a body too malformed to read is reported as.
+const FUNCTION: &str = "webhook_receive";
 
 /// A value read off a delivery, and whether its signature covers it.
 pub struct Sourced {
