@@ -233,10 +233,10 @@ CREATE FUNCTION webhook._metric_provider(provider text) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT CASE WHEN provider = '' OR provider = '(other)'
-                 OR EXISTS (SELECT FROM webhook.providers p WHERE p.name = provider)
-                 OR EXISTS (SELECT FROM webhook.metric_totals t WHERE t.provider = provider)
-            THEN provider ELSE '(other)' END
+SELECT CASE WHEN _metric_provider.provider IN ('', '(other)')
+                 OR EXISTS (SELECT FROM webhook.providers p WHERE p.name = _metric_provider.provider)
+                 OR EXISTS (SELECT FROM webhook.metric_totals t WHERE t.provider = _metric_provider.provider)
+            THEN _metric_provider.provider ELSE '(other)' END
 $$;
 COMMENT ON FUNCTION webhook._metric_provider(text) IS
     'Internal: the provider label metrics and alerts use for a name: itself when registered or already counted, else (other)';
@@ -254,7 +254,11 @@ SET search_path = pg_catalog, pg_temp
 -- The planner cannot know how many rows a range of new ids holds (the
 -- statistics predate them) and would sort tens of thousands of rows to
 -- group them into a handful: hashing is what grouping them costs least.
+-- What little must still be sorted (the unregistered names, in order)
+-- then looks dear to the planner: JIT would spend most of a second
+-- compiling a statement that runs in milliseconds.
 SET enable_sort = off
+SET jit = off
 AS $$
 DECLARE
     added bigint;

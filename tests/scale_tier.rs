@@ -385,6 +385,23 @@ fn python() -> String {
     std::env::var("TIER_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// Inbox rows of events whose id is LIKE `pattern` not yet processed, in
+/// every slot.
+fn unprocessed(pattern: &str) -> i64 {
+    (0..SLOTS)
+        .map(|slot| {
+            place(slot)
+                .connect(&slot_db(slot))
+                .query_one(
+                    "SELECT count(*) FROM webhook.inbox WHERE event_id LIKE $1 AND status <> 'processed'",
+                    &[&pattern],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+        })
+        .sum()
+}
+
 /// examples/python/tier_apply_worker.py against the tier and the shop,
 /// until it finds nothing 25 polls in a row; `crash_after`: it dies right
 /// after that many application commits, before completing the lease.
@@ -1253,19 +1270,7 @@ fn apply_is_exactly_once_when_workers_die_between_the_two_commits() {
                 assert!(status.success(), "worker exited with {status}");
             }
         }
-        let left: i64 = (0..SLOTS)
-            .map(|slot| {
-                place(slot)
-                    .connect(&slot_db(slot))
-                    .query_one(
-                        "SELECT count(*) FROM webhook.inbox WHERE event_id LIKE 'evt_apply_%' AND status <> 'processed'",
-                        &[],
-                    )
-                    .unwrap()
-                    .get::<_, i64>(0)
-            })
-            .sum();
-        if left == 0 {
+        if unprocessed("evt_apply_%") == 0 {
             break;
         }
     }
@@ -1354,19 +1359,11 @@ fn the_apply_worker_rides_out_restarts_of_the_proxy_and_the_application_database
         (EVENTS as i64, EVENTS as i64),
         "every event applied once"
     );
-    let left: i64 = (0..SLOTS)
-        .map(|slot| {
-            place(slot)
-                .connect(&slot_db(slot))
-                .query_one(
-                    "SELECT count(*) FROM webhook.inbox WHERE event_id LIKE 'evt_restart_%' AND status <> 'processed'",
-                    &[],
-                )
-                .unwrap()
-                .get::<_, i64>(0)
-        })
-        .sum();
-    assert_eq!(left, 0, "every lease completed in the tier");
+    assert_eq!(
+        unprocessed("evt_restart_%"),
+        0,
+        "every lease completed in the tier"
+    );
 }
 
 /// Interleaved events of 200 entities across slots, shuffled, some sent

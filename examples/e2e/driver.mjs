@@ -90,6 +90,18 @@ function restartDatabase() {
   execFileSync(command[0], command.slice(1), { stdio: 'ignore' });
 }
 
+// Counts a delivery's answer against those allowed, and says which was
+// wrong (`when`: the circumstance, for the message).
+function expecter(language, stats, when) {
+  return (what, status, allowed) => {
+    stats.deliveries++;
+    if (!allowed.includes(status)) {
+      stats.wrong++;
+      console.error(`${language}: ${what} answered ${status} ${when}, expected ${allowed.join(' or ')}`);
+    }
+  };
+}
+
 // Stop the database (fast), or start it again, as restartDatabase does.
 function pgCtl(action) {
   const args = [`${process.env.PG_BINDIR}/pg_ctl`, '-D', process.env.PG_DATA_DIR, '-m', 'fast', '-w',
@@ -103,13 +115,7 @@ function pgCtl(action) {
 // budget is answered 200 once the database is back; during a longer one,
 // 503 with Retry-After. Never 500. Returns the events stored.
 async function exerciseOutage(language, port, stats) {
-  const expect = (what, status, allowed) => {
-    stats.deliveries++;
-    if (!allowed.includes(status)) {
-      stats.wrong++;
-      console.error(`${language}: ${what} answered ${status} during an outage, expected ${allowed.join(' or ')}`);
-    }
-  };
+  const expect = expecter(language, stats, 'during an outage');
   const sent = [];
   const short = `${language}_outage_github_${crypto.randomBytes(4).toString('hex')}`;
   const delivery = await signed('github', short);
@@ -156,13 +162,7 @@ async function processed(db, language, ids) {
 // it, must be answered 200; a claimed Stripe delivery too, with its side
 // effect. Returns the inbox events sent.
 async function exerciseAfterRestart(language, port, stats, db) {
-  const expect = (what, status, allowed) => {
-    stats.deliveries++;
-    if (!allowed.includes(status)) {
-      stats.wrong++;
-      console.error(`${language}: ${what} answered ${status} after the restart, expected ${allowed.join(' or ')}`);
-    }
-  };
+  const expect = expecter(language, stats, 'after the restart');
   const sent = [];
   for (let n = 0; n < 3; n++) {
     const eventId = `${language}_restart_github_${n}_${crypto.randomBytes(4).toString('hex')}`;

@@ -70,8 +70,12 @@ fn database_away(err: &BoxError) -> bool {
     let postgres = |e: &tokio_postgres::Error| {
         e.is_closed()
             || e.code().is_some_and(|code| {
-                [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW]
-                    .contains(code)
+                [
+                    SqlState::ADMIN_SHUTDOWN,
+                    SqlState::CRASH_SHUTDOWN,
+                    SqlState::CANNOT_CONNECT_NOW,
+                ]
+                .contains(code)
             })
             || (e.as_db_error().is_none()
                 && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()))
@@ -203,9 +207,7 @@ async fn one_transaction(
         )
         .await?;
         if headers.get("x-test-fail").is_some_and(|v| v == "1") {
-            return Err::<(), BoxError>(
-                "injected failure halfway".into(),
-            );
+            return Err::<(), BoxError>("injected failure halfway".into());
         }
         sp.execute(
             "SELECT webhook_complete($1, $2)",
