@@ -253,7 +253,7 @@ BEGIN
     SELECT pg_catalog.array_agg(today + i ORDER BY i) INTO days
       FROM pg_catalog.generate_series(0, days_ahead) AS i
      WHERE webhook._archive_day_free(today + i);
-    IF pg_catalog.cardinality(days) > 1 AND EXISTS (SELECT FROM webhook.delivery_log_default) THEN
+    IF pg_catalog.cardinality(days) > 1 THEN
         SELECT pg_catalog.array_agg(pg_catalog.format('delivery_log_default_not_%s', pg_catalog.to_char(d, 'YYYYMMDD')))
           INTO guards FROM pg_catalog.unnest(days) AS d;
         BEGIN
@@ -262,7 +262,7 @@ BEGIN
                     || (SELECT pg_catalog.string_agg(pg_catalog.format('ADD CONSTRAINT %I CHECK (id < %L::uuid OR id >= %L::uuid)',
                                                                        g, webhook._archive_bound((d::timestamp) AT TIME ZONE 'UTC'),
                                                                        webhook._archive_bound(((d + 1)::timestamp) AT TIME ZONE 'UTC')), ', ')
-                          FROM pg_catalog.unnest(days, guards) AS x (d, g));
+                          FROM ROWS FROM (pg_catalog.unnest(days), pg_catalog.unnest(guards)) AS x (d, g));
             PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
         EXCEPTION WHEN check_violation OR lock_not_available THEN
             -- A delivery of one of those days reached the default partition

@@ -134,6 +134,368 @@ $$;
 COMMENT ON FUNCTION webhook._create_archive_partition(date) IS
     'Internal: create and attach the archive''s partition for one day (UTC), if nothing of that day is elsewhere';
 
+CREATE OR REPLACE FUNCTION @extschema@.webhook_purge(
+    older_than  interval DEFAULT '90 days',
+    batch_size  integer  DEFAULT 10000,
+    max_batches integer  DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- An event whose deliveries must stay (as `e`): not finished, or
+    -- queued and not finished by every consumer. The one rule, for both
+    -- ways of purging (applied once, below); a delivery of no such event
+    -- may go.
+    unfinished CONSTANT text := $rule$
+        NOT (e.status IN ('processed', 'stale', 'filtered')
+             OR (e.status = 'queued'
+                 AND NOT EXISTS (SELECT FROM webhook.inbox i
+                                  WHERE i.delivery_id = e.claim_id
+                                    AND i.provider = e.provider AND i.event_id = e.event_id
+                                    AND i.status NOT IN ('processed', 'stale', 'filtered'))))$rule$;
+    columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
+                             'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
+                             'body_sha256, secret_fingerprint';
+    cutoff    timestamptz;
+    deleted   bigint := 0;
+    batch     bigint;
+    batches   integer;
+    part      record;
+    total     bigint;
+    kept      uuid[];
+    kept_all  uuid[] := '{}';
+    providers text[];
+    event_ids text[];
+    days      pg_catalog.regclass[] := '{}';
+    day_rows  bigint[] := '{}';
+    skipped   pg_catalog.regclass[] := '{}';
+    day       pg_catalog.regclass;
+    lock_timeout_before CONSTANT text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    IF older_than IS NULL OR older_than <= interval '0' THEN
+        RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_size IS NULL OR batch_size < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "batch_size" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_batches IS NOT NULL AND max_batches < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "max_batches" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    cutoff := pg_catalog.now() - older_than;
+
+    -- The events whose deliveries stay, found once for the whole purge:
+    -- few, and reached without reading the archive (one pass over
+    -- webhook.events for those processing, failed or dead; the inbox's
+    -- unfinished rows from its partial indexes). The candidates must
+    -- cover every event the rule calls unfinished; the rule decides. No
+    -- event goes from finished back to unfinished (a requeue takes only
+    -- failed or dead ones), so the list stays right while the purge runs.
+    EXECUTE pg_catalog.format($sql$
+        SELECT coalesce(array_agg(e.provider), '{}'), coalesce(array_agg(e.event_id), '{}')
+          FROM (SELECT c.provider, c.event_id FROM webhook.events c
+                 WHERE c.status IN ('processing', 'failed', 'dead')
+                UNION
+                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status IN ('ready', 'leased')
+                UNION
+                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status = 'dead') AS k
+          JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
+         WHERE %s$sql$, unfinished)
+    INTO providers, event_ids;
+
+    -- Row by row where a partition spans more than a day, before any lock
+    -- on the archive as a whole is taken.
+    FOR part IN
+        SELECT p.partition FROM webhook.archive_partitions p
+         WHERE p.is_default OR (p.lower_id IS NULL AND p.upper_id > webhook._archive_bound(cutoff))
+    LOOP
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format($sql$
+                WITH gone AS (
+                    DELETE FROM %1$s
+                     WHERE ctid = ANY (ARRAY(SELECT l.ctid FROM %1$s l
+                                              WHERE l.created_at < $1
+                                                AND NOT EXISTS (SELECT FROM unnest($3, $4) AS k (provider, event_id)
+                                                                 WHERE k.provider = l.provider
+                                                                   AND k.event_id = l.event_id)
+                                              LIMIT $2))
+                    RETURNING id
+                ), failures AS (
+                    DELETE FROM webhook.delivery_failures f USING gone WHERE f.delivery_id = gone.id
+                )
+                SELECT count(*) FROM gone$sql$, part.partition)
+            INTO batch USING cutoff, batch_size, providers, event_ids;
+            deleted := deleted + batch;
+            batches := batches + 1;
+            EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
+        END LOOP;
+    END LOOP;
+
+    DELETE FROM webhook.inbox_failures f
+     WHERE f.failed_at < cutoff
+       AND EXISTS (SELECT FROM webhook.events e
+                      JOIN webhook.inbox i ON i.delivery_id = e.claim_id AND i.consumer = f.consumer
+                    WHERE e.provider = f.provider AND e.event_id = f.event_id
+                      AND i.provider = f.provider AND i.event_id = f.event_id
+                      AND i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff);
+    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff;
+    -- A trace context serves the event's workers: kept while an inbox row
+    -- of it is.
+    DELETE FROM webhook.trace_contexts t
+     WHERE NOT EXISTS (SELECT FROM webhook.inbox i WHERE i.delivery_id = t.delivery_id);
+
+    -- Whole days, oldest first. Each is read before any is detached: the
+    -- first detach locks the archive until the transaction ends, and
+    -- claims wait for only what follows it.
+    FOR part IN
+        SELECT p.partition FROM webhook.archive_partitions p
+         WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
+         ORDER BY p.upper_id
+    LOOP
+        -- Each unfinished event looked up in the day's event index: a
+        -- day costs the same whatever its size.
+        EXECUTE pg_catalog.format($sql$
+            SELECT coalesce(array_agg(l.id), '{}')
+              FROM unnest($1, $2) AS k (provider, event_id)
+              JOIN %s l ON l.provider = k.provider AND l.event_id = k.event_id$sql$, part.partition)
+        INTO kept USING providers, event_ids;
+        kept_all := kept_all || kept;
+        EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
+        day_rows := day_rows || (total - pg_catalog.cardinality(kept));
+        days := days || part.partition;
+    END LOOP;
+    -- Detaching a day waits for every reader of the archive (a report, a
+    -- dump), and every claim queues behind the waiting detach: wait only
+    -- briefly, skip the day if its lock is not granted, and say so.
+    FOR i IN 1 .. pg_catalog.cardinality(days) LOOP
+        day := days[i];
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', webhook._maintenance_lock_timeout(), true);
+            SELECT p.lower_id, p.upper_id INTO part FROM webhook.archive_partitions p WHERE p.partition = day;
+            EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', day);
+            -- No partition covers their ids any more: they go to the default
+            -- partition, under the same ids.
+            EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
+                                      columns, day)
+            USING kept_all;
+            DELETE FROM webhook.delivery_failures f
+             WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
+               AND f.delivery_id <> ALL (kept_all);
+            EXECUTE pg_catalog.format('DROP TABLE %s', day);
+            deleted := deleted + day_rows[i];
+        EXCEPTION WHEN lock_not_available THEN
+            skipped := skipped || day;
+        END;
+    END LOOP;
+    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
+    IF pg_catalog.cardinality(skipped) > 0 THEN
+        RAISE WARNING 'webhook_purge: % day(s) of the archive not dropped: the archive is in use', pg_catalog.cardinality(skipped)
+            USING DETAIL = pg_catalog.format('Not dropped: %s. Their lock was not granted within webhook.maintenance_lock_timeout (%s).',
+                                             pg_catalog.array_to_string(skipped, ', '), webhook._maintenance_lock_timeout()),
+                  HINT = 'Run webhook_purge again later, when no long read of webhook.delivery_log is running.';
+    END IF;
+    RETURN deleted;
+END
+$$;
+
+-- provider_stats counts inbox events where their consumers stand, and
+-- says how many are still queued, and how many were filtered out.
+CREATE OR REPLACE VIEW webhook.provider_stats AS
+SELECT e.provider,
+       count(*) AS events,
+       count(*) FILTER (WHERE s.status = 'processed')  AS processed,
+       count(*) FILTER (WHERE s.status = 'processing') AS processing,
+       count(*) FILTER (WHERE s.status = 'failed')     AS failed,
+       count(*) FILTER (WHERE s.status = 'dead')       AS dead,
+       coalesce(sum(s.retries), 0)::bigint AS retries,
+       max(e.first_seen_at) AS last_event_at,
+       count(*) FILTER (WHERE s.status = 'stale')      AS stale,
+       count(*) FILTER (WHERE s.status = 'queued')     AS queued,
+       count(*) FILTER (WHERE s.status = 'filtered')   AS filtered
+  FROM webhook.events e
+  LEFT JOIN LATERAL (
+       SELECT CASE WHEN pg_catalog.bool_and(i.status = 'stale') THEN 'stale'
+                   WHEN pg_catalog.bool_and(i.status::text = 'filtered') THEN 'filtered'
+                   WHEN pg_catalog.bool_and(i.status::text IN ('processed', 'stale', 'filtered')) THEN 'processed'
+                   WHEN pg_catalog.bool_or(i.status = 'dead') THEN 'dead'
+                   ELSE 'queued'
+              END AS status,
+              pg_catalog.sum(GREATEST(i.attempts - 1, 0)) AS retries
+         FROM webhook.inbox i
+        WHERE e.status = 'queued' AND i.delivery_id = e.claim_id
+          AND i.provider = e.provider AND i.event_id = e.event_id
+       ) q ON true
+ CROSS JOIN LATERAL (
+       SELECT CASE WHEN e.status = 'queued' THEN coalesce(q.status, 'queued') ELSE e.status::text END AS status,
+              CASE WHEN e.status = 'queued' THEN coalesce(q.retries, 0) ELSE GREATEST(e.attempts - 1, 0) END AS retries
+       ) s
+ GROUP BY e.provider;
+COMMENT ON VIEW webhook.provider_stats IS 'Per provider: events by status (inbox events by their consumers: processed by all, stale, filtered by all, dead, or still queued), retries spent, last event';
+
+-- A provider keeps at most 16 active secrets: every delivery is checked
+-- against each.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    fp       text;
+    v_scheme text;
+    problem  text;
+BEGIN
+    IF webhook_add_secret.secret IS NULL OR webhook_add_secret.secret = '' THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "secret" must not be empty'
+            USING ERRCODE = 'zero_length_character_string';
+    END IF;
+    SELECT p.scheme INTO v_scheme FROM webhook.providers p WHERE p.name = webhook_add_secret.provider;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "provider": no provider "%" is registered', webhook_add_secret.provider
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    -- A public key or certificate in the wrong format would only show up
+    -- later, as every delivery refused: say so now. (The message never
+    -- echoes the secret.)
+    problem := @extschema@.webhook_check_key(v_scheme, webhook_add_secret.secret);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "secret" is not a key for scheme "%"', v_scheme
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = problem || '.';
+    END IF;
+    -- Each delivery is checked against every active secret: keep them few.
+    IF (SELECT pg_catalog.count(*) FROM webhook.provider_secrets s
+         WHERE s.provider = webhook_add_secret.provider AND s.retired_at IS NULL
+           AND s.secret <> webhook_add_secret.secret) >= 16 THEN
+        RAISE EXCEPTION 'webhook_add_secret: argument "provider": "%" has 16 active secrets already', webhook_add_secret.provider
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Retire the secrets the provider no longer signs with: webhook_retire_secret(provider, fingerprint).';
+    END IF;
+    fp := webhook._fingerprint(webhook_add_secret.secret);
+    INSERT INTO webhook.provider_secrets AS s (provider, secret, fingerprint)
+    VALUES (webhook_add_secret.provider, webhook_add_secret.secret, fp)
+    ON CONFLICT ON CONSTRAINT provider_secrets_pkey DO UPDATE SET retired_at = NULL;
+    -- Its use row, made now: deliveries then only ever update it, and skip
+    -- it while another holds it (src/receive/secrets.rs).
+    INSERT INTO webhook.secret_uses (provider, fingerprint)
+    VALUES (webhook_add_secret.provider, fp)
+    ON CONFLICT ON CONSTRAINT secret_uses_pkey DO NOTHING;
+    RETURN fp;
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_add_secret(text, text) IS
+    'Add a signing secret to a provider (several may be active while rotating); returns its fingerprint';
+
+-- The registry's caches are dropped also for changes made under
+-- session_replication_role = replica (a restore, a logical replication
+-- apply).
+ALTER TABLE webhook.providers ENABLE ALWAYS TRIGGER registry_changed;
+ALTER TABLE webhook.provider_secrets ENABLE ALWAYS TRIGGER registry_changed;
+
+-- Bulk intake of any size: a procedure that commits every batch, granted
+-- to application roles with the rest.
+-- Queue any number of verified events, committing every batch_size of
+-- them: a backfill or an import. Each event queued holds its lock until
+-- its transaction commits, and one transaction may hold only so many
+-- (webhook_enqueue refuses more with SQLSTATE 54000); this procedure
+-- commits between batches instead. CALL it on its own, not inside a
+-- transaction block. events: a JSON array of objects with event_id,
+-- event_type and payload. Batches committed before a failure stay queued;
+-- calling it again with the same events queues only the rest, the others
+-- being duplicates. Returns how many were queued (duplicates not counted).
+-- SECURITY INVOKER, with no SET clause (a procedure with one cannot
+-- commit): it does nothing the caller could not do with webhook_enqueue,
+-- and names everything with its schema.
+CREATE PROCEDURE @extschema@.webhook_enqueue_batches(
+    provider     text,
+    events       jsonb,
+    batch_size   integer DEFAULT 1000,
+    INOUT queued bigint  DEFAULT NULL
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    total    integer;
+    position integer := 0;
+    event    jsonb;
+    answer   text;
+BEGIN
+    IF webhook_enqueue_batches.provider IS NULL THEN
+        RAISE EXCEPTION 'webhook_enqueue_batches: argument "provider" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF events IS NULL OR pg_catalog.jsonb_typeof(events) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'webhook_enqueue_batches: argument "events" must be a JSON array of {"event_id", "event_type", "payload"} objects'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_size IS NULL OR batch_size < 1 OR batch_size > 10000 THEN
+        RAISE EXCEPTION 'webhook_enqueue_batches: argument "batch_size" must be between 1 and 10000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    queued := 0;
+    total := pg_catalog.jsonb_array_length(events);
+    WHILE position < total LOOP
+        event := events -> position;
+        SELECT e.status::text INTO answer
+          FROM @extschema@.webhook_enqueue(webhook_enqueue_batches.provider,
+                                           event ->> 'event_id', event ->> 'event_type',
+                                           event -> 'payload') AS e;
+        IF answer = 'queued' THEN
+            queued := queued + 1;
+        END IF;
+        position := position + 1;
+        IF position % batch_size = 0 THEN
+            COMMIT;
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON PROCEDURE @extschema@.webhook_enqueue_batches(text, jsonb, integer, bigint) IS
+    'Queue any number of verified events ({"event_id", "event_type", "payload"} objects), committing every batch_size: a backfill or an import; returns how many were queued';
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_grant_app(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('GRANT EXECUTE ON FUNCTION
+        @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text),
+        @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text),
+        @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean),
+        @extschema@.webhook_claim(text, text, text, bytea, text, interval, boolean),
+        @extschema@.webhook_claim(text, text, text, text, text, interval, boolean),
+        @extschema@.webhook_enqueue(text, text, text, jsonb, text, text),
+        @extschema@.webhook_enqueue(text, text, text, bytea, text, text),
+        @extschema@.webhook_enqueue(text, text, text, text, text, text),
+        @extschema@.webhook_enqueue_polled(text, text, text, jsonb),
+        @extschema@.webhook_next(integer, text, text, text, interval),
+        @extschema@.webhook_complete(uuid, jsonb),
+        @extschema@.webhook_fail(uuid, text, interval, boolean),
+        @extschema@.webhook_complete_batch(uuid[]),
+        @extschema@.webhook_fail_batch(uuid[], text, interval, boolean),
+        @extschema@.webhook_extend(uuid, interval),
+        @extschema@.webhook_outbound_key(uuid, text),
+        @extschema@.webhook_outbound_key(text, text, text),
+        @extschema@.idempotency_begin(text, text, text, interval),
+        @extschema@.idempotency_checkpoint(uuid, text, jsonb),
+        @extschema@.idempotency_finish(uuid, integer, text, jsonb),
+        @extschema@.idempotency_fail(uuid, text, boolean, integer, text, jsonb),
+        @extschema@.idempotency_fingerprint(text, text, bytea),
+        @extschema@.idempotency_fingerprint(text, text, text)
+        TO %s', role);
+    EXECUTE format('GRANT EXECUTE ON PROCEDURE
+        @extschema@.webhook_enqueue_batches(text, jsonb, integer, bigint)
+        TO %s', role);
+END
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_enqueue_polled, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+
 -- The privilege rule names routines, so that it covers procedures too.
 CREATE OR REPLACE FUNCTION webhook._restrict_privileges() RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -3215,7 +3577,7 @@ REVOKE ALL ON webhook.metric_minutes, webhook.metric_totals, webhook.metric_mark
     webhook.alert_rules, webhook.alert_rules_in_effect, webhook.alerts, webhook.pauses, webhook.limits,
     webhook.limit_slots, webhook.breakers, webhook.paused, webhook.limits_in_effect, webhook.polled,
     webhook.missed_deliveries, webhook.replays, webhook.replay_items, webhook.replay_progress,
-    webhook.trace_contexts, webhook.filters FROM PUBLIC;
+    webhook.trace_contexts, webhook.filters, webhook.metric_held FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_minutes', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_totals', '');
 SELECT pg_catalog.pg_extension_config_dump('webhook.metric_open', '');
@@ -3272,6 +3634,8 @@ COMMENT ON COLUMN webhook.secret_uses.fingerprint IS 'The secret''s fingerprint'
 COMMENT ON COLUMN webhook.secret_uses.last_used_at IS 'When it last verified a delivery, to the minute; NULL if never';
 INSERT INTO webhook.secret_uses (provider, fingerprint, last_used_at)
 SELECT s.provider, s.fingerprint, s.last_used_at FROM webhook.provider_secrets s;
+-- Its ACL recorded as the extension's initial privileges, as above.
+REVOKE ALL ON webhook.secret_uses FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('webhook.secret_uses', '');
 -- Which secret (or public key, or certificate) is in use: what a DBA looks
 -- at before retiring one.
@@ -3401,7 +3765,7 @@ BEGIN
     SELECT pg_catalog.array_agg(today + i ORDER BY i) INTO days
       FROM pg_catalog.generate_series(0, days_ahead) AS i
      WHERE webhook._archive_day_free(today + i);
-    IF pg_catalog.cardinality(days) > 1 AND EXISTS (SELECT FROM webhook.delivery_log_default) THEN
+    IF pg_catalog.cardinality(days) > 1 THEN
         SELECT pg_catalog.array_agg(pg_catalog.format('delivery_log_default_not_%s', pg_catalog.to_char(d, 'YYYYMMDD')))
           INTO guards FROM pg_catalog.unnest(days) AS d;
         BEGIN
@@ -3410,7 +3774,7 @@ BEGIN
                     || (SELECT pg_catalog.string_agg(pg_catalog.format('ADD CONSTRAINT %I CHECK (id < %L::uuid OR id >= %L::uuid)',
                                                                        g, webhook._archive_bound((d::timestamp) AT TIME ZONE 'UTC'),
                                                                        webhook._archive_bound(((d + 1)::timestamp) AT TIME ZONE 'UTC')), ', ')
-                          FROM pg_catalog.unnest(days, guards) AS x (d, g));
+                          FROM ROWS FROM (pg_catalog.unnest(days), pg_catalog.unnest(guards)) AS x (d, g));
             PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
         EXCEPTION WHEN check_violation OR lock_not_available THEN
             -- A delivery of one of those days reached the default partition

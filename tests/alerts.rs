@@ -460,14 +460,12 @@ fn the_dead_letters_alert_follows_the_dead_letters() {
         &[&lease],
     )
     .unwrap();
+    // One evaluation opens both (it reports the changes of one provider).
     assert_eq!(
         evaluate(&mut c, "al_dead"),
         [("opened".into(), "dead_letters".into(), "open".into())]
     );
-    assert_eq!(
-        evaluate(&mut c, "al_dead_q"),
-        [("opened".into(), "dead_letters".into(), "open".into())]
-    );
+    assert!(unresolved(&mut c, "dead_letters", "al_dead_q").is_some());
     // Long after the rule's window, still waiting: still open.
     c.batch_execute(
         "INSERT INTO webhook.alert_rules (name, kind, threshold, \"window\")
@@ -490,10 +488,7 @@ fn the_dead_letters_alert_follows_the_dead_letters() {
         evaluate(&mut c, "al_dead"),
         [("resolved".into(), "dead_letters".into(), "resolved".into())]
     );
-    assert_eq!(
-        evaluate(&mut c, "al_dead_q"),
-        [("resolved".into(), "dead_letters".into(), "resolved".into())]
-    );
+    assert!(unresolved(&mut c, "dead_letters", "al_dead_q").is_none());
     c.batch_execute("DELETE FROM webhook.alert_rules WHERE name = 'dead_letters'")
         .unwrap();
 }

@@ -933,6 +933,12 @@ fn outcomes_undone_before_a_rollup_are_counted_exactly_once() {
     };
     let complete = "SELECT webhook_complete($1::text::uuid)";
     let park = "SELECT webhook_fail($1::text::uuid, 'broken for good', permanent => true)";
+    // Replays are of registered providers.
+    c.batch_execute(
+        "SELECT webhook_register_provider(p, scheme => 'stripe', secret => 'whsec_' || p, inbox => true)
+           FROM unnest('{twice_done,twice_open,twice_counted,twice_dead}'::text[]) p",
+    )
+    .unwrap();
 
     // Completed, replayed, completed again: two completions.
     enqueue_many(&mut c, "twice_done", "d", 1);
@@ -1082,6 +1088,42 @@ fn invented_provider_names_cannot_grow_the_metrics() {
     assert!(
         gauges <= 5 * 5,
         "the inbox gauges of invented names are (other) too: {gauges}"
+    );
+    // A name quiet for the retention (its minutes gone) loses its series
+    // and gives its place back.
+    let quiet: String = c
+        .query_one(
+            "SELECT min(provider) FROM webhook.metric_totals t
+              WHERE provider LIKE 'made-up-%' AND NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = t.provider)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    c.execute(
+        "DELETE FROM webhook.metric_minutes WHERE provider = $1",
+        &[&quiet],
+    )
+    .unwrap();
+    c.execute(
+        "DELETE FROM webhook.metric_open WHERE provider = $1",
+        &[&quiet],
+    )
+    .unwrap();
+    settle(&mut c);
+    assert_eq!(
+        count(
+            &mut c,
+            &format!("SELECT count(*) FROM webhook.metric_totals WHERE provider = '{quiet}'")
+        ),
+        0
+    );
+    c.batch_execute("SELECT webhook_claim('made-up-late', 'e', 'x', '{}'::jsonb, NULL)")
+        .unwrap();
+    settle(&mut c);
+    assert_eq!(
+        total(&mut c, "made-up-late", "", "deliveries", "claimed"),
+        1,
+        "its place was taken by the next name"
     );
     c.batch_execute(&format!(
         "ALTER DATABASE {DB} RESET webhook.metrics_unregistered_providers"
