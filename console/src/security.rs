@@ -157,7 +157,10 @@ pub fn hosts_for(listen: std::net::SocketAddr, configured: &[String]) -> Vec<Str
 
 /// Headers on every answer: no script may run (the console has none), no
 /// other site may frame it, forms post only to it, nothing is sniffed and
-/// no referrer leaks an event id.
+/// no referrer leaks an event id to another site. (`same-origin`, not
+/// `no-referrer`: under `no-referrer` a browser sends `Origin: null` with
+/// the console's own form posts, and the origin check could not tell them
+/// from another site's.)
 pub const HEADERS: &[(&str, &str)] = &[
     (
         "content-security-policy",
@@ -165,7 +168,7 @@ pub const HEADERS: &[(&str, &str)] = &[
          frame-ancestors 'none'; base-uri 'none'",
     ),
     ("x-content-type-options", "nosniff"),
-    ("referrer-policy", "no-referrer"),
+    ("referrer-policy", "same-origin"),
     ("x-frame-options", "DENY"),
     ("cache-control", "no-store"),
 ];
