@@ -1,8 +1,8 @@
--- pg_webhook_inbox 0.10.0 → 0.11.0 (in progress, not published).
+-- pg_webhook_inbox 0.10.0 → 0.11.0.
 --
--- Every change to the SQL surface since 0.10.0 lands here, until 0.11.0 is
--- recorded in sql/RELEASES; the upgrade test proves that a database
--- upgraded through this script equals a fresh install of 0.11.0.
+-- Every change to the SQL surface between the two published releases;
+-- the upgrade test proves that a database upgraded through this script
+-- equals a fresh install of 0.11.0. Published: never changed again.
 
 \echo Use "ALTER EXTENSION pg_webhook_inbox UPDATE TO '0.11.0'" to load this file. \quit
 

@@ -312,7 +312,7 @@ def main():
             except urllib.error.HTTPError as err:
                 return err.code, err.read().decode()
         host = f"127.0.0.1:{OPS_PORT}"
-        code, page = status(ops + "/dead")
+        code, page = status(ops + "/providers")
         token = re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
         rebound = {"Host": f"attacker.example:{OPS_PORT}"}
         check(status(ops + "/", headers=rebound)[0] == 421, "a request for another host name is refused (421)")
