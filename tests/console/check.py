@@ -334,15 +334,16 @@ def main():
               "a notice the console did not make is not shown")
 
         # A burst at a slow page holds at most the console's connections
-        # (4 by default), never one per request.
+        # (4 by default), never one per request: the viewer's console, the
+        # only one connected as its role.
         import threading
         answers, peak = [], [0]
         def hit():
-            answers.append(status(ops + "/deliveries?path=" + urllib.parse.quote("$.x like_regex \"(a+)+b\""))[0])
+            answers.append(status(view + "/deliveries?path=" + urllib.parse.quote("$.x like_regex \"(a+)+b\""))[0])
         def watch():
             while len(answers) < 40:
                 n = int(psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-console'"
-                             " AND usename = 'console_ops'", db="postgres"))
+                             " AND usename = 'console_view'", db="postgres"))
                 peak[0] = max(peak[0], n)
                 time.sleep(0.05)
         threads = [threading.Thread(target=hit) for _ in range(40)]
