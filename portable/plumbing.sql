@@ -1,0 +1,295 @@
+-- pg_webhook_inbox, portable edition: what the twins share. The compiled
+-- edition has these in Rust (src/input.rs, src/errors.rs, src/uuid.rs,
+-- src/event_lock.rs, src/signature.rs); here they are small SQL functions
+-- in schema webhook, none callable by anyone but the extension owner.
+
+-- Bound to pg_catalog while this file runs (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
+-- HMAC is pgcrypto's, which every managed host offers. Its schema is
+-- wherever the host or the DBA installed it (public, extensions, …); the
+-- functions below call it by that name, written in when they are made,
+-- so that no search_path can put another hmac() in its place.
+DO $$
+DECLARE
+    crypto text := (SELECT n.nspname
+                      FROM pg_extension e
+                      JOIN pg_namespace n ON n.oid = e.extnamespace
+                     WHERE e.extname = 'pgcrypto');
+BEGIN
+    IF crypto IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '0A000',
+            MESSAGE = 'pg_webhook_inbox: the portable edition needs the extension pgcrypto',
+            HINT = 'CREATE EXTENSION pgcrypto; then install pg_webhook_inbox again.';
+    END IF;
+    EXECUTE format(
+        'CREATE FUNCTION webhook._hmac(data bytea, key bytea, algorithm text) RETURNS bytea
+         LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+         RETURN %I.hmac(data, key, algorithm)', crypto);
+END
+$$;
+COMMENT ON FUNCTION webhook._hmac(bytea, bytea, text) IS
+    'Internal: pgcrypto''s hmac(), by the schema it was installed in';
+
+-- Whether two MACs are the same, in time that does not depend on where
+-- they first differ: their SHA-256 digests are compared instead, and a
+-- caller who does not hold the key can neither choose nor predict the
+-- digest of the MAC it is compared with.
+CREATE FUNCTION webhook._same_mac(a bytea, b bytea) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN sha256(a) = sha256(b);
+
+-- Hex of exactly len bytes, either case; NULL for anything else.
+CREATE FUNCTION webhook._hex(text text, len integer) RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN CASE WHEN octet_length(text) = len * 2
+             AND text ~ '^[0-9A-Fa-f]*$'
+            THEN decode(text, 'hex') END;
+
+-- Base64 as the compiled edition reads it: the standard or the URL-safe
+-- alphabet (not both at once), with canonical padding or none, and no
+-- stray bits in the last character. NULL for anything else.
+CREATE FUNCTION webhook._base64_any(text text) RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    data    text := rtrim(text, '=');
+    padding integer := length(text) - length(rtrim(text, '='));
+    rest    integer := length(rtrim(text, '=')) % 4;
+    last    integer;
+BEGIN
+    IF data ~ '[^A-Za-z0-9+/]' AND data ~ '[^A-Za-z0-9_-]' THEN
+        RETURN NULL;
+    END IF;
+    -- Padded exactly to a multiple of four, or not at all.
+    IF rest = 1 OR (padding > 0 AND padding <> (4 - rest) % 4) OR rest = 0 AND padding > 0 THEN
+        RETURN NULL;
+    END IF;
+    data := translate(data, '-_', '+/');
+    IF rest > 0 THEN
+        last := strpos('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/',
+                       right(data, 1)) - 1;
+        IF (rest = 2 AND last & 15 <> 0) OR (rest = 3 AND last & 3 <> 0) THEN
+            RETURN NULL;
+        END IF;
+        data := data || repeat('=', 4 - rest);
+    END IF;
+    RETURN decode(data, 'base64');
+END
+$$;
+
+-- Base64 of exactly len bytes.
+CREATE FUNCTION webhook._base64(text text, len integer) RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (SELECT d FROM (SELECT webhook._base64_any(text) AS d) x
+         WHERE length(x.d) = len);
+
+-- Standard base64 on one line (encode() breaks lines every 76 characters).
+CREATE FUNCTION webhook._to_base64(data bytea) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN translate(encode(data, 'base64'), E'\n', '');
+
+-- A time-ordered id (UUID version 7): the first 48 bits are the
+-- milliseconds it was made at, which is how the archive is partitioned.
+CREATE FUNCTION webhook._new_id() RETURNS uuid
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id bytea := overlay(uuid_send(gen_random_uuid())
+                        PLACING substr(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 3)
+                        FROM 1 FOR 6);
+BEGIN
+    -- Version 7; the variant bits are gen_random_uuid()'s already.
+    id := set_byte(id, 6, (get_byte(id, 6) & 15) | 112);
+    RETURN encode(id, 'hex')::uuid;
+END
+$$;
+
+-- Raise one of the extension's errors: its SQLSTATE, its message, and
+-- the detail and hint when there are (RAISE takes no NULL option).
+CREATE FUNCTION webhook._raise(code text, message text, detail text DEFAULT NULL, hint text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF detail IS NULL AND hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
+    ELSIF hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail;
+    ELSIF detail IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, HINT = hint;
+    ELSE
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail, HINT = hint;
+    END IF;
+END
+$$;
+
+-- A required argument: NULL is refused with 22004, naming it.
+CREATE FUNCTION webhook._required(fn text, arg text, value anyelement) RETURNS anyelement
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM webhook._raise('22004', format('%s: argument "%s" must not be NULL', fn, arg));
+    END IF;
+    RETURN value;
+END
+$$;
+
+-- A required, non-empty text argument of at most `limit` bytes.
+CREATE FUNCTION webhook._required_text(fn text, arg text, value text, "limit" integer) RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM webhook._raise('22004', format('%s: argument "%s" must not be NULL', fn, arg));
+    ELSIF value = '' THEN
+        PERFORM webhook._raise('2200F', format('%s: argument "%s" must not be empty', fn, arg));
+    END IF;
+    RETURN webhook._bounded_text(fn, arg, value, "limit");
+END
+$$;
+
+-- An optional text argument of at most `limit` bytes.
+CREATE FUNCTION webhook._bounded_text(fn text, arg text, value text, "limit" integer) RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF octet_length(value) > "limit" THEN
+        PERFORM webhook._raise('22001',
+            format('%s: argument "%s" is longer than %s bytes', fn, arg, "limit"),
+            format('The limit is %s bytes; %s bytes were given.', "limit", octet_length(value)));
+    END IF;
+    RETURN value;
+END
+$$;
+
+-- A body or payload within webhook.max_payload_size (bytes).
+CREATE FUNCTION webhook._payload_size(fn text, arg text, size integer) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    "limit" integer := webhook._setting('webhook.max_payload_size', 25 * 1024) * 1024;
+BEGIN
+    IF size > "limit" THEN
+        PERFORM webhook._raise('54000',
+            format('%s: argument "%s" is larger than webhook.max_payload_size', fn, arg),
+            format('The limit is %s bytes; %s bytes were given.', "limit", size),
+            'The limit is the setting webhook.max_payload_size.');
+    END IF;
+END
+$$;
+
+-- An integer setting of the extension, or its default where nobody set
+-- it (the portable edition defines no settings: they are placeholders,
+-- set with SET, ALTER DATABASE or ALTER ROLE like any other).
+CREATE FUNCTION webhook._setting(name text, fallback integer) RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN coalesce(nullif(current_setting(name, true), '')::integer, fallback);
+
+CREATE FUNCTION webhook._setting_on(name text, fallback boolean) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN coalesce(nullif(current_setting(name, true), '')::boolean, fallback);
+
+-- The lease a claim takes: `lease`, positive and at most
+-- webhook.max_lease; NULL for webhook.lease_timeout (itself cut to that
+-- ceiling).
+CREATE FUNCTION webhook._lease(fn text, arg text, lease interval) RETURNS interval
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ceiling integer := webhook._setting('webhook.max_lease', 3600);
+BEGIN
+    IF lease IS NULL THEN
+        RETURN make_interval(secs => least(webhook._setting('webhook.lease_timeout', 300), ceiling));
+    ELSIF lease <= interval '0' THEN
+        PERFORM webhook._raise('22023', format('%s: argument "%s" must be a positive interval', fn, arg));
+    ELSIF lease > make_interval(secs => ceiling) THEN
+        PERFORM webhook._raise('22023',
+            format('%s: argument "%s" is longer than webhook.max_lease (%s s)', fn, arg, ceiling),
+            NULL,
+            'Long work renews a short lease with webhook_extend(); a superuser may raise webhook.max_lease.');
+    END IF;
+    RETURN lease;
+END
+$$;
+
+-- Text kept forever, cut to at most `limit` bytes on a character
+-- boundary, with a marker saying how much was dropped.
+CREATE FUNCTION webhook._truncated(text text, "limit" integer) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    kept text;
+BEGIN
+    IF octet_length(text) <= "limit" THEN
+        RETURN text;
+    END IF;
+    kept := left(text, greatest("limit" - 40, 0));
+    WHILE octet_length(kept) > greatest("limit" - 40, 0) LOOP
+        kept := left(kept, -1);
+    END LOOP;
+    RETURN kept || format('… [%s bytes cut]', octet_length(text) - octet_length(kept));
+END
+$$;
+
+-- The per-event lock (src/event_lock.rs in the compiled edition): a
+-- transaction-scoped advisory lock on the SHA-256 of the key's parts,
+-- NUL-separated, taken without waiting by claims and waited for by the
+-- functions that finish one. SQL reaches only the bigint key space of
+-- advisory locks, which an application's own pg_advisory_lock(bigint)
+-- calls share: a 64-bit digest makes a collision as unlikely as it is
+-- in the compiled edition's space of its own.
+CREATE FUNCTION webhook._lock_key(VARIADIC parts text[]) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN ('x' || left(encode(sha256(
+            convert_to(array_to_string(parts, chr(1)), 'UTF8')), 'hex'), 16))
+       ::bit(64)::bigint;
+
+-- Try a lock without waiting; counted against the transaction's budget,
+-- half of the shared lock table, refused with 54000 past it.
+CREATE FUNCTION webhook._try_lock(fn text, key bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    held   integer := coalesce(nullif(current_setting('pg_webhook_inbox.locks_held', true), ''), '0')::integer;
+    budget integer := current_setting('max_locks_per_transaction')::integer
+                      * current_setting('max_connections')::integer / 2;
+BEGIN
+    IF held >= budget THEN
+        PERFORM webhook._raise('54000',
+            format('%s: this transaction holds %s events already, as many as the lock table allows one transaction', fn, budget),
+            NULL,
+            'Each event holds a lock until its transaction commits: commit in batches, or queue a backfill with CALL webhook_enqueue_batches(provider, events), which commits every batch_size events.');
+    END IF;
+    IF pg_try_advisory_xact_lock(key) THEN
+        PERFORM set_config('pg_webhook_inbox.locks_held', (held + 1)::text, true);
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- The functions' own settings are theirs alone: nobody else calls these.
+REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(bytea, bytea),
+    webhook._hex(text, integer), webhook._base64_any(text), webhook._base64(text, integer),
+    webhook._to_base64(bytea), webhook._new_id(), webhook._raise(text, text, text, text),
+    webhook._required(text, text, anyelement), webhook._required_text(text, text, text, integer),
+    webhook._bounded_text(text, text, text, integer), webhook._payload_size(text, text, integer),
+    webhook._setting(text, integer), webhook._setting_on(text, boolean),
+    webhook._lease(text, text, interval), webhook._truncated(text, integer),
+    webhook._lock_key(text[]), webhook._try_lock(text, bigint)
+    FROM PUBLIC;
+
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

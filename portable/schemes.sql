@@ -1,0 +1,962 @@
+-- pg_webhook_inbox, portable edition: the signature schemes (the compiled
+-- edition's src/schemes/ and src/verify.rs), in PL/pgSQL on pgcrypto.
+--
+-- The catalog below is the compiled edition's (src/schemes/catalog.rs),
+-- row for row: the differential tests compare webhook_schemes() of both
+-- editions, so a scheme added to one and not the other fails them. Every
+-- HMAC scheme is verified here as there, answering the same reasons; the
+-- schemes that sign with a private key (Discord's Ed25519, SendGrid's
+-- ECDSA, PayPal's RSA, Standard Webhooks' v1a) need public-key
+-- cryptography pgcrypto does not have, and are refused with 0A000.
+
+-- Bound to pg_catalog while this file runs (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
+-- The catalog: webhook_schemes()'s columns, then how the scheme is made
+-- (`make`: a kind of its own, paypal, the generic hmac, or the scheme
+-- string it is verified as) and what its bodies are.
+CREATE FUNCTION webhook._catalog()
+RETURNS TABLE (scheme text, aliases text[], event_id_from text, event_type_from text,
+               tolerance integer, signs text, entity_key_from text, order_from text,
+               body_covered text, headers_covered text[], make text, body text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT * FROM (VALUES
+    ('stripe', '{}'::text[], 'body:id', 'body:type', 300, 'timestamp and body',
+     'body:data.object.id', 'body:created', 'digest', '{}'::text[], 'stripe', 'event'),
+    ('github', '{}', 'header:X-GitHub-Delivery', 'header:X-GitHub-Event', NULL, 'body only',
+     NULL, 'body:pull_request.updated_at|body:issue.updated_at', 'digest', '{}', 'github', 'event'),
+    ('standard', '{svix,clerk,resend,standardwebhooks,standard-webhooks}',
+     'header:webhook-id|header:svix-id', 'body:type', 300, 'id, timestamp and body',
+     NULL, 'body:timestamp', 'digest', '{webhook-id,webhook-timestamp,svix-id,svix-timestamp}',
+     'standard', 'event'),
+    ('paddle', '{}', 'body:event_id', 'body:event_type', 300, 'timestamp and body',
+     'body:data.id', 'body:occurred_at', 'digest', '{}', 'paddle', 'event'),
+    ('shopify', '{}', 'header:X-Shopify-Event-Id', 'header:X-Shopify-Topic', NULL, 'body only',
+     NULL, 'body:updated_at', 'digest', '{}', 'shopify', 'event'),
+    ('slack', '{}', 'body:event_id', 'body:event.type', 300, 'timestamp and body',
+     NULL, 'body:event_time', 'digest', '{x-slack-request-timestamp}', 'slack', 'event'),
+    ('typeform', '{}', 'body:event_id', 'body:event_type', NULL, 'body only',
+     NULL, NULL, 'digest', '{}', 'hmac;header=Typeform-Signature;encoding=base64;prefix=sha256=', 'event'),
+    ('supabase', '{}', 'header:webhook-id', 'body:type|body:email_data.email_action_type', 300,
+     'id, timestamp and body', NULL, NULL, 'digest',
+     '{webhook-id,webhook-timestamp,svix-id,svix-timestamp}', 'standard', 'event'),
+    ('discord', '{}', 'body:id', 'body:type', 300, 'timestamp and body, Ed25519',
+     NULL, NULL, 'digest', '{x-signature-timestamp}', 'discord', 'event'),
+    ('sendgrid', '{twilio-sendgrid}', 'body:0.sg_event_id', 'body:0.event', 300,
+     'timestamp and body, ECDSA P-256', NULL, NULL, 'digest',
+     '{x-twilio-email-event-webhook-timestamp}', 'sendgrid', 'batch'),
+    ('paypal', '{}', 'body:id', 'body:event_type', 300,
+     'transmission id and time, webhook id, CRC32 of the body; RSA-SHA256',
+     'body:resource.id', 'body:create_time', 'checksum',
+     '{paypal-transmission-id,paypal-transmission-time}', 'paypal', 'event'),
+    ('twilio', '{}', 'header:I-Twilio-Idempotency-Token',
+     'body:MessageStatus|body:SmsStatus|body:CallStatus|body:EventType|body:type', NULL,
+     'URL and form fields (or URL with the body''s SHA-256)', NULL, NULL, 'fields_unframed', '{}',
+     'twilio', 'form'),
+    ('square', '{}', 'body:event_id', 'body:type', NULL, 'URL and body',
+     'body:data.id', 'body:created_at', 'digest', '{}', 'square', 'event'),
+    ('zoom', '{}', NULL, 'body:event', 300, 'timestamp and body',
+     NULL, 'body:event_ts', 'digest', '{x-zm-request-timestamp}', 'zoom', 'event'),
+    ('twitch', '{eventsub}', 'header:Twitch-Eventsub-Message-Id', 'body:subscription.type', 600,
+     'message id, timestamp and body', NULL, NULL, 'digest',
+     '{twitch-eventsub-message-id,twitch-eventsub-message-timestamp}', 'twitch', 'event'),
+    ('mailgun', '{}', 'body:event-data.id', 'body:event-data.event', 300,
+     'timestamp and token in the body, not the event', NULL, NULL, 'none', '{}', 'mailgun', 'event'),
+    ('linear', '{}', 'header:Linear-Delivery', 'body:type', 60,
+     'body only (its webhookTimestamp in it)', 'body:data.id', 'body:webhookTimestamp', 'digest', '{}',
+     'linear', 'event'),
+    ('hubspot', '{}', 'body:0.eventId', 'body:0.subscriptionType', 300,
+     'method, URL, body and timestamp (v3)', NULL, NULL, 'digest', '{x-hubspot-request-timestamp}',
+     'hubspot', 'batch'),
+    ('calendly', '{}', NULL, 'body:event', 180, 'timestamp and body', NULL, NULL, 'digest', '{}',
+     'calendly', 'event'),
+    ('woocommerce', '{}', 'header:X-WC-Webhook-Delivery-ID', 'header:X-WC-Webhook-Topic', NULL,
+     'body only', NULL, NULL, 'digest', '{}', 'hmac;header=X-WC-Webhook-Signature;encoding=base64', 'event'),
+    ('hmac', '{}', NULL, NULL, NULL, 'body only', NULL, NULL, 'digest', '{}', 'hmac', 'event')
+    ) AS catalog (scheme, aliases, event_id_from, event_type_from, tolerance, signs,
+                  entity_key_from, order_from, body_covered, headers_covered, make, body);
+END;
+
+-- Whether every alternative of a registry source is covered by a
+-- signature that covers the body as `body_covered` says and the headers
+-- `headers` (lower case).
+CREATE FUNCTION webhook._covers(body_covered text, headers text[], source text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT coalesce(bool_and(CASE
+               WHEN alternative LIKE 'body:%' THEN body_covered = 'digest'
+               WHEN alternative LIKE 'header:%' THEN
+                   lower(substr(alternative, 8)) = ANY (headers)
+               ELSE false
+           END), true)
+      FROM unnest(string_to_array(source, '|')) AS alternative;
+END;
+
+-- The public-key schemes: what a database without the compiled edition
+-- cannot verify, and says so.
+CREATE FUNCTION webhook._public_key_refused(fn text, what text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM webhook._raise('0A000',
+        format('%s: %s needs public-key signatures, which the portable edition of pg_webhook_inbox cannot verify', fn, what),
+        'pgcrypto computes HMACs, not Ed25519, ECDSA or RSA signatures.',
+        'Install the compiled edition (CREATE EXTENSION pg_webhook_inbox from its package) where the database can load it; docs/managed.md says how to move.');
+END
+$$;
+
+-- A scheme as webhook_receive and webhook_verify use it: its catalog
+-- name, what it is verified as (`kind`), and the generic HMAC's options.
+CREATE TYPE webhook._scheme AS (
+    name        text,    -- its catalog name
+    kind        text,    -- the make it is verified with
+    header      text,    -- hmac: the signature's header
+    algorithm   text,    -- hmac: sha256, sha1 or sha512
+    base64      boolean, -- hmac: base64, not hex
+    prefix      text,    -- hmac: before the signature
+    tolerance   integer, -- the catalog's window, seconds; NULL: none signed
+    body_covered text,
+    headers_covered text[],
+    body        text
+);
+
+-- "stripe, github, standard (aliases svix, clerk, …), …" for messages.
+CREATE FUNCTION webhook._known_schemes() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT string_agg(CASE
+               WHEN c.scheme = 'hmac' THEN 'hmac;header=<name>[;algorithm=…][;encoding=…][;prefix=…]'
+               WHEN cardinality(c.aliases) = 0 THEN c.scheme
+               ELSE c.scheme || ' (aliases ' || array_to_string(c.aliases, ', ') || ')'
+           END, ', ' ORDER BY c.ord)
+      FROM webhook._catalog() WITH ORDINALITY AS c(scheme, aliases, event_id_from, event_type_from,
+           tolerance, signs, entity_key_from, order_from, body_covered, headers_covered, make, body, ord);
+END;
+
+-- Parse a scheme name (or alias, any case; the generic hmac;… with its
+-- options; paypal;webhook_id=…) as the compiled edition does, with its
+-- errors: 42704 for a scheme nobody knows, 42601 for bad options.
+CREATE FUNCTION webhook._parse_scheme(fn text, arg text, given text) RETURNS webhook._scheme
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    trimmed text := btrim(given);
+    base    text := btrim(split_part(btrim(given), ';', 1));
+    entry   record;
+    result  webhook._scheme;
+    option  text;
+    key     text;
+    value   text;
+    bad_hint CONSTANT text := 'Options are for the generic hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>] and for paypal;webhook_id=<id>; other schemes take none.';
+BEGIN
+    SELECT c.* INTO entry FROM webhook._catalog() c
+     WHERE lower(c.scheme) = lower(base) OR lower(base) = ANY (c.aliases)
+     LIMIT 1;
+    IF NOT FOUND THEN
+        PERFORM webhook._raise('42704',
+            format('%s: argument "%s": unknown signature scheme "%s"; known: %s', fn, arg, given,
+                   webhook._known_schemes()));
+    END IF;
+    IF strpos(given, ';') > 0 AND entry.make NOT IN ('paypal', 'hmac') THEN
+        PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+            format('Scheme "%s" takes no options.', entry.scheme), bad_hint);
+    END IF;
+    IF entry.make LIKE 'hmac;%' OR entry.make = 'standard' AND entry.scheme <> 'standard' THEN
+        -- A provider verified exactly as another scheme, under its own name.
+        result := webhook._parse_scheme(fn, arg, entry.make);
+    ELSE
+        result := ROW(entry.scheme, entry.make, NULL, 'sha256', false, '', NULL, NULL, NULL, NULL);
+    END IF;
+    result.name := entry.scheme;
+    result.tolerance := entry.tolerance;
+    result.body_covered := entry.body_covered;
+    result.headers_covered := entry.headers_covered;
+    result.body := entry.body;
+    IF entry.make = 'paypal' THEN
+        PERFORM webhook._public_key_refused(fn, 'scheme "paypal"');
+    ELSIF entry.make IN ('discord', 'sendgrid') THEN
+        PERFORM webhook._public_key_refused(fn, format('scheme "%s"', entry.make));
+    ELSIF entry.make = 'hmac' AND result.header IS NULL THEN
+        FOREACH option IN ARRAY (string_to_array(trimmed, ';'))[2:] LOOP
+            IF strpos(option, '=') = 0 THEN
+                PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+                    format('option "%s" is not key=value', option), bad_hint);
+            END IF;
+            key := lower(btrim(split_part(option, '=', 1)));
+            value := substr(option, strpos(option, '=') + 1);
+            IF key = 'header' AND btrim(value) <> '' THEN
+                result.header := btrim(value);
+            ELSIF key = 'algorithm' THEN
+                IF webhook._algorithm(btrim(value)) IS NULL THEN
+                    PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+                        format('unknown algorithm "%s"', value), bad_hint);
+                END IF;
+                result.algorithm := webhook._algorithm(btrim(value));
+            ELSIF key = 'encoding' THEN
+                IF lower(btrim(value)) NOT IN ('hex', 'base64') THEN
+                    PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+                        format('unknown encoding "%s"', lower(btrim(value))), bad_hint);
+                END IF;
+                result.base64 := lower(btrim(value)) = 'base64';
+            ELSIF key = 'prefix' THEN
+                result.prefix := value;
+            ELSE
+                PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+                    format('unknown option "%s"', key), bad_hint);
+            END IF;
+        END LOOP;
+        IF result.header IS NULL THEN
+            PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+                'the header option is required', bad_hint);
+        END IF;
+    END IF;
+    RETURN result;
+END
+$$;
+
+-- How a registered secret becomes an HMAC key under a scheme; NULL when
+-- it cannot be one. Standard Webhooks' keys are whsec_ and base64; every
+-- other scheme's secret is used as the bytes of the string.
+CREATE FUNCTION webhook._hmac_key(s webhook._scheme, secret text) RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT CASE
+        WHEN (s).kind <> 'standard' THEN convert_to(secret, 'UTF8')
+        WHEN secret LIKE 'whsec\_%' THEN nullif(webhook._base64_any(substr(secret, 7)), '\x'::bytea)
+    END;
+END;
+
+-- Headers as a handler passes them, read as the compiled edition reads
+-- them (src/schemes/headers.rs): names in ASCII lower case; a value that
+-- is not a string, longer than 8 kB, or given twice under names that
+-- differ only in case is JSON null (present, unusable); the others
+-- trimmed. NULL: not an object, or more than 1000 names.
+CREATE FUNCTION webhook._headers(headers jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT CASE WHEN jsonb_typeof(headers) = 'object' THEN (
+        SELECT CASE WHEN count(*) <= 1000 THEN
+                   coalesce(jsonb_object_agg(x.name, CASE
+                       WHEN x.n = 1 AND jsonb_typeof(x.value) = 'string'
+                            AND octet_length(x.value #>> '{}') <= 8192
+                           THEN to_jsonb(btrim(x.value #>> '{}', E' \t\n\r\f\u000b'))
+                       ELSE 'null'::jsonb
+                   END), '{}')
+               END
+          FROM (SELECT translate(key, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') AS name,
+                       value, count(*) OVER (PARTITION BY translate(key, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ',
+                                                                        'abcdefghijklmnopqrstuvwxyz')) AS n
+                  FROM jsonb_each(headers)) x)
+    END;
+END;
+
+-- What a scheme reads off a request (src/schemes/mod.rs, Signed): the
+-- signatures to try, the bytes signed around the body, the signing time;
+-- or why it cannot be read.
+CREATE TYPE webhook._signed AS (
+    reason      text,     -- NULL: read; else missing_header, malformed_header, missing_url, bad_signature
+    algorithm   text,     -- of the HMACs
+    candidates  bytea[],
+    prefixes    bytea[],  -- alternatives, tried in order
+    body_signed boolean,  -- false: the body is covered inside the prefix
+    suffix      bytea,
+    signed_at   bigint,   -- Unix seconds
+    covered     text[]    -- headers this delivery's signature covers
+);
+
+-- A Unix timestamp in whole seconds; NULL for anything else.
+CREATE FUNCTION webhook._unix_seconds(text text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN text ~ '^[0-9]{1,12}$' THEN text::bigint END;
+
+-- An RFC 3339 timestamp as Unix seconds (src/timestamps.rs); NULL for
+-- anything else.
+CREATE FUNCTION webhook._rfc3339(text text) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    m text[] := regexp_match(text,
+        '^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?([Zz]|([+-])([0-9]{2}):([0-9]{2}))$');
+    year integer; month integer; day integer; seconds bigint; offset_s integer := 0;
+BEGIN
+    IF m IS NULL THEN
+        RETURN NULL;
+    END IF;
+    year := m[1]::integer; month := m[2]::integer; day := m[3]::integer;
+    IF month NOT BETWEEN 1 AND 12 OR day < 1
+       OR day > extract(day FROM (make_date(greatest(year, 1), month, 1) + interval '1 month - 1 day'))
+       OR m[4]::integer > 23 OR m[5]::integer > 59 OR m[6]::integer > 60 THEN
+        RETURN NULL;
+    END IF;
+    IF m[9] IS NOT NULL THEN
+        IF m[10]::integer > 23 OR m[11]::integer > 59 THEN
+            RETURN NULL;
+        END IF;
+        offset_s := (m[10]::integer * 3600 + m[11]::integer * 60) * CASE m[9] WHEN '-' THEN -1 ELSE 1 END;
+    END IF;
+    seconds := (make_date(greatest(year, 1), month, day) - date '1970-01-01')::bigint * 86400
+               + m[4]::integer * 3600 + m[5]::integer * 60 + m[6]::integer - offset_s;
+    RETURN seconds;
+END
+$$;
+
+-- The t=…,v1=… family (Stripe with ',', Paddle with ';', Calendly).
+CREATE FUNCTION webhook._timestamp_and_signatures(header text, separator text, ts_key text, sig_key text)
+RETURNS webhook._signed
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    item       text;
+    ts         bigint;
+    candidates bytea[] := '{}';
+    k          text;
+    v          text;
+    result     webhook._signed;
+BEGIN
+    FOREACH item IN ARRAY string_to_array(header, separator) LOOP
+        item := btrim(item, E' \t\n\r\f\u000b');
+        CONTINUE WHEN strpos(item, '=') = 0;
+        k := split_part(item, '=', 1);
+        v := substr(item, strpos(item, '=') + 1);
+        IF k = ts_key THEN
+            ts := webhook._unix_seconds(v);
+            IF ts IS NULL THEN
+                result.reason := 'malformed_header';
+                RETURN result;
+            END IF;
+        ELSIF k = sig_key AND webhook._hex(v, 32) IS NOT NULL THEN
+            candidates := candidates || webhook._hex(v, 32);
+        END IF;
+    END LOOP;
+    IF ts IS NULL OR cardinality(candidates) = 0 THEN
+        result.reason := 'malformed_header';
+        RETURN result;
+    END IF;
+    RETURN ROW(NULL, 'sha256', candidates, NULL, true, '\x', ts, '{}')::webhook._signed;
+END
+$$;
+
+-- HubSpot's URL: the escapes it decodes before signing.
+CREATE FUNCTION webhook._hubspot_uri(url text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    out  text := '';
+    rest text := url;
+    at   integer;
+    code text;
+    codes CONSTANT text[] := '{%3A,%2F,%3F,%40,%21,%24,%27,%28,%29,%2A,%2C,%3B}';
+    plain CONSTANT text[] := '{:,/,?,@,!,$,'',(,),*,",",;}';
+    i    integer;
+BEGIN
+    LOOP
+        at := strpos(rest, '%');
+        EXIT WHEN at = 0;
+        out := out || left(rest, at - 1);
+        code := upper(substr(rest, at, 3));
+        i := array_position(codes, code);
+        IF i IS NOT NULL THEN
+            out := out || plain[i];
+            rest := substr(rest, at + 3);
+        ELSE
+            out := out || '%';
+            rest := substr(rest, at + 1);
+        END IF;
+    END LOOP;
+    RETURN out || rest;
+END
+$$;
+
+-- Percent-decoding as browsers and Twilio's libraries do it: a malformed
+-- escape is kept as written. Works on the body's escape() text form, so
+-- that bytes outside UTF-8 survive.
+CREATE FUNCTION webhook._percent_decode(text text) RETURNS bytea
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    raw  bytea := decode(replace(text, '+', ' '), 'escape');
+    out  bytea := '\x';
+    i    integer := 0;
+    n    integer := length(raw);
+    b    integer;
+BEGIN
+    IF position('\x25'::bytea IN raw) = 0 THEN
+        RETURN raw;
+    END IF;
+    WHILE i < n LOOP
+        b := get_byte(raw, i);
+        IF b = 37 AND i + 2 < n + 0 AND i + 2 <= n - 1
+           AND chr(get_byte(raw, i + 1)) ~ '[0-9A-Fa-f]' AND chr(get_byte(raw, i + 2)) ~ '[0-9A-Fa-f]' THEN
+            out := out || decode(chr(get_byte(raw, i + 1)) || chr(get_byte(raw, i + 2)), 'hex');
+            i := i + 3;
+        ELSE
+            out := out || set_byte('\x00'::bytea, 0, b);
+            i := i + 1;
+        END IF;
+    END LOOP;
+    RETURN out;
+END
+$$;
+
+-- A form body's fields, percent-decoded ('+' a space), sorted by name
+-- then value, concatenated: what Twilio signs after the URL.
+CREATE FUNCTION webhook._twilio_fields(body bytea) RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT coalesce(string_agg(f.name || f.value, '\x'::bytea ORDER BY f.name, f.value), '\x')
+      FROM (SELECT webhook._percent_decode(substring(pair FROM '^[^=]*')) AS name,
+                   webhook._percent_decode(coalesce(substring(pair FROM '=(.*)$'), '')) AS value
+              FROM unnest(string_to_array(encode(body, 'escape'), '&')) AS pair
+             WHERE pair <> '') f;
+END;
+
+-- The URL as given, then with its scheme's default port added or removed
+-- (Twilio has signed both forms).
+CREATE FUNCTION webhook._url_forms(url text) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    port   text;
+    scheme text;
+    rest   text;
+    stop   integer;
+    authority text;
+    path   text;
+    host   text;
+    userinfo text;
+BEGIN
+    IF url LIKE 'https://%' THEN
+        port := ':443'; scheme := 'https://';
+    ELSIF url LIKE 'http://%' THEN
+        port := ':80'; scheme := 'http://';
+    ELSE
+        RETURN ARRAY[url];
+    END IF;
+    rest := substr(url, length(scheme) + 1);
+    stop := coalesce(nullif(least(nullif(strpos(rest, '/'), 0), nullif(strpos(rest, '?'), 0),
+                                  nullif(strpos(rest, '#'), 0)), 0), length(rest) + 1);
+    authority := left(rest, stop - 1);
+    path := substr(rest, stop);
+    host := (string_to_array(authority, '@'))[cardinality(string_to_array(authority, '@'))];
+    userinfo := left(authority, length(authority) - length(host));
+    IF right(host, length(port)) = port THEN
+        RETURN ARRAY[url, scheme || userinfo || left(host, -length(port)) || path];
+    ELSIF right(host, 1) <> ']' AND strpos(host, ':') = 0 THEN
+        RETURN ARRAY[url, scheme || userinfo || host || port || path];
+    END IF;
+    RETURN ARRAY[url];
+END
+$$;
+
+-- Read a request under a scheme: src/schemes/<provider>.rs, each in the
+-- order the provider's module reads it, so that a request with two
+-- problems is answered the same reason by both editions.
+CREATE FUNCTION webhook._read(s webhook._scheme, h jsonb, body bytea, url text)
+RETURNS webhook._signed
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r       webhook._signed;
+    sig     text;
+    ts      text;
+    id      text;
+    digest  bytea;
+    family  text;
+    entry   text;
+    method  text;
+    known   boolean := false;
+    doc     jsonb;
+    fields  bytea;
+    millis  bigint;
+BEGIN
+    r.candidates := '{}'; r.body_signed := true; r.suffix := '\x'; r.covered := '{}'; r.algorithm := 'sha256';
+    CASE s.kind
+    WHEN 'stripe', 'calendly', 'paddle' THEN
+        family := CASE s.kind WHEN 'stripe' THEN 'stripe-signature'
+                              WHEN 'calendly' THEN 'calendly-webhook-signature'
+                              ELSE 'paddle-signature' END;
+        IF NOT h ? family THEN r.reason := 'missing_header'; RETURN r; END IF;
+        IF h ->> family IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF s.kind = 'paddle' THEN
+            r := webhook._timestamp_and_signatures(h ->> family, ';', 'ts', 'h1');
+            r.prefixes := ARRAY[convert_to(r.signed_at || ':', 'UTF8')];
+        ELSE
+            r := webhook._timestamp_and_signatures(h ->> family, ',', 't', 'v1');
+            r.prefixes := ARRAY[convert_to(r.signed_at || '.', 'UTF8')];
+        END IF;
+        RETURN r;
+    WHEN 'github' THEN
+        IF h ? 'x-hub-signature-256' THEN
+            sig := h ->> 'x-hub-signature-256';
+            IF sig IS NULL OR sig NOT LIKE 'sha256=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+            digest := webhook._hex(substr(sig, 8), 32);
+        ELSE
+            IF NOT h ? 'x-hub-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
+            sig := h ->> 'x-hub-signature';
+            IF sig IS NULL OR sig NOT LIKE 'sha1=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+            digest := webhook._hex(substr(sig, 6), 20);
+            r.algorithm := 'sha1';
+        END IF;
+    WHEN 'standard' THEN
+        family := CASE WHEN h ? 'webhook-signature' OR NOT h ? 'svix-signature' THEN 'webhook-' ELSE 'svix-' END;
+        FOREACH entry IN ARRAY ARRAY['signature', 'id', 'timestamp'] LOOP
+            IF NOT h ? (family || entry) THEN r.reason := 'missing_header'; RETURN r; END IF;
+            IF h ->> (family || entry) IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+            -- The timestamp is parsed before the id's emptiness is judged.
+            IF entry = 'timestamp' AND webhook._unix_seconds(h ->> (family || entry)) IS NULL THEN
+                r.reason := 'malformed_header'; RETURN r;
+            END IF;
+        END LOOP;
+        id := h ->> (family || 'id');
+        IF id = '' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.signed_at := webhook._unix_seconds(h ->> (family || 'timestamp'));
+        FOREACH entry IN ARRAY regexp_split_to_array(btrim(h ->> (family || 'signature'), E' \t\n\r\f'), E'[ \t\n\r\f]+') LOOP
+            IF entry LIKE 'v1,%' THEN
+                known := true;
+                digest := webhook._base64(substr(entry, 4), 32);
+                IF digest IS NOT NULL THEN r.candidates := r.candidates || digest; END IF;
+            ELSIF entry LIKE 'v1a,%' THEN
+                -- Ed25519: read, so that a header of only v1a signatures
+                -- is judged as the compiled edition judges it; no HMAC
+                -- key verifies it.
+                known := true;
+                IF webhook._base64(substr(entry, 5), 64) IS NOT NULL THEN
+                    r.candidates := r.candidates || ('\x01'::bytea || webhook._base64(substr(entry, 5), 64));
+                END IF;
+            END IF;
+        END LOOP;
+        IF NOT known OR cardinality(r.candidates) = 0 THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.prefixes := ARRAY[convert_to(id || '.' || r.signed_at || '.', 'UTF8')];
+        r.covered := ARRAY[family || 'id', family || 'timestamp'];
+        RETURN r;
+    WHEN 'shopify' THEN
+        IF NOT h ? 'x-shopify-hmac-sha256' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._base64(h ->> 'x-shopify-hmac-sha256', 32);
+    WHEN 'slack', 'zoom' THEN
+        family := CASE s.kind WHEN 'slack' THEN 'x-slack-' ELSE 'x-zm-' END;
+        sig := CASE s.kind WHEN 'slack' THEN 'x-slack-signature' ELSE 'x-zm-signature' END;
+        IF NOT h ? sig THEN r.reason := 'missing_header'; RETURN r; END IF;
+        IF h ->> sig IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF s.kind = 'zoom' AND h ->> sig NOT LIKE 'v0=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF NOT h ? (family || 'request-timestamp') THEN r.reason := 'missing_header'; RETURN r; END IF;
+        ts := h ->> (family || 'request-timestamp');
+        r.signed_at := webhook._unix_seconds(ts);
+        IF r.signed_at IS NULL OR h ->> sig NOT LIKE 'v0=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        digest := webhook._hex(substr(h ->> sig, 4), 32);
+        r.prefixes := ARRAY[convert_to('v0:' || r.signed_at || ':', 'UTF8')];
+        r.covered := ARRAY[family || 'request-timestamp'];
+    WHEN 'twitch' THEN
+        IF NOT h ? 'twitch-eventsub-message-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        sig := h ->> 'twitch-eventsub-message-signature';
+        IF sig IS NULL OR sig NOT LIKE 'sha256=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF NOT h ? 'twitch-eventsub-message-id' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        id := h ->> 'twitch-eventsub-message-id';
+        IF id IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF NOT h ? 'twitch-eventsub-message-timestamp' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        ts := h ->> 'twitch-eventsub-message-timestamp';
+        r.signed_at := webhook._rfc3339(ts);
+        IF ts IS NULL OR r.signed_at IS NULL OR id = '' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        digest := webhook._hex(substr(sig, 8), 32);
+        r.prefixes := ARRAY[convert_to(id || ts, 'UTF8')];
+        r.covered := ARRAY['twitch-eventsub-message-id', 'twitch-eventsub-message-timestamp'];
+    WHEN 'square' THEN
+        IF NOT h ? 'x-square-hmacsha256-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._base64(h ->> 'x-square-hmacsha256-signature', 32);
+        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF url IS NULL THEN r.reason := 'missing_url'; RETURN r; END IF;
+        r.prefixes := ARRAY[convert_to(url, 'UTF8')];
+    WHEN 'linear' THEN
+        IF NOT h ? 'linear-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._hex(h ->> 'linear-signature', 32);
+        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        doc := webhook._json_or_null(body);
+        IF jsonb_typeof(doc -> 'webhookTimestamp') = 'number'
+           AND (doc ->> 'webhookTimestamp') ~ '^[0-9]{1,18}$' THEN
+            millis := (doc ->> 'webhookTimestamp')::bigint;
+        END IF;
+        IF millis IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.signed_at := millis / 1000;
+    WHEN 'hubspot' THEN
+        IF NOT h ? 'x-hubspot-signature-v3' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._base64(h ->> 'x-hubspot-signature-v3', 32);
+        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF NOT h ? 'x-hubspot-request-timestamp' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        ts := h ->> 'x-hubspot-request-timestamp';
+        IF ts IS NULL OR ts !~ '^[0-9]{1,15}$' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF url IS NULL THEN r.reason := 'missing_url'; RETURN r; END IF;
+        r.signed_at := ts::bigint / 1000;
+        r.prefixes := ARRAY[convert_to('POST' || webhook._hubspot_uri(url), 'UTF8')];
+        r.suffix := convert_to(ts, 'UTF8');
+        r.covered := ARRAY['x-hubspot-request-timestamp'];
+    WHEN 'mailgun' THEN
+        doc := webhook._json_or_null(body);
+        IF doc IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF jsonb_typeof(doc) <> 'object' OR NOT doc ? 'signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        doc := doc -> 'signature';
+        FOREACH entry IN ARRAY ARRAY['timestamp', 'token', 'signature'] LOOP
+            IF jsonb_typeof(doc) <> 'object' OR NOT doc ? entry THEN r.reason := 'missing_header'; RETURN r; END IF;
+            IF jsonb_typeof(doc -> entry) <> 'string' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+            IF entry = 'timestamp' AND webhook._unix_seconds(doc ->> 'timestamp') IS NULL THEN
+                r.reason := 'malformed_header'; RETURN r;
+            END IF;
+            IF entry = 'token' AND (doc ->> 'token' = '' OR octet_length(doc ->> 'token') > 256) THEN
+                r.reason := 'malformed_header'; RETURN r;
+            END IF;
+        END LOOP;
+        digest := webhook._hex(doc ->> 'signature', 32);
+        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.signed_at := webhook._unix_seconds(doc ->> 'timestamp');
+        r.prefixes := ARRAY[convert_to((doc ->> 'timestamp') || (doc ->> 'token'), 'UTF8')];
+        r.body_signed := false;
+    WHEN 'twilio' THEN
+        IF NOT h ? 'x-twilio-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._base64(h ->> 'x-twilio-signature', 20);
+        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF url IS NULL THEN r.reason := 'missing_url'; RETURN r; END IF;
+        r.algorithm := 'sha1';
+        sig := substring(split_part(url, '#', 1) FROM '[?&]bodySHA256=([^&]*)');
+        IF strpos(split_part(url, '#', 1), '?') > 0 AND sig IS NOT NULL THEN
+            -- Public data against public data: no secret to time.
+            IF lower(sig) <> encode(sha256(body), 'hex') THEN r.reason := 'bad_signature'; RETURN r; END IF;
+            fields := '\x';
+        ELSE
+            fields := webhook._twilio_fields(body);
+        END IF;
+        SELECT array_agg(convert_to(form, 'UTF8') || fields ORDER BY n) INTO r.prefixes
+          FROM unnest(webhook._url_forms(url)) WITH ORDINALITY AS u(form, n);
+        r.body_signed := false;
+    ELSE
+        -- The generic HMAC of the body in one header.
+        IF NOT h ? lower(s.header) THEN r.reason := 'missing_header'; RETURN r; END IF;
+        sig := h ->> lower(s.header);
+        IF sig IS NULL OR left(sig, length(s.prefix)) <> s.prefix THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        sig := substr(sig, length(s.prefix) + 1);
+        r.algorithm := s.algorithm;
+        digest := CASE WHEN s.base64
+                       THEN webhook._base64(sig, CASE s.algorithm WHEN 'sha1' THEN 20 WHEN 'sha512' THEN 64 ELSE 32 END)
+                       ELSE webhook._hex(sig, CASE s.algorithm WHEN 'sha1' THEN 20 WHEN 'sha512' THEN 64 ELSE 32 END) END;
+    END CASE;
+    -- One signature, over the prefix (if any), the body and the suffix.
+    IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+    r.candidates := ARRAY[digest];
+    r.prefixes := coalesce(r.prefixes, ARRAY['\x'::bytea]);
+    RETURN r;
+END
+$$;
+
+-- A body as JSON, or NULL where it is not.
+CREATE FUNCTION webhook._json_or_null(body bytea) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN convert_from(body, 'UTF8')::jsonb;
+EXCEPTION WHEN data_exception OR character_not_in_repertoire OR untranslatable_character THEN
+    RETURN NULL;
+END
+$$;
+
+-- What an authentic delivery proves (src/schemes/mod.rs, Authentic), or
+-- why it is refused: `reason` ok or a refusal, `signed_at` whenever it
+-- was read.
+CREATE TYPE webhook._verdict AS (
+    reason      text,
+    signed_at   bigint,
+    prefix      bytea,    -- the signed bytes before the body, as verified
+    body_signed boolean,
+    suffix      bytea,
+    covered     text[],
+    secret      integer   -- which of the secrets verified it (1-based)
+);
+
+-- Verify a request: the engine every scheme shares (src/schemes/mod.rs,
+-- authenticate). Every signature the request carries is tried against
+-- every usable key, the MACs compared in constant time; then the window.
+CREATE FUNCTION webhook._authenticate(fn text, s webhook._scheme, headers jsonb, body bytea, url text,
+                                      secrets text[], tolerance bigint, now bigint)
+RETURNS webhook._verdict
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    h       jsonb := webhook._headers(headers);
+    signed  webhook._signed;
+    v       webhook._verdict;
+    keys    bytea[] := '{}';
+    indexes integer[] := '{}';
+    given   integer := 0;
+    i       integer;
+    key     bytea;
+    prefix  bytea;
+    signed_body bytea;
+BEGIN
+    IF h IS NULL THEN
+        v.reason := 'malformed_header';
+        RETURN v;
+    END IF;
+    signed := webhook._read(s, h, body, url);
+    v.signed_at := signed.signed_at;
+    IF signed.reason IS NOT NULL THEN
+        v.reason := signed.reason;
+        v.signed_at := NULL;
+        RETURN v;
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(secrets), 0) LOOP
+        CONTINUE WHEN secrets[i] IS NULL OR secrets[i] = '';
+        given := given + 1;
+        IF given <= 16 THEN
+            IF s.kind = 'standard' AND secrets[i] LIKE 'whpk\_%' THEN
+                PERFORM webhook._public_key_refused(fn, 'a Standard Webhooks public key (whpk_)');
+            END IF;
+            key := webhook._hmac_key(s, secrets[i]);
+            IF key IS NOT NULL THEN
+                keys := keys || key;
+                indexes := indexes || i;
+            END IF;
+        END IF;
+    END LOOP;
+    IF given = 0 THEN
+        v.reason := 'no_secret';
+        RETURN v;
+    END IF;
+    IF cardinality(signed.candidates) > 8 THEN
+        v.reason := 'malformed_header';
+        RETURN v;
+    END IF;
+    IF cardinality(keys) = 0 THEN
+        v.reason := 'invalid_secret';
+        RETURN v;
+    END IF;
+    signed_body := CASE WHEN signed.body_signed THEN body ELSE '\x' END;
+    <<search>>
+    FOREACH prefix IN ARRAY signed.prefixes LOOP
+        FOR i IN 1 .. cardinality(keys) LOOP
+            IF EXISTS (SELECT FROM unnest(signed.candidates) c
+                        WHERE webhook._same_mac(c, webhook._hmac(prefix || signed_body || signed.suffix,
+                                                                 keys[i], signed.algorithm))) THEN
+                v.secret := indexes[i];
+                v.prefix := prefix;
+                EXIT search;
+            END IF;
+        END LOOP;
+    END LOOP;
+    IF v.secret IS NULL THEN
+        v.reason := 'bad_signature';
+        RETURN v;
+    END IF;
+    IF signed.signed_at IS NOT NULL AND signed.signed_at < now - tolerance THEN
+        v.reason := 'timestamp_too_old';
+    ELSIF signed.signed_at IS NOT NULL AND signed.signed_at > now + tolerance THEN
+        v.reason := 'timestamp_in_future';
+    ELSE
+        v.reason := 'ok';
+    END IF;
+    v.body_signed := signed.body_signed;
+    v.suffix := signed.suffix;
+    v.covered := signed.covered;
+    RETURN v;
+END
+$$;
+
+-- The arguments webhook_verify and webhook_verify_detail share, checked
+-- as the compiled edition checks them, then the verdict.
+CREATE FUNCTION webhook._verify(fn text, scheme text, headers jsonb, body bytea, secrets text[],
+                                tolerance interval, url text)
+RETURNS webhook._verdict
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s    webhook._scheme := webhook._parse_scheme(fn, 'scheme', webhook._required(fn, 'scheme', scheme));
+    secs bigint;
+BEGIN
+    PERFORM webhook._required(fn, 'headers', headers);
+    PERFORM webhook._required(fn, 'body', body);
+    PERFORM webhook._payload_size(fn, 'body', length(body));
+    PERFORM webhook._required(fn, 'secrets', secrets);
+    IF cardinality(secrets) > 16 THEN
+        PERFORM webhook._raise('22023', format('%s: argument "secrets" must hold at most 16 keys', fn));
+    END IF;
+    PERFORM webhook._url(fn, 'url', url);
+    IF tolerance IS NULL THEN
+        secs := coalesce(s.tolerance, 0);
+    ELSIF tolerance <= interval '0' THEN
+        PERFORM webhook._raise('22023', format('%s: argument "tolerance" must be a positive interval', fn));
+    ELSE
+        secs := floor(extract(epoch FROM tolerance))::bigint;
+    END IF;
+    RETURN webhook._authenticate(fn, s, headers, body, url, secrets, secs,
+                                 floor(extract(epoch FROM clock_timestamp()))::bigint);
+END
+$$;
+
+-- The public URL a provider called: absolute http:// or https://, at most
+-- 8 kB, no whitespace or control characters.
+CREATE FUNCTION webhook._url(fn text, arg text, url text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF url IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM webhook._bounded_text(fn, arg, url, 8192);
+    IF url !~* '^https?://.' OR url ~ '[[:space:][:cntrl:]]' THEN
+        PERFORM webhook._raise('22023',
+            format('%s: argument "%s" must be the absolute http:// or https:// URL the provider called, as it called it', fn, arg));
+    END IF;
+    RETURN url;
+END
+$$;
+
+CREATE FUNCTION @extschema@.webhook_verify(scheme text, headers jsonb, body bytea, secrets text[],
+                                           tolerance interval DEFAULT NULL, url text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (webhook._verify('webhook_verify', scheme, headers, body, secrets, tolerance, url)).reason = 'ok';
+
+CREATE FUNCTION @extschema@.webhook_verify(scheme text, headers jsonb, body text, secrets text[],
+                                           tolerance interval DEFAULT NULL, url text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN (webhook._verify('webhook_verify', scheme, headers, convert_to(body, 'UTF8'), secrets, tolerance, url)).reason = 'ok';
+
+CREATE FUNCTION @extschema@.webhook_verify_detail(scheme text, headers jsonb, body bytea, secrets text[],
+                                                  tolerance interval DEFAULT NULL, url text DEFAULT NULL)
+RETURNS TABLE (valid boolean, reason text, signed_at timestamptz)
+LANGUAGE sql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT v.reason = 'ok', v.reason, to_timestamp(v.signed_at)
+      FROM webhook._verify('webhook_verify_detail', scheme, headers, body, secrets, tolerance, url) v;
+END;
+
+CREATE FUNCTION @extschema@.webhook_verify_detail(scheme text, headers jsonb, body text, secrets text[],
+                                                  tolerance interval DEFAULT NULL, url text DEFAULT NULL)
+RETURNS TABLE (valid boolean, reason text, signed_at timestamptz)
+LANGUAGE sql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT v.reason = 'ok', v.reason, to_timestamp(v.signed_at)
+      FROM webhook._verify('webhook_verify_detail', scheme, headers, convert_to(body, 'UTF8'),
+                           secrets, tolerance, url) v;
+END;
+
+CREATE FUNCTION @extschema@.webhook_schemes()
+RETURNS TABLE (scheme text, aliases text[], event_id_from text, event_type_from text,
+               event_id_signed boolean, event_type_signed boolean, tolerance interval, signs text,
+               entity_key_from text, order_from text, body_covered text, headers_covered text[])
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT c.scheme, c.aliases, c.event_id_from, c.event_type_from,
+           webhook._covers(c.body_covered, c.headers_covered, c.event_id_from),
+           webhook._covers(c.body_covered, c.headers_covered, c.event_type_from),
+           make_interval(secs => c.tolerance), c.signs, c.entity_key_from, c.order_from,
+           c.body_covered, c.headers_covered
+      FROM webhook._catalog() c;
+END;
+
+CREATE FUNCTION @extschema@.webhook_source_signed(scheme text, source text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s webhook._scheme := webhook._parse_scheme('webhook_source_signed', 'scheme', scheme);
+BEGIN
+    RETURN webhook._covers(s.body_covered, s.headers_covered, source);
+END
+$$;
+
+CREATE FUNCTION @extschema@.webhook_check_key(scheme text, key text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s webhook._scheme := webhook._parse_scheme('webhook_check_key', 'scheme', scheme);
+BEGIN
+    IF s.kind = 'standard' AND key LIKE 'whpk\_%' THEN
+        PERFORM webhook._public_key_refused('webhook_check_key', 'a Standard Webhooks public key (whpk_)');
+    END IF;
+    IF webhook._hmac_key(s, key) IS NULL THEN
+        RETURN 'a Standard Webhooks key is whsec_ + base64 of the secret, or whpk_ + base64 of a 32-byte Ed25519 public key';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- An HMAC algorithm's name as the compiled edition reads it (sha256 or
+-- sha-256, any case); NULL for one it does not know.
+CREATE FUNCTION webhook._algorithm(name text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE lower(name)
+           WHEN 'sha256' THEN 'sha256' WHEN 'sha-256' THEN 'sha256'
+           WHEN 'sha1' THEN 'sha1' WHEN 'sha-1' THEN 'sha1'
+           WHEN 'sha512' THEN 'sha512' WHEN 'sha-512' THEN 'sha512'
+       END;
+
+-- verify_hmac: one HMAC of the raw body, hex or base64, optionally
+-- labelled with its algorithm ("sha256=…").
+CREATE FUNCTION @extschema@.verify_hmac(secret text, payload bytea, signature text, algorithm text DEFAULT 'sha256')
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    fn CONSTANT text := 'verify_hmac';
+    algo    text;
+    len     integer;
+    trimmed text;
+    label   text;
+    digest  bytea;
+BEGIN
+    IF webhook._required(fn, 'secret', secret) = '' THEN
+        PERFORM webhook._raise('2200F', format('%s: argument "secret" must not be empty', fn));
+    END IF;
+    PERFORM webhook._required(fn, 'payload', payload);
+    PERFORM webhook._required(fn, 'signature', signature);
+    algo := webhook._algorithm(webhook._required(fn, 'algorithm', algorithm));
+    IF algo IS NULL THEN
+        PERFORM webhook._raise('42704', format('%s: argument "algorithm": unknown HMAC algorithm "%s"', fn, algorithm),
+            NULL, 'Use one of: sha256, sha1, sha512.');
+    END IF;
+    len := CASE algo WHEN 'sha1' THEN 20 WHEN 'sha512' THEN 64 ELSE 32 END;
+    trimmed := btrim(signature, E' \t\n\r\f\u000b');
+    label := substring(trimmed FROM '^([A-Za-z0-9-]+)=');
+    IF webhook._algorithm(label) IS NOT NULL THEN
+        IF webhook._algorithm(label) <> algo THEN
+            PERFORM webhook._raise('22P02', format('%s: argument "signature" is not a well-formed signature', fn),
+                format('The signature is labelled "%s" but the algorithm is "%s".', webhook._algorithm(label), algo),
+                'Give the digest as hex or base64, optionally prefixed with the algorithm ("sha256=...").');
+        END IF;
+        trimmed := substr(trimmed, length(label) + 2);
+    END IF;
+    digest := coalesce(webhook._hex(trimmed, len), webhook._base64(trimmed, len));
+    IF digest IS NULL THEN
+        PERFORM webhook._raise('22P02', format('%s: argument "signature" is not a well-formed signature', fn),
+            format('A %s signature is %s hex characters or %s base64 characters; got %s characters.',
+                   algo, len * 2, (len + 2) / 3 * 4, length(trimmed)),
+            'Give the digest as hex or base64, optionally prefixed with the algorithm ("sha256=...").');
+    END IF;
+    RETURN webhook._same_mac(digest, webhook._hmac(payload, convert_to(secret, 'UTF8'), algo));
+END
+$$;
+
+CREATE FUNCTION @extschema@.verify_hmac(secret text, payload text, signature text, algorithm text DEFAULT 'sha256')
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@.verify_hmac(secret, convert_to(payload, 'UTF8'), signature, algorithm);
+
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
