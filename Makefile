@@ -50,7 +50,7 @@ HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
 SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES),$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client sdk-fixtures hardening figures lint \
+.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -105,10 +105,20 @@ test-in-db: setup
 
 # `cargo pgrx test` leaves its test build installed; put the real one back
 # first, then run the client suites against a fresh throwaway server.
-test-client: install sdk-fixtures
-	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl PG_TEMP_OPTS="-c max_prepared_transactions=10" \
+test-client: install sdk-fixtures scheme-matrix
+	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl \
+		PG_TEMP_OPTS="-c max_prepared_transactions=10" \
 		.ci/pg-temp run $(STATE_DIR)/client-pg $(call port,0) -- \
 		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(CLIENT_SUITES))
+
+# Every scheme's genuine delivery and every change a sender can make to
+# it (src/schemes/genuine.rs, a plain unit test: no server), for the suite
+# that holds the portable edition's schemes to the compiled ones
+# (tests/editions.rs, which shifts each window by the time since).
+scheme-matrix:
+	@mkdir -p $(STATE_DIR)
+	SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib \
+		$(PG_FEATURES) --features pg_test schemes::genuine::tests::matrix_of_every_scheme -- --exact
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
 sdk-fixtures:

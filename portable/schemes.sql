@@ -84,12 +84,12 @@ END;
 CREATE FUNCTION webhook._covers(body_covered text, headers text[], source text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT coalesce(bool_and(CASE
+    SELECT CASE WHEN source IS NOT NULL THEN coalesce(bool_and(CASE
                WHEN alternative LIKE 'body:%' THEN body_covered = 'digest'
                WHEN alternative LIKE 'header:%' THEN
                    lower(substr(alternative, 8)) = ANY (headers)
                ELSE false
-           END), true)
+           END), true) END
       FROM unnest(string_to_array(source, '|')) AS alternative;
 END;
 

@@ -393,6 +393,154 @@ impl Sender {
     }
 }
 
+impl Sender {
+    /// The headers a provider of the scheme reads its event id and type
+    /// from, and those the scheme's signature can cover.
+    pub fn identity_headers(&self) -> Vec<String> {
+        let registration = self.registration();
+        let sources = [
+            registration.event_id_from.or(self.entry.event_id_from),
+            registration.event_type_from.or(self.entry.event_type_from),
+        ];
+        let mut names: Vec<String> = sources
+            .into_iter()
+            .flatten()
+            .flat_map(|source| source.split('|'))
+            .filter_map(|alternative| alternative.strip_prefix("header:").map(str::to_string))
+            .collect();
+        names.extend(self.entry.covers.headers.iter().map(|h| h.to_string()));
+        names
+    }
+
+    /// Every change a sender holding `genuine` (signed at `now`) can make
+    /// to it, named: another body under the same signature, other id and
+    /// type headers, the signature moved into another header family, a
+    /// tampered signature, a stale timestamp, the same delivery again.
+    pub fn changes(&self, genuine: &Delivery, now: i64) -> Vec<(&'static str, Delivery)> {
+        let names = self.identity_headers();
+        let mut changes = vec![
+            (
+                "another body under the same signature",
+                self.other_body(genuine, "evt-forged", "thing.refunded", now),
+            ),
+            ("other id and type headers", other_headers(genuine, &names)),
+            (
+                "a tampered signature",
+                self.tampered(self.deliver("evt-tampered", "thing.created", now)),
+            ),
+            ("the same delivery again", genuine.clone()),
+        ];
+        if let Some(moved) = self.other_family(genuine, &names) {
+            changes.push(("the signature in another header family", moved));
+        }
+        if let Some(tolerance) = self.tolerance() {
+            changes.push((
+                "a stale timestamp",
+                self.deliver("evt-stale", "thing.created", now - tolerance - 120),
+            ));
+        }
+        changes
+    }
+
+    /// The same signature in another of the scheme's header families, with
+    /// the family it came in refilled with unsigned ids by a relay.
+    fn other_family(&self, genuine: &Delivery, names: &[String]) -> Option<Delivery> {
+        let scheme = super::Scheme::parse("t", "scheme", &self.registration().scheme).ok()?;
+        let families = scheme.signature_headers();
+        let object = genuine.headers.as_object()?;
+        let present = families
+            .iter()
+            .find(|f| object.keys().any(|k| k.eq_ignore_ascii_case(f)))?;
+        let other = families.iter().find(|f| *f != present)?;
+        let prefix_of =
+            |h: &str| h[..h.to_ascii_lowercase().find("signature").unwrap()].to_string();
+        let (from, to) = (prefix_of(present), prefix_of(other));
+        let mut moved = serde_json::Map::new();
+        for (key, value) in object {
+            let renamed = if key.eq_ignore_ascii_case(present) {
+                other.to_string()
+            } else if from != to
+                && key
+                    .to_ascii_lowercase()
+                    .starts_with(&from.to_ascii_lowercase())
+            {
+                format!("{to}{}", &key[from.len()..])
+            } else {
+                key.clone()
+            };
+            moved.insert(renamed, value.clone());
+        }
+        let mut forged = Delivery {
+            headers: Value::Object(moved),
+            ..genuine.clone()
+        };
+        for name in names {
+            if name
+                .to_ascii_lowercase()
+                .starts_with(&from.to_ascii_lowercase())
+                && !name.contains("timestamp")
+            {
+                set_header(&mut forged.headers, name, &format!("forged-{name}"));
+            }
+        }
+        Some(forged)
+    }
+
+    /// One character of the signature changed, its format kept.
+    fn tampered(&self, mut delivery: Delivery) -> Delivery {
+        fn flip(text: &str) -> String {
+            let mut chars: Vec<char> = text.chars().collect();
+            let at = chars
+                .iter()
+                .rposition(|c| c.is_ascii_alphanumeric())
+                .unwrap()
+                - 4;
+            chars[at] = if chars[at] == '0' { '1' } else { '0' };
+            chars.into_iter().collect()
+        }
+        if self.name() == "mailgun" {
+            let mut body: Value = serde_json::from_slice(&delivery.body).unwrap();
+            let sig = body["signature"]["signature"].as_str().unwrap().to_string();
+            body["signature"]["signature"] = Value::from(flip(&sig));
+            delivery.body = body.to_string().into_bytes();
+            return delivery;
+        }
+        let scheme = super::Scheme::parse("t", "scheme", &self.registration().scheme).unwrap();
+        let object = delivery.headers.as_object_mut().unwrap();
+        for header in scheme.signature_headers() {
+            for (key, value) in object.iter_mut() {
+                if key.eq_ignore_ascii_case(header) {
+                    *value = Value::from(flip(value.as_str().unwrap()));
+                }
+            }
+        }
+        delivery
+    }
+}
+
+fn set_header(headers: &mut Value, name: &str, value: &str) {
+    let object = headers.as_object_mut().unwrap();
+    object.retain(|k, _| !k.eq_ignore_ascii_case(name));
+    object.insert(name.to_string(), Value::from(value));
+}
+
+/// Another value for every id, type and covered header present.
+fn other_headers(genuine: &Delivery, names: &[String]) -> Delivery {
+    let mut forged = genuine.clone();
+    for name in names {
+        let present = genuine
+            .headers
+            .as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case(name));
+        if present || !name.contains("timestamp") {
+            set_header(&mut forged.headers, name, &format!("forged-{name}"));
+        }
+    }
+    forged
+}
+
 /// How many characters of PayPal's filler field are free for the forgery.
 const FILLER: usize = 96;
 
@@ -480,6 +628,44 @@ mod tests {
             }
         })
         .map_err(|verdict| verdict.reason)
+    }
+
+    /// The matrix as data: every scheme's genuine delivery and every
+    /// change a sender can make to it, signed now (`at`). With
+    /// `SCHEME_MATRIX` set, written there as JSON lines, for the tests
+    /// that hold another implementation of the schemes to this one (the
+    /// portable edition's, tests/editions.rs).
+    #[test]
+    fn matrix_of_every_scheme() {
+        let at = super::super::now_unix();
+        let mut lines = Vec::new();
+        for sender in Sender::all() {
+            let registration = sender.registration();
+            let genuine = sender.deliver("evt-genuine", "thing.created", at);
+            let mut deliveries = vec![("the genuine delivery", genuine.clone())];
+            deliveries.extend(sender.changes(&genuine, at));
+            for (change, delivery) in deliveries {
+                lines.push(serde_json::json!({
+                    "scheme": registration.scheme,
+                    "secret": registration.secret,
+                    "event_id_from": registration.event_id_from,
+                    "event_type_from": registration.event_type_from,
+                    "tolerance": sender.tolerance(),
+                    // Signed with a private key, not a shared secret.
+                    "public_key": matches!(sender.name(), "discord" | "sendgrid" | "paypal"),
+                    "at": at,
+                    "change": change,
+                    "headers": delivery.headers,
+                    "body": hex::encode(&delivery.body),
+                    "url": delivery.url,
+                }));
+            }
+        }
+        assert!(lines.len() >= 5 * catalog::CATALOG.len());
+        if let Ok(path) = std::env::var("SCHEME_MATRIX") {
+            let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            std::fs::write(&path, text).expect("write the scheme matrix");
+        }
     }
 
     /// Every sender's delivery verifies, and so does the other body for

@@ -125,6 +125,69 @@ pub fn empty_database(name: &str) -> Client {
     base_config().dbname(name).connect(NoTls).unwrap()
 }
 
+/// The portable edition's plain script (portable/build), built once per
+/// test binary into the target directory.
+pub fn portable_script() -> &'static std::path::Path {
+    static SCRIPT: OnceLock<std::path::PathBuf> = OnceLock::new();
+    SCRIPT.get_or_init(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = root.join("target").join("portable");
+        let status = std::process::Command::new("python3")
+            .arg(root.join("portable").join("build"))
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run portable/build");
+        assert!(status.success(), "portable/build failed");
+        let version = env!("CARGO_PKG_VERSION");
+        out.join(format!("pg_webhook_inbox-plain--{version}.sql"))
+    })
+}
+
+/// Run a script with psql on the test server, as `user`, in `db`.
+pub fn psql_file(db: &str, user: &str, script: &std::path::Path) {
+    let psql = match std::env::var("PG_BINDIR") {
+        Ok(dir) => format!("{dir}/psql"),
+        Err(_) => "psql".into(),
+    };
+    let output = std::process::Command::new(psql)
+        .args([
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-o",
+            "/dev/null",
+            "-d",
+            db,
+            "-U",
+            user,
+            "-f",
+        ])
+        .arg(script)
+        .output()
+        .expect("run psql");
+    assert!(
+        output.status.success(),
+        "psql -f {}: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A fresh database with the portable edition installed from its plain
+/// script, by the database's owner.
+pub fn portable_database(name: &str) -> Client {
+    let mut db = empty_database(name);
+    psql_file(
+        name,
+        &std::env::var("PGUSER").unwrap_or_else(|_| "postgres".into()),
+        portable_script(),
+    );
+    db.batch_execute("SELECT 1").unwrap();
+    db
+}
+
 /// Deliveries signed the way each provider signs them.
 pub mod sign {
     use hmac::{Hmac, Mac};

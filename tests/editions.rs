@@ -1,0 +1,698 @@
+//! The two editions held to each other. The compiled extension and the
+//! portable one (SQL and PL/pgSQL on pgcrypto, portable/) are installed
+//! side by side in two databases of one server, and given the same calls
+//! in lockstep: every answer, every error (SQLSTATE and message) and, at
+//! the end, every table must be the same, ids aside.
+//!
+//! * the scheme catalog, and every delivery of the scheme matrix (the
+//!   genuine senders of src/schemes/genuine.rs and every change a sender
+//!   can make, exported by `make test` into `SCHEME_MATRIX`), verified
+//!   under perturbations of secrets, URL, headers and body;
+//! * verify_hmac over hex, base64, labels and wrong shapes;
+//! * random sequences of claims, duplicates, completions, failures,
+//!   extensions, lease expiries, claims that complete on commit, rolled
+//!   back claims, and ordered events with ties and stale ones.
+#![cfg(feature = "client-tests")]
+
+mod common;
+use common::*;
+use postgres::Client;
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// Whether this server can run the portable edition: it needs pgcrypto,
+/// which every managed host has and a PostgreSQL built without its
+/// contrib modules lacks. Where it is absent the tests say so, and what
+/// they did not check.
+fn portable_installable(test: &str) -> bool {
+    let mut admin = connect("postgres");
+    let available = count(
+        &mut admin,
+        "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgcrypto'",
+    ) > 0;
+    if !available {
+        eprintln!(
+            "editions: {test}: NOT CHECKED: this server has no pgcrypto, so the portable edition \
+             cannot be installed and was not compared with the compiled one"
+        );
+    }
+    available
+}
+
+/// One database of each edition, fresh, named after the test.
+fn pair(test: &str) -> (Client, Client) {
+    let compiled = format!("pgwi_ed_{test}_c");
+    let portable = format!("pgwi_ed_{test}_p");
+    let mut c = empty_database(&compiled);
+    c.batch_execute("CREATE EXTENSION pg_webhook_inbox")
+        .unwrap();
+    portable_database(&portable);
+    (connect(&compiled), connect(&portable))
+}
+
+/// The rows of a simple query (every value as text), or its error.
+fn simple_answer(client: &mut Client, sql: &str) -> String {
+    match client.simple_query(sql) {
+        Ok(messages) => messages
+            .iter()
+            .filter_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).unwrap_or("NULL").to_string())
+                        .collect::<Vec<_>>()
+                        .join("|"),
+                ),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => answer(Err(e)),
+    }
+}
+
+/// An answer, as text both editions can be compared by: the row, or the
+/// error's SQLSTATE and message.
+fn answer(result: Result<Vec<postgres::Row>, postgres::Error>) -> String {
+    match result {
+        Ok(rows) => rows
+            .iter()
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| {
+                        row.get::<_, Option<String>>(i)
+                            .unwrap_or_else(|| "NULL".into())
+                    })
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => match e.as_db_error() {
+            Some(db) => format!("ERROR {}: {}", db.code().code(), db.message()),
+            None => format!("ERROR {e}"),
+        },
+    }
+}
+
+#[test]
+fn the_scheme_catalog_is_the_same() {
+    if !portable_installable("the_scheme_catalog_is_the_same") {
+        return;
+    }
+    let (mut c, mut p) = pair("catalog");
+    let sql = "SELECT s::text FROM webhook_schemes() s ORDER BY s.scheme";
+    let compiled = answer(c.query(sql, &[]));
+    assert_eq!(compiled, answer(p.query(sql, &[])));
+    assert!(compiled.lines().count() >= 20);
+    // What each scheme signs, source by source.
+    let sql = "SELECT s.scheme, src, webhook_source_signed(s.scheme, src)::text
+                 FROM webhook_schemes() s,
+                      unnest(ARRAY['body:id', 'header:webhook-id', 'header:X-Slack-Request-Timestamp',
+                                   'header:svix-id|body:type', 'query:x', 'body:a|header:b']) src
+                WHERE s.scheme NOT IN ('discord', 'sendgrid', 'paypal')
+                ORDER BY 1, 2";
+    assert_eq!(answer(c.query(sql, &[])), answer(p.query(sql, &[])));
+}
+
+/// The scheme matrix: what `make test` exported (src/schemes/genuine.rs).
+fn matrix() -> Vec<Value> {
+    let path = std::env::var("SCHEME_MATRIX").expect(
+        "SCHEME_MATRIX names the file the scheme matrix was exported to (make test sets it)",
+    );
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// One way of giving a delivery to webhook_verify_detail.
+struct Perturbed {
+    what: String,
+    secrets: Vec<Option<String>>,
+    url: Option<String>,
+    headers: Value,
+    body: Vec<u8>,
+    /// The scheme's window, shifted by the time since the matrix was
+    /// signed; false: the scheme's own window (NULL tolerance).
+    shifted: bool,
+}
+
+/// The ways one delivery is given to webhook_verify_detail besides as it
+/// came.
+fn perturbations(line: &Value) -> Vec<Perturbed> {
+    let secret = line["secret"].as_str().unwrap().to_string();
+    let url = line["url"].as_str().map(str::to_string);
+    let headers = line["headers"].clone();
+    let body = hex::decode(line["body"].as_str().unwrap()).unwrap();
+    let lower: Value = Value::Object(
+        headers
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect(),
+    );
+    let mut doubled = headers.as_object().unwrap().clone();
+    if let Some((k, v)) = headers.as_object().unwrap().iter().next() {
+        doubled.insert(k.to_ascii_uppercase(), v.clone());
+    }
+    let mut numbered = headers.as_object().unwrap().clone();
+    if let Some(k) = headers.as_object().unwrap().keys().next().cloned() {
+        numbered.insert(k, Value::from(42));
+    }
+    let mut flipped = body.clone();
+    if !flipped.is_empty() {
+        let middle = flipped.len() / 2;
+        flipped[middle] ^= 0x01;
+    }
+    let s = |v: &str| Some(v.to_string());
+    let p = |what: &str, secrets, url, headers, body, shifted| Perturbed {
+        what: what.to_string(),
+        secrets,
+        url,
+        headers,
+        body,
+        shifted,
+    };
+    vec![
+        p(
+            "as it came",
+            vec![s(&secret)],
+            url.clone(),
+            headers.clone(),
+            body.clone(),
+            true,
+        ),
+        p(
+            "its window",
+            vec![s(&secret)],
+            url.clone(),
+            headers.clone(),
+            body.clone(),
+            false,
+        ),
+        p(
+            "rotated",
+            vec![s("whsec_b3RoZXI="), None, s(""), s(&secret)],
+            url.clone(),
+            headers.clone(),
+            body.clone(),
+            true,
+        ),
+        p(
+            "a wrong secret",
+            vec![s("not-the-secret")],
+            url.clone(),
+            headers.clone(),
+            body.clone(),
+            true,
+        ),
+        p(
+            "no secret",
+            vec![None, s("")],
+            url.clone(),
+            headers.clone(),
+            body.clone(),
+            true,
+        ),
+        p(
+            "no url",
+            vec![s(&secret)],
+            None,
+            headers.clone(),
+            body.clone(),
+            true,
+        ),
+        p(
+            "another url",
+            vec![s(&secret)],
+            s("https://hooks.example.com:443/in?x=1"),
+            headers.clone(),
+            body.clone(),
+            true,
+        ),
+        p(
+            "lower-case names",
+            vec![s(&secret)],
+            url.clone(),
+            lower,
+            body.clone(),
+            true,
+        ),
+        p(
+            "a name twice",
+            vec![s(&secret)],
+            url.clone(),
+            Value::Object(doubled),
+            body.clone(),
+            true,
+        ),
+        p(
+            "a number for a header",
+            vec![s(&secret)],
+            url.clone(),
+            Value::Object(numbered),
+            body.clone(),
+            true,
+        ),
+        p(
+            "no headers",
+            vec![s(&secret)],
+            url.clone(),
+            Value::Object(Default::default()),
+            body.clone(),
+            true,
+        ),
+        p(
+            "headers not an object",
+            vec![s(&secret)],
+            url.clone(),
+            Value::from(vec![1, 2]),
+            body.clone(),
+            true,
+        ),
+        p(
+            "one bit of the body",
+            vec![s(&secret)],
+            url.clone(),
+            headers,
+            flipped,
+            true,
+        ),
+    ]
+}
+
+#[test]
+fn every_delivery_of_the_scheme_matrix_is_judged_alike() {
+    if !portable_installable("every_delivery_of_the_scheme_matrix_is_judged_alike") {
+        return;
+    }
+    let (mut c, mut p) = pair("matrix");
+    let sql = "SELECT v.valid::text, v.reason, extract(epoch FROM v.signed_at)::bigint::text
+                 FROM webhook_verify_detail($1, $2::text::jsonb, $3::bytea, $4::text[],
+                                            make_interval(secs => $5::bigint), $6) v";
+    let now = sign::now();
+    let (mut compared, mut refused) = (0, 0);
+    let mut reasons: HashMap<String, usize> = HashMap::new();
+    for line in matrix() {
+        let scheme = line["scheme"].as_str().unwrap();
+        let change = line["change"].as_str().unwrap();
+        // The window as it was when the matrix was signed.
+        let elapsed = now - line["at"].as_i64().unwrap();
+        for Perturbed {
+            what,
+            secrets,
+            url,
+            headers,
+            body,
+            shifted,
+        } in perturbations(&line)
+        {
+            let tolerance: Option<i64> = match (line["tolerance"].as_i64(), shifted) {
+                (Some(t), true) => Some(t + elapsed),
+                (Some(_), false) | (None, _) => None,
+            };
+            let args: [&(dyn postgres::types::ToSql + Sync); 6] = [
+                &scheme,
+                &headers.to_string(),
+                &body,
+                &secrets,
+                &tolerance,
+                &url,
+            ];
+            let compiled = answer(c.query(sql, &args));
+            let portable = answer(p.query(sql, &args));
+            let case = format!("{scheme}, {change}, {what}");
+            if line["public_key"].as_bool().unwrap() {
+                assert!(
+                    portable.starts_with("ERROR 0A000: webhook_verify_detail: scheme"),
+                    "{case}: a public-key scheme is refused by the portable edition: {portable}"
+                );
+                refused += 1;
+                continue;
+            }
+            assert_eq!(compiled, portable, "{case}");
+            *reasons
+                .entry(compiled.split('|').nth(1).unwrap_or(&compiled).to_string())
+                .or_default() += 1;
+            compared += 1;
+        }
+    }
+    eprintln!(
+        "editions: {compared} verdicts compared, {refused} public-key ones refused: {reasons:?}"
+    );
+    // The matrix reaches every verdict that matters.
+    for reason in [
+        "ok",
+        "bad_signature",
+        "malformed_header",
+        "missing_header",
+        "no_secret",
+        "timestamp_too_old",
+        "missing_url",
+    ] {
+        assert!(
+            reasons.get(reason).copied().unwrap_or(0) > 0,
+            "no case answered {reason}: {reasons:?}"
+        );
+    }
+    assert!(refused > 0);
+}
+
+#[test]
+fn verify_hmac_answers_alike() {
+    if !portable_installable("verify_hmac_answers_alike") {
+        return;
+    }
+    let (mut c, mut p) = pair("hmac");
+    let key = b"k3y";
+    let body = br#"{"id":"evt_1"}"#;
+    let mac = |algorithm: &str| -> Vec<u8> {
+        use hmac::Mac;
+        match algorithm {
+            "sha1" => hmac::Hmac::<sha1::Sha1>::new_from_slice(key)
+                .unwrap()
+                .chain_update(body)
+                .finalize()
+                .into_bytes()
+                .to_vec(),
+            "sha512" => hmac::Hmac::<sha2::Sha512>::new_from_slice(key)
+                .unwrap()
+                .chain_update(body)
+                .finalize()
+                .into_bytes()
+                .to_vec(),
+            _ => sign::hmac_sha256(key, &[body]),
+        }
+    };
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut cases: Vec<(String, String)> = Vec::new();
+    for algorithm in ["sha256", "sha1", "sha512", "SHA-256", "md5", ""] {
+        let m = mac(&algorithm.to_ascii_lowercase().replace('-', ""));
+        for signature in [
+            hex::encode(&m),
+            hex::encode(&m).to_uppercase(),
+            b64.encode(&m),
+            url.encode(&m),
+            format!("sha256={}", hex::encode(&m)),
+            format!("sha1={}", hex::encode(&m)),
+            format!(" {} ", hex::encode(&m)),
+            hex::encode(&m[1..]),
+            format!("{}00", hex::encode(&m)),
+            format!("{}x", &b64.encode(&m)[1..]),
+            // The last character's unused bits set: not canonical base64.
+            {
+                const ALPHABET: &str =
+                    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+                let mut unpadded = b64.encode(&m).trim_end_matches('=').to_string();
+                let last = unpadded.pop().unwrap();
+                let index = ALPHABET.find(last).unwrap() | 1;
+                unpadded.push(ALPHABET.as_bytes()[index] as char);
+                unpadded
+            },
+            "not a signature".into(),
+            String::new(),
+        ] {
+            cases.push((algorithm.to_string(), signature));
+        }
+    }
+    let sql = "SELECT verify_hmac($1, $2::bytea, $3, $4)::text";
+    for (algorithm, signature) in &cases {
+        for secret in ["k3y", "other", ""] {
+            let args: [&(dyn postgres::types::ToSql + Sync); 4] =
+                [&secret, &body.as_slice(), signature, algorithm];
+            assert_eq!(
+                answer(c.query(sql, &args)),
+                answer(p.query(sql, &args)),
+                "verify_hmac({secret:?}, body, {signature:?}, {algorithm:?})"
+            );
+        }
+    }
+    let nulls = "SELECT verify_hmac(NULL, 'x'::bytea, 'aa'), verify_hmac('k', NULL::bytea, 'aa'),
+                        verify_hmac('k', 'x'::bytea, NULL), verify_hmac('k', 'x'::bytea, 'aa', NULL)";
+    for one in nulls.trim_start_matches("SELECT ").split("), ") {
+        let sql = format!("SELECT {})", one.trim_end_matches(')'));
+        assert_eq!(
+            answer(c.query(&sql, &[])),
+            answer(p.query(&sql, &[])),
+            "{sql}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Claims in lockstep.
+
+/// A small deterministic generator (xorshift), so that a failing sequence
+/// is found again from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// One side of the lockstep: its connection and the ids its deliveries got.
+struct Side {
+    client: Client,
+    deliveries: Vec<String>,
+}
+
+impl Side {
+    /// `sql` with `$D<n>` replaced by this side's n-th delivery id; the
+    /// answer with this side's ids replaced by `D<n>`, so that the two
+    /// sides compare. A claim's id is remembered.
+    fn run(&mut self, sql: &str, remember: bool) -> String {
+        let mut sql = sql.to_string();
+        for (n, id) in self.deliveries.iter().enumerate().rev() {
+            sql = sql.replace(&format!("$D{n}"), &format!("'{id}'::uuid"));
+        }
+        let text = simple_answer(&mut self.client, &sql);
+        // A transaction an error left open is closed.
+        let _ = self.client.batch_execute("ROLLBACK");
+        if remember {
+            self.normalize(text)
+        } else {
+            self.replace_known(text)
+        }
+    }
+
+    /// Known ids replaced by their names, any other by `UUID`.
+    fn replace_known(&self, mut text: String) -> String {
+        for (n, id) in self.deliveries.iter().enumerate() {
+            text = text.replace(id, &format!("D{n}"));
+        }
+        for word in text
+            .clone()
+            .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        {
+            if word.len() == 36 && word.matches('-').count() == 4 {
+                text = text.replace(word, "UUID");
+            }
+        }
+        text
+    }
+
+    fn normalize(&mut self, mut text: String) -> String {
+        // A new id (a claim's) is remembered in order of appearance.
+        for word in text
+            .clone()
+            .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        {
+            if word.len() == 36
+                && word.matches('-').count() == 4
+                && !self.deliveries.iter().any(|d| d == word)
+            {
+                self.deliveries.push(word.to_string());
+            }
+        }
+        for (n, id) in self.deliveries.iter().enumerate() {
+            text = text.replace(id, &format!("D{n}"));
+        }
+        text
+    }
+}
+
+/// A random operation: SQL with `$D<n>` for the n-th delivery's id.
+fn operation(rng: &mut Rng, deliveries: usize, owners: &[usize]) -> String {
+    let provider = ["plain", "ordered", "ties"][rng.below(3)];
+    let event = format!("evt_{}", rng.below(8));
+    let entity = format!("ent_{}", rng.below(2));
+    let order = rng.below(5);
+    let payload = format!(
+        r#"{{"id": "{event}", "entity": "{entity}", "seq": {order}, "v": {}}}"#,
+        rng.below(2)
+    );
+    // Mostly one of the latest deliveries, now and then any.
+    let delivery = match deliveries {
+        0 => return format!(
+            "SELECT id, claimed, status, attempts, result FROM webhook_claim('{provider}', '{event}', 'thing.updated', '{payload}'::jsonb, 'sig')"
+        ),
+        n if rng.below(4) == 0 || owners.is_empty() => n - 1 - rng.below(n.min(4)),
+        _ => owners[owners.len() - 1 - rng.below(owners.len().min(6))],
+    };
+    let lease = ["NULL", "'1 hour'", "'1 millisecond'"][rng.below(3)];
+    let claim = |complete_on_commit: bool| {
+        format!(
+            "SELECT id, claimed, status, attempts, result FROM webhook_claim('{provider}', '{event}', 'thing.updated', '{payload}'::jsonb, 'sig', lease => {}, complete_on_commit => {complete_on_commit})",
+            if complete_on_commit { "NULL" } else { lease }
+        )
+    };
+    match rng.below(11) {
+        0..=2 => claim(false),
+        3 => claim(true),
+        4 => format!("SELECT webhook_complete($D{delivery}, '{{\"done\": {}}}')", rng.below(3)),
+        5 | 10 => format!("SELECT webhook_fail($D{delivery}, 'boom {}', permanent => {})", rng.below(3), rng.below(6) == 0),
+        6 => format!("SELECT webhook_extend($D{delivery}, '{}') > now()", ["1 hour", "1 millisecond", "0 seconds"][rng.below(3)]),
+        7 => format!(
+            "SELECT id, claimed, status, attempts FROM webhook_claim('{provider}', '{event}', 'thing.updated', '{payload}'::text, NULL, lease => {lease})"
+        ),
+        8 => format!("SELECT webhook_complete($D{delivery})"),
+        _ => "SELECT pg_sleep(0.002)".into(),
+    }
+}
+
+/// Everything both editions wrote, ids replaced by their position among
+/// the side's deliveries.
+fn tables(side: &mut Side) -> String {
+    let sql = "
+        SELECT 'event', provider, event_id, event_type, status::text, attempts::text, claim_id::text,
+               (lease_expires_at IS NULL)::text, (processed_at IS NULL)::text, last_error,
+               result::text, requeues::text, entity_key, order_value::text
+          FROM webhook.events
+        UNION ALL
+        SELECT 'delivery', provider, event_id, event_type, claim_status::text, payload_mismatch::text,
+               id::text, reject_reason, (raw_body IS NULL)::text, payload::text, signature,
+               claim_completes::text, secret_fingerprint, NULL
+          FROM webhook.delivery_log
+        UNION ALL
+        SELECT 'failure', delivery_id::text, error_message, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+               NULL, NULL, NULL, NULL
+          FROM webhook.delivery_failures
+        UNION ALL
+        SELECT 'watermark', provider, consumer, entity_key, order_value::text, event_id, NULL, NULL,
+               NULL, NULL, NULL, NULL, NULL, NULL
+          FROM webhook.watermarks
+        UNION ALL
+        SELECT 'view', provider, event_id, processing_status, error_message, NULL, id::text, NULL, NULL,
+               NULL, NULL, NULL, NULL, NULL
+          FROM webhook.deliveries";
+    let text = simple_answer(&mut side.client, sql);
+    let mut lines: Vec<String> = side.normalize(text).lines().map(str::to_string).collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+#[test]
+fn random_claim_sequences_answer_and_write_alike() {
+    if !portable_installable("random_claim_sequences_answer_and_write_alike") {
+        return;
+    }
+    let (c, p) = pair("claims");
+    let mut sides = [
+        Side {
+            client: c,
+            deliveries: Vec::new(),
+        },
+        Side {
+            client: p,
+            deliveries: Vec::new(),
+        },
+    ];
+    for side in sides.iter_mut() {
+        side.client
+            .batch_execute(
+                "SET webhook.max_attempts = 2;
+                 SELECT count(*) FROM webhook_register_provider('plain', secret => 'a-secret',
+                     scheme => 'hmac;header=X-Sig', event_id_from => 'body:id', event_type_from => 'body:id');
+                 SELECT count(*) FROM webhook_register_provider('ordered', secret => 'a-secret',
+                     scheme => 'hmac;header=X-Sig', event_id_from => 'body:id', event_type_from => 'body:id',
+                     entity_key_from => 'body:entity', order_from => 'body:seq');
+                 SELECT count(*) FROM webhook_register_provider('ties', secret => 'a-secret',
+                     scheme => 'hmac;header=X-Sig', event_id_from => 'body:id', event_type_from => 'body:id',
+                     entity_key_from => 'body:entity', order_from => 'body:seq', ties => 'stale');",
+            )
+            .unwrap();
+    }
+    let seed: u64 = std::env::var("EDITIONS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let mut rng = Rng(seed.max(1));
+    let mut statuses: HashMap<String, usize> = HashMap::new();
+    // The deliveries that were answered claimed or retry: mostly these are
+    // completed, failed and extended.
+    let mut owners: Vec<usize> = Vec::new();
+    for step in 0..1000 {
+        let op = operation(&mut rng, sides[0].deliveries.len(), &owners);
+        // Now and then inside a transaction rolled back to a savepoint.
+        let rolled_back = rng.below(12) == 0;
+        let sql = if rolled_back {
+            format!("BEGIN; SAVEPOINT s; {op}; ROLLBACK TO SAVEPOINT s; COMMIT")
+        } else {
+            op.clone()
+        };
+        let answers: Vec<String> = sides
+            .iter_mut()
+            // A claim rolled back is not referred to later: the compiled
+            // edition's session remembers its own claims, rolled back or
+            // not, and names an unknown one "no delivery" where a session
+            // that never made it (and the portable edition) says "no
+            // delivery or lease", with the same SQLSTATE.
+            .map(|side| side.run(&sql, !rolled_back))
+            .collect();
+        assert_eq!(answers[0], answers[1], "seed {seed:#x}, step {step}: {sql}");
+        if let Some(owner) = answers[0]
+            .strip_prefix('D')
+            .and_then(|rest| rest.split_once("|t|"))
+            .and_then(|(n, _)| n.parse().ok())
+        {
+            owners.push(owner);
+        }
+        let status = answers[0]
+            .split('|')
+            .nth(2)
+            .unwrap_or(&answers[0])
+            .to_string();
+        *statuses
+            .entry(status.chars().take(40).collect())
+            .or_default() += 1;
+        assert_eq!(
+            sides[0].deliveries.len(),
+            sides[1].deliveries.len(),
+            "step {step}: {sql}"
+        );
+    }
+    let [c, p] = &mut sides;
+    assert_eq!(
+        tables(c),
+        tables(p),
+        "seed {seed:#x}: the tables at the end"
+    );
+    eprintln!("editions: {statuses:?}");
+    for status in [
+        "claimed",
+        "duplicate",
+        "retry",
+        "in_progress",
+        "dead",
+        "stale",
+    ] {
+        assert!(
+            statuses.keys().any(|s| s == status),
+            "no step was answered {status}: {statuses:?}"
+        );
+    }
+}
