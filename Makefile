@@ -32,7 +32,7 @@ STATE_DIR  ?= /var/tmp/pg_webhook_inbox/pg$(PG_MAJOR)
 # 288xx: n is 0 for the client suites, 1 the hardening suites, 2 the
 # benchmark, 3 the examples, 4 the package test, 5 the demo, 6 the
 # observability test (and the three ports 100 above it), 7 the console's
-# browser test (and the five ports 200 above it).
+# browser test (and the five ports 200 above it), 8 the managed host.
 TEST_PORT_BASE ?= 25000
 port = $(shell expr $(TEST_PORT_BASE) + 10 \* $(PG_MAJOR) + $(1))
 
@@ -48,9 +48,11 @@ CLIENT_FEATURES := --no-default-features --features "pg$(PG_MAJOR) client-tests"
 HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
 # tests/scale_*.rs need a tier of servers: `make scale-test` starts them.
 SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
-CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES),$(basename $(notdir $(wildcard tests/*.rs))))
+# tests/managed.rs needs a server set up as managed hosts set theirs up:
+# `make managed-test` starts one.
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed,$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client managed-test sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -92,6 +94,7 @@ install-proxy:
 test:
 	$(MAKE) --no-print-directory test-in-db
 	$(MAKE) --no-print-directory test-client
+	$(MAKE) --no-print-directory managed-test
 	$(MAKE) --no-print-directory hardening
 	$(MAKE) --no-print-directory observability-test
 	$(MAKE) --no-print-directory console-test
@@ -119,6 +122,13 @@ scheme-matrix:
 	@mkdir -p $(STATE_DIR)
 	SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib \
 		$(PG_FEATURES) --features pg_test schemes::genuine::tests::matrix_of_every_scheme -- --exact
+
+# The portable edition (portable/) where managed hosts let one install it:
+# through pg_tle and from plain SQL, as a role that is no superuser, on a
+# copy of the server without the compiled edition (.ci/managed-host).
+managed-test: setup scheme-matrix
+	SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl .ci/managed-host run $(STATE_DIR)/managed $(call port,8) -- \
+		$(CARGO) test $(CLIENT_FEATURES) --test managed -- --nocapture
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
 sdk-fixtures:

@@ -101,9 +101,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM webhook._raise('0A000',
-        format('%s: %s needs public-key signatures, which the portable edition of pg_webhook_inbox cannot verify', fn, what),
-        'pgcrypto computes HMACs, not Ed25519, ECDSA or RSA signatures.',
-        'Install the compiled edition (CREATE EXTENSION pg_webhook_inbox from its package) where the database can load it; docs/managed.md says how to move.');
+        format('%s: %s is signed with a public key, which only the compiled edition of pg_webhook_inbox verifies', fn, what),
+        'This is the portable edition, in SQL and PL/pgSQL on pgcrypto: pgcrypto computes HMACs, not Ed25519, ECDSA or RSA signatures.',
+        'Where the database can load extensions, install the compiled edition; docs/managed.md says how to move to it, keeping every row.');
 END
 $$;
 

@@ -188,6 +188,21 @@ pub fn portable_database(name: &str) -> Client {
     db
 }
 
+/// The scheme matrix: every scheme's genuine delivery and every change a
+/// sender can make to it (src/schemes/genuine.rs), as `make` exported it
+/// into `SCHEME_MATRIX`; each line has its signing time (`at`).
+pub fn scheme_matrix() -> Vec<serde_json::Value> {
+    let path = std::env::var("SCHEME_MATRIX").expect(
+        "SCHEME_MATRIX names the file the scheme matrix was exported to (make test sets it)",
+    );
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Deliveries signed the way each provider signs them.
 pub mod sign {
     use hmac::{Hmac, Mac};
