@@ -660,13 +660,6 @@ BEGIN
 END
 $$;
 
--- An id no delivery has: an inbox lease, or nothing at all.
-CREATE FUNCTION webhook._no_delivery_or_lease(fn text, id uuid) RETURNS void
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    SELECT webhook._raise('P0002', format('%s: argument "id": no delivery or lease %s', fn, id));
-END;
-
 CREATE FUNCTION @extschema@.webhook_complete(id uuid, result jsonb DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -683,7 +676,8 @@ BEGIN
     END IF;
     owner := webhook._take_ownership(fn, id);
     IF owner IS NULL THEN
-        PERFORM webhook._no_delivery_or_lease(fn, id);
+        PERFORM webhook._lease_complete(fn, id, result);
+        RETURN;
     END IF;
     UPDATE webhook.events e
        SET status = 'processed', processed_at = now(), lease_expires_at = NULL,
@@ -721,7 +715,8 @@ BEGIN
     message := webhook._truncated(err, 2048);
     owner := webhook._take_ownership(fn, id);
     IF owner IS NULL THEN
-        PERFORM webhook._no_delivery_or_lease(fn, id);
+        PERFORM webhook._lease_fail(fn, id, message, retry_in, permanent);
+        RETURN;
     END IF;
     IF retry_in IS NOT NULL THEN
         PERFORM webhook._raise('22023', format('%s: argument "retry_in" applies to inbox leases only: a claimed delivery is retried by its provider''s next delivery', fn));
@@ -766,7 +761,7 @@ BEGIN
     PERFORM webhook._lease(fn, 'lease', webhook._required(fn, 'lease', lease));
     owner := webhook._take_ownership(fn, id);
     IF owner IS NULL THEN
-        PERFORM webhook._no_delivery_or_lease(fn, id);
+        RETURN webhook._lease_extend(fn, id, lease);
     END IF;
     IF owner.completed_here THEN
         PERFORM webhook._raise('55000',

@@ -753,10 +753,16 @@ fn every_delivery_of_the_scheme_matrix_is_received_alike() {
     let now = sign::now();
     let mut statuses: HashMap<String, usize> = HashMap::new();
     let mut registered = std::collections::HashSet::new();
-    for line in scheme_matrix() {
+    // Claimed, then queued (inbox mode) under providers of their own.
+    let lines: Vec<(bool, serde_json::Value)> = [false, true]
+        .into_iter()
+        .flat_map(|inbox| scheme_matrix().into_iter().map(move |line| (inbox, line)))
+        .collect();
+    for (inbox, line) in lines {
         let scheme = line["scheme"].as_str().unwrap();
         let provider = format!(
-            "m-{}",
+            "{}-{}",
+            if inbox { "q" } else { "m" },
             scheme
                 .split(';')
                 .next()
@@ -806,7 +812,7 @@ fn every_delivery_of_the_scheme_matrix_is_received_alike() {
         let sql = format!(
             "SELECT id, claimed, status, attempts, result, http_status, reason, event_id, event_type, \
                     event_type_signed, response, response_type \
-               FROM webhook_receive({}, {}::jsonb, '\\x{}'::bytea, inbox => false, url => {})",
+               FROM webhook_receive({}, {}::jsonb, '\\x{}'::bytea, inbox => {inbox}, url => {})",
             literal(&provider),
             literal(&headers),
             line["body"].as_str().unwrap(),
@@ -829,6 +835,21 @@ fn every_delivery_of_the_scheme_matrix_is_received_alike() {
 
         // The genuine delivery, failed and then completed: its
         // redeliveries are a retry, then duplicates.
+        // In inbox mode, a worker leases it: failed, then completed.
+        if change == "the genuine delivery" && answers[0].contains("|queued|") {
+            for step in [
+                "SELECT id, provider, event_id, attempts, origin FROM webhook_next(provider => '{p}', lease => '1 hour')",
+                "SELECT webhook_fail($D{last}, 'downstream timeout', retry_in => '0 seconds')",
+                "SELECT id, provider, event_id, attempts, origin FROM webhook_next(provider => '{p}', lease => '1 hour')",
+                "SELECT webhook_complete($D{last})",
+            ] {
+                let step = step
+                    .replace("{p}", &provider)
+                    .replace("{last}", &(sides[0].deliveries.len() - 1).to_string());
+                let answers: Vec<String> = sides.iter_mut().map(|side| side.run(&step, true)).collect();
+                assert_eq!(answers[0], answers[1], "{provider}: {step}");
+            }
+        }
         if change == "the genuine delivery" && answers[0].contains("|claimed|") {
             let id = answers[0].split('|').next().unwrap().to_string();
             for step in 0..4 {
@@ -862,7 +883,8 @@ fn every_delivery_of_the_scheme_matrix_is_received_alike() {
     // compared.
     c.client
         .batch_execute(
-            "DELETE FROM webhook.providers WHERE name IN ('m-discord', 'm-sendgrid', 'm-paypal')",
+            "DELETE FROM webhook.providers
+              WHERE name IN ('m-discord', 'm-sendgrid', 'm-paypal', 'q-discord', 'q-sendgrid', 'q-paypal')",
         )
         .unwrap();
     assert_same_tables(&received_tables(c), &received_tables(p), "webhook_receive");
@@ -877,6 +899,175 @@ fn every_delivery_of_the_scheme_matrix_is_received_alike() {
         assert!(
             statuses.keys().any(|s| s == status),
             "no delivery was answered {status}: {statuses:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The inbox in lockstep.
+
+/// A random inbox operation: SQL with `$D<n>` for the n-th id (a
+/// delivery's or a lease's).
+fn inbox_operation(rng: &mut Rng, ids: usize, leases: &[usize]) -> String {
+    let provider = ["queue", "split", "line"][rng.below(3)];
+    let event = format!("evt_{}", rng.below(10));
+    let entity = format!("ent_{}", rng.below(3));
+    let payload = format!(
+        r#"{{"id": "{event}", "entity": "{entity}", "seq": {}, "kind": "{}"}}"#,
+        rng.below(6),
+        ["a", "b"][rng.below(2)]
+    );
+    let lease = ["'1 hour'", "'1 millisecond'"][rng.below(2)];
+    let consumer = ["default", "billing", "audit"][rng.below(3)];
+    let pick = |rng: &mut Rng| -> usize {
+        match leases.len() {
+            0 => ids.saturating_sub(1),
+            n => leases[n - 1 - rng.below(n.min(5))],
+        }
+    };
+    if ids == 0 {
+        return format!("SELECT id, queued, status FROM webhook_enqueue('{provider}', '{event}', 'thing', '{payload}'::jsonb)");
+    }
+    let one = pick(rng);
+    let other = pick(rng);
+    match rng.below(14) {
+        0..=2 => format!("SELECT id, queued, status FROM webhook_enqueue('{provider}', '{event}', 'thing', '{payload}'::jsonb)"),
+        3..=5 => format!(
+            "SELECT id, provider, event_id, event_type, payload, attempts, consumer, delivery_id, replay_id, traceparent, origin
+               FROM webhook_next({}, consumer => '{consumer}', provider => {}, lease => {lease})",
+            1 + rng.below(3),
+            ["NULL", "'queue'", "'split'", "'line'"][rng.below(4)]
+        ),
+        6 | 7 => format!("SELECT webhook_complete($D{one}, '{{\"n\": {}}}')", rng.below(3)),
+        8 => format!(
+            "SELECT webhook_fail($D{one}, 'boom', retry_in => '{}', permanent => {})",
+            ["0 seconds", "1 hour"][rng.below(2)],
+            rng.below(6) == 0
+        ),
+        9 => format!("SELECT webhook_extend($D{one}, '1 hour') > now()"),
+        10 => format!("SELECT webhook_complete_batch(ARRAY[$D{one}, $D{other}])"),
+        11 => format!("SELECT webhook_fail_batch(ARRAY[$D{one}, $D{other}], 'batch boom', retry_in => '0 seconds')"),
+        12 => ["SELECT webhook_pause('queue')", "SELECT webhook_resume('queue')",
+               "SELECT webhook_set_limit('default', 'split', max_leases => 1)",
+               "SELECT webhook_quarantine('line', 'ent_1')", "SELECT webhook_release('line', 'ent_1')"][rng.below(5)]
+            .to_string(),
+        _ => "SELECT pg_sleep(0.002)".into(),
+    }
+}
+
+/// Everything the inbox wrote, ids by position.
+fn inbox_tables(side: &mut Side) -> String {
+    let sql = "
+        SELECT 'row', provider, event_id, consumer, event_type, status::text, attempts::text, claim_id::text,
+               delivery_id::text, last_error, result::text, entity_key, order_value::text
+          FROM webhook.inbox
+        UNION ALL
+        SELECT 'failure', claim_id::text, provider, event_id, consumer, attempt::text, error_message,
+               lease_expired::text, NULL, NULL, NULL, NULL, NULL
+          FROM webhook.inbox_failures
+        UNION ALL
+        SELECT 'event', provider, event_id, event_type, status::text, attempts::text, claim_id::text,
+               entity_key, order_value::text, NULL, NULL, NULL, NULL
+          FROM webhook.events
+        UNION ALL
+        SELECT 'watermark', provider, consumer, entity_key, order_value::text, event_id, NULL, NULL, NULL,
+               NULL, NULL, NULL, NULL
+          FROM webhook.watermarks
+        UNION ALL
+        SELECT 'view', provider, event_id, processing_status, claim_status::text, id::text, NULL, NULL, NULL,
+               NULL, NULL, NULL, NULL
+          FROM webhook.deliveries";
+    let text = simple_answer(&mut side.client, sql);
+    let mut lines: Vec<String> = side.normalize(text).lines().map(str::to_string).collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+#[test]
+fn random_inbox_sequences_answer_and_write_alike() {
+    if !portable_installable("random_inbox_sequences_answer_and_write_alike") {
+        return;
+    }
+    let (c, p) = pair("inbox");
+    let mut sides = [
+        Side {
+            client: c,
+            deliveries: Vec::new(),
+        },
+        Side {
+            client: p,
+            deliveries: Vec::new(),
+        },
+    ];
+    for side in sides.iter_mut() {
+        side.client
+            .batch_execute(
+                "SET webhook.max_attempts = 3;
+                 SELECT count(*) FROM webhook_register_provider('queue', secret => 'a-secret', inbox => true,
+                     scheme => 'hmac;header=X-Sig', event_id_from => 'body:id', event_type_from => 'body:kind');
+                 SELECT count(*) FROM webhook_register_provider('split', secret => 'a-secret', inbox => true,
+                     consumers => '{billing,audit}',
+                     scheme => 'hmac;header=X-Sig', event_id_from => 'body:id', event_type_from => 'body:kind');
+                 SELECT count(*) FROM webhook_register_provider('line', secret => 'a-secret', inbox => true,
+                     scheme => 'hmac;header=X-Sig', event_id_from => 'body:id', event_type_from => 'body:kind',
+                     entity_key_from => 'body:entity', order_from => 'body:seq', fifo => true);",
+            )
+            .unwrap();
+    }
+    let seed: u64 = std::env::var("EDITIONS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let mut rng = Rng(seed.max(1));
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut leases: Vec<usize> = Vec::new();
+    for step in 0..800 {
+        let op = inbox_operation(&mut rng, sides[0].deliveries.len(), &leases);
+        let before = sides[0].deliveries.len();
+        let answers: Vec<String> = sides.iter_mut().map(|side| side.run(&op, true)).collect();
+        assert_eq!(answers[0], answers[1], "seed {seed:#x}, step {step}: {op}");
+        assert_eq!(
+            sides[0].deliveries.len(),
+            sides[1].deliveries.len(),
+            "step {step}: {op}"
+        );
+        if op.contains("webhook_next") {
+            // The leases are the first column of each row.
+            for line in answers[0].lines() {
+                if let Some(n) = line
+                    .split('|')
+                    .next()
+                    .and_then(|d| d.strip_prefix('D'))
+                    .and_then(|n| n.parse().ok())
+                {
+                    leases.push(n);
+                }
+            }
+            let n = answers[0]
+                .lines()
+                .filter(|l| !l.is_empty() && !l.starts_with("ERROR"))
+                .count();
+            *seen.entry(format!("leased {}", n.min(1))).or_default() += 1;
+        }
+        let _ = before;
+        let kind = answers[0]
+            .split(['|', ':'])
+            .find(|w| w.starts_with("ERROR") || ["queued", "duplicate"].contains(w))
+            .unwrap_or("")
+            .to_string();
+        *seen.entry(kind).or_default() += 1;
+    }
+    let [c, p] = &mut sides;
+    assert_same_tables(
+        &inbox_tables(c),
+        &inbox_tables(p),
+        &format!("inbox, seed {seed:#x}"),
+    );
+    eprintln!("editions: inbox {seen:?}");
+    for kind in ["queued", "duplicate", "leased 1", "ERROR 55000"] {
+        assert!(
+            seen.keys().any(|s| s == kind),
+            "no step was {kind}: {seen:?}"
         );
     }
 }
