@@ -53,10 +53,9 @@ fn works_for_its_roles(db: &str, how: &str) {
         "{how}: installed by a role that is no superuser"
     );
 
-    // A provider with its secret, and an application role granted the
-    // claim's functions: it claims and finishes, and reads no table.
-    // (webhook_grant_app grants the inbox's and the idempotency keys'
-    // functions as well, which the portable edition does not have yet.)
+    // A provider with its secret, and an application role granted what a
+    // handler and a worker need: it claims and finishes, and reads no
+    // table.
     let secret = "whsec_managed";
     // Roles are the server's: one per database, so that both ways in run
     // at once.
@@ -65,10 +64,7 @@ fn works_for_its_roles(db: &str, how: &str) {
         .batch_execute(&format!(
             "SELECT count(*) FROM webhook_register_provider('stripe', secret => '{secret}');
              CREATE ROLE {app} LOGIN;
-             GRANT EXECUTE ON FUNCTION webhook_claim(text, text, text, jsonb, text, interval, boolean),
-                                       webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text),
-                                       webhook_next(integer, text, text, text, interval),
-                                       webhook_complete(uuid, jsonb) TO {app};"
+             SELECT webhook_grant_app('{app}');"
         ))
         .unwrap();
     let body = r#"{"id":"evt_managed","type":"invoice.paid"}"#;
