@@ -32,7 +32,8 @@ STATE_DIR  ?= /var/tmp/pg_webhook_inbox/pg$(PG_MAJOR)
 # 288xx: n is 0 for the client suites, 1 the hardening suites, 2 the
 # benchmark, 3 the examples, 4 the package test, 5 the demo, 6 the
 # observability test (and the three ports 100 above it), 7 the console's
-# browser test (and the five ports 200 above it), 8 the managed host.
+# browser test (and the five ports 200 above it), 8 the managed host, 9
+# the client suites against the portable edition.
 TEST_PORT_BASE ?= 25000
 port = $(shell expr $(TEST_PORT_BASE) + 10 \* $(PG_MAJOR) + $(1))
 
@@ -51,8 +52,13 @@ SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
 # tests/managed.rs needs a server set up as managed hosts set theirs up:
 # `make managed-test` starts one.
 CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed,$(basename $(notdir $(wildcard tests/*.rs))))
+# The client suites that apply to the portable edition as well, run again
+# against it by `make test-portable`. Those that do not: upgrade and
+# dump_restore take the compiled extension through its releases and
+# pg_dump's handling of extensions; editions compares the two itself.
+PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client managed-test sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -94,6 +100,7 @@ install-proxy:
 test:
 	$(MAKE) --no-print-directory test-in-db
 	$(MAKE) --no-print-directory test-client
+	$(MAKE) --no-print-directory test-portable
 	$(MAKE) --no-print-directory managed-test
 	$(MAKE) --no-print-directory hardening
 	$(MAKE) --no-print-directory observability-test
@@ -122,6 +129,21 @@ scheme-matrix:
 	@mkdir -p $(STATE_DIR)
 	SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib \
 		$(PG_FEATURES) --features pg_test schemes::genuine::tests::matrix_of_every_scheme -- --exact
+
+# The client suites again, each in a database where the portable edition
+# (portable/) was installed from its plain script rather than the
+# compiled one. It needs pgcrypto; a server built without it says so.
+# The SDKs' deliveries first, while their five-minute windows are open.
+test-portable: install sdk-fixtures scheme-matrix
+	@if [ ! -f "$$($(PG_CONFIG) --sharedir)/extension/pgcrypto.control" ]; then \
+		echo "test-portable: NOT CHECKED: $$($(PG_CONFIG) --version) has no pgcrypto, so the client suites did not run against the portable edition"; \
+	else \
+		WEBHOOK_EDITION=portable SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl \
+			PG_TEMP_OPTS="-c max_prepared_transactions=10" \
+			.ci/pg-temp run $(STATE_DIR)/portable-pg $(call port,9) -- sh -c '\
+			$(CARGO) test $(CLIENT_FEATURES) --test provider_sdks && \
+			$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(filter-out provider_sdks,$(PORTABLE_SUITES)))'; \
+	fi
 
 # The portable edition (portable/) where managed hosts let one install it:
 # through pg_tle and from plain SQL, as a role that is no superuser, on a

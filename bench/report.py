@@ -337,6 +337,45 @@ settings = subprocess.run(
      "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) FROM pg_settings "
      "WHERE name IN ('shared_buffers', 'max_wal_size', 'wal_level', 'fsync', 'full_page_writes', 'autovacuum')"],
     capture_output=True, text=True).stdout.strip()
+# The portable edition (bench/portable): its one call against the
+# hand-written PL/pgSQL, its drains against pgmq, and the compiled
+# edition's lead over it, cell by cell, from the same run.
+# portable.tsv: cell, clients, impl, sync, round, rate.
+portable_runs = defaultdict(list)
+for cell, clients, impl, sync, _round, rate in rows("portable.tsv"):
+    portable_runs[(cell, clients, impl, sync)].append(num(rate))
+
+
+def portable_median(cell, clients, impl, sync):
+    values = portable_runs.get((cell, clients, impl, sync), [])
+    return statistics.median(values) if values else None
+
+
+portable_lines = [
+    "| cell | clients | portable | hand-written PL/pgSQL or pgmq | portable × that | target | compiled | "
+    "compiled × portable |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|",
+]
+for cell, sync, base, goal, label in (
+    ("new", "on", "plpgsql", 1.0, "a new event per transaction, one call (synchronous_commit on)"),
+    ("new", "off", "plpgsql", 1.0, "a new event per transaction, one call (synchronous_commit off)"),
+    ("alone", "off", "pgmq", 0.8, "drain, nothing else queued (events/s)"),
+    ("behind", "off", "pgmq", 0.8, "drain behind another provider's backlog (events/s)"),
+):
+    for clients in ("1", "4"):
+        mine = portable_median(cell, clients, "portable", sync)
+        other = portable_median(cell, clients, base, sync)
+        compiled = (median((cell, clients, sync, "ours_complete")) if cell == "new"
+                    else queue_median(cell, clients, "ours"))
+        if mine is None:
+            continue
+        portable_lines.append(
+            f"| {label} | {clients} | {fmt(mine)} | {fmt(other)} | "
+            f"{f'{mine / other:.2f}' if other else ''} | ≥ {goal:.1f} | {fmt(compiled)} | "
+            f"{f'{compiled / mine:.2f}' if compiled else ''} |"
+        )
+portable_table = "\n".join(portable_lines) if len(portable_lines) > 2 else ""
+
 machine = f"{os.cpu_count()} cores, {platform.machine()}, PostgreSQL {pg_version}; {settings}"
 rounds = max((len(v) for v in runs.values()), default=0)
 
@@ -357,6 +396,8 @@ print()
 print(steer_table)
 print()
 print(tier_table)
+print()
+print(portable_table)
 
 if os.path.exists(doc):
     with open(doc) as f:
@@ -379,7 +420,9 @@ if os.path.exists(doc):
         f"{os.environ.get('BENCH_STEER_ROUNDS', '6')} interleaved rounds, this build's library and the one before "
         f"steering swapped between runs; nothing paused or limited):\n\n{steer_table}\n\n"
         f"**The intake tier's proxy** (bench/tier: synchronous_commit off, 4 clients, a new signed Stripe "
-        f"delivery per call; see [scale-out.md](scale-out.md)):\n\n{tier_table}\n"
+        f"delivery per call; see [scale-out.md](scale-out.md)):\n\n{tier_table}\n\n"
+        f"**The portable edition** (bench/portable, in a database of its own, installed from its plain script; "
+        f"see [managed.md](managed.md)):\n\n{portable_table}\n"
         "<!-- figures:end -->"
     )
     start, end = text.find("<!-- figures:start -->"), text.find("<!-- figures:end -->")

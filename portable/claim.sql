@@ -43,7 +43,6 @@ RETURN CASE WHEN current_setting('role') = 'none' THEN session_user ELSE current
 -- (src/scopes.rs): with no scope anywhere, one look at an empty table.
 CREATE FUNCTION webhook._check_scope(fn text, arg text, provider text) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     acting  name;
@@ -81,7 +80,6 @@ $$;
 -- Array elements are reached by position (`0.sg_event_id`).
 CREATE FUNCTION webhook._body_value(document jsonb, path text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     node jsonb := document;
@@ -125,7 +123,6 @@ END;
 -- with its fraction; NULL for anything else.
 CREATE FUNCTION webhook._order_value(text text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     seconds  bigint;
@@ -154,7 +151,6 @@ $$;
 -- microseconds, past 10^17 nanoseconds (src/ordering.rs, within_clock).
 CREATE FUNCTION webhook._within_clock(value text, max_future integer) RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     whole text := split_part(value, '.', 1);
@@ -181,12 +177,11 @@ CREATE TYPE webhook._order AS (entity_key text, value text);
 -- caller verified it (src/ordering.rs, of_payload).
 CREATE FUNCTION webhook._order_of_payload(provider text, payload jsonb) RETURNS webhook._order
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     p          record;
     order_at   webhook._order;
-    max_future integer := webhook._setting('webhook.order_max_future', 86400);
+    max_future integer := webhook._setting_in('webhook.order_max_future', 's', 86400)::integer;
 BEGIN
     SELECT r.entity_key_from, r.order_from INTO p FROM webhook.providers r WHERE r.name = provider;
     IF p.entity_key_from IS NULL THEN
@@ -254,7 +249,6 @@ CREATE FUNCTION webhook._advance(fn text, id uuid, provider text, consumer text,
                                  entity_key text, value text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     w record;
@@ -292,14 +286,17 @@ CREATE FUNCTION webhook._archive(id uuid, provider text, event_id text, event_ty
                                  payload_mismatch boolean, verified_by text, reason text,
                                  completes boolean DEFAULT NULL)
 RETURNS void
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- PL/pgSQL keeps the INSERT's plan for the session.
     INSERT INTO webhook.delivery_log
         (id, provider, event_id, event_type, payload, raw_body, signature, headers,
          claim_status, payload_mismatch, secret_fingerprint, reject_reason, claim_completes)
     VALUES (id, provider, event_id, event_type, payload, raw_body, signature, headers,
             status::webhook.claim_status, payload_mismatch, verified_by, reason, completes);
-END;
+END
+$$;
 
 -- Record that a claim's lease ran out and its event was taken over, so
 -- the archive never shows that delivery PENDING forever.
@@ -318,8 +315,8 @@ CREATE FUNCTION webhook._claim(fn text, provider text, event_id text, event_type
                                entity_key text, order_value text, verified_by text)
 RETURNS webhook._outcome
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_variable
 DECLARE
     id       uuid := webhook._new_id();
     digest   bytea := sha256(convert_to(payload::text, 'UTF8'));
@@ -330,7 +327,7 @@ DECLARE
     attempts integer;
     ceiling  integer;
 BEGIN
-    IF NOT webhook._setting_on('webhook.archive_duplicates', true) THEN
+    IF NOT coalesce(nullif(current_setting('webhook.archive_duplicates', true), '')::boolean, true) THEN
         -- Processed is final: answered without a lock, and nothing written.
         SELECT x.status, x.attempts, x.result INTO e
           FROM webhook.events x WHERE x.provider = _claim.provider AND x.event_id = _claim.event_id;
@@ -350,7 +347,7 @@ BEGIN
         RETURN ROW(id, answer, e.attempts, CASE WHEN answer = 'duplicate' THEN e.result END, false)::webhook._outcome;
     END IF;
 
-    IF NOT webhook._try_lock(fn, webhook._lock_key(provider, event_id)) THEN
+    IF NOT webhook._try_lock(fn, hashtextextended(provider || chr(1) || event_id, 22344)) THEN
         -- Another transaction is working on the event right now.
         SELECT x.status, x.attempts, x.result, x.payload_hash, x.lease_expires_at INTO e
           FROM webhook.events x WHERE x.provider = _claim.provider AND x.event_id = _claim.event_id;
@@ -393,18 +390,30 @@ BEGIN
         END IF;
     END IF;
 
-    INSERT INTO webhook.events AS x
-        (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at,
-         processed_at, payload_hash, entity_key, order_value)
-    VALUES (provider, event_id, event_type,
-            CASE WHEN lease IS NULL THEN 'processed' ELSE 'processing' END::webhook.event_status,
-            1, id, clock_timestamp() + lease, CASE WHEN lease IS NULL THEN now() END, digest,
-            entity_key, order_value::numeric)
-    ON CONFLICT ON CONSTRAINT events_pkey DO NOTHING;
-    IF FOUND THEN
-        PERFORM webhook._archive(id, provider, event_id, event_type, payload, raw_body, signature, headers,
-                                 'claimed', false, verified_by, NULL, nullif(lease IS NULL, false));
-        PERFORM webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value);
+    -- A new event and its delivery's archive row, in one statement.
+    WITH new_event AS (
+        INSERT INTO webhook.events AS x
+            (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at,
+             processed_at, payload_hash, entity_key, order_value)
+        VALUES (provider, event_id, event_type,
+                CASE WHEN lease IS NULL THEN 'processed' ELSE 'processing' END::webhook.event_status,
+                1, id, clock_timestamp() + lease, CASE WHEN lease IS NULL THEN now() END, digest,
+                entity_key, order_value::numeric)
+        ON CONFLICT ON CONSTRAINT events_pkey DO NOTHING
+        RETURNING 1
+    ), archived AS (
+        INSERT INTO webhook.delivery_log
+            (id, provider, event_id, event_type, payload, raw_body, signature, headers,
+             claim_status, payload_mismatch, secret_fingerprint, reject_reason, claim_completes)
+        SELECT id, provider, event_id, event_type, payload, raw_body, signature, headers,
+               'claimed', false, verified_by, NULL, nullif(lease IS NULL, false)
+          FROM new_event
+    )
+    SELECT count(*) INTO attempts FROM new_event;
+    IF attempts > 0 THEN
+        IF lease IS NULL THEN
+            PERFORM webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value);
+        END IF;
         RETURN ROW(id, 'claimed', 1, NULL, tie)::webhook._outcome;
     END IF;
 
@@ -424,7 +433,7 @@ BEGIN
         PERFORM webhook._record_lost_lease(e.claim_id,
             format('lease expired; event taken over by delivery %s', id));
     END IF;
-    ceiling := webhook._setting('webhook.max_attempts', 10);
+    ceiling := webhook._setting_in('webhook.max_attempts', '', 10)::integer;
     IF ceiling > 0 AND e.attempts >= ceiling THEN
         UPDATE webhook.events x
            SET status = 'dead', lease_expires_at = NULL,
@@ -458,7 +467,6 @@ CREATE FUNCTION webhook._owned(fn text, id uuid, provider text, event_id text, l
                                entity_key text, order_value text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF lease IS NULL THEN
@@ -476,15 +484,16 @@ $$;
 -- complete_on_commit, until its transaction ends (NULL is returned).
 CREATE FUNCTION webhook._claim_lease(fn text, lease interval, complete_on_commit boolean) RETURNS interval
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT webhook._required(fn, 'complete_on_commit', complete_on_commit) THEN
-        RETURN webhook._lease(fn, 'lease', lease);
-    ELSIF lease IS NOT NULL THEN
+    IF complete_on_commit AND lease IS NULL THEN
+        RETURN NULL;
+    ELSIF complete_on_commit IS NULL THEN
+        PERFORM webhook._required(fn, 'complete_on_commit', complete_on_commit);
+    ELSIF complete_on_commit THEN
         PERFORM webhook._raise('22023', format('%s: argument "lease" must be NULL when complete_on_commit is true: the claim owns its event until its transaction ends, and the commit completes it', fn));
     END IF;
-    RETURN NULL;
+    RETURN webhook._lease(fn, 'lease', lease);
 END
 $$;
 
@@ -492,7 +501,6 @@ $$;
 -- must be: UTF-8, JSON jsonb can store, an object.
 CREATE FUNCTION webhook._json_body(fn text, arg text, body bytea, batch boolean DEFAULT false) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     text     text;
@@ -528,19 +536,33 @@ CREATE FUNCTION webhook._claim_call(provider text, event_id text, event_type tex
                                     raw_body bytea, signature text, lease interval)
 RETURNS webhook.claim_result
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_variable
 DECLARE
     fn CONSTANT text := 'webhook_claim';
     order_at webhook._order;
     outcome  webhook._outcome;
 BEGIN
-    PERFORM webhook._required_text(fn, 'provider', provider, 64);
-    PERFORM webhook._required_text(fn, 'event_id', event_id, 255);
-    PERFORM webhook._required_text(fn, 'event_type', event_type, 255);
-    PERFORM webhook._bounded_text(fn, 'signature', signature, 8192);
-    PERFORM webhook._check_scope(fn, 'provider', provider);
-    order_at := webhook._order_of_payload(provider, payload);
+    -- The checks inline, their errors raised by the helpers: the hot path
+    -- calls no function for an argument that is fine.
+    IF provider IS NULL OR provider = '' OR octet_length(provider) > 64 THEN
+        PERFORM webhook._required_text(fn, 'provider', provider, 64);
+    END IF;
+    IF event_id IS NULL OR event_id = '' OR octet_length(event_id) > 255 THEN
+        PERFORM webhook._required_text(fn, 'event_id', event_id, 255);
+    END IF;
+    IF event_type IS NULL OR event_type = '' OR octet_length(event_type) > 255 THEN
+        PERFORM webhook._required_text(fn, 'event_type', event_type, 255);
+    END IF;
+    IF octet_length(signature) > 8192 THEN
+        PERFORM webhook._bounded_text(fn, 'signature', signature, 8192);
+    END IF;
+    IF EXISTS (SELECT FROM webhook.app_scopes) THEN
+        PERFORM webhook._check_scope(fn, 'provider', provider);
+    END IF;
+    IF EXISTS (SELECT FROM webhook.providers p WHERE p.name = provider AND p.entity_key_from IS NOT NULL) THEN
+        order_at := webhook._order_of_payload(provider, payload);
+    END IF;
     outcome := webhook._claim(fn, provider, event_id, event_type, payload, raw_body, signature, NULL, lease,
                               order_at.entity_key, order_at.value, NULL);
     RETURN ROW(outcome.id, outcome.status IN ('claimed', 'retry'), outcome.status, outcome.attempts,
@@ -557,16 +579,19 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     fn CONSTANT text := 'webhook_claim';
-    owned interval;
 BEGIN
-    PERFORM webhook._required(fn, 'payload', payload);
-    PERFORM webhook._payload_size(fn, 'payload', pg_column_size(payload) - 4);
+    IF payload IS NULL THEN
+        PERFORM webhook._required(fn, 'payload', payload);
+    END IF;
+    IF pg_column_size(payload) - 4 > webhook._setting_in('webhook.max_payload_size', 'kB', 25 * 1024) * 1024 THEN
+        PERFORM webhook._payload_size(fn, 'payload', pg_column_size(payload) - 4);
+    END IF;
     IF jsonb_typeof(payload) <> 'object' THEN
         PERFORM webhook._raise('2203C', format('%s: argument "payload" must be a JSON object, not %s', fn,
             CASE WHEN jsonb_typeof(payload) = 'array' THEN 'an array' ELSE 'a scalar' END));
     END IF;
-    owned := webhook._claim_lease(fn, lease, complete_on_commit);
-    RETURN webhook._claim_call(provider, event_id, event_type, payload, NULL, signature, owned);
+    RETURN webhook._claim_call(provider, event_id, event_type, payload, NULL, signature,
+                               webhook._claim_lease(fn, lease, complete_on_commit));
 END
 $$;
 
@@ -605,7 +630,6 @@ CREATE TYPE webhook._owner AS (provider text, event_id text, completed_here bool
 
 CREATE FUNCTION webhook._take_ownership(fn text, id uuid) RETURNS webhook._owner
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     d record;
@@ -636,7 +660,6 @@ $$;
 -- no such delivery.
 CREATE FUNCTION webhook._refuse_finish(fn text, id uuid, owner webhook._owner) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     d record;
@@ -705,7 +728,7 @@ DECLARE
     fn CONSTANT text := 'webhook_fail';
     owner   webhook._owner;
     message text;
-    ceiling integer := webhook._setting('webhook.max_attempts', 10);
+    ceiling integer := webhook._setting_in('webhook.max_attempts', '', 10)::integer;
 BEGIN
     PERFORM webhook._required(fn, 'id', id);
     PERFORM webhook._required(fn, 'err', err);
@@ -737,12 +760,11 @@ $$;
 -- retry_in: not negative, and at most webhook.backoff_max.
 CREATE FUNCTION webhook._check_retry_in(fn text, retry_in interval) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF retry_in < interval '0' THEN
         PERFORM webhook._raise('22023', format('%s: argument "retry_in" must not be negative', fn));
-    ELSIF retry_in > make_interval(secs => webhook._setting('webhook.backoff_max', 3600000) / 1000.0) THEN
+    ELSIF retry_in > make_interval(secs => webhook._setting_in('webhook.backoff_max', 'ms', 3600000)::integer / 1000.0) THEN
         PERFORM webhook._raise('22023', format('%s: argument "retry_in" must not exceed webhook.backoff_max', fn));
     END IF;
 END

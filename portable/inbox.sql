@@ -14,7 +14,6 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 -- budget like a tried one (webhook._try_lock).
 CREATE FUNCTION webhook._wait_lock(fn text, key bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -47,7 +46,6 @@ END;
 -- commit with every other one).
 CREATE FUNCTION webhook._wake() RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 BEGIN
@@ -67,7 +65,6 @@ CREATE FUNCTION webhook._enqueue(fn text, provider text, event_id text, event_ty
                                  order_value text, verified_by text)
 RETURNS webhook._outcome
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -137,7 +134,6 @@ CREATE FUNCTION webhook._enqueue_received(fn text, provider text, event_id webho
                                           verified_by text, body_signed boolean, traceparent text)
 RETURNS webhook._outcome
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -179,7 +175,6 @@ CREATE FUNCTION webhook._enqueue_call(provider text, event_id text, event_type t
                                       raw_body bytea, signature text, traceparent text)
 RETURNS webhook.enqueue_result
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -254,9 +249,9 @@ RETURN @extschema@.webhook_enqueue(provider, event_id, event_type, convert_to(bo
 -- id's last two bytes, in microseconds.
 CREATE FUNCTION webhook._backoff(attempt integer, lease uuid) RETURNS bigint
 LANGUAGE sql STABLE
-RETURN round(least(greatest(webhook._setting('webhook.backoff_base', 10000), 1) * 1000.0
+RETURN round(least(greatest(webhook._setting_in('webhook.backoff_base', 'ms', 10000)::integer, 1) * 1000.0
                    * power(2, least(greatest(attempt - 1, 0), 40)),
-                   greatest(webhook._setting('webhook.backoff_max', 3600000), 1) * 1000.0)
+                   greatest(webhook._setting_in('webhook.backoff_max', 'ms', 3600000)::integer, 1) * 1000.0)
              * (1 - ((get_byte(uuid_send(lease), 14) * 256 + get_byte(uuid_send(lease), 15)) / 65536.0) / 4))::bigint;
 
 -- What steers a consumer's leases, as webhook_next reads it
@@ -315,13 +310,13 @@ CREATE TYPE webhook._allowance AS (
     slot_providers text[],
     slot_kinds   text[],
     slot_ns      integer[],
-    probes       text[]
+    probes       text[],
+    taken_at     timestamptz  -- when the slots were taken: a rate slot rests from then
 );
 
 CREATE FUNCTION webhook._allowance(c webhook._controls, consumer text, provider text, batch integer)
 RETURNS webhook._allowance
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -339,7 +334,7 @@ BEGIN
     IF c.paused OR provider = ANY (c.paused_providers) THEN
         RETURN NULL;
     END IF;
-    a := ROW(batch, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}');
+    a := ROW(batch, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', clock_timestamp());
     FOREACH p IN ARRAY c.quarantined LOOP
         CONTINUE WHEN provider IS NOT NULL AND provider <> p;
         IF pg_try_advisory_xact_lock_shared(webhook._lock_key('quarantine', p)) THEN
@@ -396,14 +391,26 @@ BEGIN
             want := webhook._allowed(a, l.provider);
             slots := '{}';
             IF want > 0 THEN
+                -- Lock free-looking slots without waiting, then judge them
+                -- again in a statement of their own: its snapshot sees the
+                -- lease a slot's last holder committed while this one
+                -- waited for nothing.
                 SELECT coalesce(array_agg(s.n ORDER BY s.n), '{}') INTO slots
                   FROM (SELECT s.n FROM webhook.limit_slots s
-                         WHERE s.consumer = _allowance.consumer AND s.provider = l.provider
+                         WHERE s.consumer = consumer AND s.provider = l.provider
                            AND s.kind = kind::webhook.slot_kind
                            AND CASE WHEN s.kind = 'lease' THEN s.lease_id IS NULL OR NOT webhook._lease_live(s.lease_id)
                                     ELSE s.used_at IS NULL OR s.used_at <= clock_timestamp() - rest * interval '1 second' END
                          ORDER BY s.n LIMIT want
                            FOR UPDATE SKIP LOCKED) s;
+                IF cardinality(slots) > 0 THEN
+                    SELECT coalesce(array_agg(s.n ORDER BY s.n), '{}') INTO slots
+                      FROM webhook.limit_slots s
+                     WHERE s.consumer = consumer AND s.provider = l.provider
+                       AND s.kind = kind::webhook.slot_kind AND s.n = ANY (slots)
+                       AND CASE WHEN s.kind = 'lease' THEN s.lease_id IS NULL OR NOT webhook._lease_live(s.lease_id)
+                                ELSE s.used_at IS NULL OR s.used_at <= clock_timestamp() - rest * interval '1 second' END;
+                END IF;
             END IF;
             a := webhook._limit(a, l.provider, cardinality(slots));
             FOR i IN 1 .. cardinality(slots) LOOP
@@ -434,7 +441,6 @@ RETURN CASE WHEN scope = '' THEN (a).batch
 -- At most n more for a provider ('' : the whole call).
 CREATE FUNCTION webhook._limit(a webhook._allowance, scope text, n integer) RETURNS webhook._allowance
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -474,8 +480,11 @@ CREATE FUNCTION webhook._pick(consumer text, provider text, event_type text, bat
                               start_providers text[], starts timestamptz[],
                               excluded text[], quota_providers text[], quotas integer[], quarantining text[])
 RETURNS SETOF webhook._picked
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH RECURSIVE found (provider) AS (
         (SELECT i.provider FROM webhook.inbox i
           WHERE i.consumer = _pick.consumer AND i.status IN ('ready', 'leased') AND _pick.provider IS NULL
@@ -584,7 +593,8 @@ BEGIN ATOMIC
            (SELECT t.traceparent FROM webhook.trace_contexts t WHERE t.delivery_id = l.delivery_id), l.due
       FROM leased l
      ORDER BY l.queued_at;
-END;
+END
+$$;
 
 -- Where a call's queues' ready rows start, as this session last found
 -- them (src/inbox/heads.rs): per call filter (consumer, provider, event
@@ -594,7 +604,6 @@ END;
 -- heads, or a short pick, a filter is read from the start again.
 CREATE FUNCTION webhook._heads_start(filter text) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     kept  jsonb := coalesce(nullif(current_setting('pg_webhook_inbox.heads', true), ''), '{}')::jsonb;
@@ -615,7 +624,6 @@ $$;
 
 CREATE FUNCTION webhook._heads_record(filter text, picked webhook._picked[], filled boolean) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     kept  jsonb := coalesce(nullif(current_setting('pg_webhook_inbox.heads', true), ''), '{}')::jsonb;
@@ -655,7 +663,6 @@ CREATE TYPE webhook._next AS (
 CREATE FUNCTION webhook._next(batch integer, consumer text, provider text, event_type text, lease interval)
 RETURNS SETOF webhook._next
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -686,7 +693,10 @@ BEGIN
     ELSE
         PERFORM webhook._check_every_provider(fn);
     END IF;
-    controls := webhook._controls(consumer);
+    -- Nothing steers most inboxes: two probes of empty tables say so.
+    IF EXISTS (SELECT FROM webhook.pauses) OR EXISTS (SELECT FROM webhook.limits) THEN
+        controls := webhook._controls(consumer);
+    END IF;
     IF controls.paused OR cardinality(controls.paused_providers) > 0 OR cardinality(controls.quarantined) > 0
        OR cardinality(controls.limit_providers) > 0 THEN
         allowance := webhook._allowance(controls, consumer, provider, batch);
@@ -698,16 +708,20 @@ BEGIN
         -- The FIFO lines this transaction may lease from, each under its
         -- line's lock, taken before the pick so that its snapshot sees
         -- every lease an earlier holder committed.
-        SELECT coalesce(array_agg(h.provider), '{}'), coalesce(array_agg(h.entity_key), '{}')
-          INTO line_providers, line_keys
-          FROM webhook._fifo_heads(consumer, provider, event_type, coalesce(allowance.batch, batch)) h
-         WHERE pg_try_advisory_xact_lock(webhook._lock_key('fifo', h.provider, consumer, h.entity_key));
+        line_providers := '{}';
+        line_keys := '{}';
+        IF EXISTS (SELECT FROM webhook.providers f WHERE f.fifo) THEN
+            SELECT coalesce(array_agg(h.provider), '{}'), coalesce(array_agg(h.entity_key), '{}')
+              INTO line_providers, line_keys
+              FROM webhook._fifo_heads(consumer, provider, event_type, coalesce(allowance.batch, batch)) h
+             WHERE pg_try_advisory_xact_lock(webhook._lock_key('fifo', h.provider, consumer, h.entity_key));
+        END IF;
         turn := coalesce(nullif(current_setting('pg_webhook_inbox.turn', true), '')::bigint, 0);
         PERFORM set_config('pg_webhook_inbox.turn', ((turn + 1) % 9223372036854775807)::text, false);
         heads := CASE WHEN from_start THEN NULL ELSE webhook._heads_start(filter) END;
         SELECT coalesce(array_agg(p), '{}') INTO picked
           FROM webhook._pick(consumer, provider, event_type, coalesce(allowance.batch, batch), leased_for,
-                             webhook._setting('webhook.max_attempts', 10), line_providers, line_keys, turn,
+                             webhook._setting_in('webhook.max_attempts', '', 10)::integer, line_providers, line_keys, turn,
                              ARRAY(SELECT jsonb_object_keys(coalesce(heads, '{}')) ORDER BY 1),
                              ARRAY(SELECT (heads ->> k)::timestamptz FROM jsonb_object_keys(coalesce(heads, '{}')) k ORDER BY k),
                              coalesce(allowance.excluded, '{}'), coalesce(allowance.quota_providers, '{}'),
@@ -754,17 +768,20 @@ BEGIN ATOMIC
 END;
 
 -- The FIFO lines whose heads a pick would lease.
-CREATE FUNCTION webhook._fifo_heads(consumer text, provider text, event_type text, batch integer)
+CREATE FUNCTION webhook._fifo_heads(of_consumer text, of_provider text, of_type text, at_most integer)
 RETURNS TABLE (provider text, entity_key text)
-LANGUAGE sql STABLE
-BEGIN ATOMIC
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT h.provider, h.entity_key
       FROM webhook.providers f
      CROSS JOIN LATERAL (
            SELECT i.provider, i.entity_key, i.run_at
              FROM webhook.inbox i
-            WHERE i.consumer = _fifo_heads.consumer AND i.provider = f.name
-              AND (_fifo_heads.event_type IS NULL OR i.event_type = _fifo_heads.event_type)
+            WHERE i.consumer = of_consumer AND i.provider = f.name
+              AND (of_type IS NULL OR i.event_type = of_type)
               AND i.status IN ('ready', 'leased') AND i.run_at <= (SELECT clock_timestamp())
               AND i.entity_key IS NOT NULL
               AND NOT EXISTS (SELECT FROM webhook.inbox j
@@ -774,17 +791,17 @@ BEGIN ATOMIC
                                  AND ((j.order_value, j.queued_at, j.event_id) < (i.order_value, i.queued_at, i.event_id)
                                       OR (j.status = 'leased' AND j.run_at > clock_timestamp())))
             ORDER BY i.run_at
-            LIMIT _fifo_heads.batch) h
-     WHERE f.fifo AND (_fifo_heads.provider IS NULL OR f.name = _fifo_heads.provider)
+            LIMIT at_most) h
+     WHERE f.fifo AND (of_provider IS NULL OR f.name = of_provider)
      ORDER BY h.run_at
-     LIMIT _fifo_heads.batch;
-END;
+     LIMIT at_most;
+END
+$$;
 
 -- Give the slots and probes a steered call took to the leases it made.
 CREATE FUNCTION webhook._record_allowance(a webhook._allowance, consumer text, leases webhook._picked[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -802,7 +819,7 @@ BEGIN
                        WHERE g.provider = '' OR l.provider = g.provider ORDER BY l.ordinality);
         FOR i IN 1 .. least(cardinality(g.ns), cardinality(mine)) LOOP
             UPDATE webhook.limit_slots s
-               SET lease_id = mine[i], used_at = clock_timestamp()
+               SET lease_id = mine[i], used_at = a.taken_at
              WHERE s.consumer = consumer AND s.provider = g.provider
                AND s.kind = g.kind::webhook.slot_kind AND s.n = g.ns[i];
         END LOOP;
@@ -821,7 +838,6 @@ $$;
 -- the session may use, and no call without a provider from a scoped role.
 CREATE FUNCTION webhook._check_consumer_scope(fn text, arg text, provider text, consumer text) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -854,7 +870,6 @@ $$;
 
 CREATE FUNCTION webhook._check_every_provider(fn text) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -886,7 +901,6 @@ $$;
 -- of failed attempts (src/inbox/flow.rs).
 CREATE FUNCTION webhook._breaker_heard(consumer text, provider text, failures integer) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -928,7 +942,6 @@ $$;
 -- Refuse leases of a provider or consumer outside the session's scope.
 CREATE FUNCTION webhook._leases_in_scope(fn text, ids uuid[]) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -956,7 +969,6 @@ $$;
 -- P0002 no such lease (nor delivery).
 CREATE FUNCTION webhook._refuse_lease(fn text, id uuid) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -979,7 +991,6 @@ $$;
 -- its entity's watermark for the lease's consumer.
 CREATE FUNCTION webhook._lease_complete(fn text, id uuid, result jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -1004,12 +1015,11 @@ $$;
 -- dead when permanent or out of attempts.
 CREATE FUNCTION webhook._lease_fail(fn text, id uuid, err text, retry_in interval, permanent boolean) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
     attempt integer;
-    ceiling integer := webhook._setting('webhook.max_attempts', 10);
+    ceiling integer := webhook._setting_in('webhook.max_attempts', '', 10)::integer;
     failed  record;
 BEGIN
     PERFORM webhook._leases_in_scope(fn, ARRAY[id]);
@@ -1034,7 +1044,6 @@ $$;
 
 CREATE FUNCTION webhook._lease_extend(fn text, id uuid, lease interval) RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 DECLARE
@@ -1054,7 +1063,6 @@ $$;
 -- The leases of a batch call: 1 to 1000 ids, none NULL, each once.
 CREATE FUNCTION webhook._batch_of_leases(fn text, ids uuid[]) RETURNS uuid[]
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 BEGIN
@@ -1121,7 +1129,7 @@ DECLARE
     fn CONSTANT text := 'webhook_fail_batch';
     leases  uuid[] := webhook._batch_of_leases(fn, ids);
     message text;
-    ceiling integer := webhook._setting('webhook.max_attempts', 10);
+    ceiling integer := webhook._setting_in('webhook.max_attempts', '', 10)::integer;
     missing uuid;
     failed  record;
     n       integer;

@@ -84,7 +84,7 @@ BEGIN
     IF older_than <= interval '0' THEN
         PERFORM webhook._raise('22023', 'idempotency_purge: argument "older_than" must be a positive interval');
     END IF;
-    older_than := coalesce(older_than, make_interval(secs => webhook._setting('webhook.idempotency_retention', 86400)));
+    older_than := coalesce(older_than, make_interval(secs => webhook._setting_in('webhook.idempotency_retention', 's', 86400)::integer));
     WITH gone AS (
         DELETE FROM webhook.idempotency_keys k
          WHERE k.created_at < now() - older_than
@@ -119,7 +119,7 @@ BEGIN
     locked := webhook._try_lock(fn, webhook._lock_key('idempotency', scope, key));
     SELECT x.fingerprint, x.status::text AS status,
            coalesce(x.locked_until > clock_timestamp(), false) AS live,
-           x.created_at < now() - make_interval(secs => webhook._setting('webhook.idempotency_retention', 86400)) AS expired,
+           x.created_at < now() - make_interval(secs => webhook._setting_in('webhook.idempotency_retention', 's', 86400)::integer) AS expired,
            x.response_status, x.response_headers, x.response_body
       INTO k
       FROM webhook.idempotency_keys x WHERE x.scope = scope AND x.key = key;
@@ -173,7 +173,6 @@ $$;
 -- request took the key over (or none names it), 55000 when it finished.
 CREATE FUNCTION webhook._request_key(fn text, request_id uuid) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     k record;
@@ -188,7 +187,6 @@ $$;
 
 CREATE FUNCTION webhook._refuse_request(fn text, request_id uuid) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     status text := (SELECT x.status::text FROM webhook.idempotency_keys x WHERE x.request_id = _refuse_request.request_id);
@@ -240,11 +238,10 @@ $$;
 -- whole at most webhook.idempotency_max_response.
 CREATE FUNCTION webhook._check_response(fn text, status integer, body text, headers jsonb) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     size    integer;
-    "limit" integer := webhook._setting('webhook.idempotency_max_response', 1024) * 1024;
+    "limit" integer := webhook._setting_in('webhook.idempotency_max_response', 'kB', 1024)::integer * 1024;
 BEGIN
     IF webhook._required(fn, 'response_status', status) NOT BETWEEN 100 AND 599 THEN
         PERFORM webhook._raise('22023', format('%s: argument "response_status" must be an HTTP status code, 100 to 599', fn));
@@ -267,7 +264,6 @@ CREATE FUNCTION webhook._finish_request(fn text, request_id uuid, status integer
                                         error text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_variable
 BEGIN

@@ -61,7 +61,6 @@ END;
 -- The requeued dead letters leave the metrics' dead-letter count now.
 CREATE FUNCTION webhook._hold_dead_letters(parked uuid[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     parked := array_remove(parked, NULL);

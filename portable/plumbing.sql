@@ -52,7 +52,6 @@ RETURN CASE WHEN octet_length(text) = len * 2
 -- stray bits in the last character. NULL for anything else.
 CREATE FUNCTION webhook._base64_any(text text) RETURNS bytea
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     data    text := rtrim(text, '=');
@@ -95,16 +94,14 @@ RETURN translate(encode(data, 'base64'), E'\n', '');
 -- milliseconds it was made at, which is how the archive is partitioned.
 CREATE FUNCTION webhook._new_id() RETURNS uuid
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    id bytea := overlay(uuid_send(gen_random_uuid())
-                        PLACING substr(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 3)
-                        FROM 1 FOR 6);
 BEGIN
-    -- Version 7; the variant bits are gen_random_uuid()'s already.
-    id := set_byte(id, 6, (get_byte(id, 6) & 15) | 112);
-    RETURN encode(id, 'hex')::uuid;
+    -- One expression, which PL/pgSQL evaluates without a query: the
+    -- milliseconds in hex, version 7, then a random UUID's random bits
+    -- and variant.
+    RETURN (overlay(lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+                    PLACING '-' FROM 9 FOR 0)
+            || '-7' || substr(gen_random_uuid()::text, 16))::uuid;
 END
 $$;
 
@@ -113,7 +110,6 @@ $$;
 CREATE FUNCTION webhook._raise(code text, message text, detail text DEFAULT NULL, hint text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF detail IS NULL AND hint IS NULL THEN
@@ -131,7 +127,6 @@ $$;
 -- A required argument: NULL is refused with 22004, naming it.
 CREATE FUNCTION webhook._required(fn text, arg text, value anyelement) RETURNS anyelement
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF value IS NULL THEN
@@ -144,7 +139,6 @@ $$;
 -- A required, non-empty text argument of at most `limit` bytes.
 CREATE FUNCTION webhook._required_text(fn text, arg text, value text, "limit" integer) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF value IS NULL THEN
@@ -159,7 +153,6 @@ $$;
 -- An optional text argument of at most `limit` bytes.
 CREATE FUNCTION webhook._bounded_text(fn text, arg text, value text, "limit" integer) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF octet_length(value) > "limit" THEN
@@ -174,10 +167,9 @@ $$;
 -- A body or payload within webhook.max_payload_size (bytes).
 CREATE FUNCTION webhook._payload_size(fn text, arg text, size integer) RETURNS void
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    "limit" integer := webhook._setting('webhook.max_payload_size', 25 * 1024) * 1024;
+    "limit" integer := webhook._setting_in('webhook.max_payload_size', 'kB', 25 * 1024)::integer * 1024;
 BEGIN
     IF size > "limit" THEN
         PERFORM webhook._raise('54000',
@@ -188,13 +180,10 @@ BEGIN
 END
 $$;
 
--- An integer setting of the extension, or its default where nobody set
--- it (the portable edition defines no settings: they are placeholders,
--- set with SET, ALTER DATABASE or ALTER ROLE like any other).
-CREATE FUNCTION webhook._setting(name text, fallback integer) RETURNS integer
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN coalesce(nullif(current_setting(name, true), '')::integer, fallback);
-
+-- A boolean setting of the extension, or its default where nobody set it
+-- (the portable edition defines no settings: they are placeholders, set
+-- with SET, ALTER DATABASE or ALTER ROLE like any other; integer ones are
+-- read with webhook._setting_in, sql/operations.sql).
 CREATE FUNCTION webhook._setting_on(name text, fallback boolean) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 RETURN coalesce(nullif(current_setting(name, true), '')::boolean, fallback);
@@ -204,13 +193,12 @@ RETURN coalesce(nullif(current_setting(name, true), '')::boolean, fallback);
 -- ceiling).
 CREATE FUNCTION webhook._lease(fn text, arg text, lease interval) RETURNS interval
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    ceiling integer := webhook._setting('webhook.max_lease', 3600);
+    ceiling integer := webhook._setting_in('webhook.max_lease', 's', 3600)::integer;
 BEGIN
     IF lease IS NULL THEN
-        RETURN make_interval(secs => least(webhook._setting('webhook.lease_timeout', 300), ceiling));
+        RETURN make_interval(secs => least(webhook._setting_in('webhook.lease_timeout', 's', 300)::integer, ceiling));
     ELSIF lease <= interval '0' THEN
         PERFORM webhook._raise('22023', format('%s: argument "%s" must be a positive interval', fn, arg));
     ELSIF lease > make_interval(secs => ceiling) THEN
@@ -227,7 +215,6 @@ $$;
 -- boundary, with a marker saying how much was dropped.
 CREATE FUNCTION webhook._truncated(text text, "limit" integer) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     kept text;
@@ -244,23 +231,20 @@ END
 $$;
 
 -- The per-event lock (src/event_lock.rs in the compiled edition): a
--- transaction-scoped advisory lock on the SHA-256 of the key's parts,
--- NUL-separated, taken without waiting by claims and waited for by the
--- functions that finish one. SQL reaches only the bigint key space of
--- advisory locks, which an application's own pg_advisory_lock(bigint)
--- calls share: a 64-bit digest makes a collision as unlikely as it is
--- in the compiled edition's space of its own.
+-- transaction-scoped advisory lock on a 64-bit hash of the key's parts,
+-- taken without waiting by claims and waited for by the functions that
+-- finish one. SQL reaches only the bigint key space of advisory locks,
+-- which an application's own pg_advisory_lock(bigint) calls share: a
+-- 64-bit hash makes a collision as unlikely as it is in the compiled
+-- edition's space of its own.
 CREATE FUNCTION webhook._lock_key(VARIADIC parts text[]) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN ('x' || left(encode(sha256(
-            convert_to(array_to_string(parts, chr(1)), 'UTF8')), 'hex'), 16))
-       ::bit(64)::bigint;
+RETURN hashtextextended(array_to_string(parts, chr(1)), 22344);
 
 -- Try a lock without waiting; counted against the transaction's budget,
 -- half of the shared lock table, refused with 54000 past it.
 CREATE FUNCTION webhook._try_lock(fn text, key bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     held   integer := coalesce(nullif(current_setting('pg_webhook_inbox.locks_held', true), ''), '0')::integer;
@@ -287,7 +271,7 @@ REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(byte
     webhook._to_base64(bytea), webhook._new_id(), webhook._raise(text, text, text, text),
     webhook._required(text, text, anyelement), webhook._required_text(text, text, text, integer),
     webhook._bounded_text(text, text, text, integer), webhook._payload_size(text, text, integer),
-    webhook._setting(text, integer), webhook._setting_on(text, boolean),
+    webhook._setting_on(text, boolean),
     webhook._lease(text, text, interval), webhook._truncated(text, integer),
     webhook._lock_key(text[]), webhook._try_lock(text, bigint)
     FROM PUBLIC;

@@ -10,7 +10,6 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 -- A W3C traceparent, as the compiled edition checks it (src/trace.rs).
 CREATE FUNCTION webhook._traceparent(fn text, value text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF value IS NOT NULL AND NOT (
@@ -41,7 +40,6 @@ CREATE TYPE webhook._registered AS (
 
 CREATE FUNCTION webhook._registered(fn text, name text) RETURNS webhook._registered
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     p webhook._registered;
@@ -99,7 +97,6 @@ END;
 -- headers webhook.redact_headers names replaced.
 CREATE FUNCTION webhook._archived_headers(headers jsonb) RETURNS jsonb
 LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     redact text[] := ARRAY(
@@ -127,7 +124,6 @@ CREATE FUNCTION webhook._reject(provider text, body bytea, signature text, heade
                                 http_status integer, event_id text DEFAULT NULL)
 RETURNS webhook.receive_result
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     id uuid := webhook._new_id();
@@ -135,7 +131,7 @@ BEGIN
     INSERT INTO webhook.delivery_log
         (id, provider, event_id, raw_body, signature, headers, claim_status, reject_reason, body_size, body_sha256)
     VALUES (id, provider, event_id,
-            substr(body, 1, greatest(webhook._setting('webhook.rejected_body_limit', 4096), 0)),
+            substr(body, 1, greatest(webhook._setting_in('webhook.rejected_body_limit', 'B', 4096)::integer, 0)),
             CASE WHEN octet_length(signature) <= 1024 THEN signature END,
             CASE WHEN pg_column_size(headers) - 4 <= 8192 THEN headers END,
             'rejected', reason, length(body), sha256(body));
@@ -148,7 +144,6 @@ $$;
 -- for anything else.
 CREATE FUNCTION webhook._document(s webhook._scheme, body bytea) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     document jsonb := webhook._json_or_null(body);
@@ -183,7 +178,6 @@ CREATE TYPE webhook._sourced AS (value text, signed boolean);
 CREATE FUNCTION webhook._extract(source text, h jsonb, s webhook._scheme, covered text[], document jsonb)
 RETURNS webhook._sourced
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     alternative text;
@@ -222,7 +216,6 @@ CREATE TYPE webhook._handshake AS (kind text, response text, content_type text);
 
 CREATE FUNCTION webhook._handshake(s webhook._scheme, document jsonb, key bytea) RETURNS webhook._handshake
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     plain text;
@@ -265,7 +258,6 @@ $$;
 CREATE FUNCTION webhook._bind(fn text, provider text, digest bytea, event_id text, body_digest bytea, wait boolean)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     bound record;
@@ -347,7 +339,6 @@ CREATE FUNCTION webhook._filter_out(fn text, provider text, event_id text, event
                                     order_at webhook._order, verified_by text, reason text)
 RETURNS webhook._outcome
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     id uuid;
@@ -375,7 +366,6 @@ CREATE FUNCTION webhook._receive(provider text, headers jsonb, body bytea, lease
                                  url text, traceparent text)
 RETURNS webhook.receive_result
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     fn CONSTANT text := 'webhook_receive';
@@ -406,7 +396,7 @@ BEGIN
     PERFORM webhook._check_scope(fn, 'provider', provider);
     p := webhook._registered(fn, provider);
     queued := coalesce(inbox, p.inbox);
-    IF webhook._setting('webhook.slot', -1) >= 0 OR webhook._setting('webhook.slots', 0) <> 0 THEN
+    IF webhook._setting_in('webhook.slot', '', -1)::integer >= 0 OR webhook._setting_in('webhook.slots', '', 0)::integer <> 0 THEN
         PERFORM webhook._raise('0A000',
             format('%s: this database is set up as a slot of a tier (webhook.slot, webhook.slots), which only the compiled edition of pg_webhook_inbox routes', fn),
             NULL, 'A tier of databases needs PL/Proxy and the compiled edition on every slot (docs/scale-out.md).');

@@ -24,7 +24,6 @@ $$;
 -- ends: the quarantines' lock, taken alone (webhook_next takes it shared).
 CREATE FUNCTION webhook._lock_quarantines(provider text) RETURNS void
 LANGUAGE sql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT pg_advisory_xact_lock(webhook._lock_key('quarantine', provider));
 END;

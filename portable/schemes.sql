@@ -8,6 +8,11 @@
 -- schemes that sign with a private key (Discord's Ed25519, SendGrid's
 -- ECDSA, PayPal's RSA, Standard Webhooks' v1a) need public-key
 -- cryptography pgcrypto does not have, and are refused with 0A000.
+--
+-- The functions of the schemes read no table, and anyone may call those
+-- the compiled edition lets anyone call; here they are SECURITY DEFINER
+-- all the same, because they call the internal functions below, which
+-- nobody but the extension's owner may.
 
 -- Bound to pg_catalog while this file runs (see schema.sql).
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -97,11 +102,10 @@ END;
 -- cannot verify, and says so.
 CREATE FUNCTION webhook._public_key_refused(fn text, what text) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM webhook._raise('0A000',
-        format('%s: %s is signed with a public key, which only the compiled edition of pg_webhook_inbox verifies', fn, what),
+        format('%s: %s needs public-key signatures, which only the compiled edition of pg_webhook_inbox verifies', fn, what),
         'This is the portable edition, in SQL and PL/pgSQL on pgcrypto: pgcrypto computes HMACs, not Ed25519, ECDSA or RSA signatures.',
         'Where the database can load extensions, install the compiled edition; docs/managed.md says how to move to it, keeping every row.');
 END
@@ -140,7 +144,6 @@ END;
 -- errors: 42704 for a scheme nobody knows, 42601 for bad options.
 CREATE FUNCTION webhook._parse_scheme(fn text, arg text, given text) RETURNS webhook._scheme
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     trimmed text := btrim(given);
@@ -276,7 +279,6 @@ RETURN CASE WHEN text ~ '^[0-9]{1,12}$' THEN text::bigint END;
 -- anything else.
 CREATE FUNCTION webhook._rfc3339(text text) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     m text[] := regexp_match(text,
@@ -308,7 +310,6 @@ $$;
 CREATE FUNCTION webhook._timestamp_and_signatures(header text, separator text, ts_key text, sig_key text)
 RETURNS webhook._signed
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     item       text;
@@ -344,7 +345,6 @@ $$;
 -- HubSpot's URL: the escapes it decodes before signing.
 CREATE FUNCTION webhook._hubspot_uri(url text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     out  text := '';
@@ -378,7 +378,6 @@ $$;
 -- that bytes outside UTF-8 survive.
 CREATE FUNCTION webhook._percent_decode(text text) RETURNS bytea
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     raw  bytea := decode(replace(text, '+', ' '), 'escape');
@@ -421,7 +420,6 @@ END;
 -- (Twilio has signed both forms).
 CREATE FUNCTION webhook._url_forms(url text) RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     port   text;
@@ -462,7 +460,6 @@ $$;
 CREATE FUNCTION webhook._read(s webhook._scheme, h jsonb, body bytea, url text)
 RETURNS webhook._signed
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r       webhook._signed;
@@ -656,7 +653,6 @@ $$;
 -- A body as JSON, or NULL where it is not.
 CREATE FUNCTION webhook._json_or_null(body bytea) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN convert_from(body, 'UTF8')::jsonb;
@@ -685,7 +681,6 @@ CREATE FUNCTION webhook._authenticate(fn text, s webhook._scheme, headers jsonb,
                                       secrets text[], tolerance bigint, now bigint)
 RETURNS webhook._verdict
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     h       jsonb := webhook._headers(headers);
@@ -773,7 +768,6 @@ CREATE FUNCTION webhook._verify(fn text, scheme text, headers jsonb, body bytea,
                                 tolerance interval, url text)
 RETURNS webhook._verdict
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     s    webhook._scheme := webhook._parse_scheme(fn, 'scheme', webhook._required(fn, 'scheme', scheme));
@@ -803,7 +797,6 @@ $$;
 -- 8 kB, no whitespace or control characters.
 CREATE FUNCTION webhook._url(fn text, arg text, url text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF url IS NULL THEN
@@ -821,21 +814,21 @@ $$;
 CREATE FUNCTION @extschema@.webhook_verify(scheme text, headers jsonb, body bytea, secrets text[],
                                            tolerance interval DEFAULT NULL, url text DEFAULT NULL)
 RETURNS boolean
-LANGUAGE sql VOLATILE PARALLEL SAFE
+LANGUAGE sql VOLATILE SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN (webhook._verify('webhook_verify', scheme, headers, body, secrets, tolerance, url)).reason = 'ok';
 
 CREATE FUNCTION @extschema@.webhook_verify(scheme text, headers jsonb, body text, secrets text[],
                                            tolerance interval DEFAULT NULL, url text DEFAULT NULL)
 RETURNS boolean
-LANGUAGE sql VOLATILE PARALLEL SAFE
+LANGUAGE sql VOLATILE SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 RETURN (webhook._verify('webhook_verify', scheme, headers, convert_to(body, 'UTF8'), secrets, tolerance, url)).reason = 'ok';
 
 CREATE FUNCTION @extschema@.webhook_verify_detail(scheme text, headers jsonb, body bytea, secrets text[],
                                                   tolerance interval DEFAULT NULL, url text DEFAULT NULL)
 RETURNS TABLE (valid boolean, reason text, signed_at timestamptz)
-LANGUAGE sql VOLATILE PARALLEL SAFE
+LANGUAGE sql VOLATILE SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT v.reason = 'ok', v.reason, to_timestamp(v.signed_at)
@@ -845,7 +838,7 @@ END;
 CREATE FUNCTION @extschema@.webhook_verify_detail(scheme text, headers jsonb, body text, secrets text[],
                                                   tolerance interval DEFAULT NULL, url text DEFAULT NULL)
 RETURNS TABLE (valid boolean, reason text, signed_at timestamptz)
-LANGUAGE sql VOLATILE PARALLEL SAFE
+LANGUAGE sql VOLATILE SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT v.reason = 'ok', v.reason, to_timestamp(v.signed_at)
@@ -857,7 +850,7 @@ CREATE FUNCTION @extschema@.webhook_schemes()
 RETURNS TABLE (scheme text, aliases text[], event_id_from text, event_type_from text,
                event_id_signed boolean, event_type_signed boolean, tolerance interval, signs text,
                entity_key_from text, order_from text, body_covered text, headers_covered text[])
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql IMMUTABLE SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT c.scheme, c.aliases, c.event_id_from, c.event_type_from,
@@ -869,7 +862,7 @@ BEGIN ATOMIC
 END;
 
 CREATE FUNCTION @extschema@.webhook_source_signed(scheme text, source text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE STRICT SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -880,7 +873,7 @@ END
 $$;
 
 CREATE FUNCTION @extschema@.webhook_check_key(scheme text, key text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE STRICT SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -910,7 +903,7 @@ RETURN CASE lower(name)
 -- labelled with its algorithm ("sha256=…").
 CREATE FUNCTION @extschema@.verify_hmac(secret text, payload bytea, signature text, algorithm text DEFAULT 'sha256')
 RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -530,9 +530,10 @@ BEGIN
 
     UPDATE webhook.metric_marks SET counted_until = bound, rolled_up_at = pg_catalog.clock_timestamp();
 
-    -- In minutes, its unit, whatever unit it was set in.
-    SELECT pg_catalog.make_interval(mins => s.setting::integer) INTO retention
-      FROM pg_catalog.pg_settings s WHERE s.name = 'webhook.metrics_retention';
+    -- In minutes, its unit, whatever unit it was set in; fourteen days
+    -- where nobody set it.
+    retention := pg_catalog.make_interval(
+        mins => webhook._setting_in('webhook.metrics_retention', 'min', 14 * 24 * 60)::integer);
     DELETE FROM webhook.metric_minutes WHERE minute < pg_catalog.now() - retention;
     -- A name no registered provider owns, quiet for the retention: its
     -- series go (a counter Prometheus then sees end), and its place

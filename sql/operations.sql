@@ -151,6 +151,50 @@ RETURN coalesce(nullif(pg_catalog.current_setting('webhook.maintenance_lock_time
 COMMENT ON FUNCTION webhook._maintenance_lock_timeout() IS
     'Internal: how long webhook_purge and webhook_create_partitions wait for a lock on the archive';
 
+-- An integer setting of the extension in `unit`, whatever unit it was
+-- set in ('2h', '700ms', '64kB'; a bare number is in the setting's own
+-- unit; '' for a setting without one), or `fallback` where nobody set it.
+-- The compiled edition's library defines the settings with their units;
+-- where it is not loaded (the portable edition, or a session that has
+-- not loaded it yet) they are placeholders, which PostgreSQL keeps as
+-- they were written.
+CREATE FUNCTION webhook._setting_value(name text, value text, unit text) RETURNS numeric
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    parts  text[] := pg_catalog.regexp_match(value, '^(-?[0-9]+(\.[0-9]+)?)\s*([A-Za-z]*)$');
+    -- Bytes, and milliseconds.
+    memory CONSTANT jsonb := '{"B": 1, "kB": 1024, "MB": 1048576, "GB": 1073741824, "TB": 1099511627776}';
+    time   CONSTANT jsonb := '{"us": 0.001, "ms": 1, "s": 1000, "min": 60000, "h": 3600000, "d": 86400000}';
+    family jsonb := CASE WHEN memory ? unit THEN memory ELSE time END;
+BEGIN
+    IF parts IS NULL OR (parts[3] <> '' AND (unit = '' OR NOT family ? parts[3])) THEN
+        RAISE EXCEPTION 'invalid value for setting "%": "%"', name, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = pg_catalog.format('Give a number of %s, or a number with a unit of its kind.', unit);
+    END IF;
+    IF parts[3] = '' THEN
+        RETURN parts[1]::numeric;
+    END IF;
+    RETURN parts[1]::numeric * (family ->> parts[3])::numeric / (family ->> unit)::numeric;
+END
+$$;
+COMMENT ON FUNCTION webhook._setting_value(text, text, text) IS
+    'Internal: a setting''s value as written, in the given unit';
+
+-- The common cases (not set, a bare number) in one expression, which a
+-- caller's plan takes in (an inlined SQL function).
+CREATE FUNCTION webhook._setting_in(name text, unit text, fallback numeric) RETURNS numeric
+LANGUAGE sql STABLE
+RETURN CASE WHEN NULLIF(pg_catalog.current_setting(name, true), '') IS NULL THEN fallback
+            WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) '^[0-9]{1,15}$'
+                THEN pg_catalog.current_setting(name, true)::pg_catalog.numeric
+            ELSE webhook._setting_value(name, pg_catalog.btrim(pg_catalog.current_setting(name, true)), unit)
+       END;
+COMMENT ON FUNCTION webhook._setting_in(text, text, numeric) IS
+    'Internal: an integer setting of the extension in the given unit, whatever unit it was set in, or the default where none was set';
+
 -- Create the archive's partition for one day (UTC), unless a partition
 -- covers part of it already, or some of its deliveries are in the default
 -- partition (no partition was there when they came): they stay there.

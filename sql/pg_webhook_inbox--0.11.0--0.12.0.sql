@@ -5,3 +5,236 @@
 -- upgraded through this script equals a fresh install of 0.12.0.
 
 \echo Use "ALTER EXTENSION pg_webhook_inbox UPDATE TO '0.12.0'" to load this file. \quit
+
+-- Bound to pg_catalog while this script runs, as every file of a fresh
+-- install is (see schema.sql).
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+
+-- An integer setting of the extension in `unit`, whatever unit it was
+-- set in ('2h', '700ms', '64kB'; a bare number is in the setting's own
+-- unit; '' for a setting without one), or `fallback` where nobody set it.
+-- The compiled edition's library defines the settings with their units;
+-- where it is not loaded (the portable edition, or a session that has
+-- not loaded it yet) they are placeholders, which PostgreSQL keeps as
+-- they were written.
+CREATE FUNCTION webhook._setting_value(name text, value text, unit text) RETURNS numeric
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    parts  text[] := pg_catalog.regexp_match(value, '^(-?[0-9]+(\.[0-9]+)?)\s*([A-Za-z]*)$');
+    -- Bytes, and milliseconds.
+    memory CONSTANT jsonb := '{"B": 1, "kB": 1024, "MB": 1048576, "GB": 1073741824, "TB": 1099511627776}';
+    time   CONSTANT jsonb := '{"us": 0.001, "ms": 1, "s": 1000, "min": 60000, "h": 3600000, "d": 86400000}';
+    family jsonb := CASE WHEN memory ? unit THEN memory ELSE time END;
+BEGIN
+    IF parts IS NULL OR (parts[3] <> '' AND (unit = '' OR NOT family ? parts[3])) THEN
+        RAISE EXCEPTION 'invalid value for setting "%": "%"', name, value
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = pg_catalog.format('Give a number of %s, or a number with a unit of its kind.', unit);
+    END IF;
+    IF parts[3] = '' THEN
+        RETURN parts[1]::numeric;
+    END IF;
+    RETURN parts[1]::numeric * (family ->> parts[3])::numeric / (family ->> unit)::numeric;
+END
+$$;
+COMMENT ON FUNCTION webhook._setting_value(text, text, text) IS
+    'Internal: a setting''s value as written, in the given unit';
+
+-- The common cases (not set, a bare number) in one expression, which a
+-- caller's plan takes in (an inlined SQL function).
+CREATE FUNCTION webhook._setting_in(name text, unit text, fallback numeric) RETURNS numeric
+LANGUAGE sql STABLE
+RETURN CASE WHEN NULLIF(pg_catalog.current_setting(name, true), '') IS NULL THEN fallback
+            WHEN pg_catalog.current_setting(name, true) OPERATOR(pg_catalog.~) '^[0-9]{1,15}$'
+                THEN pg_catalog.current_setting(name, true)::pg_catalog.numeric
+            ELSE webhook._setting_value(name, pg_catalog.btrim(pg_catalog.current_setting(name, true)), unit)
+       END;
+COMMENT ON FUNCTION webhook._setting_in(text, text, numeric) IS
+    'Internal: an integer setting of the extension in the given unit, whatever unit it was set in, or the default where none was set';
+
+-- The metrics' retention read with it: as set in any unit, and its
+-- default where nobody set it.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_metrics_rollup()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    since   timestamptz;
+    bound   timestamptz := pg_catalog.clock_timestamp();
+    counted bigint := 0;
+    retention interval;
+BEGIN
+    -- One rollup at a time; whoever comes second has nothing to add.
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox.metrics')) THEN
+        RETURN 0;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') THEN
+        RAISE EXCEPTION 'webhook_metrics_rollup: the extension''s owner (%) cannot see other sessions'' transactions', current_user
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('GRANT pg_read_all_stats TO %I; the rollup counts only what no running transaction can still write.', current_user);
+    END IF;
+    -- The row is made with the extension; were it deleted, counting
+    -- starts again from now.
+    INSERT INTO webhook.metric_marks (counted_until) VALUES (pg_catalog.now()) ON CONFLICT DO NOTHING;
+    SELECT counted_until INTO STRICT since FROM webhook.metric_marks FOR UPDATE;
+
+    -- The bound (see the top of this file): taken after the clock, so a
+    -- transaction that starts writing after this read writes above it.
+    SELECT LEAST(bound, pg_catalog.min(a.xact_start)) INTO bound
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datname = pg_catalog.current_database()
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       AND a.backend_type IN ('client backend', 'background worker')
+       AND (a.backend_xid IS NOT NULL OR a.state IN ('active', 'fastpath function call'));
+    IF EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts p WHERE p.database = pg_catalog.current_database()) THEN
+        bound := since;
+    END IF;
+    -- At most ten minutes of traffic per call, so that one call after a
+    -- long pause (nobody scraped for a day) is not one statement of hours;
+    -- the calls after it catch up, and the lag gauge shows how far.
+    bound := LEAST(GREATEST(bound, since), since + interval '10 minutes');
+
+    -- The deliveries since the last mark, read once: by what they were
+    -- answered, rejections by reason, and the claims among them (with
+    -- those still open from before).
+    counted := counted + webhook._metrics_add(
+        $q$arrived AS MATERIALIZED (
+               SELECT l.id, l.provider, l.event_id, l.claim_status, l.reject_reason, l.created_at, l.claim_completes
+                 FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2
+           ), failed_here AS (
+               SELECT f.delivery_id FROM webhook.delivery_failures f WHERE f.delivery_id >= $1 AND f.delivery_id < $2
+           ), seen AS (
+               -- A claim of a new event that completed on commit, and did
+               -- not fail before it, needs no look at its event (below).
+               SELECT a.id, a.provider, a.event_id, a.created_at AS started_at, e.status, e.processed_at,
+                      e.first_seen_at, e.attempts, e.claim_id = a.id AS owner
+                 FROM arrived a
+                 JOIN webhook.events e ON e.provider = a.provider AND e.event_id = a.event_id
+                WHERE a.claim_status IN ('claimed', 'retry')
+                  AND (a.claim_completes IS NOT TRUE OR a.id IN (SELECT delivery_id FROM failed_here))
+               UNION ALL
+               SELECT o.id, o.provider, o.event_id, o.started_at, e.status, e.processed_at,
+                      e.first_seen_at, e.attempts, e.claim_id = o.id
+                 FROM webhook.metric_open o
+                 JOIN webhook.events e ON e.provider = o.provider AND e.event_id = o.event_id
+                WHERE o.consumer = ''
+           ), closed AS (
+               DELETE FROM webhook.metric_open o USING seen s
+                WHERE o.id = s.id AND NOT (s.owner AND s.status = 'processing')
+           ), opened AS (
+               INSERT INTO webhook.metric_open (id, provider, event_id, consumer, started_at)
+               SELECT s.id, s.provider, s.event_id, '', s.started_at FROM seen s
+                WHERE s.owner AND s.status = 'processing'
+               ON CONFLICT (id) DO NOTHING
+           ), done AS (
+               SELECT s.processed_at AS at, s.provider, ''::text AS consumer, s.first_seen_at AS received_at,
+                      s.started_at, s.attempts
+                 FROM seen s WHERE s.owner AND s.status = 'processed'
+               UNION ALL
+               -- Its event was made processed, first seen and completed
+               -- at the start of the claim's transaction (now()), which
+               -- is the archive row's created_at: one attempt, no wait.
+               SELECT a.created_at, a.provider, '', a.created_at, a.created_at, 1
+                 FROM arrived a
+                WHERE a.claim_completes AND a.id NOT IN (SELECT delivery_id FROM failed_here)
+           )$q$,
+        webhook._completion_counts() || $q$
+           UNION ALL
+           SELECT d.minute, d.provider, '', o.metric, o.label, d.n, 0
+             FROM (SELECT webhook._minute(a.created_at) AS minute, a.provider, a.claim_status, a.reject_reason,
+                          count(*) AS n
+                     FROM arrived a GROUP BY 1, 2, 3, 4) d
+            CROSS JOIN LATERAL (VALUES
+                  ('deliveries', d.claim_status::text, true),
+                  ('rejections', coalesce(d.reject_reason, 'unknown'), d.claim_status = 'rejected')
+                  ) AS o (metric, label, counts)
+            WHERE o.counts$q$,
+        since, bound);
+
+    -- Inbox leases: those still held before, and those taken since.
+    counted := counted + webhook._metrics_add(
+        $q$attempts AS (
+               SELECT o.id FROM webhook.metric_open o WHERE o.consumer <> ''
+               UNION ALL
+               SELECT i.claim_id FROM webhook.inbox i WHERE i.claim_id >= $1 AND i.claim_id < $2
+           ), seen AS (
+               SELECT a.id, i.provider, i.event_id, i.consumer, i.status, i.processed_at, i.queued_at, i.attempts
+                 FROM attempts a LEFT JOIN webhook.inbox i ON i.claim_id = a.id
+           ), closed AS (
+               DELETE FROM webhook.metric_open o USING seen s
+                WHERE o.id = s.id AND s.status IS DISTINCT FROM 'leased'
+           ), opened AS (
+               INSERT INTO webhook.metric_open (id, provider, event_id, consumer, started_at)
+               SELECT s.id, s.provider, s.event_id, s.consumer, webhook._id_time(s.id) FROM seen s
+                WHERE s.status = 'leased'
+               ON CONFLICT (id) DO NOTHING
+           ), done AS (
+               SELECT s.processed_at AS at, s.provider, s.consumer, s.queued_at AS received_at,
+                      webhook._id_time(s.id) AS started_at, s.attempts
+                 FROM seen s WHERE s.status = 'processed'
+           )$q$,
+        webhook._completion_counts(), since, bound);
+
+    -- Failed attempts, of claims and of leases, and the dead letters they
+    -- made: a failure whose event (or inbox row) is parked under the same
+    -- claim or lease.
+    counted := counted + webhook._metrics_add(
+        $q$failed AS (
+               SELECT f.failed_at AS at, l.provider, ''::text AS consumer, l.created_at AS started_at,
+                      (e.status = 'dead' AND e.claim_id = f.delivery_id) AS parked
+                 FROM webhook.delivery_failures f
+                 JOIN webhook.delivery_log l ON l.id = f.delivery_id
+                 JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
+                WHERE f.failed_at >= $3 AND f.failed_at < $4
+               UNION ALL
+               SELECT f.failed_at, f.provider, f.consumer, webhook._id_time(f.claim_id),
+                      coalesce(i.status = 'dead', false)
+                 FROM webhook.inbox_failures f
+                 LEFT JOIN webhook.inbox i ON i.claim_id = f.claim_id
+                WHERE f.failed_at >= $3 AND f.failed_at < $4
+           )$q$,
+        webhook._failure_counts(), since, bound);
+
+    -- Outcomes a replay or requeue undid before they were counted: each
+    -- once, whenever it was held (its own minute, already passed or not).
+    counted := counted + webhook._metrics_add(
+        $q$held AS (
+               DELETE FROM webhook.metric_held h RETURNING h.*
+           ), done AS (
+               SELECT h.at, h.provider, h.consumer, h.received_at, h.started_at, h.attempts
+                 FROM held h WHERE h.outcome = 'completion'
+           )$q$,
+        webhook._completion_counts() || $q$
+           UNION ALL
+           SELECT webhook._minute(h.at), h.provider, h.consumer, 'dead_letters', '', count(*), 0
+             FROM held h WHERE h.outcome = 'dead_letter'
+            GROUP BY 1, 2, 3$q$,
+        since, bound);
+
+    UPDATE webhook.metric_marks SET counted_until = bound, rolled_up_at = pg_catalog.clock_timestamp();
+
+    -- In minutes, its unit, whatever unit it was set in; fourteen days
+    -- where nobody set it.
+    retention := pg_catalog.make_interval(
+        mins => webhook._setting_in('webhook.metrics_retention', 'min', 14 * 24 * 60)::integer);
+    DELETE FROM webhook.metric_minutes WHERE minute < pg_catalog.now() - retention;
+    -- A name no registered provider owns, quiet for the retention: its
+    -- series go (a counter Prometheus then sees end), and its place
+    -- under webhook.metrics_unregistered_providers is free again.
+    DELETE FROM webhook.metric_totals t
+     WHERE t.provider NOT IN ('', '(other)')
+       AND NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = t.provider)
+       AND NOT EXISTS (SELECT FROM webhook.metric_minutes m WHERE m.provider = t.provider)
+       AND NOT EXISTS (SELECT FROM webhook.metric_open o WHERE o.provider = t.provider);
+    RETURN counted;
+END
+$$;
+
+-- The privilege rule (roles.sql) for what this script made.
+SELECT webhook._restrict_privileges();
+
+
+SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

@@ -69,10 +69,17 @@ pub fn count(client: &mut Client, sql: &str) -> i64 {
 /// calls return the same name.
 pub fn database(name: &str) -> &'static str {
     DATABASE.get_or_init(|| {
-        let mut db = empty_database(name);
+        let mut db = match portable() {
+            false => {
+                let mut db = empty_database(name);
+                db.batch_execute("CREATE EXTENSION pg_webhook_inbox")
+                    .unwrap();
+                db
+            }
+            true => portable_database(name),
+        };
         db.batch_execute(
-            "CREATE EXTENSION pg_webhook_inbox;
-             CREATE TABLE side_effects (
+            "CREATE TABLE side_effects (
                  provider text NOT NULL,
                  event_id text NOT NULL,
                  done_at  timestamptz NOT NULL DEFAULT clock_timestamp()
@@ -123,6 +130,28 @@ pub fn empty_database(name: &str) -> Client {
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .unwrap();
     base_config().dbname(name).connect(NoTls).unwrap()
+}
+
+/// Whether the suites run against the portable edition (`make
+/// test-portable` sets `WEBHOOK_EDITION=portable`) rather than the
+/// compiled one.
+pub fn portable() -> bool {
+    std::env::var("WEBHOOK_EDITION").is_ok_and(|e| e == "portable")
+}
+
+/// Whether this edition verifies deliveries under `scheme`: the portable
+/// edition refuses the schemes signed with a public key (Discord,
+/// SendGrid, PayPal), which pgcrypto cannot check.
+pub fn edition_verifies(scheme: &str) -> bool {
+    let base = scheme.split(';').next().unwrap_or(scheme);
+    !portable() || !["discord", "sendgrid", "twilio-sendgrid", "paypal"].contains(&base)
+}
+
+/// Whether this edition verifies deliveries under `scheme` with `key`:
+/// nor does the portable edition take a Standard Webhooks public key
+/// (whpk_, for v1a Ed25519 signatures).
+pub fn edition_verifies_with(scheme: &str, key: &str) -> bool {
+    edition_verifies(scheme) && !(portable() && key.starts_with("whpk_"))
 }
 
 /// The portable edition's plain script (portable/build), built once per
