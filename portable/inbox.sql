@@ -906,7 +906,10 @@ AS $$
 DECLARE
     threshold integer;
 BEGIN
-    IF NOT webhook._breaker_watches(webhook._controls(consumer), provider) THEN
+    -- Most consumers have no breaker: one probe says so.
+    IF NOT EXISTS (SELECT FROM webhook.limits l
+                    WHERE l.consumer = consumer AND l.breaker_failures IS NOT NULL AND l.provider IN ('', provider))
+    THEN
         RETURN;
     END IF;
     IF failures = 0 THEN
@@ -1085,35 +1088,44 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     fn CONSTANT text := 'webhook_complete_batch';
-    leases  uuid[] := webhook._batch_of_leases(fn, ids);
-    missing uuid;
-    done    jsonb;
-    r       record;
+    leases   uuid[] := webhook._batch_of_leases(fn, ids);
+    missing  uuid;
+    done     jsonb;
+    finished uuid[];
+    consumers text[];
+    providers text[];
+    ordered  record;
+    i        integer;
 BEGIN
     PERFORM webhook._leases_in_scope(fn, leases);
-    WITH finished AS (
+    WITH changed AS (
         UPDATE webhook.inbox i
            SET status = 'processed', processed_at = now(), result = NULL
          WHERE i.claim_id = ANY (leases) AND i.status = 'leased'
         RETURNING i.claim_id, i.provider, i.consumer, i.event_id, i.entity_key, i.order_value::text AS order_value
     )
-    SELECT coalesce(jsonb_agg(to_jsonb(f)), '[]') INTO done FROM finished f;
+    SELECT array_agg(c.claim_id), array_agg(c.consumer), array_agg(c.provider),
+           coalesce(jsonb_agg(to_jsonb(c)) FILTER (WHERE c.entity_key IS NOT NULL AND c.order_value IS NOT NULL), '[]')
+      INTO finished, consumers, providers, done
+      FROM changed c;
+    -- The first lease, in the order given, that may not finish.
     SELECT g.l INTO missing FROM unnest(leases) WITH ORDINALITY AS g(l, n)
-     WHERE NOT done @> jsonb_build_array(jsonb_build_object('claim_id', g.l)) ORDER BY g.n LIMIT 1;
+     WHERE g.l <> ALL (coalesce(finished, '{}')) ORDER BY g.n LIMIT 1;
     IF missing IS NOT NULL THEN
         PERFORM webhook._refuse_lease(fn, missing);
     END IF;
-    FOR r IN SELECT DISTINCT d ->> 'consumer' AS consumer, d ->> 'provider' AS provider
-               FROM jsonb_array_elements(done) d ORDER BY 1, 2 LOOP
-        PERFORM webhook._breaker_heard(r.consumer, r.provider, 0);
+    FOR ordered IN SELECT DISTINCT x.consumer, x.provider FROM unnest(consumers, providers) AS x(consumer, provider)
+                    ORDER BY 1, 2 LOOP
+        PERFORM webhook._breaker_heard(ordered.consumer, ordered.provider, 0);
     END LOOP;
-    FOR r IN SELECT (d ->> 'claim_id')::uuid AS claim_id, d ->> 'provider' AS provider, d ->> 'consumer' AS consumer,
-                    d ->> 'event_id' AS event_id, d ->> 'entity_key' AS entity_key, d ->> 'order_value' AS order_value
-               FROM jsonb_array_elements(done) d
-               JOIN unnest(leases) WITH ORDINALITY AS g(l, n) ON g.l = (d ->> 'claim_id')::uuid
-              WHERE d ->> 'entity_key' IS NOT NULL AND d ->> 'order_value' IS NOT NULL
-              ORDER BY g.n LOOP
-        PERFORM webhook._advance(fn, r.claim_id, r.provider, r.consumer, r.event_id, r.entity_key, r.order_value);
+    FOR ordered IN SELECT (d ->> 'claim_id')::uuid AS claim_id, d ->> 'provider' AS provider,
+                          d ->> 'consumer' AS consumer, d ->> 'event_id' AS event_id,
+                          d ->> 'entity_key' AS entity_key, d ->> 'order_value' AS order_value
+                     FROM jsonb_array_elements(done) d
+                     JOIN unnest(leases) WITH ORDINALITY AS g(l, n) ON g.l = (d ->> 'claim_id')::uuid
+                    ORDER BY g.n LOOP
+        PERFORM webhook._advance(fn, ordered.claim_id, ordered.provider, ordered.consumer, ordered.event_id,
+                                 ordered.entity_key, ordered.order_value);
     END LOOP;
 END
 $$;
