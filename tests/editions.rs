@@ -1206,3 +1206,193 @@ fn random_keyed_requests_answer_and_write_alike() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// Moving from the portable edition to the compiled one.
+
+/// Run a client program of the server's (pg_dump, psql) with `args`.
+fn client_program(program: &str, args: &[&str]) {
+    let path = match std::env::var("PG_BINDIR") {
+        Ok(dir) => format!("{dir}/{program}"),
+        Err(_) => program.into(),
+    };
+    let output = std::process::Command::new(path)
+        .args(args)
+        .output()
+        .expect("run a client program");
+    assert!(
+        output.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Every row of schema webhook that the move keeps, table by table, in a
+/// stable order (the payload digests aside: the editions compute them
+/// from different forms of the same document).
+fn webhook_rows(client: &mut Client) -> String {
+    let tables: Vec<String> = client
+        .query(
+            "SELECT c.relname::text FROM pg_class c
+              WHERE c.relnamespace = 'webhook'::regnamespace AND c.relkind IN ('r', 'p')
+                AND NOT c.relispartition AND c.relname <> 'metric_marks'
+              ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    tables
+        .iter()
+        .map(|t| {
+            let rows = simple_answer(
+                client,
+                &format!(
+                    "SELECT string_agg(r, E'\\n' ORDER BY r) FROM (
+                         SELECT (to_jsonb(x) - 'payload_hash')::text AS r FROM webhook.{t} x) s"
+                ),
+            );
+            format!("== {t}\n{rows}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_portable_edition_moves_to_the_compiled_one_keeping_every_row() {
+    if !portable_installable("move") {
+        return;
+    }
+    let (source, target) = ("pgwi_ed_move_p", "pgwi_ed_move_c");
+    let mut p = portable_database(source);
+    let secret = "whsec_move";
+    p.batch_execute(&format!(
+        "SELECT webhook_create_partitions();
+         SELECT count(*) FROM webhook_register_provider('stripe', secret => '{secret}');
+         SELECT count(*) FROM webhook_register_provider('queue', secret => 'q', scheme => 'hmac;header=X-Sig',
+             event_id_from => 'body:id', event_type_from => 'body:type', inbox => true,
+             entity_key_from => 'body:entity', order_from => 'body:seq');
+         SELECT webhook_complete(c.id, '{{\"charged\": 1}}')
+           FROM webhook_claim('stripe', 'evt_done', 'invoice.paid', '{{\"id\": \"evt_done\"}}'::jsonb, NULL) c;
+         SELECT webhook_fail(c.id, 'downstream timeout')
+           FROM webhook_claim('stripe', 'evt_failed', 'invoice.paid', '{{\"id\": \"evt_failed\"}}'::jsonb, NULL) c;
+         SELECT webhook_enqueue('queue', 'q_' || g, 'thing', jsonb_build_object('id', 'q_' || g, 'entity', 'e', 'seq', g))
+           FROM generate_series(1, 4) g;
+         SELECT webhook_complete(n.id) FROM webhook_next(1, provider => 'queue') n;
+         SELECT outcome FROM idempotency_begin('orders', 'k1', 'sha256:a');
+         "
+    ))
+    .unwrap_or_else(|e| panic!("{}", message(&e)));
+    p.batch_execute(
+        "SELECT idempotency_finish(b.request_id, 201, 'created')
+           FROM idempotency_begin('orders', 'k2', 'sha256:b') b;
+         SELECT webhook_metrics_rollup();",
+    )
+    .unwrap();
+    let before = webhook_rows(&mut p);
+
+    // The move, as docs/managed.md gives it.
+    let dump = std::env::temp_dir().join(format!("pgwi-move-{}.sql", std::process::id()));
+    let dump = dump.to_str().unwrap();
+    client_program(
+        "pg_dump",
+        &[
+            "--data-only",
+            "--schema=webhook",
+            "--load-via-partition-root",
+            "--exclude-table-data=webhook.metric_marks",
+            "-d",
+            source,
+            "-f",
+            dump,
+        ],
+    );
+    let mut c = empty_database(target);
+    c.batch_execute("CREATE EXTENSION pg_webhook_inbox; SELECT webhook_create_partitions();")
+        .unwrap();
+    drop(c);
+    client_program(
+        "psql",
+        &[
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            target,
+            "-c",
+            "SET session_replication_role = replica",
+            "-f",
+            dump,
+            "-c",
+            "UPDATE webhook.events SET payload_hash = NULL",
+        ],
+    );
+    let _ = std::fs::remove_file(dump);
+    let mut c = connect(target);
+    assert_eq!(
+        c.query_one(
+            "SELECT extversion FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
+            &[]
+        )
+        .unwrap()
+        .get::<_, String>(0),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_same_tables(&before, &webhook_rows(&mut c), "the rows moved");
+
+    // And the compiled edition goes on where the portable one left off.
+    let answer = |c: &mut Client, sql: &str| simple_answer(c, sql);
+    assert_eq!(
+        answer(&mut c, "SELECT status, result FROM webhook_claim('stripe', 'evt_done', 'invoice.paid', '{\"id\": \"evt_done\"}'::jsonb, NULL)"),
+        "duplicate|{\"charged\": 1}"
+    );
+    assert_eq!(
+        answer(&mut c, "SELECT status, attempts FROM webhook_claim('stripe', 'evt_failed', 'invoice.paid', '{\"id\": \"evt_failed\"}'::jsonb, NULL)"),
+        "retry|2"
+    );
+    assert_eq!(
+        answer(
+            &mut c,
+            "SELECT event_id FROM webhook_next(5, provider => 'queue') ORDER BY event_id"
+        ),
+        "q_2\nq_3\nq_4"
+    );
+    assert_eq!(
+        answer(&mut c, "SELECT outcome, http_status, response_body FROM idempotency_begin('orders', 'k2', 'sha256:b')"),
+        "replay|201|created"
+    );
+    let body = r#"{"id":"evt_new","type":"invoice.paid"}"#;
+    let headers = sign::stripe(body, sign::now(), secret);
+    assert_eq!(
+        c.query_one(
+            "SELECT status FROM webhook_receive('stripe', $1::text::jsonb, $2::bytea)",
+            &[&headers.to_string(), &body.as_bytes()],
+        )
+        .unwrap()
+        .get::<_, String>(0),
+        "claimed",
+        "the moved secret verifies a new delivery"
+    );
+    // The watermark moved with its rows: an event older than it is parked
+    // as stale when a worker would lease it.
+    assert_eq!(
+        answer(&mut c, "SELECT status FROM webhook_enqueue('queue', 'q_0', 'thing', '{\"id\": \"q_0\", \"entity\": \"e\", \"seq\": 0}'::jsonb)"),
+        "queued"
+    );
+    assert_eq!(
+        answer(
+            &mut c,
+            "SELECT count(*) FROM webhook_next(5, provider => 'queue')"
+        ),
+        "0"
+    );
+    assert_eq!(
+        answer(
+            &mut c,
+            "SELECT status FROM webhook.inbox WHERE event_id = 'q_0'"
+        ),
+        "stale"
+    );
+}
