@@ -542,6 +542,8 @@ DECLARE
     fn CONSTANT text := 'webhook_claim';
     order_at webhook._order;
     outcome  webhook._outcome;
+    scoped   boolean;
+    ordered  boolean;
 BEGIN
     -- The checks inline, their errors raised by the helpers: the hot path
     -- calls no function for an argument that is fine.
@@ -557,10 +559,15 @@ BEGIN
     IF octet_length(signature) > 8192 THEN
         PERFORM webhook._bounded_text(fn, 'signature', signature, 8192);
     END IF;
-    IF EXISTS (SELECT FROM webhook.app_scopes) THEN
+    -- Scopes and ordering, each only where the tables say there is any:
+    -- both asked in one query.
+    SELECT EXISTS (SELECT FROM webhook.app_scopes),
+           EXISTS (SELECT FROM webhook.providers p WHERE p.name = provider AND p.entity_key_from IS NOT NULL)
+      INTO scoped, ordered;
+    IF scoped THEN
         PERFORM webhook._check_scope(fn, 'provider', provider);
     END IF;
-    IF EXISTS (SELECT FROM webhook.providers p WHERE p.name = provider AND p.entity_key_from IS NOT NULL) THEN
+    IF ordered THEN
         order_at := webhook._order_of_payload(provider, payload);
     END IF;
     outcome := webhook._claim(fn, provider, event_id, event_type, payload, raw_body, signature, NULL, lease,
