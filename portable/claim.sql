@@ -39,38 +39,54 @@ CREATE FUNCTION webhook._session_role() RETURNS name
 LANGUAGE sql STABLE
 RETURN CASE WHEN current_setting('role') = 'none' THEN session_user ELSE current_setting('role')::name END;
 
--- Refuse `provider` unless the session's role may use its events
--- (src/scopes.rs): with no scope anywhere, one look at an empty table.
-CREATE FUNCTION webhook._check_scope(fn text, arg text, provider text) RETURNS void
+-- The session's role when some scope binds it (src/scopes.rs): it, or a
+-- role it inherits from, is scoped, and it is no superuser; NULL when no
+-- scope binds it (with no scope anywhere, one look at an empty table).
+CREATE FUNCTION webhook._scoped_role() RETURNS name
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    acting  name;
-    allowed text;
+    acting name;
 BEGIN
     IF NOT EXISTS (SELECT FROM webhook.app_scopes) THEN
-        RETURN;
+        RETURN NULL;
     END IF;
     acting := webhook._session_role();
-    IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = acting) THEN
-        RETURN;
+    IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = acting)
+       OR NOT EXISTS (SELECT FROM webhook.app_scopes s WHERE pg_has_role(acting, s.role, 'USAGE')) THEN
+        RETURN NULL;
     END IF;
-    IF NOT EXISTS (SELECT FROM webhook.app_scopes s WHERE pg_has_role(acting, s.role, 'USAGE')) THEN
-        RETURN;
-    END IF;
-    IF EXISTS (SELECT FROM webhook.app_scopes s
-                WHERE pg_has_role(acting, s.role, 'USAGE') AND provider = ANY (s.providers)) THEN
-        RETURN;
-    END IF;
+    RETURN acting;
+END
+$$;
+
+-- What the scopes binding a role allow, in words: "providers stripe,
+-- paddle (consumers billing)" for each, joined by "; or ".
+CREATE FUNCTION webhook._scopes_allowed(acting name) RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
     SELECT string_agg(format('providers %s (%s)', array_to_string(s.providers, ', '),
                              CASE WHEN s.consumers IS NULL THEN 'every consumer'
                                   ELSE 'consumers ' || array_to_string(s.consumers, ', ') END),
                       '; or ' ORDER BY s.scoped_at, s.role)
-      INTO allowed
       FROM webhook.app_scopes s WHERE pg_has_role(acting, s.role, 'USAGE');
+END;
+
+-- Refuse `provider` unless the session's role may use its events.
+CREATE FUNCTION webhook._check_scope(fn text, arg text, provider text) RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    acting name := webhook._scoped_role();
+BEGIN
+    IF acting IS NULL
+       OR EXISTS (SELECT FROM webhook.app_scopes s
+                   WHERE pg_has_role(acting, s.role, 'USAGE') AND provider = ANY (s.providers)) THEN
+        RETURN;
+    END IF;
     PERFORM webhook._raise('42501',
         format('%s: argument "%s": role "%s" may not use provider "%s"', fn, arg, acting, provider),
-        format('Its scope allows %s.', allowed),
+        format('Its scope allows %s.', webhook._scopes_allowed(acting)),
         'A DBA sets application roles'' scopes with webhook_scope_app(role, providers, consumers); webhook.app_scopes lists them.');
 END
 $$;

@@ -841,29 +841,17 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_variable
 DECLARE
-    acting  name;
-    allowed text;
+    acting name := webhook._scoped_role();
 BEGIN
-    IF NOT EXISTS (SELECT FROM webhook.app_scopes) THEN
-        RETURN;
-    END IF;
-    acting := webhook._session_role();
-    IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = acting)
-       OR NOT EXISTS (SELECT FROM webhook.app_scopes s WHERE pg_has_role(acting, s.role, 'USAGE'))
+    IF acting IS NULL
        OR EXISTS (SELECT FROM webhook.app_scopes s
                    WHERE pg_has_role(acting, s.role, 'USAGE') AND provider = ANY (s.providers)
                      AND (s.consumers IS NULL OR consumer = ANY (s.consumers))) THEN
         RETURN;
     END IF;
-    SELECT string_agg(format('providers %s (%s)', array_to_string(s.providers, ', '),
-                             CASE WHEN s.consumers IS NULL THEN 'every consumer'
-                                  ELSE 'consumers ' || array_to_string(s.consumers, ', ') END),
-                      '; or ' ORDER BY s.scoped_at, s.role)
-      INTO allowed
-      FROM webhook.app_scopes s WHERE pg_has_role(acting, s.role, 'USAGE');
     PERFORM webhook._raise('42501',
         format('%s: argument "%s": role "%s" may not use consumer "%s" of provider "%s"', fn, arg, acting, consumer, provider),
-        format('Its scope allows %s.', allowed),
+        format('Its scope allows %s.', webhook._scopes_allowed(acting)),
         'A DBA sets application roles'' scopes with webhook_scope_app(role, providers, consumers); webhook.app_scopes lists them.');
 END
 $$;
@@ -871,29 +859,15 @@ $$;
 CREATE FUNCTION webhook._check_every_provider(fn text) RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
-#variable_conflict use_variable
 DECLARE
-    acting  name;
-    allowed text;
+    acting name := webhook._scoped_role();
 BEGIN
-    IF NOT EXISTS (SELECT FROM webhook.app_scopes) THEN
-        RETURN;
+    IF acting IS NOT NULL THEN
+        PERFORM webhook._raise('42501',
+            format('%s: argument "provider" must name a provider: role "%s" is scoped to some providers', fn, acting),
+            format('Its scope allows %s.', webhook._scopes_allowed(acting)),
+            'Name one of them: webhook_next(provider => ''<name>'', ...).');
     END IF;
-    acting := webhook._session_role();
-    IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = acting)
-       OR NOT EXISTS (SELECT FROM webhook.app_scopes s WHERE pg_has_role(acting, s.role, 'USAGE')) THEN
-        RETURN;
-    END IF;
-    SELECT string_agg(format('providers %s (%s)', array_to_string(s.providers, ', '),
-                             CASE WHEN s.consumers IS NULL THEN 'every consumer'
-                                  ELSE 'consumers ' || array_to_string(s.consumers, ', ') END),
-                      '; or ' ORDER BY s.scoped_at, s.role)
-      INTO allowed
-      FROM webhook.app_scopes s WHERE pg_has_role(acting, s.role, 'USAGE');
-    PERFORM webhook._raise('42501',
-        format('%s: argument "provider" must name a provider: role "%s" is scoped to some providers', fn, acting),
-        format('Its scope allows %s.', allowed),
-        'Name one of them: webhook_next(provider => ''<name>'', ...).');
 END
 $$;
 

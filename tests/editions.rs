@@ -435,6 +435,16 @@ fn verify_hmac_answers_alike() {
 // ---------------------------------------------------------------------------
 // Claims in lockstep.
 
+/// The two sides of a lockstep test, each in a fresh database of its
+/// edition.
+fn sides(test: &str) -> [Side; 2] {
+    let (c, p) = pair(test);
+    [c, p].map(|client| Side {
+        client,
+        deliveries: Vec::new(),
+    })
+}
+
 /// A small deterministic generator (xorshift), so that a failing sequence
 /// is found again from its seed.
 struct Rng(u64);
@@ -591,17 +601,7 @@ fn random_claim_sequences_answer_and_write_alike() {
     if !portable_installable("random_claim_sequences_answer_and_write_alike") {
         return;
     }
-    let (c, p) = pair("claims");
-    let mut sides = [
-        Side {
-            client: c,
-            deliveries: Vec::new(),
-        },
-        Side {
-            client: p,
-            deliveries: Vec::new(),
-        },
-    ];
+    let mut sides = sides("claims");
     for side in sides.iter_mut() {
         side.client
             .batch_execute(
@@ -742,17 +742,7 @@ fn every_delivery_of_the_scheme_matrix_is_received_alike() {
     if !portable_installable("received") {
         return;
     }
-    let (c, p) = pair("received");
-    let mut sides = [
-        Side {
-            client: c,
-            deliveries: Vec::new(),
-        },
-        Side {
-            client: p,
-            deliveries: Vec::new(),
-        },
-    ];
+    let mut sides = sides("received");
     let now = sign::now();
     let mut statuses: HashMap<String, usize> = HashMap::new();
     let mut registered = std::collections::HashSet::new();
@@ -991,17 +981,7 @@ fn random_inbox_sequences_answer_and_write_alike() {
     if !portable_installable("random_inbox_sequences_answer_and_write_alike") {
         return;
     }
-    let (c, p) = pair("inbox");
-    let mut sides = [
-        Side {
-            client: c,
-            deliveries: Vec::new(),
-        },
-        Side {
-            client: p,
-            deliveries: Vec::new(),
-        },
-    ];
+    let mut sides = sides("inbox");
     for side in sides.iter_mut() {
         side.client
             .batch_execute(
@@ -1160,17 +1140,7 @@ fn random_keyed_requests_answer_and_write_alike() {
     if !portable_installable("random_keyed_requests_answer_and_write_alike") {
         return;
     }
-    let (c, p) = pair("keys");
-    let mut sides = [
-        Side {
-            client: c,
-            deliveries: Vec::new(),
-        },
-        Side {
-            client: p,
-            deliveries: Vec::new(),
-        },
-    ];
+    let mut sides = sides("keys");
     let mut rng = Rng(7);
     let mut seen: HashMap<String, usize> = HashMap::new();
     for step in 0..500 {
