@@ -64,7 +64,7 @@ PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 all: build
 
 setup:
-	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) PG18_ROOT=$(PG18_ROOT) .ci/setup
+	@PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) PG18_ROOT=$(PG18_ROOT) STATE_DIR=$(STATE_DIR) .ci/setup
 
 # Compiles against PG_CONFIG's headers, without installing anything; run
 # `make setup` first on a machine that lacks them.

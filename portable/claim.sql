@@ -484,14 +484,16 @@ CREATE FUNCTION webhook._owned(fn text, id uuid, provider text, event_id text, l
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    noted text;
 BEGIN
     IF lease IS NULL THEN
         IF entity_key IS NOT NULL THEN
             PERFORM webhook._advance(fn, id, provider, 'default', event_id, entity_key, order_value);
         END IF;
-        PERFORM set_config('pg_webhook_inbox.completes_here',
-                           coalesce(current_setting('pg_webhook_inbox.completes_here', true), '') || id::text || ',',
-                           true);
+        noted := set_config('pg_webhook_inbox.completes_here',
+                            coalesce(current_setting('pg_webhook_inbox.completes_here', true), '') || id::text || ',',
+                            true);
     END IF;
 END
 $$;

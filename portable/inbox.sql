@@ -15,20 +15,11 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 CREATE FUNCTION webhook._wait_lock(fn text, key bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
-#variable_conflict use_variable
 DECLARE
-    held   integer := coalesce(nullif(current_setting('pg_webhook_inbox.locks_held', true), ''), '0')::integer;
-    budget integer := current_setting('max_locks_per_transaction')::integer
-                      * current_setting('max_connections')::integer / 2;
+    held integer := webhook._locks_held(fn);
 BEGIN
-    IF held >= budget THEN
-        PERFORM webhook._raise('54000',
-            format('%s: this transaction holds %s events already, as many as the lock table allows one transaction', fn, budget),
-            NULL,
-            'Each event holds a lock until its transaction commits: commit in batches, or queue a backfill with CALL webhook_enqueue_batches(provider, events), which commits every batch_size events.');
-    END IF;
     PERFORM pg_advisory_xact_lock(key);
-    PERFORM set_config('pg_webhook_inbox.locks_held', (held + 1)::text, true);
+    held := set_config('pg_webhook_inbox.locks_held', (held + 1)::text, true);
 END
 $$;
 
@@ -36,10 +27,7 @@ $$;
 -- that it is never taken for one.
 CREATE FUNCTION webhook._new_lease_id() RETURNS uuid
 LANGUAGE sql VOLATILE PARALLEL SAFE
-BEGIN ATOMIC
-    SELECT encode(set_byte(b, 6, (get_byte(b, 6) & 15) | 128), 'hex')::uuid
-      FROM (SELECT uuid_send(webhook._new_id()) AS b) id;
-END;
+RETURN webhook._time_ordered_id('8');
 
 -- Wake workers that LISTEN webhook_inbox: one notification, from at most
 -- one transaction at a time (a notifying transaction serializes its
@@ -469,130 +457,189 @@ CREATE TYPE webhook._picked AS (
     due timestamptz  -- when the row was ready, before this pick
 );
 
--- Pick and lease ready rows (src/inbox/pick.rs): without waiting (SKIP
--- LOCKED), one queue at a time, oldest run time first; a lease that ran
--- out is recorded as a failed attempt, one that was its last attempt is
--- parked as dead, a row older than its entity's watermark as stale, and
--- a FIFO provider's row is leased only at the head of its entity's line.
--- Steered: providers left out, quotas, quarantined entities set aside.
-CREATE FUNCTION webhook._pick(consumer text, provider text, event_type text, batch integer, lease interval,
-                              max_attempts integer, line_providers text[], line_keys text[], turn bigint,
-                              start_providers text[], starts timestamptz[],
-                              excluded text[], quota_providers text[], quotas integer[], quarantining text[])
-RETURNS SETOF webhook._picked
+-- A ready row a pick found and locked, before it is judged: its row id,
+-- what it was, whether a quarantine sets it aside, and its entity's
+-- watermark for the row's consumer, set by another event.
+CREATE TYPE webhook._candidate AS (
+    row_id tid, provider text, event_id text, consumer text, was webhook.inbox_status, previous uuid,
+    attempts integer, due timestamptz, held boolean,
+    entity_key text, order_value numeric, watermark numeric, set_by text
+);
+
+-- Find ready rows (src/inbox/pick.rs) without waiting (SKIP LOCKED), one
+-- queue at a time, oldest run time first, and lock them. A FIFO
+-- provider's row is found only at the head of its entity's line.
+-- Steered: providers left out, quotas, quarantined entities found to be
+-- set aside wherever they stand in their line.
+CREATE FUNCTION webhook._candidates(consumer text, provider text, event_type text, batch integer,
+                                    line_providers text[], line_keys text[], turn bigint,
+                                    start_providers text[], starts timestamptz[],
+                                    excluded text[], quota_providers text[], quotas integer[], quarantining text[])
+RETURNS webhook._candidate[]
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict use_column
 BEGIN
-    RETURN QUERY
+    RETURN ARRAY(
     WITH RECURSIVE found (provider) AS (
         (SELECT i.provider FROM webhook.inbox i
-          WHERE i.consumer = _pick.consumer AND i.status IN ('ready', 'leased') AND _pick.provider IS NULL
-            AND cardinality(_pick.start_providers) = 0
+          WHERE i.consumer = _candidates.consumer AND i.status IN ('ready', 'leased') AND _candidates.provider IS NULL
+            AND cardinality(_candidates.start_providers) = 0
           ORDER BY i.provider LIMIT 1)
         UNION ALL
         SELECT (SELECT i.provider FROM webhook.inbox i
-                 WHERE i.consumer = _pick.consumer AND i.status IN ('ready', 'leased')
+                 WHERE i.consumer = _candidates.consumer AND i.status IN ('ready', 'leased')
                    AND i.provider > f.provider
                  ORDER BY i.provider LIMIT 1)
           FROM found f WHERE f.provider IS NOT NULL
     ), queues (provider, place) AS (
-        SELECT _pick.provider, 0::int8 WHERE _pick.provider IS NOT NULL
+        SELECT _candidates.provider, 0::int8 WHERE _candidates.provider IS NOT NULL
         UNION ALL
-        SELECT q.provider, (q.n + _pick.turn) % q.total
+        SELECT q.provider, (q.n + _candidates.turn) % q.total
           FROM (SELECT f.provider, row_number() OVER (ORDER BY f.provider) AS n, count(*) OVER () AS total
                   FROM (SELECT f.provider FROM found f WHERE f.provider IS NOT NULL
                         UNION ALL
-                        SELECT h.provider FROM unnest(_pick.start_providers) AS h(provider)
-                         WHERE _pick.provider IS NULL) f) q
-    ), picked AS (
-        SELECT c.*
-          FROM (SELECT q.provider,
-                       -- Where the queue's ready rows start, as this session
-                       -- last found them; a FIFO queue from its start.
-                       CASE WHEN EXISTS (SELECT FROM webhook.providers f WHERE f.name = q.provider AND f.fifo)
-                            THEN '-infinity'::timestamptz
-                            ELSE coalesce((SELECT h.since FROM unnest(_pick.start_providers, _pick.starts) AS h (provider, since)
-                                            WHERE h.provider = q.provider), '-infinity')
-                       END AS since,
-                       coalesce((SELECT l.quota FROM unnest(_pick.quota_providers, _pick.quotas) AS l (provider, quota)
-                                  WHERE l.provider = q.provider), _pick.batch) AS quota
-                  FROM queues q
-                 WHERE q.provider <> ALL (_pick.excluded)
-                 ORDER BY q.place) q
-         CROSS JOIN LATERAL (
-               SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.status AS was,
-                      i.claim_id AS previous, i.attempts, i.run_at AS due,
-                      CASE WHEN i.entity_key IS NOT NULL AND i.provider = ANY (_pick.quarantining)
-                                AND (i.provider, i.entity_key) IN (
-                                    SELECT s.provider, s.entity_key FROM webhook.pauses s
-                                     WHERE s.entity_key <> '' AND s.consumer IN ('', _pick.consumer)
-                                       AND s.provider = ANY (_pick.quarantining))
-                               THEN 'held'
-                           WHEN (w.order_value > i.order_value
-                                 OR (w.order_value = i.order_value
-                                     AND EXISTS (SELECT FROM webhook.providers t WHERE t.name = i.provider AND t.ties = 'stale')))
-                               THEN 'stale'
-                           WHEN i.status = 'leased' AND _pick.max_attempts > 0 AND i.attempts >= _pick.max_attempts THEN 'dead'
-                           ELSE 'leased'
-                      END AS verdict,
-                      webhook._stale_reason(i.order_value, i.entity_key, w.order_value, w.event_id) AS stale_reason
-                 FROM webhook.inbox i
-                 LEFT JOIN webhook.watermarks w
-                   ON w.provider = i.provider AND w.consumer = i.consumer
-                  AND w.entity_key = i.entity_key AND w.event_id <> i.event_id
-                WHERE i.consumer = _pick.consumer AND i.provider = q.provider
-                  AND (_pick.event_type IS NULL OR i.event_type = _pick.event_type)
-                  AND i.status IN ('ready', 'leased')
-                  AND i.run_at >= q.since
-                  AND i.run_at <= (SELECT clock_timestamp())
-                  AND (i.entity_key IS NULL
-                       OR NOT EXISTS (SELECT FROM webhook.providers f WHERE f.name = i.provider AND f.fifo)
-                       OR ((i.provider, i.entity_key) IN (SELECT * FROM unnest(_pick.line_providers, _pick.line_keys))
-                           AND NOT EXISTS (SELECT FROM webhook.inbox j
-                                            WHERE j.provider = i.provider AND j.consumer = i.consumer
-                                              AND j.entity_key = i.entity_key AND j.event_id <> i.event_id
-                                              AND j.status IN ('ready', 'leased')
-                                              AND ((j.order_value, j.queued_at, j.event_id)
-                                                       < (i.order_value, i.queued_at, i.event_id)
-                                                   OR (j.status = 'leased' AND j.run_at > clock_timestamp()))))
-                       OR (i.provider = ANY (_pick.quarantining)
-                           AND (i.provider, i.entity_key) IN (
-                               SELECT s.provider, s.entity_key FROM webhook.pauses s
-                                WHERE s.entity_key <> '' AND s.consumer IN ('', _pick.consumer)
-                                  AND s.provider = ANY (_pick.quarantining))))
-                ORDER BY i.run_at
-                LIMIT q.quota
-                  FOR UPDATE OF i SKIP LOCKED
-         ) c
-         LIMIT _pick.batch
-    ), lost AS (
+                        SELECT h.provider FROM unnest(_candidates.start_providers) AS h(provider)
+                         WHERE _candidates.provider IS NULL) f) q
+    )
+    SELECT c.c
+      FROM (SELECT q.provider,
+                   -- Where the queue's ready rows start, as this session
+                   -- last found them; a FIFO queue from its start.
+                   CASE WHEN EXISTS (SELECT FROM webhook.providers f WHERE f.name = q.provider AND f.fifo)
+                        THEN '-infinity'::timestamptz
+                        ELSE coalesce((SELECT h.since FROM unnest(_candidates.start_providers, _candidates.starts) AS h (provider, since)
+                                        WHERE h.provider = q.provider), '-infinity')
+                   END AS since,
+                   coalesce((SELECT l.quota FROM unnest(_candidates.quota_providers, _candidates.quotas) AS l (provider, quota)
+                              WHERE l.provider = q.provider), _candidates.batch) AS quota
+              FROM queues q
+             WHERE q.provider <> ALL (_candidates.excluded)
+             ORDER BY q.place) q
+     CROSS JOIN LATERAL (
+           SELECT (i.ctid, i.provider, i.event_id, i.consumer, i.status, i.claim_id, i.attempts, i.run_at,
+                   i.entity_key IS NOT NULL AND i.provider = ANY (_candidates.quarantining)
+                       AND (i.provider, i.entity_key) IN (
+                           SELECT s.provider, s.entity_key FROM webhook.pauses s
+                            WHERE s.entity_key <> '' AND s.consumer IN ('', _candidates.consumer)
+                              AND s.provider = ANY (_candidates.quarantining)),
+                   i.entity_key, i.order_value, w.order_value, w.event_id)::webhook._candidate AS c
+             FROM webhook.inbox i
+             LEFT JOIN webhook.watermarks w
+               ON w.provider = i.provider AND w.consumer = i.consumer
+              AND w.entity_key = i.entity_key AND w.event_id <> i.event_id
+            WHERE i.consumer = _candidates.consumer AND i.provider = q.provider
+              AND (_candidates.event_type IS NULL OR i.event_type = _candidates.event_type)
+              AND i.status IN ('ready', 'leased')
+              AND i.run_at >= q.since
+              AND i.run_at <= (SELECT clock_timestamp())
+              AND (i.entity_key IS NULL
+                   OR NOT EXISTS (SELECT FROM webhook.providers f WHERE f.name = i.provider AND f.fifo)
+                   OR ((i.provider, i.entity_key) IN (SELECT * FROM unnest(_candidates.line_providers, _candidates.line_keys))
+                       AND NOT EXISTS (SELECT FROM webhook.inbox j
+                                        WHERE j.provider = i.provider AND j.consumer = i.consumer
+                                          AND j.entity_key = i.entity_key AND j.event_id <> i.event_id
+                                          AND j.status IN ('ready', 'leased')
+                                          AND ((j.order_value, j.queued_at, j.event_id)
+                                                   < (i.order_value, i.queued_at, i.event_id)
+                                               OR (j.status = 'leased' AND j.run_at > clock_timestamp()))))
+                   OR (i.provider = ANY (_candidates.quarantining)
+                       AND (i.provider, i.entity_key) IN (
+                           SELECT s.provider, s.entity_key FROM webhook.pauses s
+                            WHERE s.entity_key <> '' AND s.consumer IN ('', _candidates.consumer)
+                              AND s.provider = ANY (_candidates.quarantining))))
+            ORDER BY i.run_at
+            LIMIT q.quota
+              FOR UPDATE OF i SKIP LOCKED
+     ) c
+     LIMIT _candidates.batch);
+END
+$$;
+
+-- The same for the call most worker pools make: one provider's queue,
+-- with no FIFO line and nothing steering the consumer. A statement of its
+-- own, short enough to be planned once per session: the one above is
+-- planned again on most calls.
+CREATE FUNCTION webhook._queue_candidates(consumer text, provider text, event_type text, batch integer,
+                                          since timestamptz)
+RETURNS webhook._candidate[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN ARRAY(
+    SELECT (i.ctid, i.provider, i.event_id, i.consumer, i.status, i.claim_id, i.attempts, i.run_at, false,
+            i.entity_key, i.order_value, w.order_value, w.event_id)::webhook._candidate
+      FROM webhook.inbox i
+      LEFT JOIN webhook.watermarks w
+        ON w.provider = i.provider AND w.consumer = i.consumer
+       AND w.entity_key = i.entity_key AND w.event_id <> i.event_id
+     WHERE i.consumer = _queue_candidates.consumer AND i.provider = _queue_candidates.provider
+       AND (_queue_candidates.event_type IS NULL OR i.event_type = _queue_candidates.event_type)
+       AND i.status IN ('ready', 'leased')
+       AND i.run_at >= _queue_candidates.since
+       AND i.run_at <= (SELECT clock_timestamp())
+     ORDER BY i.run_at
+     LIMIT _queue_candidates.batch
+       FOR UPDATE OF i SKIP LOCKED);
+END
+$$;
+
+-- Judge and lease what a pick found, locked (src/inbox/pick.rs): a lease
+-- that ran out is recorded as a failed attempt, one that was its last
+-- attempt is parked as dead, a row older than its entity's watermark (or
+-- as old, where ties are stale) as stale, a quarantined one set aside,
+-- the rest leased. By row id, a TID scan: a join back on the key would
+-- be planned blind and could scan the whole inbox.
+CREATE FUNCTION webhook._lease_candidates(candidates webhook._candidate[], lease interval, max_attempts integer)
+RETURNS webhook._picked[]
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    picked webhook._picked[];
+BEGIN
+    IF EXISTS (SELECT FROM unnest(_lease_candidates.candidates) c WHERE c.was = 'leased') THEN
         INSERT INTO webhook.inbox_failures (claim_id, provider, event_id, consumer, attempt, error_message, lease_expired)
-        SELECT p.previous, p.provider, p.event_id, p.consumer, p.attempts, 'lease expired', true
-          FROM picked p
-         WHERE p.was = 'leased'
-        ON CONFLICT (claim_id) DO NOTHING
+        SELECT c.previous, c.provider, c.event_id, c.consumer, c.attempts, 'lease expired', true
+          FROM unnest(_lease_candidates.candidates) c
+         WHERE c.was = 'leased'
+        ON CONFLICT (claim_id) DO NOTHING;
+    END IF;
+    WITH picked AS (
+        SELECT c.*,
+               CASE WHEN c.held THEN 'held'
+                    WHEN c.watermark > c.order_value
+                         OR (c.watermark = c.order_value
+                             AND EXISTS (SELECT FROM webhook.providers t WHERE t.name = c.provider AND t.ties = 'stale'))
+                        THEN 'stale'
+                    WHEN c.was = 'leased' AND _lease_candidates.max_attempts > 0
+                         AND c.attempts >= _lease_candidates.max_attempts THEN 'dead'
+                    ELSE 'leased'
+               END AS verdict
+          FROM unnest(_lease_candidates.candidates) c
     ), leased AS (
         UPDATE webhook.inbox i
            SET status = (CASE WHEN p.verdict = 'held' THEN 'ready' ELSE p.verdict END)::webhook.inbox_status,
                attempts = CASE WHEN p.verdict = 'leased' THEN i.attempts + 1 ELSE i.attempts END,
                claim_id = CASE WHEN p.verdict = 'leased' THEN webhook._new_lease_id() ELSE i.claim_id END,
-               run_at = CASE WHEN p.verdict = 'held' THEN 'infinity' ELSE clock_timestamp() + _pick.lease END,
-               last_error = CASE WHEN p.verdict = 'stale' THEN p.stale_reason
+               run_at = CASE WHEN p.verdict = 'held' THEN 'infinity' ELSE clock_timestamp() + _lease_candidates.lease END,
+               last_error = CASE WHEN p.verdict = 'stale'
+                                     THEN webhook._stale_reason(p.order_value, p.entity_key, p.watermark, p.set_by)
                                  WHEN i.status = 'leased' THEN 'lease expired' ELSE i.last_error END,
                processed_at = CASE WHEN p.verdict = 'stale' THEN now() ELSE i.processed_at END
           FROM picked p
-         -- By row id, a TID scan: a join back on the key would be planned
-         -- blind and could scan the whole inbox.
          WHERE i.ctid = ANY (ARRAY(SELECT q.row_id FROM picked q)) AND i.ctid = p.row_id
      RETURNING i.claim_id, i.provider, i.event_id, i.event_type, i.attempts, i.consumer, i.delivery_id,
                i.queued_at, i.run_at, i.status, i.replay_id, p.due
     )
-    SELECT l.claim_id, l.provider, l.event_id, l.event_type, l.attempts, l.consumer, l.delivery_id, l.queued_at,
-           l.run_at, l.status = 'leased', l.replay_id,
-           (SELECT t.traceparent FROM webhook.trace_contexts t WHERE t.delivery_id = l.delivery_id), l.due
-      FROM leased l
-     ORDER BY l.queued_at;
+    SELECT coalesce(array_agg((l.claim_id, l.provider, l.event_id, l.event_type, l.attempts, l.consumer,
+                               l.delivery_id, l.queued_at, l.run_at, l.status = 'leased', l.replay_id,
+                               (SELECT t.traceparent FROM webhook.trace_contexts t WHERE t.delivery_id = l.delivery_id),
+                               l.due)::webhook._picked ORDER BY l.queued_at), '{}')
+      INTO picked
+      FROM leased l;
+    RETURN picked;
 END
 $$;
 
@@ -600,39 +647,31 @@ $$;
 -- them (src/inbox/heads.rs): per call filter (consumer, provider, event
 -- type), per provider, the ready time of the oldest row its last full
 -- pick took. A session setting holds them: {"<filter>": {"calls": n,
--- "heads": {"<provider>": "<timestamptz>"}}}. After 64 calls from its
+-- "heads": {"<provider>": "<timestamptz>"}}}, read once per call of
+-- webhook_next and written back after each pick. After 64 calls from its
 -- heads, or a short pick, a filter is read from the start again.
-CREATE FUNCTION webhook._heads_start(filter text) RETURNS jsonb
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    kept  jsonb := coalesce(nullif(current_setting('pg_webhook_inbox.heads', true), ''), '{}')::jsonb;
-    entry jsonb := kept -> filter;
-BEGIN
-    IF entry IS NULL THEN
-        RETURN NULL;
-    END IF;
-    IF (entry ->> 'calls')::integer >= 64 THEN
-        PERFORM set_config('pg_webhook_inbox.heads', (kept - filter)::text, false);
-        RETURN NULL;
-    END IF;
-    kept := jsonb_set(kept, ARRAY[filter, 'calls'], to_jsonb((entry ->> 'calls')::integer + 1));
-    PERFORM set_config('pg_webhook_inbox.heads', kept::text, false);
-    RETURN entry -> 'heads';
-END
-$$;
+CREATE FUNCTION webhook._heads_of(kept jsonb, filter text) RETURNS jsonb
+LANGUAGE sql STABLE
+RETURN CASE WHEN (kept -> filter ->> 'calls')::integer < 64 THEN kept -> filter -> 'heads' END;
 
-CREATE FUNCTION webhook._heads_record(filter text, picked webhook._picked[], filled boolean) RETURNS void
-LANGUAGE plpgsql VOLATILE
+-- The heads kept, once a call started from its filter's heads: counted,
+-- or forgotten after 64 calls.
+CREATE FUNCTION webhook._heads_counted(kept jsonb, filter text) RETURNS jsonb
+LANGUAGE sql STABLE
+RETURN CASE WHEN NOT kept ? filter THEN kept
+            WHEN (kept -> filter ->> 'calls')::integer >= 64 THEN kept - filter
+            ELSE jsonb_set(kept, ARRAY[filter, 'calls'], to_jsonb((kept -> filter ->> 'calls')::integer + 1)) END;
+
+-- The heads kept, once a pick took these rows: a full pick moves its
+-- providers' heads to the oldest row it took of each; a short one forgets
+-- the filter.
+CREATE FUNCTION webhook._heads_recorded(kept jsonb, filter text, picked webhook._picked[], filled boolean)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    kept  jsonb := coalesce(nullif(current_setting('pg_webhook_inbox.heads', true), ''), '{}')::jsonb;
 BEGIN
     IF NOT filled THEN
-        IF kept ? filter THEN
-            PERFORM set_config('pg_webhook_inbox.heads', (kept - filter)::text, false);
-        END IF;
-        RETURN;
+        RETURN kept - filter;
     END IF;
     IF NOT kept ? filter THEN
         -- A bound on what a session keeps, whatever callers pass.
@@ -641,12 +680,11 @@ BEGIN
         END IF;
         kept := jsonb_set(kept, ARRAY[filter], '{"calls": 0, "heads": {}}');
     END IF;
-    kept := jsonb_set(kept, ARRAY[filter, 'heads'],
-                      (kept #> ARRAY[filter, 'heads'])
-                      || coalesce((SELECT jsonb_object_agg(x.provider, x.due)
-                                     FROM (SELECT p.provider, min(p.due) AS due
-                                             FROM unnest(picked) p GROUP BY p.provider) x), '{}'));
-    PERFORM set_config('pg_webhook_inbox.heads', kept::text, false);
+    RETURN jsonb_set(kept, ARRAY[filter, 'heads'],
+                     (kept #> ARRAY[filter, 'heads'])
+                     || coalesce((SELECT jsonb_object_agg(x.provider, x.due)
+                                    FROM (SELECT p.provider, min(p.due) AS due
+                                            FROM unnest(picked) p GROUP BY p.provider) x), '{}'));
 END
 $$;
 
@@ -668,17 +706,26 @@ AS $$
 DECLARE
     fn CONSTANT text := 'webhook_next';
     leased_for  interval;
+    scoped      boolean;
+    steered     boolean;
+    fifo        boolean;
     controls    webhook._controls;
     allowance   webhook._allowance;
+    one_queue   boolean;
+    max_attempts integer := webhook._setting_in('webhook.max_attempts', '', 10)::integer;
     line_providers text[];
     line_keys   text[];
     turn        bigint;
     round       integer;
+    candidates  webhook._candidate[];
     picked      webhook._picked[];
     leases      webhook._picked[];
+    archived    uuid[];
     filter      text := concat_ws(E'\x1f', consumer, coalesce(provider, E'\x1e'), coalesce(event_type, E'\x1e'));
+    kept        jsonb := coalesce(nullif(current_setting('pg_webhook_inbox.heads', true), ''), '{}')::jsonb;
     heads       jsonb;
     from_start  boolean := false;
+    written     text;
 BEGIN
     IF webhook._required(fn, 'batch', batch) NOT BETWEEN 1 AND 1000 THEN
         PERFORM webhook._raise('22023', format('%s: argument "batch" must be between 1 and 1000', fn));
@@ -687,14 +734,21 @@ BEGIN
     PERFORM webhook._bounded_text(fn, 'provider', provider, 64);
     PERFORM webhook._bounded_text(fn, 'event_type', event_type, 255);
     leased_for := webhook._lease(fn, 'lease', lease);
-    IF provider IS NOT NULL THEN
+    -- Nothing scopes or steers most inboxes, and most providers keep no
+    -- FIFO lines: one statement of probes says so.
+    SELECT EXISTS (SELECT FROM webhook.app_scopes),
+           EXISTS (SELECT FROM webhook.pauses) OR EXISTS (SELECT FROM webhook.limits),
+           EXISTS (SELECT FROM webhook.providers f WHERE f.name = provider AND f.fifo)
+      INTO scoped, steered, fifo;
+    IF NOT scoped THEN
+        NULL;
+    ELSIF provider IS NOT NULL THEN
         PERFORM webhook._check_scope(fn, 'provider', provider);
         PERFORM webhook._check_consumer_scope(fn, 'consumer', provider, consumer);
     ELSE
         PERFORM webhook._check_every_provider(fn);
     END IF;
-    -- Nothing steers most inboxes: two probes of empty tables say so.
-    IF EXISTS (SELECT FROM webhook.pauses) OR EXISTS (SELECT FROM webhook.limits) THEN
+    IF steered THEN
         controls := webhook._controls(consumer);
     END IF;
     IF controls.paused OR cardinality(controls.paused_providers) > 0 OR cardinality(controls.quarantined) > 0
@@ -704,36 +758,51 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- One provider's queue, unsteered and with no FIFO line: the short
+    -- statement of webhook._queue_candidates.
+    one_queue := allowance IS NULL AND provider IS NOT NULL AND NOT fifo;
     FOR round IN 1 .. 100 LOOP
         -- The FIFO lines this transaction may lease from, each under its
         -- line's lock, taken before the pick so that its snapshot sees
         -- every lease an earlier holder committed.
         line_providers := '{}';
         line_keys := '{}';
-        IF EXISTS (SELECT FROM webhook.providers f WHERE f.fifo) THEN
+        IF NOT one_queue AND EXISTS (SELECT FROM webhook.providers f WHERE f.fifo) THEN
             SELECT coalesce(array_agg(h.provider), '{}'), coalesce(array_agg(h.entity_key), '{}')
               INTO line_providers, line_keys
               FROM webhook._fifo_heads(consumer, provider, event_type, coalesce(allowance.batch, batch)) h
              WHERE pg_try_advisory_xact_lock(webhook._lock_key('fifo', h.provider, consumer, h.entity_key));
         END IF;
         turn := coalesce(nullif(current_setting('pg_webhook_inbox.turn', true), '')::bigint, 0);
-        PERFORM set_config('pg_webhook_inbox.turn', ((turn + 1) % 9223372036854775807)::text, false);
-        heads := CASE WHEN from_start THEN NULL ELSE webhook._heads_start(filter) END;
-        SELECT coalesce(array_agg(p), '{}') INTO picked
-          FROM webhook._pick(consumer, provider, event_type, coalesce(allowance.batch, batch), leased_for,
-                             webhook._setting_in('webhook.max_attempts', '', 10)::integer, line_providers, line_keys, turn,
-                             ARRAY(SELECT jsonb_object_keys(coalesce(heads, '{}')) ORDER BY 1),
-                             ARRAY(SELECT (heads ->> k)::timestamptz FROM jsonb_object_keys(coalesce(heads, '{}')) k ORDER BY k),
-                             coalesce(allowance.excluded, '{}'), coalesce(allowance.quota_providers, '{}'),
-                             coalesce(allowance.quotas, '{}'), coalesce(allowance.quarantining, '{}')) p;
-        PERFORM webhook._heads_record(filter, picked, cardinality(picked) = coalesce(allowance.batch, batch));
+        written := set_config('pg_webhook_inbox.turn', ((turn + 1) % 9223372036854775807)::text, false);
+        heads := NULL;
+        IF NOT from_start THEN
+            heads := webhook._heads_of(kept, filter);
+            kept := webhook._heads_counted(kept, filter);
+        END IF;
+        IF one_queue THEN
+            candidates := webhook._queue_candidates(consumer, provider, event_type, batch,
+                                                    coalesce((heads ->> provider)::timestamptz, '-infinity'));
+        ELSE
+            candidates := webhook._candidates(
+                consumer, provider, event_type, coalesce(allowance.batch, batch), line_providers, line_keys, turn,
+                ARRAY(SELECT jsonb_object_keys(coalesce(heads, '{}')) ORDER BY 1),
+                ARRAY(SELECT (heads ->> k)::timestamptz FROM jsonb_object_keys(coalesce(heads, '{}')) k ORDER BY k),
+                coalesce(allowance.excluded, '{}'), coalesce(allowance.quota_providers, '{}'),
+                coalesce(allowance.quotas, '{}'), coalesce(allowance.quarantining, '{}'));
+        END IF;
+        picked := webhook._lease_candidates(candidates, leased_for, max_attempts);
+        kept := webhook._heads_recorded(kept, filter, picked, cardinality(picked) = coalesce(allowance.batch, batch));
+        written := set_config('pg_webhook_inbox.heads', kept::text, false);
         IF cardinality(picked) = 0 AND heads IS NOT NULL AND heads <> '{}' THEN
             -- Nothing after the heads: look once from the start, past
             -- whatever appeared before them, before answering "none".
             from_start := true;
             CONTINUE;
         END IF;
-        SELECT coalesce(array_agg(p ORDER BY p.queued_at), '{}') INTO leases FROM unnest(picked) p WHERE p.leased;
+        SELECT coalesce(array_agg(p ORDER BY p.queued_at), '{}'), coalesce(array_agg(p.delivery_id), '{}')
+          INTO leases, archived
+          FROM unnest(picked) p WHERE p.leased;
         -- A round that only parked rows (stale, or out of attempts) says
         -- nothing about what is ready behind them: try again.
         IF cardinality(leases) > 0 OR cardinality(picked) = 0 THEN
@@ -747,7 +816,11 @@ BEGIN
                             WHEN EXISTS (SELECT FROM webhook.polled o WHERE o.delivery_id = l.id) THEN 'polled'
                             ELSE 'enqueued' END
                   FROM unnest(leases) WITH ORDINALITY AS p
-                  LEFT JOIN webhook.delivery_log l ON l.id = p.delivery_id
+                  -- By the ids in hand: a join on the leases would open
+                  -- every partition of the archive on each call.
+                  LEFT JOIN (SELECT l.id, l.payload, l.secret_fingerprint FROM webhook.delivery_log l
+                              WHERE l.id = ANY (archived)) l
+                         ON l.id = p.delivery_id
                  ORDER BY p.ordinality;
             RETURN;
         END IF;

@@ -90,20 +90,21 @@ CREATE FUNCTION webhook._to_base64(data bytea) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN translate(encode(data, 'base64'), E'\n', '');
 
--- A time-ordered id (UUID version 7): the first 48 bits are the
--- milliseconds it was made at, which is how the archive is partitioned.
+-- A time-ordered id of a UUID version: the first 48 bits are the
+-- milliseconds it was made at, then the version, then a random UUID's
+-- random bits and variant. One expression, in SQL so that the planner
+-- inlines it into the statement that makes ids, row by row.
+CREATE FUNCTION webhook._time_ordered_id(version text) RETURNS uuid
+LANGUAGE sql VOLATILE PARALLEL SAFE
+RETURN (overlay(lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+                PLACING '-' FROM 9 FOR 0)
+        || '-' || version || substr(gen_random_uuid()::text, 16))::uuid;
+
+-- A delivery's or claim's id (UUID version 7), which is how the archive
+-- is partitioned.
 CREATE FUNCTION webhook._new_id() RETURNS uuid
-LANGUAGE plpgsql VOLATILE PARALLEL SAFE
-AS $$
-BEGIN
-    -- One expression, which PL/pgSQL evaluates without a query: the
-    -- milliseconds in hex, version 7, then a random UUID's random bits
-    -- and variant.
-    RETURN (overlay(lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-                    PLACING '-' FROM 9 FOR 0)
-            || '-7' || substr(gen_random_uuid()::text, 16))::uuid;
-END
-$$;
+LANGUAGE sql VOLATILE PARALLEL SAFE
+RETURN webhook._time_ordered_id('7');
 
 -- Raise one of the extension's errors: its SQLSTATE, its message, and
 -- the detail and hint when there are (RAISE takes no NULL option).
@@ -241,9 +242,9 @@ CREATE FUNCTION webhook._lock_key(VARIADIC parts text[]) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN hashtextextended(array_to_string(parts, chr(1)), 22344);
 
--- Try a lock without waiting; counted against the transaction's budget,
+-- The event locks this transaction holds, checked against its budget:
 -- half of the shared lock table, refused with 54000 past it.
-CREATE FUNCTION webhook._try_lock(fn text, key bigint) RETURNS boolean
+CREATE FUNCTION webhook._locks_held(fn text) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -257,8 +258,21 @@ BEGIN
             NULL,
             'Each event holds a lock until its transaction commits: commit in batches, or queue a backfill with CALL webhook_enqueue_batches(provider, events), which commits every batch_size events.');
     END IF;
+    RETURN held;
+END
+$$;
+
+-- Try an event's lock without waiting, counted against the budget.
+CREATE FUNCTION webhook._try_lock(fn text, key bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    held integer := webhook._locks_held(fn);
+BEGIN
     IF pg_try_advisory_xact_lock(key) THEN
-        PERFORM set_config('pg_webhook_inbox.locks_held', (held + 1)::text, true);
+        -- Counted in an assignment, which PL/pgSQL evaluates without a
+        -- query (PERFORM would run one).
+        held := set_config('pg_webhook_inbox.locks_held', (held + 1)::text, true);
         RETURN true;
     END IF;
     RETURN false;
@@ -268,12 +282,12 @@ $$;
 -- The functions' own settings are theirs alone: nobody else calls these.
 REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(bytea, bytea),
     webhook._hex(text, integer), webhook._base64_any(text), webhook._base64(text, integer),
-    webhook._to_base64(bytea), webhook._new_id(), webhook._raise(text, text, text, text),
+    webhook._to_base64(bytea), webhook._time_ordered_id(text), webhook._new_id(), webhook._raise(text, text, text, text),
     webhook._required(text, text, anyelement), webhook._required_text(text, text, text, integer),
     webhook._bounded_text(text, text, text, integer), webhook._payload_size(text, text, integer),
     webhook._setting_on(text, boolean),
     webhook._lease(text, text, interval), webhook._truncated(text, integer),
-    webhook._lock_key(text[]), webhook._try_lock(text, bigint)
+    webhook._lock_key(text[]), webhook._locks_held(text), webhook._try_lock(text, bigint)
     FROM PUBLIC;
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
