@@ -217,8 +217,14 @@ console-test: install
 scale-test: install
 	.ci/scale-test $(STATE_DIR)/scale $(call port,500)
 
+# The matrix of every scheme, signed for the URL the example receivers
+# are reached at, for the run of every HMAC scheme through them.
 examples-test: install
-	.ci/examples-test $(STATE_DIR)/examples $(call port,3)
+	@mkdir -p $(STATE_DIR)/examples
+	SCHEME_MATRIX=$(STATE_DIR)/examples/scheme-matrix.jsonl SCHEME_MATRIX_URL='https://hooks.example.com/webhooks/{scheme}' \
+		PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib $(PG_FEATURES) --features pg_test \
+		schemes::genuine::tests::matrix_of_every_scheme -- --exact
+	SCHEME_MATRIX=$(STATE_DIR)/examples/scheme-matrix.jsonl .ci/examples-test $(STATE_DIR)/examples $(call port,3) $(call port,600)
 
 # Benchmarks (not part of `make test`): pgbench against a throwaway server,
 # figures printed and written into docs/performance.md.

@@ -14,6 +14,24 @@ use serde_json::{json, Value};
 
 /// The public URL, for the schemes that sign it.
 pub const URL: &str = "https://hooks.example.com/in?x=1";
+
+/// The URL a scheme's sender signs: URL, or, with `SCHEME_MATRIX_URL`
+/// set, that template with `{scheme}` standing for the scheme's name (a
+/// matrix for receivers reached at `<public URL>/webhooks/<provider>`).
+fn public_url(scheme: &'static str) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static URLS: OnceLock<Mutex<HashMap<&'static str, &'static str>>> = OnceLock::new();
+    let Ok(template) = std::env::var("SCHEME_MATRIX_URL") else {
+        return URL;
+    };
+    let mut urls = URLS
+        .get_or_init(Default::default)
+        .lock()
+        .expect("not poisoned");
+    urls.entry(scheme)
+        .or_insert_with(|| Box::leak(template.replace("{scheme}", scheme).into_boxed_str()))
+}
 /// PayPal's certificate, under the URL its deliveries name.
 const PAYPAL_CERT_URL: &str = "https://api.paypal.com/v1/notifications/certs/CERT-test-signer";
 const PAYPAL_WEBHOOK_ID: &str = "WH-TEST-1";
@@ -316,13 +334,15 @@ impl Sender {
                         "PAYPAL-TRANSMISSION-SIG": b64(&sig) })
             }
             "twilio" => {
-                url = Some(URL);
-                let sig = hmac_sha1(key, &[URL.as_bytes(), &sorted_fields(&body)]);
+                let signed = public_url("twilio");
+                url = Some(signed);
+                let sig = hmac_sha1(key, &[signed.as_bytes(), &sorted_fields(&body)]);
                 json!({ "I-Twilio-Idempotency-Token": id, "X-Twilio-Signature": b64(&sig) })
             }
             "square" => {
-                url = Some(URL);
-                json!({ "x-square-hmacsha256-signature": b64(&hmac_sha256(key, &[URL.as_bytes(), &body])) })
+                let signed = public_url("square");
+                url = Some(signed);
+                json!({ "x-square-hmacsha256-signature": b64(&hmac_sha256(key, &[signed.as_bytes(), &body])) })
             }
             "twitch" => {
                 let sent = rfc3339(at);
@@ -338,11 +358,12 @@ impl Sender {
                 "Linear-Signature": hex::encode(hmac_sha256(key, &[&body])),
             }),
             "hubspot" => {
-                url = Some(URL);
+                let signed = public_url("hubspot");
+                url = Some(signed);
                 let millis = (at * 1000).to_string();
                 let sig = b64(&hmac_sha256(
                     key,
-                    &[b"POST", URL.as_bytes(), &body, millis.as_bytes()],
+                    &[b"POST", signed.as_bytes(), &body, millis.as_bytes()],
                 ));
                 json!({ "X-HubSpot-Signature-v3": sig, "X-HubSpot-Request-Timestamp": millis })
             }
