@@ -27,7 +27,6 @@
 // the receivers' commands in RECEIVERS and the workers' in WORKERS (JSON:
 // {language: [cmd, ...args]}).
 import http from 'node:http';
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import pg from 'pg';
 import Stripe from 'stripe';
@@ -39,6 +38,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import zlib from 'node:zlib';
+import { spawnReceiver, waitHealthy } from './receivers.mjs';
 
 const DB = 'pgwi_examples';
 const EVENTS_PER_PROVIDER = 6;
@@ -398,35 +398,16 @@ async function post(port, path, delivery, extraHeaders = {}) {
 }
 
 function start(language, command, port = 0, env = {}) {
-  const [cmd, ...args] = command;
-  const child = spawn(cmd, args, {
-    env: {
-      ...process.env,
-      ...env,
-      PORT: String(port),
-      DATABASE_URL: `postgresql://webhook_example_app@${base.host}:${base.port}/${DB}`,
-      EMAIL_URL: 'http://127.0.0.1:8025/send',
-      PAYMENTS_URL: 'http://127.0.0.1:8026/charges',
-      // A crashed order request's key is taken over a second later.
-      IDEMPOTENCY_LEASE: '1 second',
-      PUBLIC_URL,
-    },
-    stdio: ['ignore', 'ignore', 'pipe'],
+  return spawnReceiver(language, command, {
+    ...env,
+    PORT: String(port),
+    DATABASE_URL: `postgresql://webhook_example_app@${base.host}:${base.port}/${DB}`,
+    EMAIL_URL: 'http://127.0.0.1:8025/send',
+    PAYMENTS_URL: 'http://127.0.0.1:8026/charges',
+    // A crashed order request's key is taken over a second later.
+    IDEMPOTENCY_LEASE: '1 second',
+    PUBLIC_URL,
   });
-  let stderr = '';
-  child.stderr.on('data', (d) => { stderr += d; });
-  child.on('exit', (code) => { if (code) console.error(`${language} receiver exited ${code}:\n${stderr}`); });
-  return child;
-}
-
-async function waitHealthy(port) {
-  for (let i = 0; i < 300; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) return;
-    } catch { /* not up yet */ }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`receiver on ${port} never became healthy`);
 }
 
 async function exercise(language, port, stats) {

@@ -15,9 +15,10 @@
 // MANAGED_PGTLE ("yes", or why not), PORTABLE_DIR (portable/build's
 // output), SCHEME_MATRIX (its matrix, made with SCHEME_MATRIX_URL set to
 // PUBLIC_URL/webhooks/{scheme}) and RECEIVERS (JSON: {language: [cmd, ...]}).
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
+import { spawnReceiver, waitHealthy } from './receivers.mjs';
 
 const PUBLIC_URL = 'https://hooks.example.com';
 const APP = 'webhook_schemes_app';
@@ -94,27 +95,10 @@ async function prepare(way, database) {
   return db;
 }
 
-function start(command, port, database) {
-  const [cmd, ...args] = command;
-  const child = spawn(cmd, args, {
-    env: { ...process.env, PORT: String(port), PUBLIC_URL,
-           DATABASE_URL: `postgresql://${APP}@${base.host}:${base.port}/${database}` },
-    stdio: ['ignore', 'ignore', 'pipe'],
+function start(language, command, port, database) {
+  return spawnReceiver(language, command, {
+    PORT: String(port), PUBLIC_URL, DATABASE_URL: `postgresql://${APP}@${base.host}:${base.port}/${database}`,
   });
-  let stderr = '';
-  child.stderr.on('data', (d) => { stderr += d; });
-  child.on('exit', (code) => { if (code) console.error(`receiver exited ${code}:\n${stderr}`); });
-  return child;
-}
-
-async function waitHealthy(port) {
-  for (let i = 0; i < 300; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) return;
-    } catch { /* not up yet */ }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`receiver on ${port} never became healthy`);
 }
 
 async function post(port, provider, line) {
@@ -135,7 +119,7 @@ for (const way of ways) {
     const database = `pgwi_schemes_${way}_${language}`;
     const db = await prepare(way, database);
     port++;
-    const child = start(command, port, database);
+    const child = start(language, command, port, database);
     let good = 0;
     try {
       await waitHealthy(port);
