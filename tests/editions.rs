@@ -714,24 +714,6 @@ fn received_tables(side: &mut Side) -> String {
     lines.join("\n")
 }
 
-/// The two editions' tables the same, or the lines each alone has.
-fn assert_same_tables(compiled: &str, portable: &str, what: &str) {
-    let only = |a: &str, b: &str| -> Vec<String> {
-        let theirs: std::collections::HashSet<&str> = b.lines().collect();
-        a.lines()
-            .filter(|l| !theirs.contains(l))
-            .map(str::to_string)
-            .collect()
-    };
-    let (c, p) = (only(compiled, portable), only(portable, compiled));
-    assert!(
-        c.is_empty() && p.is_empty() && compiled.lines().count() == portable.lines().count(),
-        "{what}: the tables differ\n  compiled only:\n    {}\n  portable only:\n    {}",
-        c.join("\n    "),
-        p.join("\n    ")
-    );
-}
-
 /// SQL literal of a text value.
 fn literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
@@ -1180,55 +1162,6 @@ fn random_keyed_requests_answer_and_write_alike() {
 // ---------------------------------------------------------------------------
 // Moving from the portable edition to the compiled one.
 
-/// Run a client program of the server's (pg_dump, psql) with `args`.
-fn client_program(program: &str, args: &[&str]) {
-    let path = match std::env::var("PG_BINDIR") {
-        Ok(dir) => format!("{dir}/{program}"),
-        Err(_) => program.into(),
-    };
-    let output = std::process::Command::new(path)
-        .args(args)
-        .output()
-        .expect("run a client program");
-    assert!(
-        output.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// Every row of schema webhook that the move keeps, table by table, in a
-/// stable order (the payload digests aside: the editions compute them
-/// from different forms of the same document).
-fn webhook_rows(client: &mut Client) -> String {
-    let tables: Vec<String> = client
-        .query(
-            "SELECT c.relname::text FROM pg_class c
-              WHERE c.relnamespace = 'webhook'::regnamespace AND c.relkind IN ('r', 'p')
-                AND NOT c.relispartition AND c.relname <> 'metric_marks'
-              ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    tables
-        .iter()
-        .map(|t| {
-            let rows = simple_answer(
-                client,
-                &format!(
-                    "SELECT string_agg(r, E'\\n' ORDER BY r) FROM (
-                         SELECT (to_jsonb(x) - 'payload_hash')::text AS r FROM webhook.{t} x) s"
-                ),
-            );
-            format!("== {t}\n{rows}")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn the_portable_edition_moves_to_the_compiled_one_keeping_every_row() {
     if !portable_installable("move") {
@@ -1262,44 +1195,11 @@ fn the_portable_edition_moves_to_the_compiled_one_keeping_every_row() {
     .unwrap();
     let before = webhook_rows(&mut p);
 
-    // The move, as docs/managed.md gives it.
-    let dump = std::env::temp_dir().join(format!("pgwi-move-{}.sql", std::process::id()));
-    let dump = dump.to_str().unwrap();
-    client_program(
-        "pg_dump",
-        &[
-            "--data-only",
-            "--schema=webhook",
-            "--load-via-partition-root",
-            "--exclude-table-data=webhook.metric_marks",
-            "-d",
-            source,
-            "-f",
-            dump,
-        ],
-    );
     let mut c = empty_database(target);
     c.batch_execute("CREATE EXTENSION pg_webhook_inbox; SELECT webhook_create_partitions();")
         .unwrap();
     drop(c);
-    client_program(
-        "psql",
-        &[
-            "-X",
-            "-q",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-d",
-            target,
-            "-c",
-            "SET session_replication_role = replica",
-            "-f",
-            dump,
-            "-c",
-            "UPDATE webhook.events SET payload_hash = NULL",
-        ],
-    );
-    let _ = std::fs::remove_file(dump);
+    move_rows(source, target, false);
     let mut c = connect(target);
     assert_eq!(
         c.query_one(

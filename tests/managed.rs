@@ -232,6 +232,38 @@ fn installs_through_pg_tle_as_a_role_that_is_not_a_superuser() {
     assert!(row.get::<_, bool>(2), "pgcrypto came with it");
     works_for_its_roles("tle_db", "through pg_tle");
 
+    // Moving away (docs/managed.md): the tables are the extension's, and
+    // its dump keeps every row of them. Here, where no compiled edition
+    // installs, the rows go into the same tables made by the plain script
+    // (tests/editions.rs moves a database into the compiled edition).
+    let moved = "tle_moved_db";
+    let mut host = empty_database(moved);
+    host.batch_execute(&format!(
+        "ALTER DATABASE {moved} OWNER TO {}; CREATE EXTENSION pgcrypto;",
+        role()
+    ))
+    .unwrap();
+    drop(host);
+    psql_file(moved, &role(), portable_script());
+    as_owner(moved)
+        .batch_execute("SELECT webhook_create_partitions()")
+        .unwrap();
+    let mut source = as_owner("tle_db");
+    source
+        .batch_execute("SELECT webhook_create_partitions()")
+        .unwrap();
+    let before = webhook_rows(&mut source);
+    assert!(
+        count(&mut source, "SELECT count(*) FROM webhook.events") >= 18,
+        "traffic to move"
+    );
+    move_rows("tle_db", moved, true);
+    assert_same_tables(
+        &before,
+        &webhook_rows(&mut as_owner(moved)),
+        "the rows of a pg_tle install, moved",
+    );
+
     // Dropped and created again: every object was the extension's.
     owner
         .batch_execute(

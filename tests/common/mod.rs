@@ -907,3 +907,114 @@ pub fn settle(client: &mut Client) {
         until > since + Duration::from_millis(1)
     });
 }
+
+/// Run a client program of the server's (pg_dump, psql) with `args`, as
+/// PGUSER.
+pub fn client_program(program: &str, args: &[&str]) {
+    let path = match std::env::var("PG_BINDIR") {
+        Ok(dir) => format!("{dir}/{program}"),
+        Err(_) => program.into(),
+    };
+    let output = std::process::Command::new(path)
+        .args(args)
+        .output()
+        .expect("run a client program");
+    assert!(
+        output.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The move of docs/managed.md ("Moving to the compiled edition"): the
+/// rows of schema webhook of database `source` dumped, and restored into
+/// `target`, whose tables are there and empty. Where the source's tables
+/// are an extension's (installed through pg_tle), the dump selects the
+/// extension too, as the docs say: without it pg_dump leaves their rows
+/// out.
+pub fn move_rows(source: &str, target: &str, extension: bool) {
+    let dump = std::env::temp_dir().join(format!("pgwi-move-{source}-{}.sql", std::process::id()));
+    let dump = dump.to_str().unwrap();
+    let mut args = vec![
+        "--data-only",
+        "--schema=webhook",
+        "--load-via-partition-root",
+        "--exclude-table-data=webhook.metric_marks",
+    ];
+    if extension {
+        args.push("--extension=pg_webhook_inbox");
+    }
+    args.extend(["-d", source, "-f", dump]);
+    client_program("pg_dump", &args);
+    client_program(
+        "psql",
+        &[
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            target,
+            "-c",
+            "SET session_replication_role = replica",
+            "-f",
+            dump,
+            "-c",
+            "UPDATE webhook.events SET payload_hash = NULL",
+        ],
+    );
+    let _ = std::fs::remove_file(dump);
+}
+
+/// Every row of schema webhook that a move keeps, table by table, in a
+/// stable order (the payload digests aside: the editions compute them
+/// from different forms of the same document, and a move clears them).
+pub fn webhook_rows(client: &mut Client) -> String {
+    let tables: Vec<String> = client
+        .query(
+            "SELECT c.relname::text FROM pg_class c
+              WHERE c.relnamespace = 'webhook'::regnamespace AND c.relkind IN ('r', 'p')
+                AND NOT c.relispartition AND c.relname <> 'metric_marks'
+              ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    tables
+        .iter()
+        .map(|t| {
+            let rows: Option<String> = client
+                .query_one(
+                    &format!(
+                        "SELECT string_agg(r, E'\\n' ORDER BY r) FROM (
+                             SELECT (to_jsonb(x) - 'payload_hash')::text AS r FROM webhook.{t} x) s"
+                    ),
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            format!("== {t}\n{}", rows.unwrap_or_default())
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Two renderings of tables (lines) the same, or the lines each alone has.
+pub fn assert_same_tables(left: &str, right: &str, what: &str) {
+    let only = |a: &str, b: &str| -> Vec<String> {
+        let theirs: std::collections::HashSet<&str> = b.lines().collect();
+        a.lines()
+            .filter(|l| !theirs.contains(l))
+            .map(str::to_string)
+            .collect()
+    };
+    let (l, r) = (only(left, right), only(right, left));
+    assert!(
+        l.is_empty() && r.is_empty() && left.lines().count() == right.lines().count(),
+        "{what}: the tables differ\n  only in the first:\n    {}\n  only in the second:\n    {}",
+        l.join("\n    "),
+        r.join("\n    ")
+    );
+}
