@@ -292,3 +292,77 @@ fn installs_from_plain_sql_as_the_database_owner() {
     psql_file("plain_db", &role(), portable_script());
     works_for_its_roles("plain_db", "from plain SQL");
 }
+
+#[test]
+fn upgrades_through_pg_tle_to_what_a_fresh_install_is() {
+    if !offered(
+        "pgcrypto",
+        "MANAGED_PGCRYPTO",
+        "the portable edition's upgrade through pg_tle",
+    ) || !offered(
+        "pg_tle",
+        "MANAGED_PGTLE",
+        "the portable edition's upgrade through pg_tle",
+    ) {
+        return;
+    }
+    let v = env!("CARGO_PKG_VERSION");
+    let label = format!("{v}-earlier");
+    let Some(earlier) = earlier_portable(&label) else {
+        eprintln!(
+            "managed: NOT CHECKED: the upgrade through pg_tle from the portable edition of commit \
+             {EARLIER_PORTABLE}: this checkout does not have it"
+        );
+        return;
+    };
+    let built = portable_upgrade(&earlier, &label);
+    for db in ["tle_upgraded_db", "tle_fresh_db"] {
+        empty_database(db)
+            .batch_execute(&format!(
+                "ALTER DATABASE {db} OWNER TO {}; CREATE EXTENSION pg_tle;",
+                role()
+            ))
+            .unwrap();
+    }
+    // The earlier version registered, created and used; then this one and
+    // the way to it registered, and the extension updated.
+    psql_file(
+        "tle_upgraded_db",
+        &role(),
+        &built.join(format!("pg_webhook_inbox-pgtle--{label}.sql")),
+    );
+    let mut upgraded = as_owner("tle_upgraded_db");
+    upgraded
+        .batch_execute("CREATE EXTENSION pg_webhook_inbox CASCADE")
+        .unwrap();
+    upgraded.batch_execute(PORTABLE_IN_USE).unwrap();
+    psql_file(
+        "tle_upgraded_db",
+        &role(),
+        &built.join(format!("pg_webhook_inbox-pgtle--{label}--{v}.sql")),
+    );
+    upgraded
+        .batch_execute("ALTER EXTENSION pg_webhook_inbox UPDATE")
+        .unwrap();
+    let version: String = upgraded
+        .query_one(
+            "SELECT extversion FROM pg_extension WHERE extname = 'pg_webhook_inbox'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(version, v);
+
+    let script = portable_script().with_file_name(format!("pg_webhook_inbox-pgtle--{v}.sql"));
+    psql_file("tle_fresh_db", &role(), &script);
+    let mut fresh = as_owner("tle_fresh_db");
+    fresh
+        .batch_execute("CREATE EXTENSION pg_webhook_inbox CASCADE")
+        .unwrap();
+    assert_eq!(
+        portable_catalog(&mut upgraded),
+        portable_catalog(&mut fresh),
+        "through pg_tle, upgraded from {label}"
+    );
+    portable_goes_on(&mut upgraded, &label);
+}

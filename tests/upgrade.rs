@@ -686,3 +686,81 @@ fn receive_forged(app: &mut Client) -> String {
     .unwrap()
     .get(0)
 }
+
+// ---------------------------------------------------------------------------
+// The portable edition (portable/build): from each published release kept
+// in sql/portable/, and from an earlier state of its twins (see
+// common::EARLIER_PORTABLE), an upgrade of a database in use must reach
+// what a fresh install of this version is, and go on working.
+
+/// Install `earlier` (plain) in a fresh database, use it, upgrade it with
+/// `upgrade` (plain): the database.
+fn portable_in_use_then_upgraded(
+    db: &str,
+    earlier: &std::path::Path,
+    upgrade: &std::path::Path,
+) -> Client {
+    let user = std::env::var("PGUSER").unwrap_or_else(|_| "postgres".into());
+    let mut c = empty_database(db);
+    psql_file(db, &user, earlier);
+    c.batch_execute(PORTABLE_IN_USE).unwrap();
+    psql_file(db, &user, upgrade);
+    c
+}
+
+#[test]
+fn the_portable_edition_upgraded_is_a_fresh_install_and_goes_on() {
+    let mut admin = connect("postgres");
+    if count(
+        &mut admin,
+        "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgcrypto'",
+    ) == 0
+    {
+        eprintln!(
+            "upgrade: NOT CHECKED: this server has no pgcrypto: the portable edition's upgrades"
+        );
+        return;
+    }
+    let v = env!("CARGO_PKG_VERSION");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Where each upgrade starts: the published releases' kept scripts, and
+    // the earlier twins: (version, the directory of its extension script).
+    let kept = root.join("sql").join("portable");
+    let mut starts: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(&kept)
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    let u = name
+                        .strip_prefix("pg_webhook_inbox--")?
+                        .strip_suffix(".sql")?
+                        .to_string();
+                    (!u.contains("--") && u != v).then(|| (u, kept.clone()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let label = format!("{v}-earlier");
+    match earlier_portable(&label) {
+        Some(dir) => starts.push((label, dir)),
+        None => eprintln!(
+            "upgrade: NOT CHECKED: the upgrade from the portable edition of commit {EARLIER_PORTABLE}: \
+             this checkout does not have it"
+        ),
+    }
+    let mut fresh = portable_database("pgwi_upgrade_portable_fresh");
+    let expected = portable_catalog(&mut fresh);
+    for (i, (u, dir)) in starts.iter().enumerate() {
+        let built = portable_upgrade(dir, u);
+        let earlier = built.join(format!("pg_webhook_inbox-plain--{u}.sql"));
+        let upgrade = built.join(format!("pg_webhook_inbox-plain--{u}--{v}.sql"));
+        let db = format!("pgwi_upgrade_portable_{i}");
+        let mut c = portable_in_use_then_upgraded(&db, &earlier, &upgrade);
+        assert_eq!(
+            portable_catalog(&mut c),
+            expected,
+            "the portable edition upgraded from {u}"
+        );
+        portable_goes_on(&mut c, u);
+    }
+}

@@ -1018,3 +1018,143 @@ pub fn assert_same_tables(left: &str, right: &str, what: &str) {
         r.join("\n    ")
     );
 }
+
+/// The commit whose portable edition the upgrade tests start from, until
+/// a published release's script is kept in sql/portable/: its twins are
+/// an earlier state of this edition (before webhook_next's pick was split
+/// by the shape of the call and the queue heads kept in a variable), so
+/// the way from it drops functions, adds types and changes languages.
+pub const EARLIER_PORTABLE: &str = "783cc4f";
+
+/// The portable edition as it was at EARLIER_PORTABLE, built by that
+/// commit's portable/build under the version `label`: the directory of its
+/// scripts. None where the checkout has no such commit (a shallow clone).
+pub fn earlier_portable(label: &str) -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target").join(format!("portable-{label}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("tree")).unwrap();
+    let extracted = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "git -C '{}' archive {EARLIER_PORTABLE} Cargo.toml sql portable | tar -x -C '{}'",
+            root.display(),
+            dir.join("tree").display()
+        ))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run git archive");
+    if !extracted.success() {
+        return None;
+    }
+    let cargo = dir.join("tree").join("Cargo.toml");
+    let text = std::fs::read_to_string(&cargo).unwrap();
+    let version = format!("version = \"{}\"", env!("CARGO_PKG_VERSION"));
+    std::fs::write(
+        &cargo,
+        text.replacen(&version, &format!("version = \"{label}\""), 1),
+    )
+    .unwrap();
+    let built = std::process::Command::new("python3")
+        .arg(dir.join("tree").join("portable").join("build"))
+        .arg(dir.join("out"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run the earlier portable/build");
+    assert!(built.success(), "the earlier portable/build failed");
+    Some(dir.join("out"))
+}
+
+/// The upgrade from the portable edition's extension script of version
+/// `label` in `earlier` (see earlier_portable) to this version, as
+/// portable/build makes it: the directory of its three forms.
+pub fn portable_upgrade(earlier: &std::path::Path, label: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = root
+        .join("target")
+        .join(format!("portable-upgrade-{label}"));
+    let built = std::process::Command::new("python3")
+        .arg(root.join("portable").join("build"))
+        .arg("--upgrade-from")
+        .arg(earlier.join(format!("pg_webhook_inbox--{label}.sql")))
+        .arg("--from-version")
+        .arg(label)
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run portable/build");
+    assert!(built.success(), "portable/build --upgrade-from failed");
+    out
+}
+
+/// The portable edition's functions (attributes, arguments, result, body,
+/// privileges, comment) and types, one line each: an upgraded database's
+/// must be a fresh install's. pgcrypto's own functions are left out.
+pub const PORTABLE_CATALOG: &str = r#"
+SELECT 'function ' || p.oid::regprocedure || ' returns ' || coalesce(pg_get_function_result(p.oid), '')
+       || ' secdef=' || p.prosecdef || ' volatile=' || p.provolatile::text || ' parallel=' || p.proparallel::text
+       || ' strict=' || p.proisstrict || ' lang=' || l.lanname
+       || ' config=' || coalesce(array_to_string(p.proconfig, ';'), '')
+       || ' args=' || pg_get_function_arguments(p.oid) || ' src=' || md5(p.prosrc)
+       || ' body=' || md5(coalesce(pg_get_function_sqlbody(p.oid), ''))
+       || ' acl=' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(p.proacl) a), 'default')
+       || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace IN ('webhook'::regnamespace, 'public'::regnamespace)
+   AND NOT EXISTS (SELECT FROM pg_depend d JOIN pg_extension x ON x.oid = d.refobjid
+                    WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+                      AND x.extname <> 'pg_webhook_inbox')
+UNION ALL
+SELECT 'type ' || t.oid::regtype || ' ' || coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+                                                       FROM pg_attribute a WHERE a.attrelid = t.typrelid AND a.attnum > 0), '')
+  FROM pg_type t
+ WHERE t.typnamespace = 'webhook'::regnamespace
+   AND (t.typtype = 'e' OR EXISTS (SELECT FROM pg_class c WHERE c.oid = t.typrelid AND c.relkind = 'c'))
+"#;
+
+pub fn portable_catalog(client: &mut Client) -> String {
+    let mut lines: Vec<String> = client
+        .query(PORTABLE_CATALOG, &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+/// A portable edition in use before its upgrade: a queue with leases
+/// taken and events waiting, a claim completed.
+pub const PORTABLE_IN_USE: &str = "
+    SELECT webhook_create_partitions();
+    SELECT count(*) FROM webhook_register_provider('queue', secret => 'q', scheme => 'stripe', inbox => true);
+    SELECT count(*) FROM generate_series(1, 5) g,
+           webhook_enqueue('queue', 'q_' || g, 'thing', jsonb_build_object('n', g));
+    SELECT count(*) FROM webhook_next(2, provider => 'queue');
+    SELECT webhook_complete(c.id)
+      FROM webhook_claim('queue', 'claimed_before', 'thing', '{\"n\": 0}'::jsonb, NULL) c;";
+
+/// After the upgrade of PORTABLE_IN_USE from `from`, it goes on: the
+/// events not leased before are leased now, the claim made before is a
+/// duplicate.
+pub fn portable_goes_on(c: &mut Client, from: &str) {
+    let leased: i64 = c
+        .query_one(
+            "SELECT count(*) FROM webhook_next(10, provider => 'queue')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        leased, 3,
+        "from {from}: the events not leased before the upgrade"
+    );
+    let status: String = c
+        .query_one(
+            "SELECT status FROM webhook_claim('queue', 'claimed_before', 'thing', '{\"n\": 0}'::jsonb, NULL)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "duplicate", "from {from}");
+}
