@@ -1198,16 +1198,15 @@ DECLARE
     ceiling integer := webhook._setting_in('webhook.max_attempts', '', 10)::integer;
     missing uuid;
     failed  record;
-    n       integer;
 BEGIN
     PERFORM webhook._required(fn, 'err', err);
     PERFORM webhook._required(fn, 'permanent', permanent);
     PERFORM webhook._check_retry_in(fn, retry_in);
     message := webhook._truncated(err, 2048);
     PERFORM webhook._leases_in_scope(fn, leases);
-    SELECT l INTO missing FROM unnest(leases) WITH ORDINALITY AS g(l, n)
+    SELECT g.l INTO missing FROM unnest(leases) WITH ORDINALITY AS g(l, n)
      WHERE NOT EXISTS (SELECT FROM webhook.inbox i WHERE i.claim_id = g.l AND i.status = 'leased')
-     ORDER BY n LIMIT 1;
+     ORDER BY g.n LIMIT 1;
     IF missing IS NOT NULL THEN
         PERFORM webhook._refuse_lease(fn, missing);
     END IF;

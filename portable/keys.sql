@@ -11,7 +11,7 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 CREATE FUNCTION webhook._digest_of(VARIADIC parts bytea[]) RETURNS bytea
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT sha256(coalesce(string_agg(int8send(length(p)) || p, '\x'::bytea ORDER BY n), '\x'))
+    SELECT sha256(coalesce(string_agg(int8send(length(x.p)) || x.p, '\x'::bytea ORDER BY x.n), '\x'))
       FROM unnest(parts) WITH ORDINALITY AS x(p, n);
 END;
 

@@ -403,10 +403,10 @@ BEGIN
     END IF;
 
     h := webhook._headers(headers);
-    SELECT h ->> name INTO signature
+    SELECT h ->> s.name INTO signature
       FROM unnest(webhook._signature_headers(p.scheme)) WITH ORDINALITY AS s(name, n)
-     WHERE h ->> name IS NOT NULL
-     ORDER BY n LIMIT 1;
+     WHERE h ->> s.name IS NOT NULL
+     ORDER BY s.n LIMIT 1;
     signature := CASE WHEN octet_length(signature) <= 8192 THEN signature END;
     IF h IS NULL THEN
         RETURN webhook._reject(provider, body, signature, NULL, 'malformed_header', 401);

@@ -628,7 +628,7 @@ BEGIN
         ELSE
             fields := webhook._twilio_fields(body);
         END IF;
-        SELECT array_agg(convert_to(form, 'UTF8') || fields ORDER BY n) INTO r.prefixes
+        SELECT array_agg(convert_to(u.form, 'UTF8') || fields ORDER BY u.n) INTO r.prefixes
           FROM unnest(webhook._url_forms(url)) WITH ORDINALITY AS u(form, n);
         r.body_signed := false;
     ELSE
