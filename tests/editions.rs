@@ -25,18 +25,9 @@ use std::collections::HashMap;
 /// contrib modules lacks. Where it is absent the tests say so, and what
 /// they did not check.
 fn portable_installable(test: &str) -> bool {
-    let mut admin = connect("postgres");
-    let available = count(
-        &mut admin,
-        "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgcrypto'",
-    ) > 0;
-    if !available {
-        eprintln!(
-            "editions: {test}: NOT CHECKED: this server has no pgcrypto, so the portable edition \
-             cannot be installed and was not compared with the compiled one"
-        );
-    }
-    available
+    pgcrypto_available(&format!(
+        "editions: {test}: the portable edition compared with the compiled one"
+    ))
 }
 
 /// One database of each edition, fresh, named after the test.

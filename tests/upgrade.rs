@@ -710,15 +710,7 @@ fn portable_in_use_then_upgraded(
 
 #[test]
 fn the_portable_edition_upgraded_is_a_fresh_install_and_goes_on() {
-    let mut admin = connect("postgres");
-    if count(
-        &mut admin,
-        "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgcrypto'",
-    ) == 0
-    {
-        eprintln!(
-            "upgrade: NOT CHECKED: this server has no pgcrypto: the portable edition's upgrades"
-        );
+    if !pgcrypto_available("upgrade: the portable edition's upgrades") {
         return;
     }
     let v = env!("CARGO_PKG_VERSION");

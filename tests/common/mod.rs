@@ -175,12 +175,10 @@ pub fn portable_script() -> &'static std::path::Path {
 
 /// Run a script with psql on the test server, as `user`, in `db`.
 pub fn psql_file(db: &str, user: &str, script: &std::path::Path) {
-    let psql = match std::env::var("PG_BINDIR") {
-        Ok(dir) => format!("{dir}/psql"),
-        Err(_) => "psql".into(),
-    };
-    let output = std::process::Command::new(psql)
-        .args([
+    let script = script.to_str().expect("a script path in UTF-8");
+    client_program(
+        "psql",
+        &[
             "-X",
             "-q",
             "-v",
@@ -192,16 +190,23 @@ pub fn psql_file(db: &str, user: &str, script: &std::path::Path) {
             "-U",
             user,
             "-f",
-        ])
-        .arg(script)
-        .output()
-        .expect("run psql");
-    assert!(
-        output.status.success(),
-        "psql -f {}: {}",
-        script.display(),
-        String::from_utf8_lossy(&output.stderr)
+            script,
+        ],
     );
+}
+
+/// Whether the test server has pgcrypto, which the portable edition
+/// needs; if not, what the test did not check is said.
+pub fn pgcrypto_available(unchecked: &str) -> bool {
+    let mut admin = connect("postgres");
+    let available = count(
+        &mut admin,
+        "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgcrypto'",
+    ) > 0;
+    if !available {
+        eprintln!("NOT CHECKED: {unchecked}: this server has no pgcrypto, so the portable edition cannot be installed");
+    }
+    available
 }
 
 /// A fresh database with the portable edition installed from its plain
@@ -953,6 +958,7 @@ pub fn move_rows(source: &str, target: &str, extension: bool) {
             "-q",
             "-v",
             "ON_ERROR_STOP=1",
+            "--single-transaction",
             "-d",
             target,
             "-c",
