@@ -636,7 +636,7 @@ BEGIN
     SELECT coalesce(array_agg((l.claim_id, l.provider, l.event_id, l.event_type, l.attempts, l.consumer,
                                l.delivery_id, l.queued_at, l.run_at, l.status = 'leased', l.replay_id,
                                (SELECT t.traceparent FROM webhook.trace_contexts t WHERE t.delivery_id = l.delivery_id),
-                               l.due)::webhook._picked ORDER BY l.queued_at), '{}')
+                               l.due)::webhook._picked ORDER BY l.queued_at, l.due), '{}')
       INTO picked
       FROM leased l;
     RETURN picked;

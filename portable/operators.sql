@@ -4,15 +4,17 @@
 -- Bound to pg_catalog while this file runs (see schema.sql).
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
--- Put dead inbox rows back, ready at once with a fresh attempt budget,
--- each requeue recorded; returns the leases that had parked them.
+-- Put dead inbox rows back, ready at once in the order first queued,
+-- with a fresh attempt budget, each requeue recorded; returns the leases
+-- that had parked them.
 CREATE FUNCTION webhook._requeue_queued(provider text, event_id text, event_type text, error_like text,
                                         received_after timestamptz, received_before timestamptz, consumer text)
 RETURNS SETOF uuid
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
     WITH old AS (
-        SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.attempts, i.last_error, i.claim_id
+        SELECT i.ctid AS row_id, i.provider, i.event_id, i.consumer, i.attempts, i.last_error, i.claim_id,
+               i.queued_at, i.order_value, i.delivery_id
           FROM webhook.inbox i
          WHERE i.status = 'dead'
            AND (_requeue_queued.provider IS NULL OR i.provider = _requeue_queued.provider)
@@ -25,8 +27,11 @@ BEGIN ATOMIC
            FOR UPDATE
     ), requeued AS (
         UPDATE webhook.inbox i
-           SET status = 'ready', attempts = 0, run_at = clock_timestamp(), requeues = i.requeues + 1
-         WHERE i.ctid = ANY (ARRAY(SELECT old.row_id FROM old))
+           SET status = 'ready', attempts = 0, requeues = i.requeues + 1,
+               run_at = webhook._due_in_turn((SELECT clock_timestamp()), o.n, interval '0')
+          FROM (SELECT old.row_id, row_number() OVER (ORDER BY old.queued_at, old.order_value, old.delivery_id, old.consumer) AS n
+                  FROM old) o
+         WHERE i.ctid = ANY (ARRAY(SELECT old.row_id FROM old)) AND i.ctid = o.row_id
     ), logged AS (
         INSERT INTO webhook.requeues (provider, event_id, consumer, attempts, last_error)
         SELECT old.provider, old.event_id, old.consumer, old.attempts, old.last_error FROM old

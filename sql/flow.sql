@@ -318,11 +318,17 @@ BEGIN
     -- transaction ends: the UPDATE below must see every event set aside.
     PERFORM webhook._lock_quarantines(p);
     DELETE FROM webhook.pauses s WHERE s.provider = p AND s.consumer = c AND s.entity_key = e;
-    UPDATE webhook.inbox i SET run_at = pg_catalog.clock_timestamp()
-     WHERE i.provider = p AND i.entity_key = e AND (c = '' OR i.consumer = c)
-       AND i.status = 'ready' AND i.run_at = 'infinity'
-       AND NOT EXISTS (SELECT FROM webhook.pauses s
-                        WHERE s.provider = p AND s.entity_key = e AND s.consumer IN ('', i.consumer));
+    UPDATE webhook.inbox i
+       SET run_at = webhook._due_in_turn((SELECT pg_catalog.clock_timestamp()), q.n, interval '0')
+      FROM (SELECT j.delivery_id, j.consumer,
+                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, j.order_value, j.delivery_id, j.consumer) AS n
+              FROM webhook.inbox j
+             WHERE j.provider = p AND j.entity_key = e AND (c = '' OR j.consumer = c)
+               AND j.status = 'ready' AND j.run_at = 'infinity'
+               AND NOT EXISTS (SELECT FROM webhook.pauses s
+                                WHERE s.provider = p AND s.entity_key = e AND s.consumer IN ('', j.consumer))) q
+     WHERE i.delivery_id = q.delivery_id AND i.consumer = q.consumer
+       AND i.status = 'ready' AND i.run_at = 'infinity';
     GET DIAGNOSTICS released = ROW_COUNT;
     RETURN released;
 END

@@ -233,6 +233,243 @@ BEGIN
 END
 $$;
 
+-- When the n-th of the events an operator puts back in the queue
+-- (released, requeued, replayed, resumed) is due: from one instant
+-- (`start`, read once per statement), in the order they were first
+-- queued (an ordered provider's events of one transaction by their
+-- order), `spacing` and a microsecond after the one before. Workers lease
+-- by due time; put back due "now", each row's clock read as the UPDATE
+-- happened to reach it, an ordered provider's events would come out in
+-- the heap's order and the older ones be refused as stale.
+CREATE FUNCTION webhook._due_in_turn(start timestamptz, n bigint, spacing interval) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN start + (n - 1) * (spacing + interval '1 microsecond');
+COMMENT ON FUNCTION webhook._due_in_turn(timestamptz, bigint, interval) IS
+    'Internal: when the n-th event put back in the queue is due, in the order it was first queued';
+
+-- End a quarantine (the same provider, entity and consumer): the events
+-- set aside are ready again, behind what is queued now, unless another
+-- quarantine still covers them. Returns how many are ready again. Calls
+-- of webhook_next leave the provider's events alone until it commits.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_release(
+    provider   text,
+    entity_key text,
+    consumer   text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p text := webhook._check_name('webhook_release', 'provider', webhook_release.provider, true);
+    e text := webhook._check_name('webhook_release', 'entity_key', webhook_release.entity_key, true);
+    c text := webhook._check_name('webhook_release', 'consumer', webhook_release.consumer, false);
+    released bigint;
+BEGIN
+    -- Wait for the calls of webhook_next that may still set this
+    -- provider's events aside, and keep new ones from doing so until this
+    -- transaction ends: the UPDATE below must see every event set aside.
+    PERFORM webhook._lock_quarantines(p);
+    DELETE FROM webhook.pauses s WHERE s.provider = p AND s.consumer = c AND s.entity_key = e;
+    UPDATE webhook.inbox i
+       SET run_at = webhook._due_in_turn((SELECT pg_catalog.clock_timestamp()), q.n, interval '0')
+      FROM (SELECT j.delivery_id, j.consumer,
+                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, j.order_value, j.delivery_id, j.consumer) AS n
+              FROM webhook.inbox j
+             WHERE j.provider = p AND j.entity_key = e AND (c = '' OR j.consumer = c)
+               AND j.status = 'ready' AND j.run_at = 'infinity'
+               AND NOT EXISTS (SELECT FROM webhook.pauses s
+                                WHERE s.provider = p AND s.entity_key = e AND s.consumer IN ('', j.consumer))) q
+     WHERE i.delivery_id = q.delivery_id AND i.consumer = q.consumer
+       AND i.status = 'ready' AND i.run_at = 'infinity';
+    GET DIAGNOSTICS released = ROW_COUNT;
+    RETURN released;
+END
+$$;
+
+-- Replay finished inbox work matching a filter. A dry run (the default)
+-- changes nothing and says how many event and consumer pairs would be
+-- queued, with a sample; a run queues them (each once, at `rate` a
+-- second from now, or all at once) and returns the replay's id.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_replay(
+    provider       text DEFAULT NULL,
+    consumer       text DEFAULT NULL,
+    event_types    text[] DEFAULT NULL,
+    statuses       text[] DEFAULT '{processed}',
+    since          timestamptz DEFAULT NULL,
+    until          timestamptz DEFAULT NULL,
+    error_contains text DEFAULT NULL,
+    payload_path   jsonpath DEFAULT NULL,
+    reason         text DEFAULT NULL,
+    rate           double precision DEFAULT NULL,
+    dry_run        boolean DEFAULT true,
+    sample         integer DEFAULT 10
+) RETURNS webhook.replay_result
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p text := NULLIF(webhook._check_name('webhook_replay', 'provider', webhook_replay.provider, false), '');
+    c text := NULLIF(webhook._check_name('webhook_replay', 'consumer', webhook_replay.consumer, false), '');
+    request jsonb;
+    result webhook.replay_result;
+    started uuid;
+BEGIN
+    IF webhook_replay.statuses IS NULL OR pg_catalog.cardinality(webhook_replay.statuses) = 0
+       OR NOT webhook_replay.statuses <@ ARRAY['processed', 'dead', 'stale', 'filtered', 'failed']
+       OR array_position(webhook_replay.statuses, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'webhook_replay: argument "statuses" must list some of processed, dead, stale, filtered, failed'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.cardinality(webhook_replay.event_types) > 1000
+       OR array_position(webhook_replay.event_types, NULL) IS NOT NULL
+       OR EXISTS (SELECT FROM pg_catalog.unnest(webhook_replay.event_types) t
+                   WHERE t = '' OR pg_catalog.octet_length(t) > 255) THEN
+        RAISE EXCEPTION 'webhook_replay: argument "event_types" must hold at most 1000 types of 1 to 255 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF webhook_replay.until <= webhook_replay.since THEN
+        RAISE EXCEPTION 'webhook_replay: argument "until" must be later than "since"'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF webhook_replay.error_contains = '' OR pg_catalog.octet_length(webhook_replay.error_contains) > 2048 THEN
+        RAISE EXCEPTION 'webhook_replay: argument "error_contains" must be 1 to 2048 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.octet_length(webhook_replay.payload_path::text) > 4096 THEN
+        RAISE EXCEPTION 'webhook_replay: argument "payload_path" must be at most 4096 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT (webhook_replay.rate > 0 AND webhook_replay.rate <= 100000) THEN
+        RAISE EXCEPTION 'webhook_replay: argument "rate" must be more than 0 and at most 100000 (events a second)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF webhook_replay.dry_run IS NULL THEN
+        RAISE EXCEPTION 'webhook_replay: argument "dry_run" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF webhook_replay.sample IS NULL OR webhook_replay.sample NOT BETWEEN 0 AND 1000 THEN
+        RAISE EXCEPTION 'webhook_replay: argument "sample" must be between 0 and 1000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p IS NOT NULL AND NOT EXISTS (SELECT FROM webhook.providers r WHERE r.name = p) THEN
+        RAISE EXCEPTION 'webhook_replay: argument "provider": no provider "%" is registered', p
+            USING ERRCODE = 'undefined_object';
+    END IF;
+
+    IF webhook_replay.dry_run THEN
+        SELECT NULL, true, false, pg_catalog.count(*),
+               coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                            'provider', m.provider, 'event_id', m.event_id, 'consumer', m.consumer,
+                            'event_type', m.event_type, 'status', m.status, 'queued_at', m.queued_at)
+                            ORDER BY m.queued_at, m.delivery_id)
+                        FILTER (WHERE m.n <= webhook_replay.sample), '[]')
+          INTO result
+          FROM (SELECT x.*, pg_catalog.row_number() OVER (ORDER BY x.queued_at, x.delivery_id) AS n
+                  FROM webhook._replay_matches(p, c, webhook_replay.event_types, webhook_replay.statuses,
+                                               webhook_replay.since, webhook_replay.until,
+                                               webhook_replay.error_contains, webhook_replay.payload_path) x) m;
+        RETURN result;
+    END IF;
+
+    IF webhook_replay.reason IS NULL THEN
+        RAISE EXCEPTION 'webhook_replay: argument "reason" must not be NULL for a run'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Say why (the fix deployed, the ticket): it names the replay, with its filter.';
+    END IF;
+    IF webhook_replay.reason = '' OR pg_catalog.octet_length(webhook_replay.reason) > 2048 THEN
+        RAISE EXCEPTION 'webhook_replay: argument "reason" must be 1 to 2048 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    request := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+        'provider', p, 'consumer', c, 'event_types', webhook_replay.event_types,
+        'statuses', webhook_replay.statuses, 'since', webhook_replay.since, 'until', webhook_replay.until,
+        'error_contains', webhook_replay.error_contains, 'payload_path', webhook_replay.payload_path::text));
+
+    -- The same request twice (a retry after a crash, a double click)
+    -- waits for the first, then finds it.
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox replay'),
+                                             pg_catalog.hashtext(request::text || webhook_replay.reason));
+    SELECT r.id, false, false, r.events, NULL INTO result
+      FROM webhook.replays r
+     WHERE r.filter = request AND r.reason = webhook_replay.reason;
+    IF FOUND THEN
+        RAISE NOTICE 'webhook_replay: replay % with this filter and reason was started at %; not queued again',
+            result.replay_id, (SELECT r.requested_at FROM webhook.replays r WHERE r.id = result.replay_id)
+            USING HINT = 'To run it again, give another reason.';
+        RETURN result;
+    END IF;
+
+    -- webhook_purge decides which archive rows may go from the events'
+    -- inbox rows; it must not decide while finished rows become ready.
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    INSERT INTO webhook.replays (reason, filter, rate, events)
+    VALUES (webhook_replay.reason, request, webhook_replay.rate, 0)
+    RETURNING webhook.replays.id INTO started;
+    -- Row locks, no lock per event: a replay of any size fits the lock table.
+    INSERT INTO webhook.replay_items (replay_id, delivery_id, consumer, prior_status, prior_attempts,
+                                      prior_replay_id)
+    SELECT started, i.delivery_id, i.consumer, i.status, i.attempts, i.replay_id
+      FROM webhook.inbox i
+     WHERE (i.delivery_id, i.consumer) IN (
+               SELECT m.delivery_id, m.consumer
+                 FROM webhook._replay_matches(p, c, webhook_replay.event_types, webhook_replay.statuses,
+                                              webhook_replay.since, webhook_replay.until,
+                                              webhook_replay.error_contains, webhook_replay.payload_path) m)
+       -- Read again once locked: a row finished meanwhile, or queued by
+       -- another replay, is as it is now.
+       AND i.status::text IN ('processed', 'dead', 'stale', 'filtered')
+       FOR UPDATE OF i;
+    -- The metrics read a completion or a dead letter off its row, which
+    -- the replay's lease rewrites: keep what no rollup has counted yet.
+    PERFORM webhook._metrics_hold(h.outcome, ARRAY(
+                SELECT i.claim_id FROM webhook.replay_items t
+                  JOIN webhook.inbox i ON i.delivery_id = t.delivery_id AND i.consumer = t.consumer
+                 WHERE t.replay_id = started AND t.prior_status::text = h.status))
+       FROM (VALUES ('completion', 'processed'), ('dead_letter', 'dead')) AS h (outcome, status);
+    UPDATE webhook.inbox i
+       SET status = 'ready', attempts = 0, requeues = i.requeues + 1, replay_id = started,
+           run_at = webhook._due_in_turn((SELECT pg_catalog.clock_timestamp()), q.n,
+                                         coalesce(1 / webhook_replay.rate, 0) * interval '1 second')
+      FROM (SELECT t.delivery_id, t.consumer,
+                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, j.order_value, t.delivery_id, t.consumer) AS n
+              FROM webhook.replay_items t
+              JOIN webhook.inbox j ON j.delivery_id = t.delivery_id AND j.consumer = t.consumer
+             WHERE t.replay_id = started) q
+     WHERE i.delivery_id = q.delivery_id AND i.consumer = q.consumer;
+    GET DIAGNOSTICS result.events = ROW_COUNT;
+    UPDATE webhook.replays r SET events = result.events WHERE r.id = started;
+    PERFORM pg_catalog.pg_notify('webhook_inbox', '');
+    SELECT started, false, true, result.events, NULL INTO result;
+    RETURN result;
+END
+$$;
+
+-- A paused replay's events are due again, spread at its rate from now.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_replay_resume(replay_id uuid) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    spread double precision;
+    due bigint;
+BEGIN
+    spread := webhook._replay_change('webhook_replay_resume', webhook_replay_resume.replay_id, 'paused', 'running');
+    -- A quarantined entity's events stay aside.
+    UPDATE webhook.inbox i
+       SET run_at = webhook._due_in_turn((SELECT pg_catalog.clock_timestamp()), q.n,
+                                         coalesce(1 / spread, 0) * interval '1 second')
+      FROM (SELECT j.delivery_id, j.consumer,
+                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, j.order_value, j.delivery_id, j.consumer) AS n
+              FROM webhook.inbox j
+             WHERE j.replay_id = webhook_replay_resume.replay_id AND j.status = 'ready'
+               AND j.run_at = '9999-01-01 00:00:00+00') q
+     WHERE i.delivery_id = q.delivery_id AND i.consumer = q.consumer;
+    GET DIAGNOSTICS due = ROW_COUNT;
+    PERFORM pg_catalog.pg_notify('webhook_inbox', '');
+    RETURN due;
+END
+$$;
+
 -- The privilege rule (roles.sql) for what this script made.
 SELECT webhook._restrict_privileges();
 

@@ -295,10 +295,10 @@ BEGIN
        FROM (VALUES ('completion', 'processed'), ('dead_letter', 'dead')) AS h (outcome, status);
     UPDATE webhook.inbox i
        SET status = 'ready', attempts = 0, requeues = i.requeues + 1, replay_id = started,
-           run_at = pg_catalog.clock_timestamp()
-                    + coalesce((q.n - 1) / webhook_replay.rate, 0) * interval '1 second'
+           run_at = webhook._due_in_turn((SELECT pg_catalog.clock_timestamp()), q.n,
+                                         coalesce(1 / webhook_replay.rate, 0) * interval '1 second')
       FROM (SELECT t.delivery_id, t.consumer,
-                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, t.delivery_id, t.consumer) AS n
+                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, j.order_value, t.delivery_id, t.consumer) AS n
               FROM webhook.replay_items t
               JOIN webhook.inbox j ON j.delivery_id = t.delivery_id AND j.consumer = t.consumer
              WHERE t.replay_id = started) q
@@ -347,9 +347,10 @@ BEGIN
     spread := webhook._replay_change('webhook_replay_resume', webhook_replay_resume.replay_id, 'paused', 'running');
     -- A quarantined entity's events stay aside.
     UPDATE webhook.inbox i
-       SET run_at = pg_catalog.clock_timestamp() + coalesce((q.n - 1) / spread, 0) * interval '1 second'
+       SET run_at = webhook._due_in_turn((SELECT pg_catalog.clock_timestamp()), q.n,
+                                         coalesce(1 / spread, 0) * interval '1 second')
       FROM (SELECT j.delivery_id, j.consumer,
-                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, j.delivery_id, j.consumer) AS n
+                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, j.order_value, j.delivery_id, j.consumer) AS n
               FROM webhook.inbox j
              WHERE j.replay_id = webhook_replay_resume.replay_id AND j.status = 'ready'
                AND j.run_at = '9999-01-01 00:00:00+00') q

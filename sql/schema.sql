@@ -300,6 +300,20 @@ SELECT pg_catalog.to_timestamp(('x' || pg_catalog.substr(pg_catalog.replace(id::
 $$;
 COMMENT ON FUNCTION webhook._id_time(uuid) IS 'Internal: when a delivery or lease id was made (its first 48 bits)';
 
+-- When the n-th of the events an operator puts back in the queue
+-- (released, requeued, replayed, resumed) is due: from one instant
+-- (`start`, read once per statement), in the order they were first
+-- queued (an ordered provider's events of one transaction by their
+-- order), `spacing` and a microsecond after the one before. Workers lease
+-- by due time; put back due "now", each row's clock read as the UPDATE
+-- happened to reach it, an ordered provider's events would come out in
+-- the heap's order and the older ones be refused as stale.
+CREATE FUNCTION webhook._due_in_turn(start timestamptz, n bigint, spacing interval) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN start + (n - 1) * (spacing + interval '1 microsecond');
+COMMENT ON FUNCTION webhook._due_in_turn(timestamptz, bigint, interval) IS
+    'Internal: when the n-th event put back in the queue is due, in the order it was first queued';
+
 -- Where a delivery no day's partition covers goes. Extension-owned and
 -- dumped with the extension's tables.
 CREATE TABLE webhook.delivery_log_default PARTITION OF webhook.delivery_log DEFAULT;

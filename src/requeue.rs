@@ -295,10 +295,11 @@ static REQUEUE_CLAIMED: Statement = Statement {
 
 /// Dead inbox rows matching every filter given (provider, event id, event
 /// type, error ILIKE, arrival after / before, consumer), ready again now
-/// with a fresh budget, each requeue recorded.
+/// in the order first queued, with a fresh budget, each requeue recorded.
 static REQUEUE_QUEUED: Statement = Statement {
     sql: "WITH old AS (
-              SELECT ctid AS row_id, provider, event_id, consumer, attempts, last_error, claim_id
+              SELECT ctid AS row_id, provider, event_id, consumer, attempts, last_error, claim_id,
+                     queued_at, order_value, delivery_id
                 FROM webhook.inbox
                WHERE status = 'dead'
                  AND ($1::text IS NULL OR provider = $1)
@@ -311,11 +312,13 @@ static REQUEUE_QUEUED: Statement = Statement {
                  FOR UPDATE
           ), requeued AS (
               -- By row id: a join back on the key could be planned as a
-              -- scan of the whole inbox.
+              -- scan of the whole inbox. Due in the order first queued.
               UPDATE webhook.inbox i
-                 SET status = 'ready', attempts = 0, run_at = pg_catalog.clock_timestamp(),
-                     requeues = i.requeues + 1
-               WHERE i.ctid = ANY (ARRAY(SELECT old.row_id FROM old))
+                 SET status = 'ready', attempts = 0, requeues = i.requeues + 1,
+                     run_at = webhook._due_in_turn((SELECT pg_catalog.clock_timestamp()), o.n, interval '0')
+                FROM (SELECT row_id, pg_catalog.row_number() OVER (ORDER BY queued_at, order_value, delivery_id, consumer) AS n
+                        FROM old) o
+               WHERE i.ctid = ANY (ARRAY(SELECT old.row_id FROM old)) AND i.ctid = o.row_id
           )
           , logged AS (
               INSERT INTO webhook.requeues (provider, event_id, consumer, attempts, last_error)

@@ -335,7 +335,7 @@ fn a_quarantined_entity_is_set_aside_with_its_arrivals_while_the_rest_drains() {
         let pool = workers(db, pool_size, "fl_qc", Some(provider), 10, &stop);
         // Its arrivals while quarantined are set aside as met.
         enqueue(&mut admin, provider, "e", 2001, 2500, 40);
-        wait_long("everything but c3 to drain", || {
+        wait_long(&format!("{provider}: everything but c3 to drain"), || {
             done(&mut admin, "fl_qc", provider) == 2437
         });
         std::thread::sleep(Duration::from_millis(300));
@@ -366,7 +366,7 @@ fn a_quarantined_entity_is_set_aside_with_its_arrivals_while_the_rest_drains() {
             .unwrap()
             .get(0);
         assert_eq!(released, 63, "{provider}");
-        wait_long("c3 to drain once released", || {
+        wait_long(&format!("{provider}: c3 to drain once released"), || {
             done(&mut admin, "fl_qc", provider) == 2500
         });
         stop.store(true, SeqCst);
@@ -390,6 +390,161 @@ fn a_quarantined_entity_is_set_aside_with_its_arrivals_while_the_rest_drains() {
             assert_eq!(out_of_order, 0, "FIFO held through the quarantine");
         }
     }
+}
+
+/// Every way an operator puts events back in the queue (a release, dead
+/// letters requeued, a replay, a replay resumed) makes them due in the
+/// order they were first queued, whatever order their rows lie in. Before
+/// each, the rows are rewritten newest first, so that the heap holds them
+/// in reverse. An ordered provider's worker, leasing by due time, then
+/// finishes released and requeued events in order and refuses none as
+/// stale; a replay re-applies each entity's newest event and finds the
+/// older ones stale, as it always did.
+#[test]
+fn events_put_back_are_due_in_the_order_first_queued() {
+    let db = db();
+    let mut admin = connect(db);
+    let mut worker = connect(db);
+    let consumer = "fl_turned";
+    let queue = |admin: &mut Client, provider: &str| {
+        register(admin, provider, &[consumer], Some(false));
+        enqueue(admin, provider, "t", 1, 40, 1);
+    };
+    let reverse_heap = |admin: &mut Client, provider: &str| {
+        admin
+            .batch_execute(&format!(
+                "SET fl.provider = '{provider}';
+                 DO $$
+                 DECLARE r record;
+                 BEGIN
+                     FOR r IN SELECT delivery_id, consumer FROM webhook.inbox
+                               WHERE provider = current_setting('fl.provider') ORDER BY queued_at DESC LOOP
+                         UPDATE webhook.inbox SET attempts = attempts
+                          WHERE delivery_id = r.delivery_id AND consumer = r.consumer;
+                     END LOOP;
+                 END $$"
+            ))
+            .unwrap();
+    };
+    let in_turn = |admin: &mut Client, provider: &str| {
+        let out_of_turn: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM (
+                     SELECT run_at <= lag(run_at) OVER (ORDER BY queued_at, order_value, delivery_id) AS early
+                       FROM webhook.inbox WHERE provider = $1 AND status = 'ready') x
+                  WHERE early",
+                &[&provider],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(out_of_turn, 0, "{provider}: due in the order first queued");
+    };
+    // Lease five at a time and finish them, as one worker does, until
+    // nothing is left: how many were processed, how many found stale.
+    let drain = |worker: &mut Client, admin: &mut Client, provider: &str| -> (i64, i64) {
+        loop {
+            let mut tx = worker.transaction().unwrap();
+            let n: i64 = tx
+                .query_one(
+                    "SELECT count(webhook_complete(id)) FROM webhook_next(5, $1, $2)",
+                    &[&consumer, &provider],
+                )
+                .unwrap()
+                .get(0);
+            tx.commit().unwrap();
+            if n == 0 {
+                break;
+            }
+        }
+        admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE status = 'processed'), count(*) FILTER (WHERE status = 'stale')
+                   FROM webhook.inbox WHERE provider = $1",
+                &[&provider],
+            )
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap()
+    };
+    let count = |client: &mut Client, sql: &str, provider: &str| -> i64 {
+        client.query_one(sql, &[&provider]).unwrap().get(0)
+    };
+
+    let released = "fl_turn_released";
+    queue(&mut admin, released);
+    assert_eq!(
+        count(&mut admin, "SELECT webhook_quarantine($1, 'c0')", released),
+        40
+    );
+    reverse_heap(&mut admin, released);
+    assert_eq!(
+        count(&mut admin, "SELECT webhook_release($1, 'c0')", released),
+        40
+    );
+    in_turn(&mut admin, released);
+    assert_eq!(
+        drain(&mut worker, &mut admin, released),
+        (40, 0),
+        "{released}"
+    );
+
+    let requeued = "fl_turn_requeued";
+    queue(&mut admin, requeued);
+    let failed = "SELECT count(webhook_fail(id, 'gone', permanent => true)) FROM webhook_next(40, 'fl_turned', $1)";
+    assert_eq!(count(&mut worker, failed, requeued), 40);
+    reverse_heap(&mut admin, requeued);
+    assert_eq!(
+        count(
+            &mut admin,
+            "SELECT webhook_requeue_dead(provider => $1)",
+            requeued
+        ),
+        40
+    );
+    in_turn(&mut admin, requeued);
+    assert_eq!(
+        drain(&mut worker, &mut admin, requeued),
+        (40, 0),
+        "{requeued}"
+    );
+
+    let replayed = "fl_turn_replayed";
+    queue(&mut admin, replayed);
+    assert_eq!(drain(&mut worker, &mut admin, replayed), (40, 0));
+    reverse_heap(&mut admin, replayed);
+    let replay = "SELECT events FROM webhook_replay($1, reason => 'in turn', dry_run => false)";
+    assert_eq!(count(&mut admin, replay, replayed), 40);
+    in_turn(&mut admin, replayed);
+    assert_eq!(
+        drain(&mut worker, &mut admin, replayed),
+        (1, 39),
+        "{replayed}: the newest re-applied"
+    );
+
+    let replay: String = admin
+        .query_one(
+            "SELECT replay_id::text FROM webhook_replay($1, statuses => '{processed,stale}',
+                                                      reason => 'paused, in turn', dry_run => false)",
+            &[&replayed],
+        )
+        .unwrap()
+        .get(0);
+    let held: i64 = admin
+        .query_one("SELECT webhook_replay_pause($1::text::uuid)", &[&replay])
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 40);
+    reverse_heap(&mut admin, replayed);
+    let resumed: i64 = admin
+        .query_one("SELECT webhook_replay_resume($1::text::uuid)", &[&replay])
+        .unwrap()
+        .get(0);
+    assert_eq!(resumed, 40);
+    in_turn(&mut admin, replayed);
+    assert_eq!(
+        drain(&mut worker, &mut admin, replayed),
+        (1, 39),
+        "{replayed}: resumed"
+    );
 }
 
 #[test]

@@ -204,7 +204,7 @@ macro_rules! lease {
             $columns,
             "
                 FROM leased l
-               ORDER BY l.queued_at"
+               ORDER BY l.queued_at, l.due"
         )
     };
 }

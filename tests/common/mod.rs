@@ -1072,25 +1072,77 @@ pub fn earlier_portable(label: &str) -> Option<std::path::PathBuf> {
 }
 
 /// The upgrade from the portable edition's extension script of version
-/// `label` in `earlier` (see earlier_portable) to this version, as
-/// portable/build makes it: the directory of its three forms.
+/// `label` in `earlier` (see earlier_portable, or a published release's
+/// kept script in sql/portable/) to this version, as portable/build makes
+/// it: the directory of its three forms.
 pub fn portable_upgrade(earlier: &std::path::Path, label: &str) -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = root
         .join("target")
         .join(format!("portable-upgrade-{label}"));
+    std::fs::create_dir_all(&out).unwrap();
+    let shared = out.join("shared.sql");
+    std::fs::write(&shared, shared_changes(earlier, label)).unwrap();
     let built = std::process::Command::new("python3")
         .arg(root.join("portable").join("build"))
         .arg("--upgrade-from")
         .arg(earlier.join(format!("pg_webhook_inbox--{label}.sql")))
         .arg("--from-version")
         .arg(label)
+        .arg("--shared")
+        .arg(&shared)
         .arg(&out)
         .stdout(std::process::Stdio::null())
         .status()
         .expect("run portable/build");
     assert!(built.success(), "portable/build --upgrade-from failed");
     out
+}
+
+/// The shared SQL's changes from version `label` to this one, as the
+/// compiled edition's upgrade scripts in sql/ make them. From a published
+/// release: its upgrade scripts, one after the other. From the earlier
+/// commit (of the version in development, whose upgrade script only
+/// grows): what that script gained since, before its closing privilege
+/// rule.
+fn shared_changes(earlier: &std::path::Path, label: &str) -> String {
+    let sql = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let v = env!("CARGO_PKG_VERSION");
+    let step_from = |at: &str| -> Option<String> {
+        std::fs::read_dir(&sql)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(&format!("pg_webhook_inbox--{at}--")))
+            .max()
+    };
+    let Some(tree) = label
+        .strip_suffix("-earlier")
+        .map(|_| earlier.parent().unwrap().join("tree"))
+    else {
+        let (mut at, mut text) = (label.to_string(), String::new());
+        while at != v {
+            let step = step_from(&at).unwrap_or_else(|| panic!("no upgrade script from {at}"));
+            text += &std::fs::read_to_string(sql.join(&step)).unwrap();
+            at = step["pg_webhook_inbox--".len() + at.len() + 2..step.len() - 4].to_string();
+        }
+        return text;
+    };
+    let script = std::fs::read_dir(&sql)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.ends_with(&format!("--{v}.sql")) && n.matches("--").count() == 2)
+        .expect("the upgrade script to the version in development");
+    let closing = "-- The privilege rule (roles.sql) for what this script made.";
+    let now = std::fs::read_to_string(sql.join(&script)).unwrap();
+    let then = std::fs::read_to_string(tree.join("sql").join(&script)).unwrap();
+    let then = &then[..then
+        .find(closing)
+        .expect("the earlier upgrade script's privilege rule")];
+    assert!(
+        now.starts_with(then),
+        "{script} changed before its end since {EARLIER_PORTABLE}"
+    );
+    now[then.len()..].to_string()
 }
 
 /// The portable edition's functions (attributes, arguments, result, body,
