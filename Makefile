@@ -114,12 +114,17 @@ test-in-db: setup
 	$(CARGO) pgrx test pg$(PG_MAJOR) $(PGRX_TEST_FLAGS)
 
 # `cargo pgrx test` leaves its test build installed; put the real one back
-# first, then run the client suites against a fresh throwaway server.
-test-client: install sdk-fixtures scheme-matrix
+# first, then run the client suites against a fresh throwaway server. The
+# SDKs' deliveries are signed once the suites are built, and checked
+# first, while their five-minute windows are open.
+test-client: install scheme-matrix
+	$(CARGO) test $(CLIENT_FEATURES) --no-run $(addprefix --test ,$(CLIENT_SUITES))
+	$(MAKE) --no-print-directory sdk-fixtures
 	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl \
 		PG_TEMP_OPTS="-c max_prepared_transactions=10" \
-		.ci/pg-temp run $(STATE_DIR)/client-pg $(call port,0) -- \
-		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(CLIENT_SUITES))
+		.ci/pg-temp run $(STATE_DIR)/client-pg $(call port,0) -- sh -c '\
+		$(CARGO) test $(CLIENT_FEATURES) --test provider_sdks && \
+		$(CARGO) test $(CLIENT_FEATURES) $(addprefix --test ,$(filter-out provider_sdks,$(CLIENT_SUITES)))'
 
 # Every scheme's genuine delivery and every change a sender can make to
 # it (src/schemes/genuine.rs, a plain unit test: no server), for the suite
@@ -133,11 +138,14 @@ scheme-matrix:
 # The client suites again, each in a database where the portable edition
 # (portable/) was installed from its plain script rather than the
 # compiled one. It needs pgcrypto; a server built without it says so.
-# The SDKs' deliveries first, while their five-minute windows are open.
-test-portable: install sdk-fixtures scheme-matrix
+# The SDKs' deliveries are signed once the suites are built, and checked
+# first, while their five-minute windows are open.
+test-portable: install scheme-matrix
 	@if [ ! -f "$$($(PG_CONFIG) --sharedir)/extension/pgcrypto.control" ]; then \
 		echo "test-portable: NOT CHECKED: $$($(PG_CONFIG) --version) has no pgcrypto, so the client suites did not run against the portable edition"; \
 	else \
+		$(CARGO) test $(CLIENT_FEATURES) --no-run $(addprefix --test ,$(PORTABLE_SUITES)) && \
+		$(MAKE) --no-print-directory sdk-fixtures && \
 		WEBHOOK_EDITION=portable SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl \
 			PG_TEMP_OPTS="-c max_prepared_transactions=10" \
 			.ci/pg-temp run $(STATE_DIR)/portable-pg $(call port,9) -- sh -c '\

@@ -260,10 +260,11 @@ END;
 -- Move the watermark forward at a completion, under the watermark row's
 -- lock; refused with 40001 when a newer event of the entity completed
 -- first (or an equal one, where ties are stale), so that the caller's
--- business writes roll back instead of overwriting newer state.
+-- business writes roll back instead of overwriting newer state. True
+-- once moved, for callers that are expressions.
 CREATE FUNCTION webhook._advance(fn text, id uuid, provider text, consumer text, event_id text,
                                  entity_key text, value text)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -285,6 +286,7 @@ BEGIN
             webhook._stale_reason(value::numeric, entity_key, w.watermark, w.set_by),
             'Roll back this transaction, as after any serialization failure: a newer event of the same entity was processed first. The event''s next delivery is answered "stale", and an inbox lease of it is parked as stale.');
     END IF;
+    RETURN true;
 END
 $$;
 
@@ -342,6 +344,7 @@ DECLARE
     tie      boolean := false;
     attempts integer;
     ceiling  integer;
+    noted    text;
 BEGIN
     IF NOT coalesce(nullif(current_setting('webhook.archive_duplicates', true), '')::boolean, true) THEN
         -- Processed is final: answered without a lock, and nothing written.
@@ -428,7 +431,8 @@ BEGIN
     SELECT count(*) INTO attempts FROM new_event;
     IF attempts > 0 THEN
         IF lease IS NULL THEN
-            PERFORM webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value);
+            -- An assignment: PL/pgSQL evaluates it without running a query.
+            noted := webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value);
         END IF;
         RETURN ROW(id, 'claimed', 1, NULL, tie)::webhook._outcome;
     END IF;
@@ -471,49 +475,50 @@ BEGIN
     RETURNING x.attempts INTO attempts;
     PERFORM webhook._archive(id, provider, event_id, event_type, payload, raw_body, signature, headers,
                              'retry', coalesce(e.payload_hash <> digest, false), verified_by, NULL);
-    PERFORM webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value);
+    noted := webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value);
     RETURN ROW(id, 'retry', attempts, NULL, tie)::webhook._outcome;
 END
 $$;
 
 -- The delivery `id` now owns its event. A claim that completes on commit
 -- wrote the event as processed: an ordered event moves its watermark now,
--- as webhook_complete would, and the transaction remembers the claim.
+-- as webhook_complete would, and the transaction remembers the claim
+-- (returned: the claims it remembers). An expression its caller takes in
+-- (inlined SQL).
 CREATE FUNCTION webhook._owned(fn text, id uuid, provider text, event_id text, lease interval,
                                entity_key text, order_value text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
+RETURNS text
+LANGUAGE sql VOLATILE
+RETURN CASE WHEN lease IS NOT NULL THEN NULL
+            WHEN CASE WHEN entity_key IS NULL THEN true
+                      ELSE webhook._advance(fn, id, provider, 'default', event_id, entity_key, order_value) END
+                THEN set_config('pg_webhook_inbox.completes_here',
+                                coalesce(current_setting('pg_webhook_inbox.completes_here', true), '')
+                                || id::text || ',', true)
+       END;
+
+-- A claim's complete_on_commit NULL, or true with a lease: refused.
+CREATE FUNCTION webhook._claim_lease_refused(fn text, complete_on_commit boolean) RETURNS interval
+LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    noted text;
 BEGIN
-    IF lease IS NULL THEN
-        IF entity_key IS NOT NULL THEN
-            PERFORM webhook._advance(fn, id, provider, 'default', event_id, entity_key, order_value);
-        END IF;
-        noted := set_config('pg_webhook_inbox.completes_here',
-                            coalesce(current_setting('pg_webhook_inbox.completes_here', true), '') || id::text || ',',
-                            true);
+    IF complete_on_commit IS NULL THEN
+        PERFORM webhook._required(fn, 'complete_on_commit', complete_on_commit);
     END IF;
+    PERFORM webhook._raise('22023', format('%s: argument "lease" must be NULL when complete_on_commit is true: the claim owns its event until its transaction ends, and the commit completes it', fn));
+    RETURN NULL;
 END
 $$;
 
 -- How a claim owns its event: for a lease (NULL: the default), or, with
--- complete_on_commit, until its transaction ends (NULL is returned).
+-- complete_on_commit, until its transaction ends (NULL is returned). An
+-- expression its callers take in (inlined SQL).
 CREATE FUNCTION webhook._claim_lease(fn text, lease interval, complete_on_commit boolean) RETURNS interval
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    IF complete_on_commit AND lease IS NULL THEN
-        RETURN NULL;
-    ELSIF complete_on_commit IS NULL THEN
-        PERFORM webhook._required(fn, 'complete_on_commit', complete_on_commit);
-    ELSIF complete_on_commit THEN
-        PERFORM webhook._raise('22023', format('%s: argument "lease" must be NULL when complete_on_commit is true: the claim owns its event until its transaction ends, and the commit completes it', fn));
-    END IF;
-    RETURN webhook._lease(fn, 'lease', lease);
-END
-$$;
+LANGUAGE sql STABLE
+RETURN CASE WHEN complete_on_commit AND lease IS NULL THEN NULL
+            WHEN NOT complete_on_commit THEN webhook._lease(fn, 'lease', lease)
+            ELSE webhook._claim_lease_refused(fn, complete_on_commit)
+       END;
 
 -- A raw body as the JSON object (or, for a batch, non-empty array) it
 -- must be: UTF-8, JSON jsonb can store, an object.

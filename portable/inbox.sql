@@ -726,13 +726,15 @@ DECLARE
     heads       jsonb;
     from_start  boolean := false;
     written     text;
+    checked     text;
 BEGIN
     IF webhook._required(fn, 'batch', batch) NOT BETWEEN 1 AND 1000 THEN
         PERFORM webhook._raise('22023', format('%s: argument "batch" must be between 1 and 1000', fn));
     END IF;
-    PERFORM webhook._required_text(fn, 'consumer', consumer, 64);
-    PERFORM webhook._bounded_text(fn, 'provider', provider, 64);
-    PERFORM webhook._bounded_text(fn, 'event_type', event_type, 255);
+    -- Assignments, which PL/pgSQL evaluates without running a query.
+    checked := webhook._required_text(fn, 'consumer', consumer, 64);
+    checked := webhook._bounded_text(fn, 'provider', provider, 64);
+    checked := webhook._bounded_text(fn, 'event_type', event_type, 255);
     leased_for := webhook._lease(fn, 'lease', lease);
     -- Nothing scopes or steers most inboxes, and most providers keep no
     -- FIFO lines: one statement of probes says so.
@@ -1116,8 +1118,7 @@ LANGUAGE plpgsql IMMUTABLE
 AS $$
 #variable_conflict use_variable
 BEGIN
-    PERFORM webhook._required(fn, 'ids', ids);
-    IF cardinality(ids) NOT BETWEEN 1 AND 1000 THEN
+    IF webhook._required(fn, 'ids', ids) IS NULL OR cardinality(ids) NOT BETWEEN 1 AND 1000 THEN
         PERFORM webhook._raise('22023', format('%s: argument "ids" must hold 1 to 1000 leases', fn));
     END IF;
     IF array_position(ids, NULL) IS NOT NULL THEN
@@ -1143,8 +1144,17 @@ DECLARE
     providers text[];
     ordered  record;
     i        integer;
+    scoped   boolean;
+    breakers boolean;
 BEGIN
-    PERFORM webhook._leases_in_scope(fn, leases);
+    -- Most inboxes scope no role and most consumers have no breaker: one
+    -- statement of probes says so.
+    SELECT EXISTS (SELECT FROM webhook.app_scopes),
+           EXISTS (SELECT FROM webhook.limits l WHERE l.breaker_failures IS NOT NULL)
+      INTO scoped, breakers;
+    IF scoped THEN
+        PERFORM webhook._leases_in_scope(fn, leases);
+    END IF;
     WITH changed AS (
         UPDATE webhook.inbox i
            SET status = 'processed', processed_at = now(), result = NULL
@@ -1161,9 +1171,8 @@ BEGIN
          WHERE g.l <> ALL (coalesce(finished, '{}')) ORDER BY g.n LIMIT 1;
         PERFORM webhook._refuse_lease(fn, missing);
     END IF;
-    -- Most consumers have no breaker, and most events no order: a probe
-    -- and an empty list say so.
-    IF EXISTS (SELECT FROM webhook.limits l WHERE l.breaker_failures IS NOT NULL) THEN
+    -- Most events have no order: an empty list says so.
+    IF breakers THEN
         FOR ordered IN SELECT DISTINCT x.consumer, x.provider FROM unnest(consumers, providers) AS x(consumer, provider)
                         ORDER BY 1, 2 LOOP
             PERFORM webhook._breaker_heard(ordered.consumer, ordered.provider, 0);

@@ -125,45 +125,62 @@ BEGIN
 END
 $$;
 
--- A required argument: NULL is refused with 22004, naming it.
-CREATE FUNCTION webhook._required(fn text, arg text, value anyelement) RETURNS anyelement
+-- An argument refused: NULL (22004), empty (2200F), or longer than
+-- `limit` bytes (22001), naming it. Raises; the checks below call it
+-- only for an argument they refuse.
+CREATE FUNCTION webhook._refused(fn text, arg text, problem text, "limit" integer DEFAULT NULL,
+                                 given integer DEFAULT NULL)
+RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-    IF value IS NULL THEN
+    CASE problem
+    WHEN 'null' THEN
         PERFORM webhook._raise('22004', format('%s: argument "%s" must not be NULL', fn, arg));
-    END IF;
+    WHEN 'empty' THEN
+        PERFORM webhook._raise('2200F', format('%s: argument "%s" must not be empty', fn, arg));
+    ELSE
+        PERFORM webhook._raise('22001',
+            format('%s: argument "%s" is longer than %s bytes', fn, arg, "limit"),
+            format('The limit is %s bytes; %s bytes were given.', "limit", given));
+    END CASE;
+    RETURN NULL;
+END
+$$;
+
+-- A NULL argument of any type, refused.
+CREATE FUNCTION webhook._refused_null(fn text, arg text, value anyelement) RETURNS anyelement
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM webhook._refused(fn, arg, 'null');
     RETURN value;
 END
 $$;
+
+-- A required argument: NULL is refused with 22004, naming it. This and
+-- the checks below are expressions their callers take in (inlined SQL):
+-- an argument that is fine costs no call of a function.
+CREATE FUNCTION webhook._required(fn text, arg text, value anyelement) RETURNS anyelement
+LANGUAGE sql IMMUTABLE
+-- Quoted: a polymorphic SQL function cannot have a parsed body.
+AS $$ SELECT CASE WHEN value IS NULL THEN webhook._refused_null(fn, arg, value) ELSE value END $$;
 
 -- A required, non-empty text argument of at most `limit` bytes.
 CREATE FUNCTION webhook._required_text(fn text, arg text, value text, "limit" integer) RETURNS text
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF value IS NULL THEN
-        PERFORM webhook._raise('22004', format('%s: argument "%s" must not be NULL', fn, arg));
-    ELSIF value = '' THEN
-        PERFORM webhook._raise('2200F', format('%s: argument "%s" must not be empty', fn, arg));
-    END IF;
-    RETURN webhook._bounded_text(fn, arg, value, "limit");
-END
-$$;
+LANGUAGE sql IMMUTABLE
+RETURN CASE WHEN value IS NULL THEN webhook._refused(fn, arg, 'null')
+            WHEN value = '' THEN webhook._refused(fn, arg, 'empty')
+            WHEN octet_length(value) > "limit" THEN webhook._refused(fn, arg, 'long', "limit", octet_length(value))
+            ELSE value
+       END;
 
 -- An optional text argument of at most `limit` bytes.
 CREATE FUNCTION webhook._bounded_text(fn text, arg text, value text, "limit" integer) RETURNS text
-LANGUAGE plpgsql IMMUTABLE
-AS $$
-BEGIN
-    IF octet_length(value) > "limit" THEN
-        PERFORM webhook._raise('22001',
-            format('%s: argument "%s" is longer than %s bytes', fn, arg, "limit"),
-            format('The limit is %s bytes; %s bytes were given.', "limit", octet_length(value)));
-    END IF;
-    RETURN value;
-END
-$$;
+LANGUAGE sql IMMUTABLE
+RETURN CASE WHEN octet_length(value) > "limit" THEN webhook._refused(fn, arg, 'long', "limit", octet_length(value))
+            ELSE value
+       END;
 
 -- A body or payload within webhook.max_payload_size (bytes).
 CREATE FUNCTION webhook._payload_size(fn text, arg text, size integer) RETURNS void
@@ -189,28 +206,37 @@ CREATE FUNCTION webhook._setting_on(name text, fallback boolean) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 RETURN coalesce(nullif(current_setting(name, true), '')::boolean, fallback);
 
--- The lease a claim takes: `lease`, positive and at most
--- webhook.max_lease; NULL for webhook.lease_timeout (itself cut to that
--- ceiling).
-CREATE FUNCTION webhook._lease(fn text, arg text, lease interval) RETURNS interval
+-- A lease refused: not positive, or longer than webhook.max_lease.
+CREATE FUNCTION webhook._refused_lease(fn text, arg text, lease interval) RETURNS interval
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     ceiling integer := webhook._setting_in('webhook.max_lease', 's', 3600)::integer;
 BEGIN
-    IF lease IS NULL THEN
-        RETURN make_interval(secs => least(webhook._setting_in('webhook.lease_timeout', 's', 300)::integer, ceiling));
-    ELSIF lease <= interval '0' THEN
+    IF lease <= interval '0' THEN
         PERFORM webhook._raise('22023', format('%s: argument "%s" must be a positive interval', fn, arg));
-    ELSIF lease > make_interval(secs => ceiling) THEN
-        PERFORM webhook._raise('22023',
-            format('%s: argument "%s" is longer than webhook.max_lease (%s s)', fn, arg, ceiling),
-            NULL,
-            'Long work renews a short lease with webhook_extend(); a superuser may raise webhook.max_lease.');
     END IF;
-    RETURN lease;
+    PERFORM webhook._raise('22023',
+        format('%s: argument "%s" is longer than webhook.max_lease (%s s)', fn, arg, ceiling),
+        NULL,
+        'Long work renews a short lease with webhook_extend(); a superuser may raise webhook.max_lease.');
+    RETURN NULL;
 END
 $$;
+
+-- The lease a claim takes: `lease`, positive and at most
+-- webhook.max_lease; NULL for webhook.lease_timeout (itself cut to that
+-- ceiling). An expression its callers take in (inlined SQL).
+CREATE FUNCTION webhook._lease(fn text, arg text, lease interval) RETURNS interval
+LANGUAGE sql STABLE
+RETURN CASE WHEN lease IS NULL
+                THEN make_interval(secs => least(webhook._setting_in('webhook.lease_timeout', 's', 300)::integer,
+                                                 webhook._setting_in('webhook.max_lease', 's', 3600)::integer))
+            WHEN lease > interval '0'
+                 AND lease <= make_interval(secs => webhook._setting_in('webhook.max_lease', 's', 3600)::integer)
+                THEN lease
+            ELSE webhook._refused_lease(fn, arg, lease)
+       END;
 
 -- Text kept forever, cut to at most `limit` bytes on a character
 -- boundary, with a marker saying how much was dropped.
@@ -242,52 +268,56 @@ CREATE FUNCTION webhook._lock_key(VARIADIC parts text[]) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN hashtextextended(array_to_string(parts, chr(1)), 22344);
 
--- The event locks this transaction holds, checked against its budget:
--- half of the shared lock table, refused with 54000 past it.
-CREATE FUNCTION webhook._locks_held(fn text) RETURNS integer
+-- A transaction that holds as many event locks as its budget allows:
+-- refused with 54000.
+CREATE FUNCTION webhook._lock_budget_spent(fn text) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
-DECLARE
-    held   integer := coalesce(nullif(current_setting('pg_webhook_inbox.locks_held', true), ''), '0')::integer;
-    budget integer := current_setting('max_locks_per_transaction')::integer
-                      * current_setting('max_connections')::integer / 2;
 BEGIN
-    IF held >= budget THEN
-        PERFORM webhook._raise('54000',
-            format('%s: this transaction holds %s events already, as many as the lock table allows one transaction', fn, budget),
-            NULL,
-            'Each event holds a lock until its transaction commits: commit in batches, or queue a backfill with CALL webhook_enqueue_batches(provider, events), which commits every batch_size events.');
-    END IF;
-    RETURN held;
+    PERFORM webhook._raise('54000',
+        format('%s: this transaction holds %s events already, as many as the lock table allows one transaction',
+               fn, current_setting('max_locks_per_transaction')::integer
+                   * current_setting('max_connections')::integer / 2),
+        NULL,
+        'Each event holds a lock until its transaction commits: commit in batches, or queue a backfill with CALL webhook_enqueue_batches(provider, events), which commits every batch_size events.');
+    RETURN NULL;
 END
 $$;
 
--- Try an event's lock without waiting, counted against the budget.
+-- The event locks this transaction holds, checked against its budget:
+-- half of the shared lock table, refused with 54000 past it. This and
+-- _try_lock are expressions the planner takes into their callers
+-- (inlined SQL): a claim's lock costs no call of a function.
+CREATE FUNCTION webhook._locks_held(fn text) RETURNS integer
+LANGUAGE sql VOLATILE
+RETURN CASE WHEN coalesce(nullif(current_setting('pg_webhook_inbox.locks_held', true), ''), '0')::integer
+                 < current_setting('max_locks_per_transaction')::integer
+                   * current_setting('max_connections')::integer / 2
+            THEN coalesce(nullif(current_setting('pg_webhook_inbox.locks_held', true), ''), '0')::integer
+            ELSE webhook._lock_budget_spent(fn)
+       END;
+
+-- Try an event's lock without waiting, counted against the budget (a
+-- lock past it is refused, and goes with the transaction it aborts).
 CREATE FUNCTION webhook._try_lock(fn text, key bigint) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    held integer := webhook._locks_held(fn);
-BEGIN
-    IF pg_try_advisory_xact_lock(key) THEN
-        -- Counted in an assignment, which PL/pgSQL evaluates without a
-        -- query (PERFORM would run one).
-        held := set_config('pg_webhook_inbox.locks_held', (held + 1)::text, true);
-        RETURN true;
-    END IF;
-    RETURN false;
-END
-$$;
+LANGUAGE sql VOLATILE
+RETURN CASE WHEN pg_try_advisory_xact_lock(key)
+            THEN set_config('pg_webhook_inbox.locks_held', (webhook._locks_held(fn) + 1)::text, true) IS NOT NULL
+            ELSE false
+       END;
 
 -- The functions' own settings are theirs alone: nobody else calls these.
 REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(bytea, bytea),
     webhook._hex(text, integer), webhook._base64_any(text), webhook._base64(text, integer),
     webhook._to_base64(bytea), webhook._time_ordered_id(text), webhook._new_id(), webhook._raise(text, text, text, text),
+    webhook._refused(text, text, text, integer, integer), webhook._refused_null(text, text, anyelement),
+    webhook._refused_lease(text, text, interval),
     webhook._required(text, text, anyelement), webhook._required_text(text, text, text, integer),
     webhook._bounded_text(text, text, text, integer), webhook._payload_size(text, text, integer),
     webhook._setting_on(text, boolean),
     webhook._lease(text, text, interval), webhook._truncated(text, integer),
-    webhook._lock_key(text[]), webhook._locks_held(text), webhook._try_lock(text, bigint)
+    webhook._lock_key(text[]), webhook._locks_held(text), webhook._lock_budget_spent(text),
+    webhook._try_lock(text, bigint)
     FROM PUBLIC;
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
