@@ -50,15 +50,16 @@ HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
 # tests/scale_*.rs need a tier of servers: `make scale-test` starts them.
 SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
 # tests/managed.rs needs a server set up as managed hosts set theirs up:
-# `make managed-test` starts one.
-CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed,$(basename $(notdir $(wildcard tests/*.rs))))
+# `make managed-test` starts one. tests/failover.rs makes primaries and
+# standbys of its own: `make failover-test`.
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover,$(basename $(notdir $(wildcard tests/*.rs))))
 # The client suites that apply to the portable edition as well, run again
 # against it by `make test-portable`. Those that do not: upgrade and
 # dump_restore take the compiled extension through its releases and
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test failover-test sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -159,6 +160,12 @@ test-portable: install scheme-matrix
 managed-test: setup scheme-matrix
 	SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl .ci/managed-host run $(STATE_DIR)/managed $(call port,8) -- \
 		$(CARGO) test $(CLIENT_FEATURES) --test managed -- --nocapture
+
+# Failover under traffic: primaries and streaming standbys of its own
+# (tests/failover.rs), one pair at a time, its figures printed.
+failover-test: install
+	FAILOVER_DIR=$(STATE_DIR)/failover FAILOVER_PORT=$(call port,700) PG_CONFIG=$(PG_CONFIG) \
+		$(CARGO) test $(CLIENT_FEATURES) --test failover -- --nocapture --test-threads=1
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
 sdk-fixtures:

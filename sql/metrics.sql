@@ -596,8 +596,11 @@ BEGIN
         RAISE EXCEPTION 'webhook_metrics: argument "family" must name a metric family (webhook._metric_families()), not %',
             pg_catalog.quote_literal(only_family) USING ERRCODE = '22023';
     END IF;
-    IF NOT EXISTS (SELECT FROM webhook.metric_marks m
-                    WHERE m.rolled_up_at > pg_catalog.clock_timestamp() - interval '1 second') THEN
+    -- A standby (in recovery) cannot write: it shows what the primary
+    -- last rolled up, replicated, as far behind as webhook_metrics_lag_seconds says.
+    IF NOT pg_catalog.pg_is_in_recovery()
+       AND NOT EXISTS (SELECT FROM webhook.metric_marks m
+                        WHERE m.rolled_up_at > pg_catalog.clock_timestamp() - interval '1 second') THEN
         PERFORM @extschema@.webhook_metrics_rollup();
     END IF;
     RETURN QUERY

@@ -470,6 +470,118 @@ BEGIN
 END
 $$;
 
+-- Every metric now, one row per series: the counters and histograms since
+-- counting began, and the gauges read at once; or only one family's
+-- series (an exporter's query each: the gauges that count the inbox are
+-- then counted once a scrape, not once a query). Rolls up first, unless a
+-- rollup ran in the last second (the other queries of the same scrape).
+-- Labels are bounded: provider, consumer, and one of status, reason, le,
+-- state, rule.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_metrics(family text DEFAULT NULL)
+RETURNS TABLE (metric text, kind text, provider text, consumer text, label text, label_value text, value double precision)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    only_family text := webhook_metrics.family;
+BEGIN
+    IF only_family IS NOT NULL
+       AND NOT EXISTS (SELECT FROM webhook._metric_families() f WHERE f.family = only_family) THEN
+        RAISE EXCEPTION 'webhook_metrics: argument "family" must name a metric family (webhook._metric_families()), not %',
+            pg_catalog.quote_literal(only_family) USING ERRCODE = '22023';
+    END IF;
+    -- A standby (in recovery) cannot write: it shows what the primary
+    -- last rolled up, replicated, as far behind as webhook_metrics_lag_seconds says.
+    IF NOT pg_catalog.pg_is_in_recovery()
+       AND NOT EXISTS (SELECT FROM webhook.metric_marks m
+                        WHERE m.rolled_up_at > pg_catalog.clock_timestamp() - interval '1 second') THEN
+        PERFORM @extschema@.webhook_metrics_rollup();
+    END IF;
+    RETURN QUERY
+    WITH counters (family, metric, label) AS (VALUES
+            ('webhook_deliveries_total', 'deliveries', 'status'),
+            ('webhook_rejections_total', 'rejections', 'reason'),
+            ('webhook_completions_total', 'completions', NULL),
+            ('webhook_failures_total', 'failures', NULL),
+            ('webhook_dead_letters_total', 'dead_letters', NULL)),
+         histograms (family, metric) AS (VALUES
+            ('webhook_latency_seconds', 'latency'),
+            ('webhook_processing_seconds', 'processing'),
+            ('webhook_attempts', 'attempts')),
+         series AS (
+            SELECT c.family AS metric, 'counter' AS kind, t.provider, t.consumer, c.label,
+                   CASE WHEN c.label IS NULL THEN NULL ELSE t.label END AS label_value, t.count::float8 AS value
+              FROM counters c JOIN webhook.metric_totals t ON t.metric = c.metric
+             WHERE only_family IS NULL OR c.family = only_family
+            UNION ALL
+            -- Histograms: every bucket, cumulative, then sum and count.
+            SELECT h.family || '_bucket', 'histogram', p.provider, p.consumer, 'le',
+                   CASE WHEN b = 'Infinity' THEN '+Inf' ELSE b::text END,
+                   (SELECT coalesce(sum(t.count), 0) FROM webhook.metric_totals t
+                     WHERE t.metric = h.metric AND t.provider = p.provider AND t.consumer = p.consumer
+                       AND (t.label = '+Inf' AND b = 'Infinity' OR t.label <> '+Inf' AND t.label::float8 <= b))::float8
+              FROM histograms h
+              JOIN (SELECT DISTINCT t.metric, t.provider, t.consumer FROM webhook.metric_totals t) p ON p.metric = h.metric
+             CROSS JOIN LATERAL pg_catalog.unnest(webhook._metric_buckets(h.metric)) AS b
+             WHERE only_family IS NULL OR h.family = only_family
+            UNION ALL
+            SELECT h.family || s.suffix, 'histogram', t.provider, t.consumer, NULL, NULL,
+                   CASE s.suffix WHEN '_sum' THEN sum(t.sum) ELSE sum(t.count)::float8 END
+              FROM histograms h JOIN webhook.metric_totals t ON t.metric = h.metric
+             CROSS JOIN (VALUES ('_sum'), ('_count')) AS s (suffix)
+             WHERE only_family IS NULL OR h.family = only_family
+             GROUP BY h.family, s.suffix, t.provider, t.consumer
+            UNION ALL
+            SELECT 'webhook_inbox_events', 'gauge', st.provider, st.consumer, 'state', g.state, pg_catalog.sum(g.n)::float8
+              FROM (SELECT webhook._metric_provider(x.provider) AS provider, x.consumer, x.ready, x.scheduled,
+                           x.leased, x.dead, x.quarantined
+                      FROM webhook.inbox_stats x) st
+             CROSS JOIN LATERAL (VALUES ('ready', st.ready), ('scheduled', st.scheduled),
+                                        ('leased', st.leased), ('dead', st.dead),
+                                        ('quarantined', st.quarantined)) AS g (state, n)
+             WHERE only_family IS NULL OR only_family = 'webhook_inbox_events'
+             GROUP BY st.provider, st.consumer, g.state
+            UNION ALL
+            SELECT 'webhook_inbox_oldest_ready_seconds', 'gauge', webhook._metric_provider(st.provider), st.consumer, NULL, NULL,
+                   coalesce(pg_catalog.date_part('epoch', pg_catalog.max(st.oldest_ready_age)), 0)
+              FROM webhook.inbox_stats st
+             WHERE only_family IS NULL OR only_family = 'webhook_inbox_oldest_ready_seconds'
+             GROUP BY 3, 4
+            UNION ALL
+            SELECT 'webhook_oldest_unfinished_claim_seconds', 'gauge', webhook._metric_provider(o.provider), '', NULL, NULL,
+                   pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - pg_catalog.min(o.started_at))
+              FROM webhook.metric_open o
+             WHERE o.consumer = '' AND (only_family IS NULL OR only_family = 'webhook_oldest_unfinished_claim_seconds')
+             GROUP BY 3
+            UNION ALL
+            SELECT 'webhook_steering_paused', 'gauge', s.provider, s.consumer, 'kind', s.kind, pg_catalog.count(*)::float8
+              FROM (SELECT p.provider, p.consumer,
+                           CASE WHEN p.entity_key <> '' THEN 'quarantine' ELSE 'pause' END AS kind
+                      FROM webhook.pauses p) s
+             WHERE only_family IS NULL OR only_family = 'webhook_steering_paused'
+             GROUP BY s.provider, s.consumer, s.kind
+            UNION ALL
+            SELECT 'webhook_circuit_breaker_open', 'gauge', webhook._metric_provider(b.provider), b.consumer, 'state',
+                   b.state::text, pg_catalog.count(*)::float8
+              FROM webhook.breakers b
+             WHERE b.state <> 'closed'
+               AND (only_family IS NULL OR only_family = 'webhook_circuit_breaker_open')
+             GROUP BY 3, 4, 6
+            UNION ALL
+            SELECT 'webhook_alerts_open', 'gauge', '', '', 'rule', r.name,
+                   (SELECT count(*) FROM webhook.alerts a WHERE a.rule = r.name AND a.status <> 'resolved')::float8
+              FROM webhook.alert_rules_in_effect r
+             WHERE only_family IS NULL OR only_family = 'webhook_alerts_open'
+            UNION ALL
+            SELECT 'webhook_metrics_lag_seconds', 'gauge', '', '', NULL, NULL,
+                   pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - m.counted_until)
+              FROM webhook.metric_marks m
+             WHERE only_family IS NULL OR only_family = 'webhook_metrics_lag_seconds')
+    SELECT * FROM series s ORDER BY s.metric, s.provider, s.consumer, s.label_value;
+END
+$$;
+
 -- The privilege rule (roles.sql) for what this script made.
 SELECT webhook._restrict_privileges();
 
