@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::{message, sql_state};
+use common::{message, sql_state, wait_for};
 use postgres::config::TargetSessionAttrs;
 use postgres::{Client, Config, NoTls};
 use std::collections::BTreeMap;
@@ -239,21 +239,15 @@ impl Pair {
         pair
     }
 
-    fn wait_streaming(&self) {
+    /// Until pg_stat_replication on the primary shows a standby in `state`.
+    fn wait_replication(&self, what: &str, condition: &str) {
         let mut c = self.primary.connect("postgres");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while c
-            .query_one(
-                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
-                &[],
-            )
-            .unwrap()
-            .get::<_, i64>(0)
-            == 0
-        {
-            assert!(Instant::now() < deadline, "the standby never streamed");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let probe = format!("SELECT EXISTS (SELECT FROM pg_stat_replication WHERE {condition})");
+        wait_for(what, || c.query_one(&probe, &[]).unwrap().get(0));
+    }
+
+    fn wait_streaming(&self) {
+        self.wait_replication("the standby to stream", "state = 'streaming'");
     }
 
     /// Commits wait until the standby has applied them. Set on the primary
@@ -268,22 +262,7 @@ impl Pair {
         ] {
             c.batch_execute(statement).unwrap();
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while c
-            .query_one(
-                "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
-                &[],
-            )
-            .unwrap()
-            .get::<_, i64>(0)
-            == 0
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the standby never became synchronous"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.wait_replication("the standby to be synchronous", "sync_state = 'sync'");
     }
 
     /// Both servers, the writable one found by libpq's rule.
@@ -648,18 +627,14 @@ fn a_standby_answers_reads_and_refuses_writes() {
         .unwrap()
         .get(0);
     let mut s = pair.standby.connect(DB);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !s
-        .query_one(
+    wait_for("the standby to catch up", || {
+        s.query_one(
             "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
             &[&lsn],
         )
         .unwrap()
-        .get::<_, bool>(0)
-    {
-        assert!(Instant::now() < deadline, "the standby never caught up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        .get(0)
+    });
     let body = r#"{"id":"evt_verify","type":"invoice.paid"}"#;
     let headers = common::sign::stripe(body, common::sign::now(), "whsec_failover");
     let verified: bool = s
