@@ -51,15 +51,16 @@ HARDENING_SUITES := $(basename $(notdir $(wildcard tests/hardening_*.rs)))
 SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
 # tests/managed.rs needs a server set up as managed hosts set theirs up:
 # `make managed-test` starts one. tests/failover.rs makes primaries and
-# standbys of its own: `make failover-test`.
-CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover,$(basename $(notdir $(wildcard tests/*.rs))))
+# standbys of its own: `make failover-test`; tests/update_under_traffic.rs
+# updates the extension under traffic: `make update-test`.
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover update_under_traffic,$(basename $(notdir $(wildcard tests/*.rs))))
 # The client suites that apply to the portable edition as well, run again
 # against it by `make test-portable`. Those that do not: upgrade and
 # dump_restore take the compiled extension through its releases and
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test failover-test sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test failover-test update-test sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -166,6 +167,13 @@ managed-test: setup scheme-matrix
 failover-test: install
 	FAILOVER_DIR=$(STATE_DIR)/failover FAILOVER_PORT=$(call port,700) PG_CONFIG=$(PG_CONFIG) \
 		$(CARGO) test $(CLIENT_FEATURES) --test failover -- --nocapture --test-threads=1
+
+# ALTER EXTENSION ... UPDATE from the last published release while
+# deliveries and workers run (tests/update_under_traffic.rs), its figures
+# printed.
+update-test: install
+	.ci/pg-temp run $(STATE_DIR)/update-pg $(call port,3) -- \
+		$(CARGO) test $(CLIENT_FEATURES) --test update_under_traffic -- --nocapture
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
 sdk-fixtures:

@@ -15,14 +15,16 @@
 //! Run by `make failover-test`, which gives it a directory and two ports:
 //! FAILOVER_DIR, FAILOVER_PORT (the primary; the standby is the next).
 
+#![cfg(feature = "client-tests")]
+
 mod common;
 
+use common::traffic::{self, deliverer, worker, Tally};
 use common::{message, sql_state, wait_for};
 use postgres::config::TargetSessionAttrs;
 use postgres::{Client, Config, NoTls};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -207,12 +209,10 @@ impl Pair {
              SELECT webhook_register_provider('fo_claims', scheme => 'stripe', secret => 'whsec_failover');
              SELECT webhook_register_provider('fo_inbox', scheme => 'stripe', secret => 'whsec_failover',
                                               inbox => true);
-             -- The handlers' and workers' side effects: one row each time
-             -- one ran, so that twice shows as two rows.
-             CREATE TABLE effects (provider text NOT NULL, event_id text NOT NULL,
-                                   at timestamptz NOT NULL DEFAULT clock_timestamp());",
+",
         )
         .unwrap();
+        c.batch_execute(traffic::EFFECTS).unwrap();
         server_program(
             "pg_basebackup",
             &[
@@ -292,173 +292,29 @@ impl Drop for Pair {
     }
 }
 
-/// A connection to whichever server is writable now, waiting through a
-/// failover as a driver's reconnect loop does.
-fn reconnect(config: &Config, stop: &AtomicBool) -> Option<Client> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match config.connect(NoTls) {
-            Ok(c) => return Some(c),
-            Err(_) if stop.load(SeqCst) && Instant::now() > deadline => return None,
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "no writable server for 60 s: {e}"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-/// What each kind of client saw.
-#[derive(Default)]
-struct Tally {
-    /// Event ids whose delivery got a committed answer (the provider saw a
-    /// 2xx and will never send them again).
-    acknowledged: Vec<(String, String)>,
-    /// Requests that failed (connection lost, server gone): each retried.
-    failed: usize,
-}
-
-/// A provider's delivery loop into a handler that claims in its own
-/// transaction, writes its side effect and commits (`fo_claims`), or into
-/// the inbox (`fo_inbox`). A delivery without an answer is sent again
-/// until it gets one.
-fn deliverer(
-    config: Config,
-    provider: &'static str,
-    prefix: String,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<Tally> {
-    std::thread::spawn(move || {
-        let mut tally = Tally::default();
-        let mut client = reconnect(&config, &stop).unwrap();
-        let mut n = 0;
-        while !stop.load(SeqCst) {
-            n += 1;
-            let event_id = format!("{prefix}{n}");
-            loop {
-                let attempt = (|| -> Result<(), postgres::Error> {
-                    let mut tx = client.transaction()?;
-                    if provider == "fo_inbox" {
-                        tx.query_one(
-                            "SELECT status FROM webhook_enqueue($1, $2, 'invoice.paid',
-                                                                jsonb_build_object('id', $2::text))",
-                            &[&provider, &event_id],
-                        )?;
-                    } else {
-                        let status: String = tx
-                            .query_one(
-                                "SELECT status FROM webhook_claim($1, $2, 'invoice.paid',
-                                                                  jsonb_build_object('id', $2::text), 'sig',
-                                                                  complete_on_commit => true)",
-                                &[&provider, &event_id],
-                            )?
-                            .get(0);
-                        if status == "claimed" || status == "retry" {
-                            tx.execute(
-                                "INSERT INTO effects (provider, event_id) VALUES ($1, $2)",
-                                &[&provider, &event_id],
-                            )?;
-                        }
-                    }
-                    tx.commit()
-                })();
-                match attempt {
-                    Ok(()) => {
-                        tally
-                            .acknowledged
-                            .push((provider.to_string(), event_id.clone()));
-                        break;
-                    }
-                    Err(_) => {
-                        tally.failed += 1;
-                        match reconnect(&config, &stop) {
-                            Some(c) => client = c,
-                            None => return tally,
-                        }
-                    }
-                }
-            }
-        }
-        tally
-    })
-}
-
-/// A worker: leases a few events (committed: the lease outlives its
-/// transaction), works on them, then records each side effect and
-/// completes it in one transaction. A lease whose worker lost its server
-/// runs out and is taken again.
-fn worker(
-    config: Config,
-    stop: Arc<AtomicBool>,
-    failed: Arc<AtomicUsize>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut client = reconnect(&config, &stop).unwrap();
-        while !stop.load(SeqCst) {
-            let round = (|| -> Result<usize, postgres::Error> {
-                let leased = client.query(
-                    "SELECT id::text, event_id FROM webhook_next(5, 'default', 'fo_inbox', lease => '2 seconds')",
-                    &[],
-                )?;
-                std::thread::sleep(Duration::from_millis(20));
-                let mut tx = client.transaction()?;
-                for row in &leased {
-                    let (id, event_id): (String, String) = (row.get(0), row.get(1));
-                    tx.execute(
-                        "INSERT INTO effects (provider, event_id) VALUES ('fo_inbox', $1)",
-                        &[&event_id],
-                    )?;
-                    tx.execute("SELECT webhook_complete($1::text::uuid)", &[&id])?;
-                }
-                tx.commit()?;
-                Ok(leased.len())
-            })();
-            match round {
-                Ok(0) => std::thread::sleep(Duration::from_millis(20)),
-                Ok(_) => {}
-                Err(e) => {
-                    // A lease that ran out while this worker waited is
-                    // refused at completion (the event is someone else's
-                    // now): its transaction rolls back, nothing is done.
-                    if sql_state(&e).is_none() {
-                        failed.fetch_add(1, SeqCst);
-                    }
-                    if let Some(c) = reconnect(&config, &stop) {
-                        client = c;
-                    } else {
-                        return;
-                    }
-                }
-            }
-        }
-    })
-}
-
 /// What a failover did to the traffic.
 #[derive(Debug)]
 struct Figures {
     acknowledged: usize,
     lost: usize,
-    doubled: i64,
+    doubled: usize,
     stuck: i64,
     leased_at_failover: usize,
     taken_again: i64,
-    failed_requests: usize,
+    /// Requests that failed, by kind: each retried.
+    failed: std::collections::BTreeMap<String, usize>,
     outage: Duration,
 }
 
 fn failover_under_traffic(pair: &Pair) -> Figures {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_workers = Arc::new(AtomicBool::new(false));
-    let worker_failures = Arc::new(AtomicUsize::new(0));
     let mut deliverers = Vec::new();
     for t in 0..3 {
         deliverers.push(deliverer(
             pair.either(),
             "fo_claims",
+            false,
             format!("c{t}_"),
             Arc::clone(&stop),
         ));
@@ -467,18 +323,13 @@ fn failover_under_traffic(pair: &Pair) -> Figures {
         deliverers.push(deliverer(
             pair.either(),
             "fo_inbox",
+            true,
             format!("q{t}_"),
             Arc::clone(&stop),
         ));
     }
     let workers: Vec<_> = (0..3)
-        .map(|_| {
-            worker(
-                pair.either(),
-                Arc::clone(&stop_workers),
-                Arc::clone(&worker_failures),
-            )
-        })
+        .map(|_| worker(pair.either(), "fo_inbox", Arc::clone(&stop_workers)))
         .collect();
     std::thread::sleep(Duration::from_secs(3));
 
@@ -502,7 +353,7 @@ fn failover_under_traffic(pair: &Pair) -> Figures {
     let outage = down.elapsed();
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, SeqCst);
-    let tallies: Vec<Tally> = deliverers.into_iter().map(|d| d.join().unwrap()).collect();
+    let delivered = Tally::merge(deliverers.into_iter().map(|d| d.join().unwrap()));
 
     // Workers drain what is left, leases that ran out included.
     let mut c = pair.standby.connect(DB);
@@ -510,7 +361,7 @@ fn failover_under_traffic(pair: &Pair) -> Figures {
     loop {
         let left: i64 = c
             .query_one(
-                "SELECT count(*) FROM webhook.inbox WHERE provider = 'fo_inbox' AND status IN ('ready', 'leased')",
+                "SELECT count(*) FROM webhook.inbox WHERE status IN ('ready', 'leased')",
                 &[],
             )
             .unwrap()
@@ -520,37 +371,10 @@ fn failover_under_traffic(pair: &Pair) -> Figures {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    eprintln!("drained {:?} after the failover", down.elapsed());
     stop_workers.store(true, SeqCst);
-    for w in workers {
-        w.join().unwrap();
-    }
-
-    let acknowledged: Vec<(String, String)> = tallies
-        .iter()
-        .flat_map(|t| t.acknowledged.iter().cloned())
-        .collect();
-    let effects: BTreeMap<(String, String), i64> = c
-        .query(
-            "SELECT provider, event_id, count(*) FROM effects GROUP BY 1, 2",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
-        .collect();
-    let lost = acknowledged
-        .iter()
-        .filter(|k| !effects.contains_key(*k))
-        .count();
-    let doubled = effects.values().filter(|&&n| n > 1).count() as i64;
-    let stuck: i64 = c
-        .query_one(
-            "SELECT count(*) FROM webhook.inbox WHERE status NOT IN ('processed')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let worked = Tally::merge(workers.into_iter().map(|w| w.join().unwrap()));
+    let all = Tally::merge([delivered, worked]);
+    let (lost, doubled, stuck) = traffic::outcome(&mut c, &all.acknowledged);
     let taken_again: i64 = c
         .query_one(
             "SELECT count(*) FROM webhook.inbox WHERE status = 'processed' AND attempts > 1
@@ -560,14 +384,13 @@ fn failover_under_traffic(pair: &Pair) -> Figures {
         .unwrap()
         .get(0);
     Figures {
-        acknowledged: acknowledged.len(),
+        acknowledged: all.acknowledged.len(),
         lost,
         doubled,
         stuck,
         leased_at_failover: leased.len(),
         taken_again,
-        failed_requests: tallies.iter().map(|t| t.failed).sum::<usize>()
-            + worker_failures.load(SeqCst),
+        failed: all.failed,
         outage,
     }
 }
@@ -582,7 +405,7 @@ fn with_synchronous_replication_a_failover_loses_nothing_acknowledged_and_does_n
     eprintln!("failover, synchronous (remote_apply): {f:?}");
     assert!(f.acknowledged > 100, "traffic ran: {f:?}");
     assert!(
-        f.failed_requests > 0,
+        f.failed.contains_key("connection"),
         "the failover interrupted requests: {f:?}"
     );
     assert!(f.outage < Duration::from_secs(30), "{f:?}");
@@ -603,7 +426,7 @@ fn with_asynchronous_replication_a_failover_does_nothing_twice_and_counts_what_i
     eprintln!("failover, asynchronous: {f:?}");
     assert!(f.acknowledged > 100, "traffic ran: {f:?}");
     assert!(
-        f.failed_requests > 0,
+        f.failed.contains_key("connection"),
         "the failover interrupted requests: {f:?}"
     );
     assert_eq!(f.doubled, 0, "done twice: {f:?}");

@@ -34,26 +34,6 @@ fn earlier_releases() -> Vec<String> {
     versions
 }
 
-/// The last version recorded in `sql/RELEASES`.
-fn last_published() -> String {
-    include_str!("../sql/RELEASES")
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.split_whitespace().next())
-        .max_by_key(|v| release(v))
-        .expect("sql/RELEASES records a release")
-        .to_string()
-}
-
-/// A version as numbers, to order and compare releases: as text, 0.10.0
-/// would come before 0.8.0.
-fn release(version: &str) -> (u32, u32, u32) {
-    let mut parts = version
-        .split('.')
-        .map(|p| p.parse::<u32>().expect("a version of three numbers"));
-    let mut next = || parts.next().expect("a version of three numbers");
-    (next(), next(), next())
-}
 const STRIPE_SECRET: &str = "whsec_upgrade_test";
 const GITHUB_SECRET: &str = "upgrade-test-github";
 

@@ -132,6 +132,26 @@ pub fn empty_database(name: &str) -> Client {
     base_config().dbname(name).connect(NoTls).unwrap()
 }
 
+/// The last version recorded in `sql/RELEASES`.
+pub fn last_published() -> String {
+    include_str!("../../sql/RELEASES")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_whitespace().next())
+        .max_by_key(|v| release(v))
+        .expect("sql/RELEASES records a release")
+        .to_string()
+}
+
+/// A version as numbers, to order and compare releases: as text, 0.10.0
+/// would come before 0.8.0.
+pub fn release(version: &str) -> (u32, u32, u32) {
+    let mut parts = version
+        .split('.')
+        .map(|p| p.parse::<u32>().expect("a version of three numbers"));
+    let mut next = || parts.next().expect("a version of three numbers");
+    (next(), next(), next())
+}
 /// Whether the suites run against the portable edition (`make
 /// test-portable` sets `WEBHOOK_EDITION=portable`) rather than the
 /// compiled one.
@@ -236,6 +256,8 @@ pub fn scheme_matrix() -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+pub mod traffic;
 
 /// Deliveries signed the way each provider signs them.
 pub mod sign {
