@@ -172,7 +172,7 @@ failover-test: install
 # deliveries and workers run (tests/update_under_traffic.rs), its figures
 # printed.
 update-test: install
-	.ci/pg-temp run $(STATE_DIR)/update-pg $(call port,3) -- \
+	.ci/pg-temp run $(STATE_DIR)/update-pg $(call port,800) -- \
 		$(CARGO) test $(CLIENT_FEATURES) --test update_under_traffic -- --nocapture
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
