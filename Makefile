@@ -173,7 +173,7 @@ failover-test: install
 # printed.
 update-test: install
 	.ci/pg-temp run $(STATE_DIR)/update-pg $(call port,800) -- \
-		$(CARGO) test $(CLIENT_FEATURES) --test update_under_traffic -- --nocapture
+		$(CARGO) test $(CLIENT_FEATURES) --test update_under_traffic -- --nocapture --test-threads=1
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
 sdk-fixtures:
