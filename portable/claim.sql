@@ -498,7 +498,7 @@ RETURN CASE WHEN lease IS NOT NULL THEN NULL
        END;
 
 -- A claim's complete_on_commit NULL, or true with a lease: refused.
-CREATE FUNCTION webhook._claim_lease_refused(fn text, complete_on_commit boolean) RETURNS interval
+CREATE FUNCTION webhook._claim_lease_refused(fn text, lease interval, complete_on_commit boolean) RETURNS interval
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
@@ -517,7 +517,7 @@ CREATE FUNCTION webhook._claim_lease(fn text, lease interval, complete_on_commit
 LANGUAGE sql STABLE
 RETURN CASE WHEN complete_on_commit AND lease IS NULL THEN NULL
             WHEN NOT complete_on_commit THEN webhook._lease(fn, 'lease', lease)
-            ELSE webhook._claim_lease_refused(fn, complete_on_commit)
+            ELSE webhook._claim_lease_refused(fn, lease, complete_on_commit)
        END;
 
 -- A raw body as the JSON object (or, for a batch, non-empty array) it

@@ -160,7 +160,9 @@ $$;
 
 -- A required argument: NULL is refused with 22004, naming it. This and
 -- the checks below are expressions their callers take in (inlined SQL):
--- an argument that is fine costs no call of a function.
+-- an argument that is fine costs no call of a function. Each refusal is
+-- given the value checked: a call of constants only would be folded by
+-- the planner, branch not taken or not, and raise on every call.
 CREATE FUNCTION webhook._required(fn text, arg text, value anyelement) RETURNS anyelement
 LANGUAGE sql IMMUTABLE
 -- Quoted: a polymorphic SQL function cannot have a parsed body.
@@ -169,8 +171,8 @@ AS $$ SELECT CASE WHEN value IS NULL THEN webhook._refused_null(fn, arg, value) 
 -- A required, non-empty text argument of at most `limit` bytes.
 CREATE FUNCTION webhook._required_text(fn text, arg text, value text, "limit" integer) RETURNS text
 LANGUAGE sql IMMUTABLE
-RETURN CASE WHEN value IS NULL THEN webhook._refused(fn, arg, 'null')
-            WHEN value = '' THEN webhook._refused(fn, arg, 'empty')
+RETURN CASE WHEN value IS NULL THEN webhook._refused(fn, arg, 'null', "limit", octet_length(value))
+            WHEN value = '' THEN webhook._refused(fn, arg, 'empty', "limit", octet_length(value))
             WHEN octet_length(value) > "limit" THEN webhook._refused(fn, arg, 'long', "limit", octet_length(value))
             ELSE value
        END;

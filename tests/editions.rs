@@ -1257,3 +1257,54 @@ fn the_portable_edition_moves_to_the_compiled_one_keeping_every_row() {
         "stale"
     );
 }
+
+/// The portable edition's argument checks are expressions the planner
+/// takes into their callers. Each refusal in them depends on the value
+/// checked: a caller that names the function and the argument with
+/// constants is refused for a bad value only (a refusal of constants alone
+/// would be folded at planning, branch taken or not, and raise always).
+#[test]
+fn the_portable_checks_refuse_bad_values_only_whatever_their_callers_pass_as_constants() {
+    if !portable_installable("the argument checks") {
+        return;
+    }
+    let mut p = portable_database("pgwi_ed_checks_p");
+    p.batch_execute(
+        "CREATE TABLE vals (t text, i interval);
+         INSERT INTO vals VALUES ('ok', NULL);",
+    )
+    .unwrap();
+    for fine in [
+        "SELECT webhook._required_text('f', 'a', t, 5) FROM vals",
+        "SELECT webhook._bounded_text('f', 'a', t, 5) FROM vals",
+        "SELECT webhook._required('f', 'a', t) FROM vals",
+        "SELECT webhook._lease('f', 'a', i) FROM vals",
+        "SELECT webhook._claim_lease('f', i, true) FROM vals",
+        "SELECT webhook._claim_lease('f', i, false) FROM vals",
+    ] {
+        if let Err(e) = p.batch_execute(fine) {
+            panic!("{fine}: {}", message(&e));
+        }
+    }
+    for (bad, state) in [
+        (
+            "SELECT webhook._required_text('f', 'a', NULL::text, 5)",
+            "22004",
+        ),
+        ("SELECT webhook._required_text('f', 'a', '', 5)", "2200F"),
+        (
+            "SELECT webhook._required_text('f', 'a', 'abcdefg', 5)",
+            "22001",
+        ),
+        ("SELECT webhook._required('f', 'a', NULL::integer)", "22004"),
+        ("SELECT webhook._lease('f', 'a', '-1 second')", "22023"),
+        (
+            "SELECT webhook._claim_lease('f', '1 minute', true)",
+            "22023",
+        ),
+        ("SELECT webhook._claim_lease('f', NULL, NULL)", "22004"),
+    ] {
+        let err = p.batch_execute(bad).expect_err(bad);
+        assert_eq!(sql_state(&err), Some(state), "{bad}: {}", message(&err));
+    }
+}
