@@ -20,12 +20,12 @@
 mod common;
 
 use common::traffic::{self, deliverer, worker, Tally};
-use common::{message, sql_state, wait_for};
+use common::{as_root, message, server_command, sql_state, wait_for};
 use postgres::config::TargetSessionAttrs;
 use postgres::{Client, Config, NoTls};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const DB: &str = "failover";
@@ -51,18 +51,12 @@ fn bindir() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-/// A server program, run as the server's user when the tests run as root
-/// (PostgreSQL refuses to run as root).
+/// A server program, as the server's user; it must succeed.
 fn server_program(program: &str, args: &[&str]) -> std::process::Output {
-    let path = bindir().join(program);
-    let mut cmd = if as_root() {
-        let mut c = std::process::Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(&path);
-        c
-    } else {
-        std::process::Command::new(&path)
-    };
-    let out = cmd.args(args).output().expect("run a server program");
+    let out = server_command(bindir().join(program))
+        .args(args)
+        .output()
+        .expect("run a server program");
     assert!(
         out.status.success(),
         "{program} {args:?}: {}{}",
@@ -70,18 +64,6 @@ fn server_program(program: &str, args: &[&str]) -> std::process::Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-/// Whether the tests run as root, and the servers as `postgres` then.
-fn as_root() -> bool {
-    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ROOT.get_or_init(|| {
-        let out = std::process::Command::new("id")
-            .arg("-u")
-            .output()
-            .expect("run id");
-        String::from_utf8_lossy(&out.stdout).trim() == "0"
-    })
 }
 
 impl Server {
@@ -148,10 +130,13 @@ struct Pair {
     standby: Server,
 }
 
+/// A fresh directory with a place for each server, the server's user's.
 fn fresh_dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env("FAILOVER_DIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    for server in ["primary", "standby"] {
+        std::fs::create_dir_all(dir.join(server)).unwrap();
+    }
     if as_root() {
         let status = std::process::Command::new("chown")
             .args(["-R", "postgres:postgres"])
@@ -176,16 +161,6 @@ impl Pair {
             data: dir.join("standby").join("data"),
             port: base + 2 * offset + 1,
         };
-        for s in [&primary, &standby] {
-            std::fs::create_dir_all(s.data.parent().unwrap()).unwrap();
-        }
-        if as_root() {
-            std::process::Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&dir)
-                .status()
-                .unwrap();
-        }
         server_program(
             "initdb",
             &[
@@ -282,10 +257,9 @@ impl Pair {
 
 impl Drop for Pair {
     fn drop(&mut self) {
+        // Whichever is still up; a stopped one's error is of no interest.
         for s in [&self.primary, &self.standby] {
-            let _ = std::process::Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(bindir().join("pg_ctl"))
+            let _ = server_command(bindir().join("pg_ctl"))
                 .args(["-D", s.data.to_str().unwrap(), "-m", "immediate", "stop"])
                 .output();
         }
@@ -504,16 +478,13 @@ fn a_standby_answers_reads_and_refuses_writes() {
         "SELECT webhook_alerts_evaluate()",
         "SELECT webhook_create_partitions()",
     ];
-    let refusals: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut refusals = Vec::new();
     for write in writes {
         let err = s
             .query_one(write, &[])
             .expect_err(&format!("on the standby, {write} was not refused"));
         assert_eq!(sql_state(&err), Some("25006"), "{write}: {}", message(&err));
-        refusals
-            .lock()
-            .unwrap()
-            .push(format!("{write}: {}", message(&err)));
+        refusals.push(format!("{write}: {}", message(&err)));
     }
-    eprintln!("refusals on the standby: {:#?}", refusals.lock().unwrap());
+    eprintln!("refusals on the standby: {refusals:#?}");
 }

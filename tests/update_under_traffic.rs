@@ -26,13 +26,8 @@ use std::time::{Duration, Instant};
 const DB: &str = "pgwi_update_traffic";
 
 fn config(db: &str) -> postgres::Config {
-    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
-    let mut c = postgres::Config::new();
-    c.host(&env("PGHOST", "127.0.0.1"))
-        .port(env("PGPORT", "5432").parse().unwrap())
-        .user(&env("PGUSER", "postgres"))
-        .dbname(db)
-        .connect_timeout(Duration::from_secs(5));
+    let mut c = base_config();
+    c.dbname(db);
     c
 }
 
@@ -52,16 +47,9 @@ fn an_update_from_the_last_release_under_traffic_loses_nothing_and_does_nothing_
 /// the last release's.
 #[test]
 fn an_update_from_the_release_before_under_traffic_loses_nothing_and_does_nothing_twice() {
-    let published = last_published();
-    let before = include_str!("../sql/RELEASES")
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|v| release(v) < release(&published))
-        .max_by_key(|v| release(v))
-        .expect("two releases recorded")
-        .to_string();
-    update_under_traffic(&before);
+    let releases = published_releases();
+    let before = releases.iter().rev().nth(1).expect("two releases recorded");
+    update_under_traffic(before);
 }
 
 /// The update from `published` under traffic; returns how many requests

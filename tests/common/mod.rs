@@ -8,7 +8,9 @@ use postgres::{Client, Config, NoTls};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-fn base_config() -> Config {
+/// The test server's connection settings (PGHOST, PGPORT, PGUSER), no
+/// database yet.
+pub fn base_config() -> Config {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
     let mut config = Config::new();
     config
@@ -132,15 +134,24 @@ pub fn empty_database(name: &str) -> Client {
     base_config().dbname(name).connect(NoTls).unwrap()
 }
 
-/// The last version recorded in `sql/RELEASES`.
-pub fn last_published() -> String {
-    include_str!("../../sql/RELEASES")
+/// The versions recorded in `sql/RELEASES`, oldest first.
+pub fn published_releases() -> Vec<String> {
+    let mut versions: Vec<String> = include_str!("../../sql/RELEASES")
         .lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| line.split_whitespace().next())
-        .max_by_key(|v| release(v))
+        .map(str::to_string)
+        .collect();
+    versions.sort_by_key(|v| release(v));
+    versions.dedup();
+    versions
+}
+
+/// The last version recorded in `sql/RELEASES`.
+pub fn last_published() -> String {
+    published_releases()
+        .pop()
         .expect("sql/RELEASES records a release")
-        .to_string()
 }
 
 /// A version as numbers, to order and compare releases: as text, 0.10.0
@@ -725,19 +736,41 @@ fn server_env(name: &str) -> String {
 }
 
 fn pg_ctl(args: &[&str]) -> std::process::ExitStatus {
-    let pg_ctl = format!("{}/pg_ctl", server_env("PG_BINDIR"));
-    let user = std::env::var("PG_SERVER_USER").unwrap_or_default();
-    let mut cmd = if user.is_empty() {
-        std::process::Command::new(&pg_ctl)
-    } else {
-        let mut c = std::process::Command::new("runuser");
-        c.args(["-u", &user, "--", &pg_ctl]);
-        c
-    };
-    cmd.args(args)
+    server_command(std::path::Path::new(&server_env("PG_BINDIR")).join("pg_ctl"))
+        .args(args)
         .stdout(std::process::Stdio::null())
         .status()
         .expect("run pg_ctl")
+}
+
+/// A server program (pg_ctl, initdb, pg_basebackup) to run as the
+/// server's user: PG_SERVER_USER where .ci/pg-temp set it, else
+/// `postgres` when the tests run as root (PostgreSQL refuses root).
+pub fn server_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    let user = std::env::var("PG_SERVER_USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| as_root().then(|| "postgres".to_string()));
+    match user {
+        Some(user) => {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", &user, "--"]).arg(program);
+            c
+        }
+        None => std::process::Command::new(program),
+    }
+}
+
+/// Whether the tests run as root.
+pub fn as_root() -> bool {
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    *ROOT.get_or_init(|| {
+        let out = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .expect("run id");
+        String::from_utf8_lossy(&out.stdout).trim() == "0"
+    })
 }
 
 /// Stop the server the way a power cut would: no checkpoint, no goodbye.
