@@ -610,6 +610,9 @@ AS $$
 DECLARE
     fn CONSTANT text := 'webhook_claim';
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_claim');
+    END IF;
     IF payload IS NULL THEN
         PERFORM webhook._required(fn, 'payload', payload);
     END IF;
@@ -636,6 +639,9 @@ DECLARE
     fn CONSTANT text := 'webhook_claim';
     owned interval := webhook._claim_lease(fn, lease, complete_on_commit);
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_claim');
+    END IF;
     PERFORM webhook._required(fn, 'body', body);
     PERFORM webhook._payload_size(fn, 'body', length(body));
     RETURN webhook._claim_call(provider, event_id, event_type, webhook._json_body(fn, 'body', body), body,
@@ -722,6 +728,9 @@ DECLARE
     owner webhook._owner;
     done  record;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_complete');
+    END IF;
     PERFORM webhook._required(fn, 'id', id);
     IF result IS NOT NULL AND pg_column_size(result) - 4 > 65536 THEN
         PERFORM webhook._raise('22001', format('%s: argument "result" is longer than 65536 bytes', fn),
@@ -760,6 +769,9 @@ DECLARE
     message text;
     ceiling integer := webhook._setting_in('webhook.max_attempts', '', 10)::integer;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_fail');
+    END IF;
     PERFORM webhook._required(fn, 'id', id);
     PERFORM webhook._required(fn, 'err', err);
     PERFORM webhook._required(fn, 'permanent', permanent);
@@ -809,6 +821,9 @@ DECLARE
     owner   webhook._owner;
     expires timestamptz;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_extend');
+    END IF;
     PERFORM webhook._required(fn, 'id', id);
     PERFORM webhook._lease(fn, 'lease', webhook._required(fn, 'lease', lease));
     owner := webhook._take_ownership(fn, id);

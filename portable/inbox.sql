@@ -196,6 +196,9 @@ DECLARE
     fn CONSTANT text := 'webhook_enqueue';
     checked text := webhook._traceparent(fn, traceparent);
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_enqueue');
+    END IF;
     PERFORM webhook._required(fn, 'payload', payload);
     PERFORM webhook._payload_size(fn, 'payload', pg_column_size(payload) - 4);
     IF jsonb_typeof(payload) <> 'object' THEN
@@ -217,6 +220,9 @@ DECLARE
     fn CONSTANT text := 'webhook_enqueue';
     checked text := webhook._traceparent(fn, traceparent);
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_enqueue');
+    END IF;
     PERFORM webhook._required(fn, 'body', body);
     PERFORM webhook._payload_size(fn, 'body', length(body));
     RETURN webhook._enqueue_call(provider, event_id, event_type, webhook._json_body(fn, 'body', body), body,
@@ -728,6 +734,9 @@ DECLARE
     written     text;
     checked     text;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_next');
+    END IF;
     IF webhook._required(fn, 'batch', batch) NOT BETWEEN 1 AND 1000 THEN
         PERFORM webhook._raise('22023', format('%s: argument "batch" must be between 1 and 1000', fn));
     END IF;
@@ -1147,6 +1156,9 @@ DECLARE
     scoped   boolean;
     breakers boolean;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_complete_batch');
+    END IF;
     -- Most inboxes scope no role and most consumers have no breaker: one
     -- statement of probes says so.
     SELECT EXISTS (SELECT FROM webhook.app_scopes),
@@ -1208,6 +1220,9 @@ DECLARE
     missing uuid;
     failed  record;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_fail_batch');
+    END IF;
     PERFORM webhook._required(fn, 'err', err);
     PERFORM webhook._required(fn, 'permanent', permanent);
     PERFORM webhook._check_retry_in(fn, retry_in);

@@ -81,6 +81,9 @@ AS $$
 DECLARE
     removed bigint;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('idempotency_purge');
+    END IF;
     IF older_than <= interval '0' THEN
         PERFORM webhook._raise('22023', 'idempotency_purge: argument "older_than" must be a positive interval');
     END IF;
@@ -111,6 +114,9 @@ DECLARE
     request  uuid;
     taken    record;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('idempotency_begin');
+    END IF;
     PERFORM webhook._required_text(fn, 'scope', scope, 255);
     PERFORM webhook._required_text(fn, 'key', key, 255);
     PERFORM webhook._required_text(fn, 'fingerprint', fingerprint, 255);
@@ -212,6 +218,9 @@ DECLARE
     fn CONSTANT text := 'idempotency_checkpoint';
     size integer;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('idempotency_checkpoint');
+    END IF;
     PERFORM webhook._required(fn, 'request_id', request_id);
     PERFORM webhook._required_text(fn, 'step', step, 255);
     IF pg_column_size(output) - 4 > 65536 THEN
@@ -287,6 +296,9 @@ AS $$
 DECLARE
     fn CONSTANT text := 'idempotency_finish';
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('idempotency_finish');
+    END IF;
     PERFORM webhook._required(fn, 'request_id', request_id);
     PERFORM webhook._check_response(fn, response_status, response_body, response_headers);
     PERFORM webhook._finish_request(fn, request_id, response_status, response_body, response_headers, NULL);
@@ -305,6 +317,9 @@ DECLARE
     fn CONSTANT text := 'idempotency_fail';
     message text;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('idempotency_fail');
+    END IF;
     PERFORM webhook._required(fn, 'request_id', request_id);
     message := webhook._truncated(webhook._required(fn, 'error', error), 2048);
     IF webhook._required(fn, 'retryable', retryable) THEN

@@ -87,6 +87,9 @@ DECLARE
     parked uuid[];
     standing record;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_requeue');
+    END IF;
     PERFORM webhook._required_text(fn, 'provider', provider, 64);
     PERFORM webhook._required_text(fn, 'event_id', event_id, 255);
     PERFORM webhook._bounded_text(fn, 'consumer', consumer, 64);
@@ -145,6 +148,9 @@ DECLARE
     claimed bigint := 0;
     dead    record;
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_requeue_dead');
+    END IF;
     PERFORM webhook._bounded_text(fn, 'provider', provider, 64);
     PERFORM webhook._bounded_text(fn, 'event_type', event_type, 255);
     PERFORM webhook._bounded_text(fn, 'consumer', consumer, 64);

@@ -505,6 +505,9 @@ DECLARE
     fn CONSTANT text := 'webhook_receive';
     checked text := webhook._traceparent(fn, traceparent);
 BEGIN
+    IF pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_receive');
+    END IF;
     RETURN webhook._receive(provider, headers, body, webhook._claim_lease(fn, lease, complete_on_commit), inbox, url,
                             checked);
 END

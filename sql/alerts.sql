@@ -280,6 +280,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_alerts_evaluate');
+    END IF;
     -- Two evaluations at once would both open the same alert.
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox.alerts'));
     PERFORM @extschema@.webhook_metrics_rollup();
@@ -329,6 +332,9 @@ AS $$
 DECLARE
     a webhook.alerts;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_alert_acknowledge');
+    END IF;
     IF alert_id IS NULL THEN
         RAISE EXCEPTION 'webhook_alert_acknowledge: argument "alert_id" must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -362,6 +368,9 @@ AS $$
 DECLARE
     a webhook.alerts;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_alert_silence');
+    END IF;
     IF alert_id IS NULL THEN
         RAISE EXCEPTION 'webhook_alert_silence: argument "alert_id" must not be NULL' USING ERRCODE = '22004';
     END IF;

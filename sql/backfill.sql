@@ -30,6 +30,9 @@ DECLARE
     upto timestamptz := coalesce(webhook_backfill.until, pg_catalog.now());
     queued bigint;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_backfill');
+    END IF;
     IF webhook_backfill.since IS NULL THEN
         RAISE EXCEPTION 'webhook_backfill: argument "since" must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';

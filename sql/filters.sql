@@ -74,6 +74,9 @@ DECLARE
     c text := webhook._check_name('webhook_set_filter', 'consumer', webhook_set_filter.consumer, false);
     registered webhook.providers;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_set_filter');
+    END IF;
     SELECT r.* INTO registered FROM webhook.providers r WHERE r.name = p FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'webhook_set_filter: argument "provider": no provider "%" is registered', p

@@ -199,6 +199,9 @@ DECLARE
     c text := webhook._check_name('webhook_pause', 'consumer', webhook_pause.consumer, false);
     added boolean;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_pause');
+    END IF;
     IF p = '' AND c = '' THEN
         RAISE EXCEPTION 'webhook_pause: argument "provider" or "consumer" must be given'
             USING ERRCODE = 'null_value_not_allowed';
@@ -233,6 +236,9 @@ DECLARE
     resumed bigint;
     closed bigint;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_resume');
+    END IF;
     IF p = '' AND c = '' THEN
         RAISE EXCEPTION 'webhook_resume: argument "provider" or "consumer" must be given'
             USING ERRCODE = 'null_value_not_allowed';
@@ -269,6 +275,9 @@ DECLARE
     c text := webhook._check_name('webhook_quarantine', 'consumer', webhook_quarantine.consumer, false);
     set_aside bigint;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_quarantine');
+    END IF;
     IF NOT EXISTS (SELECT FROM webhook.providers r WHERE r.name = p) THEN
         RAISE EXCEPTION 'webhook_quarantine: argument "provider": no provider "%" is registered', p
             USING ERRCODE = 'undefined_object';
@@ -313,6 +322,9 @@ DECLARE
     c text := webhook._check_name('webhook_release', 'consumer', webhook_release.consumer, false);
     released bigint;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_release');
+    END IF;
     -- Wait for the calls of webhook_next that may still set this
     -- provider's events aside, and keep new ones from doing so until this
     -- transaction ends: the UPDATE below must see every event set aside.
@@ -358,6 +370,9 @@ DECLARE
     cooldown interval := webhook_set_limit.breaker_cooldown;
     live uuid[];
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_set_limit');
+    END IF;
     IF webhook_set_limit.max_leases NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION 'webhook_set_limit: argument "max_leases" must be between 1 and 10000'
             USING ERRCODE = 'invalid_parameter_value';

@@ -381,6 +381,9 @@ DECLARE
     counted bigint := 0;
     retention interval;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_metrics_rollup');
+    END IF;
     -- One rollup at a time; whoever comes second has nothing to add.
     IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox.metrics')) THEN
         RETURN 0;

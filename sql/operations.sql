@@ -288,6 +288,9 @@ DECLARE
     guards text[] := '{}';
     lock_timeout_before text := pg_catalog.current_setting('lock_timeout');
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_create_partitions');
+    END IF;
     IF days_ahead IS NULL OR days_ahead < 0 OR days_ahead > 366 THEN
         RAISE EXCEPTION 'webhook_create_partitions: argument "days_ahead" must be between 0 and 366'
             USING ERRCODE = 'invalid_parameter_value';
@@ -388,6 +391,9 @@ DECLARE
     day       pg_catalog.regclass;
     lock_timeout_before CONSTANT text := pg_catalog.current_setting('lock_timeout');
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_purge');
+    END IF;
     IF older_than IS NULL OR older_than <= interval '0' THEN
         RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
             USING ERRCODE = 'invalid_parameter_value';
@@ -569,6 +575,9 @@ AS $$
 DECLARE
     removed bigint;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_reset_watermark');
+    END IF;
     IF webhook_reset_watermark.provider IS NULL THEN
         RAISE EXCEPTION 'webhook_reset_watermark: argument "provider" must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
@@ -616,6 +625,9 @@ DECLARE
     event    jsonb;
     answer   text;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_enqueue_batches');
+    END IF;
     IF webhook_enqueue_batches.provider IS NULL THEN
         RAISE EXCEPTION 'webhook_enqueue_batches: argument "provider" must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';

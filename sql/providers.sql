@@ -87,6 +87,9 @@ DECLARE
     known      record;
     failed_check text;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_register_provider');
+    END IF;
     IF p_name IS NULL OR p_name = '' THEN
         RAISE EXCEPTION 'webhook_register_provider: argument "name" must not be empty'
             USING ERRCODE = 'invalid_parameter_value';
@@ -243,6 +246,9 @@ DECLARE
     v_scheme text;
     problem  text;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_add_secret');
+    END IF;
     IF webhook_add_secret.secret IS NULL OR webhook_add_secret.secret = '' THEN
         RAISE EXCEPTION 'webhook_add_secret: argument "secret" must not be empty'
             USING ERRCODE = 'zero_length_character_string';
@@ -307,6 +313,9 @@ DECLARE
     holder   xid;
     blockers text;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_retire_secret');
+    END IF;
     PERFORM pg_catalog.set_config('lock_timeout', coalesce(wait, '5s'), true);
     BEGIN
         SELECT * INTO target

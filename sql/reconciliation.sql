@@ -49,6 +49,9 @@ AS $$
 DECLARE
     queued webhook.enqueue_result;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_enqueue_polled');
+    END IF;
     -- Named as this function, not as the one it calls; the other checks
     -- are webhook_enqueue's.
     IF webhook_enqueue_polled.provider IS NULL THEN

@@ -181,6 +181,9 @@ DECLARE
     result webhook.replay_result;
     started uuid;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_replay');
+    END IF;
     IF webhook_replay.statuses IS NULL OR pg_catalog.cardinality(webhook_replay.statuses) = 0
        OR NOT webhook_replay.statuses <@ ARRAY['processed', 'dead', 'stale', 'filtered', 'failed']
        OR array_position(webhook_replay.statuses, NULL) IS NOT NULL THEN
@@ -325,6 +328,9 @@ AS $$
 DECLARE
     held bigint;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_replay_pause');
+    END IF;
     PERFORM webhook._replay_change('webhook_replay_pause', webhook_replay_pause.replay_id, 'running', 'paused');
     UPDATE webhook.inbox i SET run_at = '9999-01-01 00:00:00+00'
      WHERE i.replay_id = webhook_replay_pause.replay_id AND i.status = 'ready' AND i.run_at <> 'infinity';
@@ -344,6 +350,9 @@ DECLARE
     spread double precision;
     due bigint;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_replay_resume');
+    END IF;
     spread := webhook._replay_change('webhook_replay_resume', webhook_replay_resume.replay_id, 'paused', 'running');
     -- A quarantined entity's events stay aside.
     UPDATE webhook.inbox i
@@ -373,6 +382,9 @@ AS $$
 DECLARE
     undone bigint;
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_replay_cancel');
+    END IF;
     PERFORM webhook._replay_change('webhook_replay_cancel', webhook_replay_cancel.replay_id, NULL, 'cancelled');
     UPDATE webhook.inbox i
        SET status = t.prior_status, attempts = t.prior_attempts, requeues = i.requeues - 1,

@@ -19,6 +19,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_grant_app');
+    END IF;
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text),
         @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text),
@@ -62,6 +65,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_grant_viewer');
+    END IF;
     EXECUTE format('GRANT USAGE ON SCHEMA webhook TO %s', role);
     EXECUTE format('GRANT SELECT ON webhook.events, webhook.deliveries, webhook.delivery_log,
         webhook.delivery_failures, webhook.signature_bindings, webhook.providers,
@@ -92,6 +98,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_grant_operator');
+    END IF;
     -- What a viewer sees.
     PERFORM @extschema@.webhook_grant_viewer(role);
     EXECUTE format('GRANT EXECUTE ON FUNCTION
@@ -134,6 +143,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_grant_monitor');
+    END IF;
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_metrics(text),
         @extschema@.webhook_metrics_prometheus(),
@@ -158,6 +170,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_scope_app');
+    END IF;
     IF webhook_scope_app.role IS NULL THEN
         RAISE EXCEPTION 'webhook_scope_app: argument "role" must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
@@ -204,6 +219,7 @@ RETURNS boolean
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+    SELECT webhook._refuse_on_standby('webhook_unscope_app') WHERE pg_catalog.pg_is_in_recovery();
     WITH removed AS (
         DELETE FROM webhook.app_scopes s WHERE s.role = webhook_unscope_app.role RETURNING 1
     )

@@ -47,6 +47,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_set_slot');
+    END IF;
     IF slot IS NULL AND slots IS NULL THEN
         EXECUTE pg_catalog.format('ALTER DATABASE %I RESET webhook.slot', pg_catalog.current_database());
         EXECUTE pg_catalog.format('ALTER DATABASE %I RESET webhook.slots', pg_catalog.current_database());

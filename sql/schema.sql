@@ -314,6 +314,25 @@ RETURN start + (n - 1) * (spacing + interval '1 microsecond');
 COMMENT ON FUNCTION webhook._due_in_turn(timestamptz, bigint, interval) IS
     'Internal: when the n-th event put back in the queue is due, in the order it was first queued';
 
+-- A standby takes no writes. PostgreSQL refuses them anyway, at the first
+-- statement that writes and naming neither the function nor the reason;
+-- every function that writes calls this first instead (behind a cheap
+-- pg_is_in_recovery() test), with the same SQLSTATE and the same words as
+-- the library's functions.
+CREATE FUNCTION webhook._refuse_on_standby(fn text) RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION '%: this server is a standby (in recovery) and takes no writes', fn
+        USING ERRCODE = 'read_only_sql_transaction',
+              HINT = 'Writes go to the primary: list every host in the connection string with '
+                     'target_session_attrs=read-write, and the client finds the primary after a '
+                     'failover (docs/high-availability.md).';
+END
+$$;
+COMMENT ON FUNCTION webhook._refuse_on_standby(text) IS
+    'Internal: refuses a function that writes, on a standby';
+
 -- Where a delivery no day's partition covers goes. Extension-owned and
 -- dumped with the extension's tables.
 CREATE TABLE webhook.delivery_log_default PARTITION OF webhook.delivery_log DEFAULT;

@@ -180,6 +180,8 @@ pub enum WebhookError {
         routes_to: i32,
         key: String,
     },
+    /// A function that writes, called on a standby (see `standby`).
+    OnStandby { function: &'static str },
     /// An SPI failure: a bug or a broken installation, never the caller's input.
     Internal(String),
 }
@@ -295,6 +297,7 @@ impl WebhookError {
             Self::MalformedSignature { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION, // 22P02
             Self::BadSlotSettings { .. } => ERRCODE_INVALID_PARAMETER_VALUE,  // 22023
             Self::Misrouted { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, // 55000
+            Self::OnStandby { .. } => ERRCODE_READ_ONLY_SQL_TRANSACTION,      // 25006
             Self::Internal(_) => ERRCODE_INTERNAL_ERROR,                      // XX000
         }
     }
@@ -378,6 +381,7 @@ impl WebhookError {
                 "The proxy's cluster map sends this slot's deliveries elsewhere, or this database was moved: \
                  check the tier's partitions (docs/scale-out.md). The provider retries the delivery.",
             ),
+            Self::OnStandby { .. } => Some(STANDBY_HINT),
             Self::MalformedSignature { .. } => Some(
                 "Give the digest as hex or base64, optionally prefixed with the algorithm (\"sha256=...\").",
             ),
@@ -503,6 +507,10 @@ impl fmt::Display for WebhookError {
                 f,
                 "{function}: argument \"body\": this database holds slot {holding} of {slots}, and the delivery routes to slot {routes_to}"
             ),
+            Self::OnStandby { function } => write!(
+                f,
+                "{function}: this server is a standby (in recovery) and takes no writes"
+            ),
             Self::Internal(msg) => write!(f, "pg_webhook_inbox internal error: {msg}"),
         }
     }
@@ -527,6 +535,13 @@ impl From<pgrx::spi::SpiError> for WebhookError {
         Self::Internal(err.to_string())
     }
 }
+
+/// What to do on a standby; the SQL functions' refusal
+/// (`webhook._refuse_on_standby`) gives the same hint.
+const STANDBY_HINT: &str =
+    "Writes go to the primary: list every host in the connection string with \
+target_session_attrs=read-write, and the client finds the primary after a failover \
+(docs/high-availability.md).";
 
 pub type Result<T> = std::result::Result<T, WebhookError>;
 

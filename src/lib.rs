@@ -74,6 +74,7 @@ mod scopes;
 mod session_claims;
 mod signature;
 mod sources;
+mod standby;
 mod status;
 mod timestamps;
 mod trace;

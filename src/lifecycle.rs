@@ -42,6 +42,7 @@ fn complete_event(
     result: default!(Option<RawJsonb>, "NULL"),
 ) -> PgResult<()> {
     const F: &str = "webhook_complete";
+    crate::standby::refuse_writes(F)?;
     let id = input::required(F, "id", id)?;
     if let Some(result) = &result {
         if result.size() > MAX_RESULT_BYTES {
@@ -121,6 +122,7 @@ pub(crate) fn fail_attempt(
     permanent: default!(Option<bool>, false),
 ) -> PgResult<()> {
     const F: &str = "webhook_fail";
+    crate::standby::refuse_writes(F)?;
     let id = input::required(F, "id", id)?;
     let err = input::required(F, "err", err)?;
     let permanent = input::required(F, "permanent", permanent)?;
@@ -187,6 +189,7 @@ fn batch_of_leases(
 #[search_path(pg_catalog, pg_temp)]
 fn webhook_complete_batch(ids: Option<Vec<Option<pgrx::Uuid>>>) -> PgResult<()> {
     const F: &str = "webhook_complete_batch";
+    crate::standby::refuse_writes(F)?;
     let ids = batch_of_leases(F, ids)?;
     Ok(Spi::connect_mut(|client| {
         inbox::lease::complete_batch(client, F, &ids)
@@ -205,6 +208,7 @@ fn webhook_fail_batch(
     permanent: default!(Option<bool>, false),
 ) -> PgResult<()> {
     const F: &str = "webhook_fail_batch";
+    crate::standby::refuse_writes(F)?;
     let ids = batch_of_leases(F, ids)?;
     let err = input::required(F, "err", err)?;
     let permanent = input::required(F, "permanent", permanent)?;
@@ -250,6 +254,7 @@ fn webhook_extend(
     lease: Option<Interval>,
 ) -> PgResult<TimestampWithTimeZone> {
     const F: &str = "webhook_extend";
+    crate::standby::refuse_writes(F)?;
     let id = input::required(F, "id", id)?;
     let lease = input::lease(F, "lease", Some(input::required(F, "lease", lease)?))?;
     Ok(Spi::connect_mut(|client| {

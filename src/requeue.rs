@@ -43,6 +43,7 @@ fn requeue_checked(
     event_id: Option<&str>,
     consumer: Option<&str>,
 ) -> std::result::Result<(), pg_sys::panic::ErrorReport> {
+    crate::standby::refuse_writes(FUNCTION)?;
     let provider = input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?;
     let event_id = input::required_text(FUNCTION, "event_id", event_id, MAX_EVENT_ID_BYTES)?;
     let consumer = input::optional_text(FUNCTION, "consumer", consumer, MAX_PROVIDER_BYTES)?;
@@ -179,6 +180,7 @@ fn webhook_requeue_dead(
     received_before: default!(Option<TimestampWithTimeZone>, "NULL"),
     consumer: default!(Option<&str>, "NULL"),
 ) -> std::result::Result<i64, pg_sys::panic::ErrorReport> {
+    crate::standby::refuse_writes(BULK)?;
     let provider = input::optional_text(BULK, "provider", provider, MAX_PROVIDER_BYTES)?;
     let event_type = input::optional_text(BULK, "event_type", event_type, MAX_EVENT_TYPE_BYTES)?;
     let consumer = input::optional_text(BULK, "consumer", consumer, MAX_PROVIDER_BYTES)?;

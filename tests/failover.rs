@@ -19,10 +19,11 @@
 
 mod common;
 
+use common::cluster::{bindir_of, fresh_dir, Cluster, StopOnDrop};
 use common::traffic::{self, deliverer, worker, Tally};
-use common::{as_root, message, server_command, sql_state, wait_for};
+use common::{message, sql_state, wait_for};
 use postgres::config::TargetSessionAttrs;
-use postgres::{Client, Config, NoTls};
+use postgres::Config;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
@@ -30,120 +31,38 @@ use std::time::{Duration, Instant};
 
 const DB: &str = "failover";
 
-/// One PostgreSQL cluster of the pair.
-#[derive(Clone)]
-struct Server {
-    data: PathBuf,
-    port: u16,
-}
-
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run `make failover-test`"))
 }
 
 fn bindir() -> PathBuf {
-    let pg_config = std::env::var("PG_CONFIG")
-        .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin/pg_config".into());
-    let out = std::process::Command::new(pg_config)
-        .arg("--bindir")
-        .output()
-        .expect("run pg_config");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    bindir_of(
+        &std::env::var("PG_CONFIG")
+            .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin/pg_config".into()),
+    )
 }
 
-/// A server program, as the server's user; it must succeed.
-fn server_program(program: &str, args: &[&str]) -> std::process::Output {
-    let out = server_command(bindir().join(program))
-        .args(args)
-        .output()
-        .expect("run a server program");
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-impl Server {
-    fn opts(&self) -> String {
-        format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=100 \
-             -c wal_level=replica -c max_wal_senders=4 -c hot_standby=on -c fsync=off",
-            self.port,
-            self.data.parent().unwrap().display()
-        )
-    }
-
-    fn start(&self) {
-        let log = self.data.parent().unwrap().join("server.log");
-        server_program(
-            "pg_ctl",
-            &[
-                "-D",
-                self.data.to_str().unwrap(),
-                "-l",
-                log.to_str().unwrap(),
-                "-o",
-                &self.opts(),
-                "-w",
-                "start",
-            ],
-        );
-    }
-
-    fn stop(&self, mode: &str) {
-        server_program(
-            "pg_ctl",
-            &["-D", self.data.to_str().unwrap(), "-m", mode, "stop"],
-        );
-    }
-
-    fn promote(&self) {
-        server_program(
-            "pg_ctl",
-            &["-D", self.data.to_str().unwrap(), "-w", "promote"],
-        );
-    }
-
-    fn config(&self, db: &str) -> Config {
-        let mut c = Config::new();
-        c.host("127.0.0.1")
-            .port(self.port)
-            .user("postgres")
-            .dbname(db)
-            .connect_timeout(Duration::from_secs(5));
-        c
-    }
-
-    fn connect(&self, db: &str) -> Client {
-        self.config(db)
-            .connect(NoTls)
-            .unwrap_or_else(|e| panic!("connect to port {}: {e}", self.port))
+/// A cluster of the pair, ready to stream to a standby.
+fn server(dir: &std::path::Path, port: u16) -> Cluster {
+    Cluster {
+        bindir: bindir(),
+        data: dir.join("data"),
+        port,
+        options: "-c wal_level=replica -c max_wal_senders=4 -c hot_standby=on -c fsync=off".into(),
     }
 }
 
 /// A fresh primary with the extension in use, and its standby, both up.
 struct Pair {
-    primary: Server,
-    standby: Server,
+    primary: Cluster,
+    standby: Cluster,
 }
 
 /// A fresh directory with a place for each server, the server's user's.
-fn fresh_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env("FAILOVER_DIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
+fn pair_dir(name: &str) -> PathBuf {
+    let dir = fresh_dir(&PathBuf::from(env("FAILOVER_DIR")).join(name));
     for server in ["primary", "standby"] {
-        std::fs::create_dir_all(dir.join(server)).unwrap();
-    }
-    if as_root() {
-        let status = std::process::Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        fresh_dir(&dir.join(server));
     }
     dir
 }
@@ -152,27 +71,10 @@ impl Pair {
     /// `offset`: which pair of ports from FAILOVER_PORT (each test its own).
     fn new(name: &str, offset: u16) -> Pair {
         let base: u16 = env("FAILOVER_PORT").parse().unwrap();
-        let dir = fresh_dir(name);
-        let primary = Server {
-            data: dir.join("primary").join("data"),
-            port: base + 2 * offset,
-        };
-        let standby = Server {
-            data: dir.join("standby").join("data"),
-            port: base + 2 * offset + 1,
-        };
-        server_program(
-            "initdb",
-            &[
-                "-D",
-                primary.data.to_str().unwrap(),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "--no-sync",
-            ],
-        );
+        let dir = pair_dir(name);
+        let primary = server(&dir.join("primary"), base + 2 * offset);
+        let standby = server(&dir.join("standby"), base + 2 * offset + 1);
+        primary.init(&[]);
         primary.start();
         let mut admin = primary.connect("postgres");
         admin
@@ -188,7 +90,7 @@ impl Pair {
         )
         .unwrap();
         c.batch_execute(traffic::EFFECTS).unwrap();
-        server_program(
+        primary.program(
             "pg_basebackup",
             &[
                 "-h",
@@ -257,12 +159,7 @@ impl Pair {
 
 impl Drop for Pair {
     fn drop(&mut self) {
-        // Whichever is still up; a stopped one's error is of no interest.
-        for s in [&self.primary, &self.standby] {
-            let _ = server_command(bindir().join("pg_ctl"))
-                .args(["-D", s.data.to_str().unwrap(), "-m", "immediate", "stop"])
-                .output();
-        }
+        drop(StopOnDrop(vec![self.primary.clone(), self.standby.clone()]));
     }
 }
 
@@ -408,7 +305,8 @@ fn with_asynchronous_replication_a_failover_does_nothing_twice_and_counts_what_i
 }
 
 /// On a standby (read-only, in recovery): verification, reports and
-/// metrics answer; every function that writes is refused with 25006.
+/// metrics answer; every function that writes is refused with 25006,
+/// naming itself and the standby.
 #[test]
 fn a_standby_answers_reads_and_refuses_writes() {
     let pair = Pair::new("standby", 2);
@@ -416,7 +314,8 @@ fn a_standby_answers_reads_and_refuses_writes() {
     p.batch_execute(
         "SELECT webhook_claim('fo_claims', 'evt_before', 'invoice.paid', '{\"id\": 1}'::jsonb, 'sig',
                               complete_on_commit => true);
-         SELECT webhook_enqueue('fo_inbox', 'evt_queued', 'invoice.paid', '{\"id\": 2}'::jsonb);",
+         SELECT webhook_enqueue('fo_inbox', 'evt_queued', 'invoice.paid', '{\"id\": 2}'::jsonb);
+         CREATE ROLE fo_role;",
     )
     .unwrap();
     let lsn: String = p
@@ -465,26 +364,189 @@ fn a_standby_answers_reads_and_refuses_writes() {
         "SELECT status FROM webhook_receive('fo_claims', '{}'::jsonb, '{body}'::bytea)",
         headers
     );
-    let writes = [
-        "SELECT webhook_claim('fo_claims', 'evt_standby', 'invoice.paid', '{}'::jsonb, 'sig')",
-        receive.as_str(),
-        "SELECT webhook_enqueue('fo_inbox', 'evt_standby', 'invoice.paid', '{}'::jsonb)",
-        "SELECT * FROM webhook_next(1, 'default', 'fo_inbox')",
-        "SELECT webhook_complete(claim_id) FROM webhook.events WHERE event_id = 'evt_before'",
-        "SELECT webhook_register_provider('fo_new', scheme => 'stripe', secret => 'x')",
-        "SELECT webhook_pause('fo_inbox')",
-        "SELECT webhook_requeue_dead()",
-        "SELECT webhook_metrics_rollup()",
-        "SELECT webhook_alerts_evaluate()",
-        "SELECT webhook_create_partitions()",
+    let claim_id = "(SELECT claim_id FROM webhook.events WHERE event_id = 'evt_before')";
+    let complete = format!("SELECT webhook_complete({claim_id})");
+    let fail = format!("SELECT webhook_fail({claim_id}, 'boom')");
+    let extend = format!("SELECT webhook_extend({claim_id}, '1 minute')");
+    let complete_batch = format!("SELECT webhook_complete_batch(ARRAY[{claim_id}])");
+    let fail_batch = format!("SELECT webhook_fail_batch(ARRAY[{claim_id}], 'boom')");
+    let request = "'0190d6a0-0000-7000-8000-000000000001'::uuid";
+    let checkpoint = format!("SELECT idempotency_checkpoint({request}, 'charged')");
+    let finish = format!("SELECT idempotency_finish({request}, 200)");
+    let fail_request = format!("SELECT idempotency_fail({request}, 'boom')");
+    // Every function of the API that writes, with arguments it accepts.
+    let writes: Vec<(&str, &str)> = vec![
+        (
+            "webhook_claim",
+            "SELECT webhook_claim('fo_claims', 'evt_standby', 'invoice.paid', '{}'::jsonb, 'sig')",
+        ),
+        ("webhook_receive", &receive),
+        (
+            "webhook_enqueue",
+            "SELECT webhook_enqueue('fo_inbox', 'evt_standby', 'invoice.paid', '{}'::jsonb)",
+        ),
+        (
+            "webhook_enqueue_batches",
+            "CALL webhook_enqueue_batches('fo_inbox', '[]'::jsonb)",
+        ),
+        (
+            "webhook_enqueue_polled",
+            "SELECT webhook_enqueue_polled('fo_inbox', 'evt_polled', 'invoice.paid', '{}'::jsonb)",
+        ),
+        (
+            "webhook_next",
+            "SELECT * FROM webhook_next(1, 'default', 'fo_inbox')",
+        ),
+        ("webhook_complete", &complete),
+        ("webhook_fail", &fail),
+        ("webhook_extend", &extend),
+        ("webhook_complete_batch", &complete_batch),
+        ("webhook_fail_batch", &fail_batch),
+        (
+            "webhook_requeue",
+            "SELECT webhook_requeue('fo_claims', 'evt_before')",
+        ),
+        ("webhook_requeue_dead", "SELECT webhook_requeue_dead()"),
+        (
+            "idempotency_begin",
+            "SELECT * FROM idempotency_begin('api', 'key-1', 'fp')",
+        ),
+        ("idempotency_checkpoint", &checkpoint),
+        ("idempotency_finish", &finish),
+        ("idempotency_fail", &fail_request),
+        ("idempotency_purge", "SELECT idempotency_purge()"),
+        (
+            "webhook_register_provider",
+            "SELECT webhook_register_provider('fo_new', scheme => 'stripe', secret => 'x')",
+        ),
+        (
+            "webhook_add_secret",
+            "SELECT webhook_add_secret('fo_claims', 'whsec_next')",
+        ),
+        (
+            "webhook_retire_secret",
+            "SELECT webhook_retire_secret('fo_claims', 'whsec_failover')",
+        ),
+        ("webhook_pause", "SELECT webhook_pause('fo_inbox')"),
+        ("webhook_resume", "SELECT webhook_resume('fo_inbox')"),
+        (
+            "webhook_quarantine",
+            "SELECT webhook_quarantine('fo_inbox', 'cus_1')",
+        ),
+        (
+            "webhook_release",
+            "SELECT webhook_release('fo_inbox', 'cus_1')",
+        ),
+        (
+            "webhook_set_limit",
+            "SELECT webhook_set_limit('default', 'fo_inbox', max_leases => 5)",
+        ),
+        (
+            "webhook_set_filter",
+            "SELECT webhook_set_filter('fo_inbox', event_types => ARRAY['invoice.paid'])",
+        ),
+        (
+            "webhook_reset_watermark",
+            "SELECT webhook_reset_watermark('fo_inbox', 'cus_1')",
+        ),
+        (
+            "webhook_backfill",
+            "SELECT webhook_backfill('fo_inbox', 'default', now() - interval '1 day')",
+        ),
+        (
+            "webhook_replay",
+            "SELECT webhook_replay('fo_inbox', dry_run => false)",
+        ),
+        (
+            "webhook_replay_pause",
+            "SELECT webhook_replay_pause(gen_random_uuid())",
+        ),
+        (
+            "webhook_replay_resume",
+            "SELECT webhook_replay_resume(gen_random_uuid())",
+        ),
+        (
+            "webhook_replay_cancel",
+            "SELECT webhook_replay_cancel(gen_random_uuid())",
+        ),
+        ("webhook_purge", "SELECT webhook_purge()"),
+        (
+            "webhook_create_partitions",
+            "SELECT webhook_create_partitions()",
+        ),
+        ("webhook_metrics_rollup", "SELECT webhook_metrics_rollup()"),
+        (
+            "webhook_alerts_evaluate",
+            "SELECT webhook_alerts_evaluate()",
+        ),
+        (
+            "webhook_alert_acknowledge",
+            "SELECT webhook_alert_acknowledge(1)",
+        ),
+        (
+            "webhook_alert_silence",
+            "SELECT webhook_alert_silence(1, '1 hour')",
+        ),
+        ("webhook_grant_app", "SELECT webhook_grant_app('fo_role')"),
+        (
+            "webhook_grant_monitor",
+            "SELECT webhook_grant_monitor('fo_role')",
+        ),
+        (
+            "webhook_grant_operator",
+            "SELECT webhook_grant_operator('fo_role')",
+        ),
+        (
+            "webhook_grant_viewer",
+            "SELECT webhook_grant_viewer('fo_role')",
+        ),
+        (
+            "webhook_scope_app",
+            "SELECT webhook_scope_app('fo_role', ARRAY['fo_inbox'])",
+        ),
+        (
+            "webhook_unscope_app",
+            "SELECT webhook_unscope_app('fo_role')",
+        ),
+        ("webhook_set_slot", "SELECT webhook_set_slot(0, 1)"),
     ];
+    // The list is the API's: every volatile function but the reads above
+    // and the registry's trigger. A new function that writes fails here
+    // until it refuses on a standby and is listed.
+    let volatile: Vec<String> = s
+        .query(
+            "SELECT DISTINCT p.proname::text
+               FROM pg_proc p
+               JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_webhook_inbox'
+              WHERE p.pronamespace = 'public'::regnamespace AND p.provolatile = 'v'
+                AND p.proname NOT IN ('webhook_verify', 'webhook_verify_detail', 'webhook_metrics',
+                                      'webhook_metrics_prometheus', 'webhook_registry_changed')
+              ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut listed: Vec<String> = writes.iter().map(|(f, _)| f.to_string()).collect();
+    listed.sort();
+    assert_eq!(
+        listed, volatile,
+        "the functions that write, and those this test calls"
+    );
     let mut refusals = Vec::new();
-    for write in writes {
+    for (function, write) in &writes {
         let err = s
-            .query_one(write, &[])
+            .query(*write, &[])
             .expect_err(&format!("on the standby, {write} was not refused"));
         assert_eq!(sql_state(&err), Some("25006"), "{write}: {}", message(&err));
-        refusals.push(format!("{write}: {}", message(&err)));
+        let text = message(&err);
+        assert!(
+            text.starts_with(&format!("{function}: this server is a standby")),
+            "{write}: the refusal names the function and the standby: {text}"
+        );
+        refusals.push(format!("{write}: {text}"));
     }
     eprintln!("refusals on the standby: {refusals:#?}");
 }

@@ -216,6 +216,7 @@ pub(crate) fn claim(
     signature: Option<&str>,
     claims: Claims,
 ) -> Result<super::Outcome> {
+    crate::standby::refuse_writes(FUNCTION)?;
     let delivery = delivery(
         FUNCTION, provider, event_id, event_type, payload, raw_body, signature, claims,
     )?;

@@ -202,6 +202,7 @@ pub(crate) fn enqueue(
     raw_body: Option<&[u8]>,
     signature: Option<&str>,
 ) -> PgResult<Queued> {
+    crate::standby::refuse_writes(ENQUEUE)?;
     // A queued event is leased by workers, not by this call: the default.
     let claims = Claims::leased(ENQUEUE)?;
     let d = delivery(

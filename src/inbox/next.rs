@@ -92,6 +92,7 @@ fn next(
     event_type: Option<&str>,
     lease: Option<Interval>,
 ) -> PgResult<Vec<LeasedRow>> {
+    crate::standby::refuse_writes(NEXT)?;
     let batch = input::required(NEXT, "batch", batch)?;
     if !(1..=MAX_BATCH).contains(&batch) {
         return Err(WebhookError::InvalidArgument {

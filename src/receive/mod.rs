@@ -93,6 +93,7 @@ fn receive(
     url: Option<&str>,
     mode: Mode,
 ) -> Result<Answer> {
+    crate::standby::refuse_writes(FUNCTION)?;
     let provider = input::required_text(FUNCTION, "provider", provider, MAX_PROVIDER_BYTES)?;
     let headers = input::required(FUNCTION, "headers", headers)?;
     let body = input::required(FUNCTION, "body", body)?;

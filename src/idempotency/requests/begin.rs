@@ -89,6 +89,7 @@ fn begin_checked(
     lease: Option<Interval>,
 ) -> PgResult<Begun> {
     const F: &str = "idempotency_begin";
+    crate::standby::refuse_writes(F)?;
     let scope = input::required_text(F, "scope", scope, MAX_SCOPE_BYTES)?;
     let key = input::required_text(F, "key", key, MAX_KEY_BYTES)?;
     let fingerprint = input::required_text(F, "fingerprint", fingerprint, MAX_FINGERPRINT_BYTES)?;

@@ -83,6 +83,7 @@ pub(super) const MAX_ERROR_BYTES: usize = 2048;
 #[search_path(pg_catalog, pg_temp)]
 fn purge_keys(older_than: default!(Option<Interval>, "NULL")) -> PgResult<i64> {
     const F: &str = "idempotency_purge";
+    crate::standby::refuse_writes(F)?;
     let older_than = match older_than {
         None => crate::gucs::idempotency_retention(),
         Some(iv) if iv.as_micros() <= 0 => {

@@ -32,6 +32,7 @@ fn checkpoint_request(
     output: default!(Option<RawJsonb>, "NULL"),
 ) -> PgResult<()> {
     const F: &str = "idempotency_checkpoint";
+    crate::standby::refuse_writes(F)?;
     let request_id = input::required(F, "request_id", request_id)?;
     let step = input::required_text(F, "step", step, MAX_STEP_BYTES)?;
     if let Some(output) = &output {
@@ -100,6 +101,7 @@ fn finish_request(
     response_headers: default!(Option<RawJsonb>, "NULL"),
 ) -> PgResult<()> {
     const F: &str = "idempotency_finish";
+    crate::standby::refuse_writes(F)?;
     let request_id = input::required(F, "request_id", request_id)?;
     let response = Response::checked(F, response_status, response_body, response_headers)?;
     Ok(Spi::connect_mut(|client| {
@@ -141,6 +143,7 @@ fn fail_request(
     response_headers: default!(Option<RawJsonb>, "NULL"),
 ) -> PgResult<()> {
     const F: &str = "idempotency_fail";
+    crate::standby::refuse_writes(F)?;
     let request_id = input::required(F, "request_id", request_id)?;
     let error = input::required(F, "error", error)?;
     let error = input::truncated(error, MAX_ERROR_BYTES);
