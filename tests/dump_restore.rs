@@ -40,18 +40,6 @@ fn answer(
     (row.get("status"), row.get("reason"), row.get("result_text"))
 }
 
-fn handled(client: &mut Client, provider: &str, headers: &serde_json::Value, body: &str) {
-    let mut tx = client.transaction().unwrap();
-    let row = receive(&mut tx, provider, headers, body.as_bytes()).unwrap();
-    assert_eq!(row.get::<_, String>("status"), "claimed");
-    tx.execute(
-        "SELECT webhook_complete($1::text::uuid, '{\"handled\": true}')",
-        &[&row.get::<_, String>("id_text")],
-    )
-    .unwrap();
-    tx.commit().unwrap();
-}
-
 #[test]
 fn a_dumped_and_restored_database_answers_as_the_original() {
     let source_db = "pgwi_dump_source";

@@ -268,6 +268,7 @@ pub fn scheme_matrix() -> Vec<serde_json::Value> {
         .collect()
 }
 
+pub mod cluster;
 pub mod traffic;
 
 /// Deliveries signed the way each provider signs them.
@@ -384,6 +385,23 @@ pub fn answers_as_before(app: &mut Client, h: &History<'_>) {
         .unwrap()
         .get(0);
     assert_eq!(retry, "retry", "the failed event is retried");
+}
+
+/// The result a handled delivery stores (`handled`).
+pub const HANDLED: &str = r#"{"handled": true}"#;
+
+/// A delivery received and completed with HANDLED as its result, in one
+/// transaction, as a handler does.
+pub fn handled(client: &mut Client, provider: &str, headers: &serde_json::Value, body: &str) {
+    let mut tx = client.transaction().unwrap();
+    let row = receive(&mut tx, provider, headers, body.as_bytes()).unwrap();
+    assert_eq!(row.get::<_, String>("status"), "claimed");
+    tx.execute(
+        "SELECT webhook_complete($1::text::uuid, $2::text::jsonb)",
+        &[&row.get::<_, String>("id_text"), &HANDLED],
+    )
+    .unwrap();
+    tx.commit().unwrap();
 }
 
 /// The SQLSTATE of a server error.
