@@ -54,16 +54,17 @@ SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
 # tests/managed.rs needs a server set up as managed hosts set theirs up:
 # `make managed-test` starts one. tests/failover.rs makes primaries and
 # standbys of its own: `make failover-test`; tests/update_under_traffic.rs
-# updates the extension under traffic: `make update-test`; tests/major_upgrade.rs runs two majors:
-# `make major-upgrade-test`.
-CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover update_under_traffic major_upgrade,$(basename $(notdir $(wildcard tests/*.rs))))
+# updates the extension under traffic: `make update-test`;
+# tests/major_upgrade.rs runs two majors: `make major-upgrade-test`;
+# tests/soak.rs needs pg_cron: `make soak`.
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover update_under_traffic major_upgrade soak,$(basename $(notdir $(wildcard tests/*.rs))))
 # The client suites that apply to the portable edition as well, run again
 # against it by `make test-portable`. Those that do not: upgrade and
 # dump_restore take the compiled extension through its releases and
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -111,6 +112,7 @@ test:
 	$(MAKE) --no-print-directory observability-test
 	$(MAKE) --no-print-directory console-test
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory scale-test)
+	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory soak DURATION=120)
 	$(if $(filter 18,$(PG_MAJOR)),$(MAKE) --no-print-directory major-upgrade-test)
 	$(MAKE) --no-print-directory package-test
 
@@ -181,6 +183,14 @@ major-upgrade-test:
 	MAJOR_UPGRADE_DIR=$(STATE_DIR)/major-upgrade MAJOR_UPGRADE_PORT=$(call port,900) \
 		OLD_PG_CONFIG=$(PG15_CONFIG) NEW_PG_CONFIG=$(PG18_CONFIG) \
 		$(CARGO) test $(CLIENT_FEATURES) --test major_upgrade -- --nocapture --test-threads=1
+
+# A soak (tests/soak.rs): steady traffic with faults against one server
+# with pg_cron (PostgreSQL 15: Debian packages pg_cron for it), DURATION
+# seconds, two minutes in `make test`; samples and pictures in
+# $(STATE_DIR)/soak/out.
+DURATION ?= 120
+soak: install
+	.ci/soak $(STATE_DIR)/soak $(call port,850) $(DURATION)
 
 # ALTER EXTENSION ... UPDATE from the last published release while
 # deliveries and workers run (tests/update_under_traffic.rs), its figures
