@@ -70,6 +70,11 @@ fn pair_dir(name: &str) -> PathBuf {
 impl Pair {
     /// `offset`: which pair of ports from FAILOVER_PORT (each test its own).
     fn new(name: &str, offset: u16) -> Pair {
+        Pair::of_edition(name, offset, false)
+    }
+
+    /// `portable`: the portable edition, from its plain script.
+    fn of_edition(name: &str, offset: u16, portable: bool) -> Pair {
         let base: u16 = env("FAILOVER_PORT").parse().unwrap();
         let dir = pair_dir(name);
         let primary = server(&dir.join("primary"), base + 2 * offset);
@@ -81,8 +86,36 @@ impl Pair {
             .batch_execute(&format!("CREATE DATABASE {DB}"))
             .unwrap();
         let mut c = primary.connect(DB);
+        if portable {
+            let port = primary.port.to_string();
+            let script = common::portable_script().to_str().unwrap();
+            primary.program(
+                "psql",
+                &[
+                    "-X",
+                    "-q",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-o",
+                    "/dev/null",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-U",
+                    "postgres",
+                    "-d",
+                    DB,
+                    "-f",
+                    script,
+                ],
+            );
+        } else {
+            c.batch_execute("CREATE EXTENSION pg_webhook_inbox")
+                .unwrap();
+        }
         c.batch_execute(
-            "CREATE EXTENSION pg_webhook_inbox;
+            "
              SELECT webhook_register_provider('fo_claims', scheme => 'stripe', secret => 'whsec_failover');
              SELECT webhook_register_provider('fo_inbox', scheme => 'stripe', secret => 'whsec_failover',
                                               inbox => true);
@@ -309,7 +342,15 @@ fn with_asynchronous_replication_a_failover_does_nothing_twice_and_counts_what_i
 /// naming itself and the standby.
 #[test]
 fn a_standby_answers_reads_and_refuses_writes() {
-    let pair = Pair::new("standby", 2);
+    standby_answers_reads_and_refuses_writes(Pair::new("standby", 2));
+}
+
+#[test]
+fn a_standby_of_the_portable_edition_answers_reads_and_refuses_writes() {
+    standby_answers_reads_and_refuses_writes(Pair::of_edition("standby-portable", 3, true));
+}
+
+fn standby_answers_reads_and_refuses_writes(pair: Pair) {
     let mut p = pair.primary.connect(DB);
     p.batch_execute(
         "SELECT webhook_claim('fo_claims', 'evt_before', 'invoice.paid', '{\"id\": 1}'::jsonb, 'sig',
@@ -517,9 +558,10 @@ fn a_standby_answers_reads_and_refuses_writes() {
         .query(
             "SELECT DISTINCT p.proname::text
                FROM pg_proc p
-               JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_webhook_inbox'
+              -- The API, whichever way it was installed (the portable
+              -- edition's plain script makes no extension).
               WHERE p.pronamespace = 'public'::regnamespace AND p.provolatile = 'v'
+                AND (p.proname LIKE 'webhook\\_%' OR p.proname LIKE 'idempotency\\_%')
                 AND p.proname NOT IN ('webhook_verify', 'webhook_verify_detail', 'webhook_metrics',
                                       'webhook_metrics_prometheus', 'webhook_registry_changed')
               ORDER BY 1",

@@ -488,6 +488,8 @@ fn pg_upgrade_and_dump_restore_to_the_new_major_keep_everything() {
         }
         new.stop("fast");
     }
+    // Passed: the clusters go (see .ci/pg-temp).
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

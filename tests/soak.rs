@@ -40,7 +40,10 @@ const SECRET: &str = "whsec_soak";
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: a number of seconds")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name}: a number of seconds"))
+        })
         .unwrap_or(default)
 }
 
@@ -110,7 +113,11 @@ fn deliver(
 /// A provider's delivery loop: each event delivered until answered, a
 /// tenth sent again once answered (a provider's retry), as fast as the
 /// handlers take them at `pace`.
-fn provider(name: &'static str, shared: Arc<Shared>, pace: Duration) -> std::thread::JoinHandle<()> {
+fn provider(
+    name: &'static str,
+    shared: Arc<Shared>,
+    pace: Duration,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let cfg = config(name);
         let mut c = reconnect(&cfg, &shared.stop).unwrap();
@@ -232,7 +239,8 @@ fn worker(
                     &[&provider],
                 )?;
                 shared.next_ms.lock().unwrap().push(ms(started));
-                if kill_every.is_some_and(|every| last_kill.elapsed() > every) && !leased.is_empty() {
+                if kill_every.is_some_and(|every| last_kill.elapsed() > every) && !leased.is_empty()
+                {
                     // Killed holding its leases: they run out and are taken again.
                     last_kill = Instant::now();
                     shared.worker_kills.fetch_add(1, SeqCst);
@@ -343,7 +351,14 @@ fn rss_anon_mb(pid: i32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-fn sample(c: &mut Client, shared: &Shared, at: f64, span: f64, wal_start: &str, before: u64) -> Sample {
+fn sample(
+    c: &mut Client,
+    shared: &Shared,
+    at: f64,
+    span: f64,
+    wal_start: &str,
+    before: u64,
+) -> Sample {
     let mut receive = std::mem::take(&mut *shared.receive_ms.lock().unwrap());
     let mut next = std::mem::take(&mut *shared.next_ms.lock().unwrap());
     let pids: Vec<i32> = c
@@ -431,7 +446,9 @@ fn chart(title: &str, unit: &str, series: &[(&str, Vec<(f64, f64)>)]) -> String 
         * 1.1;
     let x = |v: f64| left + v / xmax * (w - left - right);
     let y = |v: f64| h - bottom - v / ymax * (h - bottom - top);
-    let colours = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+    let colours = [
+        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    ];
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
 <rect width="{w}" height="{h}" fill="white"/>
@@ -471,10 +488,15 @@ fn named(v: &[(String, Vec<(f64, f64)>)]) -> Vec<(&str, Vec<(f64, f64)>)> {
 }
 
 fn draw(out: &std::path::Path, samples: &[Sample]) {
-    let over = |f: &dyn Fn(&Sample) -> f64| -> Vec<(f64, f64)> { samples.iter().map(|s| (s.at, f(s))).collect() };
+    let over = |f: &dyn Fn(&Sample) -> f64| -> Vec<(f64, f64)> {
+        samples.iter().map(|s| (s.at, f(s))).collect()
+    };
     // The six largest at the end: the rest stay under a megabyte.
     let tables: Vec<String> = {
-        let last = samples.last().map(|s| s.sizes_mb.clone()).unwrap_or_default();
+        let last = samples
+            .last()
+            .map(|s| s.sizes_mb.clone())
+            .unwrap_or_default();
         let mut all: Vec<(String, f64)> = last.into_iter().collect();
         all.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
         all.into_iter().take(6).map(|(t, _)| t).collect()
@@ -504,7 +526,11 @@ fn draw(out: &std::path::Path, samples: &[Sample]) {
         ),
         (
             "throughput",
-            chart("Deliveries answered", "/s", &[("deliveries", over(&|s| s.deliveries_per_s))]),
+            chart(
+                "Deliveries answered",
+                "/s",
+                &[("deliveries", over(&|s| s.deliveries_per_s))],
+            ),
         ),
         (
             "memory",
@@ -514,7 +540,10 @@ fn draw(out: &std::path::Path, samples: &[Sample]) {
                 &[("backend", over(&|s| s.backend_rss_mb))],
             ),
         ),
-        ("sizes", chart("Table sizes, with indexes and TOAST", "MB", &named(&sizes))),
+        (
+            "sizes",
+            chart("Table sizes, with indexes and TOAST", "MB", &named(&sizes)),
+        ),
         ("dead-tuples", chart("Dead tuples", "", &named(&dead))),
         (
             "inbox",
@@ -527,7 +556,14 @@ fn draw(out: &std::path::Path, samples: &[Sample]) {
                 ],
             ),
         ),
-        ("wal", chart("WAL written since the start", "MB", &[("WAL", over(&|s| s.wal_mb))])),
+        (
+            "wal",
+            chart(
+                "WAL written since the start",
+                "MB",
+                &[("WAL", over(&|s| s.wal_mb))],
+            ),
+        ),
         (
             "autovacuum",
             chart(
@@ -548,7 +584,11 @@ fn a_soak_of_steady_traffic_with_faults_loses_nothing_and_stays_flat() {
     let every = setting("SOAK_SAMPLE_SECONDS", if seconds < 600 { 10 } else { 60 });
     let restart_every = setting("SOAK_RESTART_SECONDS", if seconds < 600 { 50 } else { 600 });
     let keep = setting("SOAK_KEEP_SECONDS", if seconds < 600 { 30 } else { 600 });
-    let purge_schedule = if seconds < 600 { "* * * * *" } else { "*/5 * * * *" };
+    let purge_schedule = if seconds < 600 {
+        "* * * * *"
+    } else {
+        "*/5 * * * *"
+    };
     let out = std::path::PathBuf::from(
         std::env::var("SOAK_OUT").unwrap_or_else(|_| "target/soak".into()),
     );
@@ -670,7 +710,9 @@ fn a_soak_of_steady_traffic_with_faults_loses_nothing_and_stays_flat() {
     }
     let drained = Instant::now();
     loop {
-        admin.batch_execute("SELECT webhook_requeue_dead()").unwrap();
+        admin
+            .batch_execute("SELECT webhook_requeue_dead()")
+            .unwrap();
         let left: i64 = admin
             .query_one(
                 "SELECT count(*) FROM webhook.inbox WHERE status NOT IN ('processed', 'stale')",
@@ -698,15 +740,24 @@ fn a_soak_of_steady_traffic_with_faults_loses_nothing_and_stays_flat() {
     distinct.sort();
     distinct.dedup();
     let effects: BTreeMap<(String, String), i64> = admin
-        .query("SELECT provider, event_id, count(*) FROM effects GROUP BY 1, 2", &[])
+        .query(
+            "SELECT provider, event_id, count(*) FROM effects GROUP BY 1, 2",
+            &[],
+        )
         .unwrap()
         .iter()
         .map(|r| ((r.get(0), r.get(1)), r.get(2)))
         .collect();
-    let lost: Vec<_> = distinct.iter().filter(|k| !effects.contains_key(*k)).collect();
+    let lost: Vec<_> = distinct
+        .iter()
+        .filter(|k| !effects.contains_key(*k))
+        .collect();
     let doubled: Vec<_> = effects.iter().filter(|(_, &n)| n > 1).collect();
     let stale: i64 = admin
-        .query_one("SELECT count(*) FROM webhook.inbox WHERE status = 'stale'", &[])
+        .query_one(
+            "SELECT count(*) FROM webhook.inbox WHERE status = 'stale'",
+            &[],
+        )
         .unwrap()
         .get(0);
     let events: i64 = admin
@@ -757,14 +808,24 @@ fn a_soak_of_steady_traffic_with_faults_loses_nothing_and_stays_flat() {
     std::fs::write(out.join("soak-summary.txt"), format!("{summary}\n")).unwrap();
     assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
     assert!(doubled.is_empty(), "done twice: {doubled:?}");
-    assert_eq!(stale, 0, "an ordered provider's events were delivered in order");
-    assert_eq!(shared.forged_accepted.load(SeqCst), 0, "a forged delivery was accepted");
+    assert_eq!(
+        stale, 0,
+        "an ordered provider's events were delivered in order"
+    );
+    assert_eq!(
+        shared.forged_accepted.load(SeqCst),
+        0,
+        "a forged delivery was accepted"
+    );
     assert_eq!(
         events as usize,
         distinct.len(),
         "webhook.events holds one row per event, forgeries none"
     );
-    assert!(cron_failures.is_empty(), "scheduled jobs failed: {cron_failures:?}");
+    assert!(
+        cron_failures.is_empty(),
+        "scheduled jobs failed: {cron_failures:?}"
+    );
     assert!(
         replays > 0 && shared.worker_kills.load(SeqCst) > 0 && shared.restarts.load(SeqCst) > 0,
         "the mix had its replays, worker kills and restarts"
