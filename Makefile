@@ -111,6 +111,8 @@ test:
 	$(MAKE) --no-print-directory hardening
 	$(MAKE) --no-print-directory observability-test
 	$(MAKE) --no-print-directory console-test
+	$(MAKE) --no-print-directory failover-test
+	$(MAKE) --no-print-directory update-test
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory scale-test)
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory soak DURATION=120)
 	$(if $(filter 18,$(PG_MAJOR)),$(MAKE) --no-print-directory major-upgrade-test)

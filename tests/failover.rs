@@ -193,6 +193,12 @@ impl Pair {
 impl Drop for Pair {
     fn drop(&mut self) {
         drop(StopOnDrop(vec![self.primary.clone(), self.standby.clone()]));
+        // A passing test leaves nothing (see .ci/pg-temp); a failing one
+        // keeps both clusters and their logs for inspection.
+        if !std::thread::panicking() {
+            let dir = self.primary.data.parent().unwrap().parent().unwrap();
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
