@@ -27,7 +27,7 @@
 mod common;
 
 use common::sign::{now, stripe};
-use common::traffic::reconnect;
+use common::traffic::{reconnect, recover};
 use common::{base_config, crash_server, message, start_server};
 use postgres::{Client, Config};
 use std::collections::BTreeMap;
@@ -125,7 +125,7 @@ fn provider(
         while !shared.stop.load(SeqCst) && !shared.draining.load(SeqCst) {
             n += 1;
             let event_id = format!("{name}_{n}");
-            let forged = name == "shop" && n % 20 == 0;
+            let forged = name == "shop" && n.is_multiple_of(20);
             let body = match name {
                 "orders" => format!(
                     r#"{{"id":"{event_id}","type":"order.updated","customer":"cus_{}","seq":{}}}"#,
@@ -134,7 +134,7 @@ fn provider(
                 ),
                 _ => format!(r#"{{"id":"{event_id}","type":"invoice.paid","n":{n}}}"#),
             };
-            let copies = if n % 10 == 0 { 2 } else { 1 };
+            let copies = if n.is_multiple_of(10) { 2 } else { 1 };
             for _ in 0..copies {
                 loop {
                     let secret = if forged { "whsec_forged" } else { SECRET };
@@ -165,11 +165,8 @@ fn provider(
                         }
                         Err(_) => {
                             shared.failed_requests.fetch_add(1, SeqCst);
-                            if c.is_closed() {
-                                match reconnect(&cfg, &shared.stop) {
-                                    Some(fresh) => c = fresh,
-                                    None => return,
-                                }
+                            if !recover(&mut c, &cfg, &shared.stop) {
+                                return;
                             }
                             if shared.stop.load(SeqCst) {
                                 return;
@@ -201,11 +198,8 @@ fn echo(shared: Arc<Shared>) -> std::thread::JoinHandle<()> {
                 let body = format!(r#"{{"id":"{event_id}","type":"invoice.paid","n":{n}}}"#);
                 if deliver(&mut c, &shared, "shop", &body, SECRET).is_err() {
                     shared.failed_requests.fetch_add(1, SeqCst);
-                    if c.is_closed() {
-                        match reconnect(&cfg, &shared.stop) {
-                            Some(fresh) => c = fresh,
-                            None => return,
-                        }
+                    if !recover(&mut c, &cfg, &shared.stop) {
+                        return;
                     }
                 }
             }
@@ -267,7 +261,7 @@ fn worker(
                             "SELECT webhook_fail($1::text::uuid, 'poison', permanent => true)",
                             &[&id],
                         )?;
-                    } else if (n + round) % 20 == 0 && attempts < 3 {
+                    } else if (n + round).is_multiple_of(20) && attempts < 3 {
                         tx.execute(
                             "SELECT webhook_fail($1::text::uuid, 'flaky', retry_in => '200 milliseconds')",
                             &[&id],
@@ -303,11 +297,8 @@ fn worker(
                 Ok(_) => {}
                 Err(_) => {
                     shared.failed_requests.fetch_add(1, SeqCst);
-                    if c.is_closed() {
-                        match reconnect(&cfg, &shared.stop) {
-                            Some(fresh) => c = fresh,
-                            None => return,
-                        }
+                    if !recover(&mut c, &cfg, &shared.stop) {
+                        return;
                     }
                 }
             }

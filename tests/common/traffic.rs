@@ -32,6 +32,22 @@ pub fn reconnect(config: &Config, stop: &AtomicBool) -> Option<Client> {
     }
 }
 
+/// After a failed request: a connection the server dropped is made anew
+/// (waiting through an outage). False once `stop` is set and no server
+/// answers: the client gives up.
+pub fn recover(client: &mut Client, config: &Config, stop: &AtomicBool) -> bool {
+    if !client.is_closed() {
+        return true;
+    }
+    match reconnect(config, stop) {
+        Some(fresh) => {
+            *client = fresh;
+            true
+        }
+        None => false,
+    }
+}
+
 /// What a client saw.
 #[derive(Default, Debug)]
 pub struct Tally {
@@ -127,11 +143,8 @@ pub fn deliverer(
                     }
                     Err(e) => {
                         tally.failed(&e);
-                        if client.is_closed() {
-                            match reconnect(&config, &stop) {
-                                Some(c) => client = c,
-                                None => return tally,
-                            }
+                        if !recover(&mut client, &config, &stop) {
+                            return tally;
                         }
                     }
                 }
@@ -178,11 +191,8 @@ pub fn worker(
                 Ok(_) => {}
                 Err(e) => {
                     tally.failed(&e);
-                    if client.is_closed() {
-                        match reconnect(&config, &stop) {
-                            Some(c) => client = c,
-                            None => return tally,
-                        }
+                    if !recover(&mut client, &config, &stop) {
+                        return tally;
                     }
                 }
             }
