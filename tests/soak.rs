@@ -679,6 +679,11 @@ fn a_soak_of_steady_traffic_with_faults_loses_nothing_and_stays_flat() {
                                        until => now() - interval '30 seconds', dry_run => false,
                                        reason => 'soak: a second of the hub, processed again');",
             );
+            // A server that went away (a crash not of the soak's making
+            // shows at the end) is waited for, as the clients do.
+            if !recover(&mut admin, &base_config(), &shared.stop) {
+                break;
+            }
             let s = sample(
                 &mut admin,
                 &shared,
@@ -816,6 +821,13 @@ fn a_soak_of_steady_traffic_with_faults_loses_nothing_and_stays_flat() {
     assert!(
         cron_failures.is_empty(),
         "scheduled jobs failed: {cron_failures:?}"
+    );
+    // The soak's restarts stop the server as a power cut does; a backend
+    // that died of a signal is something else, and a failure.
+    assert_eq!(
+        common::backend_crashes(),
+        0,
+        "a backend crashed: see the server log"
     );
     assert!(
         replays > 0 && shared.worker_kills.load(SeqCst) > 0 && shared.restarts.load(SeqCst) > 0,
