@@ -424,7 +424,7 @@ fn sample(
 
 /// A line chart of one or more series over time, as SVG.
 fn chart(title: &str, unit: &str, series: &[(&str, Vec<(f64, f64)>)]) -> String {
-    let (w, h, left, bottom, top, right) = (720.0, 300.0, 70.0, 40.0, 30.0, 170.0);
+    let (w, h, left, bottom, top, right) = (760.0, 300.0, 110.0, 40.0, 30.0, 170.0);
     let xmax = series
         .iter()
         .flat_map(|(_, s)| s.iter().map(|p| p.0))
@@ -447,14 +447,18 @@ fn chart(title: &str, unit: &str, series: &[(&str, Vec<(f64, f64)>)]) -> String 
 <line x1="{left}" y1="{b}" x2="{r}" y2="{b}" stroke="black"/>
 <line x1="{left}" y1="{top}" x2="{left}" y2="{b}" stroke="black"/>
 <text x="{left}" y="{lx}">0</text><text x="{r}" y="{lx}" text-anchor="end">{xmax:.0} s</text>
-<text x="{yl}" y="{yt}" text-anchor="end">{ymax:.3} {unit}</text><text x="{yl}" y="{b}" text-anchor="end">0</text>
+<text x="{yl}" y="{yt}" text-anchor="end">{top_label} {unit}</text><text x="{yl}" y="{b}" text-anchor="end">0</text>
 "#,
         b = h - bottom,
         r = w - right,
         lx = h - bottom + 16.0,
         yl = left - 4.0,
         yt = top + 4.0,
-        ymax = ymax / 1.1,
+        top_label = match ymax / 1.1 {
+            v if v >= 100.0 => format!("{v:.0}"),
+            v if v >= 1.0 => format!("{v:.1}"),
+            v => format!("{v:.3}"),
+        },
     );
     for (i, (name, points)) in series.iter().enumerate() {
         let colour = colours[i % colours.len()];
