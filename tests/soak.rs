@@ -773,7 +773,7 @@ fn a_soak_of_steady_traffic_with_faults_loses_nothing_and_stays_flat() {
             "SELECT command || ': ' || coalesce(return_message, '') FROM cron.job_run_details
               WHERE status = 'failed'
                 -- What a job running when the server was crashed says.
-                AND return_message NOT SIMILAR TO '%(terminat|shut%down|connection|recovery|starting up|server closed)%'",
+                AND return_message NOT SIMILAR TO '%(terminat|shut%down|connection|recovery|starting up|server closed|server restarted)%'",
             &[],
         )
         .map(|rows| rows.iter().map(|r| r.get(0)).collect())
