@@ -115,6 +115,7 @@ test:
 	$(MAKE) --no-print-directory update-test
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory scale-test)
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory soak DURATION=120)
+	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory examples-test)
 	$(if $(filter 18,$(PG_MAJOR)),$(MAKE) --no-print-directory major-upgrade-test)
 	$(MAKE) --no-print-directory package-test
 
@@ -174,7 +175,7 @@ managed-test: setup scheme-matrix
 # (tests/failover.rs), one pair at a time, its figures printed.
 failover-test: install
 	FAILOVER_DIR=$(STATE_DIR)/failover FAILOVER_PORT=$(call port,700) PG_CONFIG=$(PG_CONFIG) \
-		$(CARGO) test $(CLIENT_FEATURES) --test failover -- --nocapture --test-threads=1
+		$(CARGO) test $(CLIENT_FEATURES) --test failover -- --nocapture --test-threads=1 --skip examples_
 
 # A new major under a database in use (tests/major_upgrade.rs): pg_upgrade
 # from 15 to 18 in copy and link mode, and a dump and restore across them.
@@ -199,7 +200,7 @@ soak: install
 # printed.
 update-test: install
 	.ci/pg-temp run $(STATE_DIR)/update-pg $(call port,800) -- \
-		$(CARGO) test $(CLIENT_FEATURES) --test update_under_traffic -- --nocapture --test-threads=1
+		$(CARGO) test $(CLIENT_FEATURES) --test update_under_traffic -- --nocapture --test-threads=1 --skip examples_
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
 sdk-fixtures:
@@ -273,7 +274,8 @@ examples-test: install
 	SCHEME_MATRIX=$(STATE_DIR)/examples/scheme-matrix.jsonl SCHEME_MATRIX_URL='https://hooks.example.com/webhooks/{scheme}' \
 		PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib $(PG_FEATURES) --features pg_test \
 		schemes::genuine::tests::matrix_of_every_scheme -- --exact
-	SCHEME_MATRIX=$(STATE_DIR)/examples/scheme-matrix.jsonl .ci/examples-test $(STATE_DIR)/examples $(call port,3) $(call port,600)
+	SCHEME_MATRIX=$(STATE_DIR)/examples/scheme-matrix.jsonl PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) \
+		.ci/examples-test $(STATE_DIR)/examples $(call port,3) $(call port,600) $(call port,700) $(call port,800)
 
 # Benchmarks (not part of `make test`): pgbench against a throwaway server,
 # figures printed and written into docs/performance.md.

@@ -216,6 +216,18 @@ struct Figures {
     outage: Duration,
 }
 
+/// Of the events leased when the primary went, those processed at a later
+/// attempt: their lease ran out and another worker took them.
+fn taken_again(c: &mut postgres::Client, leased: &[String]) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM webhook.inbox WHERE status = 'processed' AND attempts > 1
+            AND event_id = ANY ($1)",
+        &[&leased],
+    )
+    .unwrap()
+    .get(0)
+}
+
 fn failover_under_traffic(pair: &Pair) -> Figures {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_workers = Arc::new(AtomicBool::new(false));
@@ -285,14 +297,7 @@ fn failover_under_traffic(pair: &Pair) -> Figures {
     let worked = Tally::merge(workers.into_iter().map(|w| w.join().unwrap()));
     let all = Tally::merge([delivered, worked]);
     let (lost, doubled, stuck) = traffic::outcome(&mut c, &all.acknowledged);
-    let taken_again: i64 = c
-        .query_one(
-            "SELECT count(*) FROM webhook.inbox WHERE status = 'processed' AND attempts > 1
-                AND event_id = ANY ($1)",
-            &[&leased],
-        )
-        .unwrap()
-        .get(0);
+    let taken_again = taken_again(&mut c, &leased);
     Figures {
         acknowledged: all.acknowledged.len(),
         lost,
@@ -597,4 +602,122 @@ fn standby_answers_reads_and_refuses_writes(pair: Pair) {
         refusals.push(format!("{write}: {text}"));
     }
     eprintln!("refusals on the standby: {refusals:#?}");
+}
+
+/// The example receivers and workers themselves through a failover with
+/// synchronous replication: Python (psycopg, libpq underneath) and Rust
+/// (tokio-postgres), whose drivers take a connection string listing both
+/// servers with `target_session_attrs=read-write`. (node-postgres takes
+/// one host: behind a failover it needs an address that follows the
+/// primary, as docs/high-availability.md says.) Providers deliver over
+/// HTTP and redeliver anything not answered 2xx; the workers send their
+/// emails to a stand-in of the email API.
+///
+/// Nothing acknowledged is lost, no order or email is doubled, nothing is
+/// left in the inbox, and no GitHub delivery (sent once, as GitHub sends
+/// it) is refused: the receivers wait out the failover within their
+/// retry budget. Run by `make examples-test`, which builds the examples.
+#[test]
+fn examples_through_a_failover_lose_nothing_acknowledged_and_do_nothing_twice() {
+    use common::examples::{outcome, wait_drained, Delivered, Shop, SHOP};
+    let pair = Pair::new("examples", 4);
+    pair.make_synchronous();
+    pair.primary.connect(DB).batch_execute(SHOP).unwrap();
+    let url = format!(
+        "postgresql://{}@127.0.0.1:{},127.0.0.1:{}/{DB}?target_session_attrs=read-write&connect_timeout=2",
+        common::examples::APP_ROLE,
+        pair.primary.port,
+        pair.standby.port
+    );
+    let mut shop = Shop::start(&["python", "rust"], &url, "3 seconds");
+    let stop = Arc::new(AtomicBool::new(false));
+    let providers = shop.providers(&stop);
+    std::thread::sleep(Duration::from_secs(4));
+
+    // A worker that leased a batch and is still at work when the primary
+    // goes: its leases run out and the examples' workers take them. (Its
+    // events are queued with the lease, or the examples' workers, idle,
+    // would have them first.)
+    let mut held = pair.primary.connect(DB);
+    let mut tx = held.transaction().unwrap();
+    tx.batch_execute(
+        "SELECT webhook_enqueue('github', 'gh-held-' || i, 'issues', '{\"action\": \"held\"}'::jsonb)
+           FROM generate_series(1, 5) AS i",
+    )
+    .unwrap();
+    let leased: Vec<String> = tx
+        .query(
+            "SELECT event_id FROM webhook_next(5, 'default', 'github', lease => '3 seconds')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    tx.commit().unwrap();
+    let down = Instant::now();
+    pair.primary.stop("immediate");
+    std::thread::sleep(Duration::from_millis(300));
+    pair.standby.promote();
+    let outage = down.elapsed();
+    let mut c = pair.standby.connect(DB);
+    let promoted: std::time::SystemTime = c.query_one("SELECT now()", &[]).unwrap().get(0);
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, SeqCst);
+    let delivered = Delivered::merge(providers.into_iter().map(|p| p.join().unwrap()));
+    shop.assert_running();
+
+    wait_drained(
+        &mut c,
+        "the examples' workers to drain the inbox on the new primary",
+    );
+    let taken_again = taken_again(&mut c, &leased);
+    let o = outcome(&mut c, &delivered, &shop.email);
+    // Orders by who made them, all and since the promotion: each example
+    // found the new primary through its connection string.
+    let by_language: Vec<(String, i64, i64)> = c
+        .query(
+            "SELECT language, count(*), count(*) FILTER (WHERE created_at > $1)
+               FROM orders GROUP BY 1 ORDER BY 1",
+            &[&promoted],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    shop.stop();
+    eprintln!(
+        "examples through a failover (synchronous): outage {outage:?}; {o:?}; answers other than 2xx \
+         (each redelivered) {:?}; GitHub deliveries refused at their only attempt {}; \
+         leased at the failover {}, taken again {taken_again}; orders by language (all, since the promotion) {by_language:?}",
+        delivered.refused,
+        delivered.github_dropped,
+        leased.len()
+    );
+    assert_eq!(
+        by_language.len(),
+        4,
+        "every receiver and worker did work: {by_language:?}"
+    );
+    assert!(
+        by_language.iter().all(|(_, _, after)| *after > 0),
+        "every receiver and worker worked on the new primary: {by_language:?}"
+    );
+    o.assert_clean();
+    assert!(
+        !delivered.refused.contains_key("500"),
+        "a failover is never a 500: {:?}",
+        delivered.refused
+    );
+    assert_eq!(
+        delivered.github_dropped, 0,
+        "a GitHub delivery refused during the failover is an event lost: {:?}",
+        delivered.refused
+    );
+    assert!(!leased.is_empty());
+    assert_eq!(
+        taken_again as usize,
+        leased.len(),
+        "every lease live at the failover ran out and was taken again"
+    );
 }

@@ -135,3 +135,76 @@ fn update_under_traffic(published: &str) -> usize {
     assert_eq!(stuck, 0, "left unfinished");
     all.failures()
 }
+
+/// The example receivers and workers themselves (Python, Node, Rust), each
+/// its own process on its own pool of connections, through `ALTER
+/// EXTENSION … UPDATE` from the last published release: providers deliver
+/// over HTTP and redeliver what is not answered 2xx, the workers drain the
+/// inbox and email through a stand-in of the email API. Nothing
+/// acknowledged is lost or doubled, nothing is left in the inbox, no
+/// delivery is answered anything but 2xx (a GitHub delivery refused is an
+/// event lost). Run by `make examples-test`, which builds the examples.
+#[test]
+fn examples_through_an_update_from_the_last_release_lose_nothing_and_refuse_nothing() {
+    use common::examples::{outcome, wait_drained, Delivered, Shop, APP_ROLE, SHOP};
+    let published = last_published();
+    let db = format!("{DB}_examples");
+    let mut admin = empty_database(&db);
+    admin
+        .batch_execute(&format!(
+            "CREATE EXTENSION pg_webhook_inbox VERSION '{published}'; {SHOP}"
+        ))
+        .unwrap();
+    let (host, port) = {
+        let c = base_config();
+        let host = match &c.get_hosts()[0] {
+            postgres::config::Host::Tcp(h) => h.clone(),
+            other => panic!("a TCP host is needed for the examples, not {other:?}"),
+        };
+        (host, c.get_ports()[0])
+    };
+    let url = format!("postgresql://{APP_ROLE}@{host}:{port}/{db}");
+    let mut shop = Shop::start(&["node", "python", "rust"], &url, "3 seconds");
+    let stop = Arc::new(AtomicBool::new(false));
+    let providers = shop.providers(&stop);
+    std::thread::sleep(Duration::from_secs(3));
+
+    let started = Instant::now();
+    admin
+        .batch_execute("ALTER EXTENSION pg_webhook_inbox UPDATE")
+        .unwrap_or_else(|e| panic!("the update under the examples' traffic: {}", message(&e)));
+    let took = started.elapsed();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, SeqCst);
+    let delivered = Delivered::merge(providers.into_iter().map(|p| p.join().unwrap()));
+    shop.assert_running();
+    wait_drained(&mut admin, "the examples' workers to drain the inbox");
+    let o = outcome(&mut admin, &delivered, &shop.email);
+    let languages = count(&mut admin, "SELECT count(DISTINCT language) FROM orders");
+    shop.stop();
+    eprintln!(
+        "examples through the update {published} -> {}: took {took:?}; {o:?}; answers other than 2xx {:?}",
+        env!("CARGO_PKG_VERSION"),
+        delivered.refused
+    );
+    assert_eq!(
+        count(
+            &mut admin,
+            &format!(
+                "SELECT count(*) FROM pg_extension WHERE extname = 'pg_webhook_inbox'
+                    AND extversion = '{}'",
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        1,
+        "the update landed"
+    );
+    assert_eq!(languages, 6, "every receiver and worker did work");
+    o.assert_clean();
+    assert_eq!(
+        delivered.refusals(),
+        0,
+        "deliveries refused during the update: {:?}",
+        delivered.refused
+    );
+}

@@ -219,12 +219,15 @@ pub fn outcome(c: &mut Client, acknowledged: &[(String, String)]) -> (usize, usi
         .filter(|k| !effects.contains_key(*k))
         .count();
     let doubled = effects.values().filter(|&&n| n > 1).count();
-    let stuck: i64 = c
-        .query_one(
-            "SELECT count(*) FROM webhook.inbox WHERE status <> 'processed'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    (lost, doubled, stuck)
+    (lost, doubled, unprocessed(c))
+}
+
+/// Inbox rows not processed: after the workers drained, stuck ones.
+pub fn unprocessed(c: &mut Client) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM webhook.inbox WHERE status <> 'processed'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
 }
