@@ -64,7 +64,7 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failov
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build install install-release install-proxy scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build install install-release install-proxy reinstall-test scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -83,13 +83,21 @@ build:
 RELEASED_SCRIPTS := $(wildcard sql/pg_webhook_inbox--[0-9]*.[0-9]*.[0-9]*.sql)
 RELEASED_SCRIPTS := $(filter-out $(wildcard sql/pg_webhook_inbox--*--*.sql),$(RELEASED_SCRIPTS))
 
+# Built into a staging directory, then each file installed as a new file
+# (.ci/install-built): safe on a running server, where rewriting a loaded
+# library in place kills the backends that have it mapped.
+INSTALL_STAGE = $(CURDIR)/target/install-stage/pg$(PG_MAJOR)
 install: setup
-	$(CARGO) pgrx install $(PG_FEATURES) --pg-config $(PG_CONFIG)
+	rm -rf $(INSTALL_STAGE)
+	$(CARGO) pgrx package --debug $(PG_FEATURES) --pg-config $(PG_CONFIG) --out-dir $(INSTALL_STAGE)
+	.ci/install-built $(INSTALL_STAGE) $(PG_CONFIG)
 	install -m 644 $(RELEASED_SCRIPTS) "$$($(PG_CONFIG) --sharedir)/extension/"
 	$(MAKE) --no-print-directory install-proxy
 
 install-release: setup
-	$(CARGO) pgrx install --release $(PG_FEATURES) --pg-config $(PG_CONFIG)
+	rm -rf $(INSTALL_STAGE)
+	$(CARGO) pgrx package $(PG_FEATURES) --pg-config $(PG_CONFIG) --out-dir $(INSTALL_STAGE)
+	.ci/install-built $(INSTALL_STAGE) $(PG_CONFIG)
 	$(MAKE) --no-print-directory install-proxy
 
 # The companion extension of an intake tier's proxy database
@@ -113,6 +121,7 @@ test:
 	$(MAKE) --no-print-directory console-test
 	$(MAKE) --no-print-directory failover-test
 	$(MAKE) --no-print-directory update-test
+	$(MAKE) --no-print-directory reinstall-test
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory scale-test)
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory soak DURATION=120)
 	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory examples-test)
@@ -201,6 +210,13 @@ soak: install
 update-test: install
 	.ci/pg-temp run $(STATE_DIR)/update-pg $(call port,800) -- \
 		$(CARGO) test $(CLIENT_FEATURES) --test update_under_traffic -- --nocapture --test-threads=1 --skip examples_
+
+# `make install` again under a session that has the library loaded: the
+# library is replaced by a new file and the session goes on
+# (.ci/reinstall-test).
+reinstall-test: install
+	.ci/pg-temp run $(STATE_DIR)/reinstall-pg $(call port,950) -- \
+		.ci/reinstall-test PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG)
 
 # Deliveries signed by the providers' own SDKs (pinned in tests/sdk/).
 sdk-fixtures:
