@@ -64,7 +64,7 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failov
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build install install-release install-proxy reinstall-test scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -245,6 +245,7 @@ lint: setup
 	$(CARGO) clippy -p webhook-console --all-targets -- -D warnings
 	.ci/releases check
 	.ci/releases self-test
+	$(MAKE) --no-print-directory dist
 
 # Release artifacts: one tar.gz (with install.sh) and its .sha256 per
 # supported major, in $(PACKAGE_DIR).
@@ -252,6 +253,10 @@ SUPPORTED_MAJORS := 15 18
 PACKAGE_DIR ?= target/package
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 PACKAGE = $(PACKAGE_DIR)/pg_webhook_inbox-$(VERSION)-pg$(PG_MAJOR)-$(shell uname -m)-linux.tar.gz
+
+# The source distribution for PGXN, META.json validated (.ci/dist).
+dist:
+	.ci/dist $(PACKAGE_DIR)
 
 package:
 	@for major in $(SUPPORTED_MAJORS); do \
