@@ -33,6 +33,16 @@ CREATE TABLE bench.limit_events (
     UNIQUE (provider, event_id)
 );
 
+-- The floor of a dedup that keeps every delivery: the limit's INSERT, and
+-- an archive row holding the payload (no partitions, no other index).
+CREATE TABLE bench.floor_archive (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    provider text NOT NULL,
+    event_id text NOT NULL,
+    payload jsonb NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now()
+);
+
 CREATE TABLE bench.side_effects (impl text NOT NULL, event_id bigint NOT NULL);
 CREATE INDEX ON bench.side_effects (impl, event_id);
 -- The handler scenario's business write: one row per event.

@@ -2,9 +2,9 @@
 //! once and never updated.
 //!
 //! Every writer lists the archive's columns in the one order
-//! `archive_insert!` gives: the claim statements, which archive inside
-//! the statement that decides (one statement per claim), and `record`,
-//! for everything else. Rejections and handshakes, which carry no event,
+//! `archive_insert!` gives: the claim and queueing statements, which
+//! archive a delivery in the statement that answers it, and `record`, for
+//! everything else. Rejections and handshakes, which carry no event,
 //! have statements of their own.
 
 use crate::compress::Archived;

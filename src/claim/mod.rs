@@ -37,8 +37,8 @@ use crate::status::{ClaimStatus, EventStatus};
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::spi::SpiClient;
 use statements::{
-    CLAIM, CLAIM_UNMARKED, INSPECT, INSPECT_LOCKED, MARK_FILTERED, MARK_STALE, OBSERVE,
-    PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
+    ANSWER_EXISTING, CLAIMED, CLAIMED_UNMARKED, INSERT_NEW, INSPECT, INSPECT_LOCKED, MARK_FILTERED,
+    MARK_STALE, OBSERVE, PARK_AS_DEAD, RECORD_LOST_LEASE, TAKE_OVER,
 };
 
 /// One delivery, validated, as the claim writes it.
@@ -171,27 +171,28 @@ pub fn claim(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> {
         }
     }
 
-    let claim = if crate::archive::MARKS_COMPLETION.present(client)? {
-        &CLAIM
-    } else {
-        &CLAIM_UNMARKED
-    };
-    let rows = claim.run(client, &d.arguments(id, archived, &digest))?;
-    // The event exists unless we just inserted it, and since we hold its
-    // lock, no open transaction is changing it: its committed state decides.
-    let state = EventState::read(rows)?
+    let args = d.arguments(id, archived, &digest);
+    if !INSERT_NEW.run(client, &args)?.is_empty() {
+        let archive = if crate::archive::MARKS_COMPLETION.present(client)? {
+            &CLAIMED
+        } else {
+            &CLAIMED_UNMARKED
+        };
+        archive.run(client, &args)?;
+        owned(client, d, id)?;
+        return Ok(Outcome {
+            id,
+            status: ClaimStatus::Claimed,
+            attempts: 1,
+            result: None,
+            tie,
+        });
+    }
+    // The event exists, and since we hold its lock, no open transaction is
+    // changing it: its committed state decides.
+    let state = EventState::read(ANSWER_EXISTING.run(client, &args)?)?
         .ok_or_else(|| WebhookError::Internal("event vanished while its lock was held".into()))?;
     match state.answer {
-        Some(ClaimStatus::Claimed) => {
-            owned(client, d, id)?;
-            Ok(Outcome {
-                id,
-                status: ClaimStatus::Claimed,
-                attempts: 1,
-                result: None,
-                tie,
-            })
-        }
         // Duplicate, dead, or live elsewhere: answered and archived already.
         Some(answer) => {
             lock.release();

@@ -1,7 +1,9 @@
-//! The SQL of the claim path. Each statement returns the event in the
-//! shape `EventState::read` takes — `(answer, status, attempts, claim_id,
-//! result, payload_hash)` — where `answer` comes from `answer!`, the one
-//! place an event's state is turned into an answer.
+//! The SQL of the claim path. Each statement that answers an existing
+//! event returns it in the shape `EventState::read` takes — `(answer,
+//! status, attempts, claim_id, result, payload_hash)` — where `answer`
+//! comes from `answer!`, the one place an event's state is turned into an
+//! answer. A new event's claim needs no answer: `INSERT_NEW` returns a row
+//! when it inserted the event.
 //!
 //! Arguments of the archiving statements follow `archive_insert!`'s
 //! column order as far as they can.
@@ -91,83 +93,76 @@ pub(crate) const DELIVERY_ARGUMENTS: &[pg_sys::Oid] = &[
     pg_sys::TEXTOID,
 ];
 
-/// The whole claim of a new event, or of an existing one it does not take
-/// over, in one statement: insert the event if it is new, and archive the
-/// delivery with the answer its event's committed state gives. (The final
-/// SELECT and the archive read the snapshot taken before the INSERT, so
-/// they see the existing row and nothing of the insert.) A new event is
-/// answered `claimed`; an event the delivery may take over (failed, or
-/// its lease ran out) has no answer and is left to `TAKE_OVER`.
-///
-/// `$marked` (`true`/`false`): whether the archive row of a new event's
-/// claim says that the claim completes on commit (`claim_completes`), so
-/// that the metrics count its completion without looking the event up.
-/// The tables of a release before that column are claimed without it.
-macro_rules! claim {
-    ($marked:tt) => {
-        concat!(
-            "WITH new_event AS (
-                  INSERT INTO webhook.events AS e
-                      (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at,
-                       processed_at, payload_hash, entity_key, order_value)
-                  VALUES ($1, $2, $3, ",
-            owned_status!("$9 IS NULL"),
-            ", 1, $4, pg_catalog.clock_timestamp() + $9,
-                          CASE WHEN $9 IS NULL THEN pg_catalog.now() END, $10, $11, $12::numeric)
-                  ON CONFLICT (provider, event_id) DO NOTHING
-                  RETURNING 1
-              ), existing AS (
-                  SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash, ",
-            answer!("e.status", "e.lease_expires_at", "false"),
-            " AS answer
-                    FROM webhook.events e
-                   WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
-              ), archived AS (",
-            claim!(@insert $marked),
-            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'claimed'::webhook.claim_status, false, $13, NULL",
-            claim!(@value $marked, "NULLIF($9 IS NULL, false)"),
-            "
-                    FROM new_event
-                  UNION ALL
-                  SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10,
-                         $13, NULL",
-            claim!(@value $marked, "NULL"),
-            "
-                    FROM existing x WHERE x.answer IS NOT NULL
-              )
-              SELECT 'claimed', 'processing', 1, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
-              UNION ALL
-              SELECT x.answer::text, x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
-                FROM existing x"
-        )
-    };
-    (@insert true) => {
-        concat!(
-            "INSERT INTO webhook.delivery_log (",
-            crate::archive::archive_columns!(),
-            ", claim_completes) "
-        )
-    };
-    (@insert false) => {
-        archive_insert!()
-    };
-    (@value true, $value:literal) => {
-        concat!(", ", $value)
-    };
-    (@value false, $value:literal) => {
-        ""
-    };
-}
-
-pub static CLAIM: Statement = Statement {
-    sql: claim!(true),
+/// The claim of an event, first step: insert it if it is new (one row
+/// returned), as the claim's own. Nothing else is in this statement, and
+/// the archive row is `CLAIMED`, a second one, because an event is new far
+/// more often than not and a statement's executor start-up is paid for
+/// every node of its plan, run or not: the branch that answers an existing
+/// event, folded into one statement with the insert, cost the new event
+/// more to set up than a statement of its own costs to run. Under the
+/// event lock this never meets an uncommitted row of the event, so it
+/// never waits.
+pub static INSERT_NEW: Statement = Statement {
+    sql: concat!(
+        "INSERT INTO webhook.events
+             (provider, event_id, event_type, status, attempts, claim_id, lease_expires_at,
+              processed_at, payload_hash, entity_key, order_value)
+         VALUES ($1, $2, $3, ",
+        owned_status!("$9 IS NULL"),
+        ", 1, $4, pg_catalog.clock_timestamp() + $9,
+                 CASE WHEN $9 IS NULL THEN pg_catalog.now() END, $10, $11, $12::numeric)
+         ON CONFLICT (provider, event_id) DO NOTHING
+         RETURNING 1"
+    ),
     arg_types: DELIVERY_ARGUMENTS,
 };
 
-/// CLAIM for the tables of a release before `claim_completes`: between
+/// The archive row of a new event's claim (`INSERT_NEW` inserted it),
+/// saying whether the claim completes on commit (`claim_completes`), so
+/// that the metrics count its completion without looking the event up.
+pub static CLAIMED: Statement = Statement {
+    sql: concat!(
+        "INSERT INTO webhook.delivery_log (",
+        crate::archive::archive_columns!(),
+        ", claim_completes)
+         VALUES ($4, $1, $2, $3, $5, $6, $7, $8, 'claimed', false, $13, NULL, NULLIF($9 IS NULL, false))"
+    ),
+    arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// `CLAIMED` for the tables of a release before `claim_completes`: between
 /// installing this library and `ALTER EXTENSION … UPDATE`.
-pub static CLAIM_UNMARKED: Statement = Statement {
-    sql: claim!(false),
+pub static CLAIMED_UNMARKED: Statement = Statement {
+    sql: concat!(
+        archive_insert!(),
+        "VALUES ($4, $1, $2, $3, $5, $6, $7, $8, 'claimed', false, $13, NULL)"
+    ),
+    arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// The claim of an event that exists (`INSERT_NEW` inserted nothing), in
+/// one statement: read its committed state, and archive the delivery with
+/// the answer that state gives. An event the delivery may take over
+/// (failed, or its lease ran out) has no answer and is left to
+/// `TAKE_OVER`, which archives it. Run under the event lock, so no open
+/// transaction is changing the event.
+pub static ANSWER_EXISTING: Statement = Statement {
+    sql: concat!(
+        "WITH existing AS (
+              SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash, ",
+        answer!("e.status", "e.lease_expires_at", "false"),
+        " AS answer
+                FROM webhook.events e
+               WHERE e.provider = $1 AND e.event_id = $2
+          ), archived AS (",
+        archive_insert!(),
+        "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, x.answer, x.payload_hash IS DISTINCT FROM $10,
+                     $13, NULL
+                FROM existing x WHERE x.answer IS NOT NULL
+          )
+          SELECT x.answer::text, x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
+            FROM existing x"
+    ),
     arg_types: DELIVERY_ARGUMENTS,
 };
 

@@ -38,45 +38,57 @@ use crate::plans::Statement;
 use crate::status::ClaimStatus;
 use pgrx::spi::SpiClient;
 
-/// Queue a new event for each of its provider's consumers and archive the
-/// delivery, in one statement; for an event that exists, archive the
-/// delivery as a duplicate. Returns the event in the shape of the claim
-/// statements (`EventState::read`). Its arguments are a claim's
-/// (`Delivery::arguments`); the lease, `$9`, is not used.
-static ENQUEUE: Statement = Statement {
+/// Queueing an event, first step: insert it if it is new (one row
+/// returned). The rest is `QUEUE` for a new event and `DUPLICATE` for one
+/// seen before, statements of their own: a statement's executor start-up
+/// is paid for every node of its plan, run or not, and the branch a
+/// delivery does not take cost more to set up than a statement costs to
+/// run (see `claim::statements::INSERT_NEW`). The arguments of all three
+/// are a claim's (`Delivery::arguments`); the lease, `$9`, is not used.
+static INSERT_QUEUED: Statement = Statement {
+    sql: "INSERT INTO webhook.events
+              (provider, event_id, event_type, status, attempts, claim_id, payload_hash,
+               entity_key, order_value)
+          VALUES ($1, $2, $3, 'queued', 0, $4, $10, $11, $12::numeric)
+          ON CONFLICT (provider, event_id) DO NOTHING
+          RETURNING 1",
+    arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// A new event's inbox rows, one per consumer of its provider, and the
+/// delivery's archive row.
+static QUEUE: Statement = Statement {
     sql: concat!(
-            "WITH new_event AS (
-                  INSERT INTO webhook.events AS e
-                      (provider, event_id, event_type, status, attempts, claim_id, payload_hash,
-                       entity_key, order_value)
-                  VALUES ($1, $2, $3, 'queued', 0, $4, $10, $11, $12::numeric)
-                  ON CONFLICT (provider, event_id) DO NOTHING
-                  RETURNING 1
-              ), queued AS (
-                  INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id,
-                                            entity_key, order_value)
-                  SELECT $1, $2, c.consumer, $3, $4, $11, $12::numeric
-                    FROM new_event,
-                         pg_catalog.unnest(coalesce(
-                             (SELECT NULLIF(p.consumers, '{}') FROM webhook.providers p WHERE p.name = $1),
-                             '{default}')) AS c(consumer)
-              ), existing AS (
-                  SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash
-                    FROM webhook.events e
-                   WHERE e.provider = $1 AND e.event_id = $2 AND NOT EXISTS (SELECT FROM new_event)
-              ), archived AS (",
-            archive_insert!(),
-            "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'queued'::webhook.claim_status, false, $13, NULL
-                    FROM new_event
-                  UNION ALL
-                  SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'duplicate'::webhook.claim_status,
-                         x.payload_hash IS DISTINCT FROM $10, $13, NULL
-                    FROM existing x
-              )
-              SELECT 'queued', 'queued', 0, NULL::uuid, NULL::jsonb, NULL::bytea FROM new_event
-              UNION ALL
-              SELECT 'duplicate', x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
-                FROM existing x"
+        "WITH queued AS (
+              INSERT INTO webhook.inbox (provider, event_id, consumer, event_type, delivery_id,
+                                         entity_key, order_value)
+              SELECT $1, $2, c.consumer, $3, $4, $11, $12::numeric
+                FROM pg_catalog.unnest(coalesce(
+                         (SELECT NULLIF(p.consumers, '{}') FROM webhook.providers p WHERE p.name = $1),
+                         '{default}')) AS c(consumer)
+          )",
+        archive_insert!(),
+        "VALUES ($4, $1, $2, $3, $5, $6, $7, $8, 'queued', false, $13, NULL)"
+    ),
+    arg_types: DELIVERY_ARGUMENTS,
+};
+
+/// A delivery of an event seen before: archived as a duplicate. Returns
+/// the event in the shape of the claim statements (`EventState::read`).
+static DUPLICATE: Statement = Statement {
+    sql: concat!(
+        "WITH existing AS (
+              SELECT e.status, e.attempts, e.claim_id, e.result, e.payload_hash
+                FROM webhook.events e
+               WHERE e.provider = $1 AND e.event_id = $2
+          ), archived AS (",
+        archive_insert!(),
+        "     SELECT $4, $1, $2, $3, $5, $6, $7, $8, 'duplicate'::webhook.claim_status,
+                     x.payload_hash IS DISTINCT FROM $10, $13, NULL
+                FROM existing x
+          )
+          SELECT 'duplicate', x.status::text, x.attempts, x.claim_id, x.result, x.payload_hash
+            FROM existing x"
     ),
     arg_types: DELIVERY_ARGUMENTS,
 };
@@ -107,22 +119,21 @@ pub fn enqueue(client: &mut SpiClient<'_>, d: &Delivery<'_>) -> Result<Outcome> 
     EventLock::for_event(d.provider, d.event_id).acquire();
     // Ordered events are judged when a worker would lease them: each
     // consumer has its own watermark.
-    let rows = ENQUEUE.run(client, &d.arguments(id, archived, &digest))?;
-    let state = crate::claim::EventState::read(rows)?
-        .ok_or_else(|| WebhookError::Internal("enqueue returned no event".into()))?;
-    match state.answer {
-        Some(ClaimStatus::Queued) => {
-            wake(client)?;
-            Ok(Outcome {
-                id,
-                status: ClaimStatus::Queued,
-                attempts: 0,
-                result: None,
-                tie: false,
-            })
-        }
-        _ => Ok(state.outcome(id, ClaimStatus::Duplicate)),
+    let args = d.arguments(id, archived, &digest);
+    if !INSERT_QUEUED.run(client, &args)?.is_empty() {
+        QUEUE.run(client, &args)?;
+        wake(client)?;
+        return Ok(Outcome {
+            id,
+            status: ClaimStatus::Queued,
+            attempts: 0,
+            result: None,
+            tie: false,
+        });
     }
+    let state = crate::claim::EventState::read(DUPLICATE.run(client, &args)?)?
+        .ok_or_else(|| WebhookError::Internal("a queued event vanished under its lock".into()))?;
+    Ok(state.outcome(id, ClaimStatus::Duplicate))
 }
 
 /// Set aside as filtered the rows of an event just queued that a filter

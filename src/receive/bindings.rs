@@ -39,12 +39,14 @@ fn require_body_binding(client: &mut SpiClient<'_>) -> Result<()> {
     })
 }
 
-/// Bind signed bytes to an event id. Runs under the signed-bytes lock, so
-/// no other transaction is inserting the same key.
+/// Bind signed bytes to an event id: one row returned if they were not
+/// bound yet. Runs under the signed-bytes lock, so no other transaction is
+/// inserting the same key and the insert never waits.
 static BIND: Statement = Statement {
     sql: "INSERT INTO webhook.signature_bindings (provider, digest, event_id, body_digest)
           VALUES ($1, $2, $3, $4)
-          ON CONFLICT (provider, digest) DO NOTHING",
+          ON CONFLICT (provider, digest) DO NOTHING
+          RETURNING 1",
     arg_types: &[
         pg_sys::TEXTOID,
         pg_sys::BYTEAOID,
@@ -73,7 +75,8 @@ static BOUND_TO_ID: Statement = Statement {
 static BIND_ID: Statement = Statement {
     sql: "INSERT INTO webhook.signature_bindings (provider, digest, event_id)
           VALUES ($1, $2, $3)
-          ON CONFLICT (provider, digest) DO NOTHING",
+          ON CONFLICT (provider, digest) DO NOTHING
+          RETURNING 1",
     arg_types: &[pg_sys::TEXTOID, pg_sys::BYTEAOID, pg_sys::TEXTOID],
 };
 
@@ -117,22 +120,39 @@ pub fn bind(
     } else if !lock.try_acquire() {
         return Ok(Binding::Busy);
     }
+    // Signed bytes are new far more often than not: bind them first, and
+    // read what they are bound to only when they were bound already (one
+    // statement for a new delivery instead of two).
+    let inserted = match vouched.body {
+        Some(body) => BIND.run(
+            client,
+            &[
+                provider.into(),
+                digest.into(),
+                vouched.event_id.into(),
+                body.into(),
+            ],
+        )?,
+        None => BIND_ID.run(
+            client,
+            &[provider.into(), digest.into(), vouched.event_id.into()],
+        )?,
+    };
+    if !inserted.is_empty() {
+        return Ok(Binding::Bound);
+    }
     let bound_to = if vouched.body.is_some() {
-        match BOUND_TO
+        BOUND_TO
             .run(client, &[provider.into(), digest.into()])?
             .next()
-        {
-            Some(row) => Some((row.get::<String>(1)?, row.get::<Vec<u8>>(2)?)),
-            None => None,
-        }
+            .map(|row| Ok::<_, WebhookError>((row.get::<String>(1)?, row.get::<Vec<u8>>(2)?)))
+            .transpose()?
     } else {
-        match BOUND_TO_ID
+        BOUND_TO_ID
             .run(client, &[provider.into(), digest.into()])?
             .next()
-        {
-            Some(row) => Some((row.get::<String>(1)?, None)),
-            None => None,
-        }
+            .map(|row| Ok::<_, WebhookError>((row.get::<String>(1)?, None)))
+            .transpose()?
     };
     match bound_to {
         Some((event_id, body)) => {
@@ -158,23 +178,8 @@ pub fn bind(
                 }
             }
         }
-        None => {
-            match vouched.body {
-                Some(body) => BIND.run(
-                    client,
-                    &[
-                        provider.into(),
-                        digest.into(),
-                        vouched.event_id.into(),
-                        body.into(),
-                    ],
-                )?,
-                None => BIND_ID.run(
-                    client,
-                    &[provider.into(), digest.into(), vouched.event_id.into()],
-                )?,
-            };
-            Ok(Binding::Bound)
-        }
+        None => Err(WebhookError::Internal(
+            "a signature binding vanished while its lock was held".into(),
+        )),
     }
 }
