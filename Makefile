@@ -64,7 +64,7 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failov
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build bench-ab install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -303,6 +303,13 @@ examples-test: install
 BENCH_PG_OPTS ?= -c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min -c autovacuum=off
 bench: install-release
 	PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg $(call port,2) -- bench/run
+
+# A/B of the claim path: this build against BASELINE (a library file,
+# e.g. one saved from the installed build before a change); see bench/ab.
+bench-ab: install-release
+	@[ -n "$(BASELINE)" ] || { echo "make bench-ab BASELINE=path/to/pg_webhook_inbox.so" >&2; exit 2; }
+	PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg $(call port,2) -- \
+		bench/ab $(abspath $(BASELINE)) $(STATE_DIR)/bench-ab
 
 demo: install-release
 	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \
