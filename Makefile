@@ -64,7 +64,7 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failov
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build bench-ab install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build bench-ab deb deb-major deb-test install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test bench demo console clean
 
 all: build
@@ -265,6 +265,33 @@ package:
 
 package-major: setup
 	.ci/package $(PACKAGE_DIR)
+
+# Debian packages (.ci/deb): postgresql-<major>-webhook-inbox for every
+# supported major, the proxy companion where PL/Proxy is packaged, the
+# console with its systemd unit; each checked by lintian. Then SHA256SUMS
+# over every release file in $(PACKAGE_DIR).
+deb: package
+	@for major in $(SUPPORTED_MAJORS); do \
+		env -u PG_CONFIG $(MAKE) --no-print-directory deb-major PG_MAJOR=$$major || exit 1; \
+	done
+	.ci/deb-console $(PACKAGE_DIR)
+	$(MAKE) --no-print-directory dist
+	cd $(PACKAGE_DIR) && sha256sum *.tar.gz *.zip *.deb > SHA256SUMS
+
+deb-major: setup
+	.ci/deb $(PACKAGE_DIR)
+
+# The packages as a DBA uses them, with apt, on Debian's PostgreSQL 15:
+# an upgrade from the last published release's package, the proxy, the
+# console's unit, removal keeping the data (.ci/deb-test). The earlier
+# release's package is built from the commit that published it.
+PREVIOUS_RELEASE := $(shell awk '!/^\#/ && NF == 3 { print $$1 }' sql/RELEASES | sort -V | tail -1)
+PREVIOUS_COMMIT := $(shell git log --format=%H -1 -S'$(PREVIOUS_RELEASE)  ' -- sql/RELEASES 2>/dev/null)
+deb-test:
+	$(MAKE) --no-print-directory deb-major PG_MAJOR=15
+	.ci/deb-console $(PACKAGE_DIR)
+	.ci/deb-previous $(PREVIOUS_COMMIT)^ $(PREVIOUS_RELEASE) $(STATE_DIR)/deb-previous
+	.ci/deb-test $(PACKAGE_DIR) $(STATE_DIR)/deb-previous $(STATE_DIR)/deb-test $(call port,960)
 
 # This major's artifact, installed into a clean copy of a PostgreSQL
 # installation, creates the extension and claims.
