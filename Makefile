@@ -268,14 +268,21 @@ package-major: setup
 
 # Debian packages (.ci/deb): postgresql-<major>-webhook-inbox for every
 # supported major, the proxy companion where PL/Proxy is packaged, the
-# console with its systemd unit; each checked by lintian. Then SHA256SUMS
-# over every release file in $(PACKAGE_DIR).
+# console with its systemd unit; each checked by lintian. Beside them the
+# PGXN zip and the portable edition's scripts (pg_tle and plain SQL, for
+# managed hosts) as a tarball; then SHA256SUMS over every release file in
+# $(PACKAGE_DIR).
 deb: package
 	@for major in $(SUPPORTED_MAJORS); do \
 		env -u PG_CONFIG $(MAKE) --no-print-directory deb-major PG_MAJOR=$$major || exit 1; \
 	done
 	.ci/deb-console $(PACKAGE_DIR)
 	$(MAKE) --no-print-directory dist
+	rm -rf $(PACKAGE_DIR)/pg_webhook_inbox-portable-$(VERSION)
+	portable/build $(PACKAGE_DIR)/pg_webhook_inbox-portable-$(VERSION) >/dev/null
+	tar -C $(PACKAGE_DIR) -czf $(PACKAGE_DIR)/pg_webhook_inbox-portable-$(VERSION).tar.gz \
+		pg_webhook_inbox-portable-$(VERSION)
+	rm -rf $(PACKAGE_DIR)/pg_webhook_inbox-portable-$(VERSION)
 	cd $(PACKAGE_DIR) && sha256sum *.tar.gz *.zip *.deb > SHA256SUMS
 
 deb-major: setup
