@@ -1,6 +1,14 @@
-# Shared by .ci/deb and .ci/deb-console: the tools, the Debian changelog,
-# the copyright file, and building and checking one package. Expects out,
-# version, maintainer, debversion and epoch set by the caller.
+# Shared by .ci/deb and .ci/deb-console: the tools, the package fields
+# every package has, the Debian changelog, the copyright file, what a
+# binary needs besides itself, and building and checking one package.
+# Expects out and version set by the caller.
+
+maintainer=${DEB_MAINTAINER:-pg_webhook_inbox maintainers <maintainers@users.noreply.a-seed-44cf6992.example>}
+# shellcheck disable=SC2154 # version is the caller's
+debversion="$version-1"
+# Reproducible: every date and mtime is the last commit's.
+epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
+export SOURCE_DATE_EPOCH=$epoch
 
 # Debian's packaging tools, installed when missing: lintian, dpkg-dev
 # (dpkg-shlibdeps), systemd (systemd-analyze).
@@ -124,3 +132,13 @@ build() {
     echo "$deb"
 }
 
+# The Depends a binary's ELF dependencies call for (libc6, libgcc-s1, …),
+# from dpkg-shlibdeps, which wants a debian/control to stand in.
+shlib_depends() {  # FILE
+    local scratch
+    scratch=$(mktemp -d)
+    mkdir "$scratch/debian"
+    printf 'Source: x\n\nPackage: x\nArchitecture: any\n' > "$scratch/debian/control"
+    (cd "$scratch" && dpkg-shlibdeps -O --warnings=0 "$1" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
+    rm -rf "$scratch"
+}
