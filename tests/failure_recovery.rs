@@ -168,3 +168,58 @@ fn open_transaction_outlives_its_lease_without_being_taken_over() {
     );
     assert_eq!(side_effects(&mut other, "shopify", "evt_slow_tx"), 1);
 }
+
+/// The archive refuses a delivery's row after its event row was written
+/// (a claim and an intake each write the event first, then the archive, in
+/// statements of their own): the call fails whole, so the next delivery
+/// finds no event and is claimed, or queued with its inbox rows, as new.
+#[test]
+fn archive_failing_after_the_event_row_leaves_no_event() {
+    let db = database("pgwi_failure_recovery");
+    let mut client = connect(db);
+    client
+        .batch_execute(
+            "CREATE FUNCTION public.refuse_half() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'archive refused %', NEW.event_id; END $$;
+             CREATE TRIGGER refuse_half BEFORE INSERT ON webhook.delivery_log
+                 FOR EACH ROW WHEN (NEW.event_id LIKE 'evt_half%')
+                 EXECUTE FUNCTION public.refuse_half();",
+        )
+        .unwrap();
+    let claim = "SELECT status FROM webhook_claim('stripe', 'evt_half_claim', 'invoice.paid',
+                     '{\"id\": \"evt_half_claim\"}'::jsonb, 'sig', complete_on_commit => true)";
+    let enqueue = "SELECT status FROM webhook_enqueue('github', 'evt_half_queue', 'push',
+                       '{\"id\": \"evt_half_queue\"}'::jsonb)";
+    for sql in [claim, enqueue] {
+        let err = client.query_one(sql, &[]).unwrap_err();
+        let message = err.as_db_error().map(|e| e.message()).unwrap_or_default();
+        assert!(message.contains("archive refused"), "{err:?}");
+    }
+    let events = |client: &mut postgres::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM webhook.events WHERE event_id LIKE 'evt_half%'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(events(&mut client), 0);
+    client
+        .batch_execute("DROP TRIGGER refuse_half ON webhook.delivery_log")
+        .unwrap();
+
+    let status: String = client.query_one(claim, &[]).unwrap().get(0);
+    assert_eq!(status, "claimed");
+    let status: String = client.query_one(enqueue, &[]).unwrap().get(0);
+    assert_eq!(status, "queued");
+    assert_eq!(events(&mut client), 2);
+    let queued: i64 = client
+        .query_one(
+            "SELECT count(*) FROM webhook.inbox WHERE event_id = 'evt_half_queue'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(queued >= 1, "no inbox row for the queued event");
+}
