@@ -1205,6 +1205,7 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text),
         @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text),
+        @extschema@.webhook_receivable_providers(),
         @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, bytea, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, text, text, interval, boolean),
@@ -2267,6 +2268,40 @@ AS $$
     )
     SELECT EXISTS (SELECT FROM removed)
 $$;
+
+-- Application roles may list what they may receive.
+COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_receivable_providers, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_enqueue_polled, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+
+-- What an HTTP front door (webhook-ingress) asks at start and now and
+-- then: the providers the session's role may receive deliveries for
+-- (every one, unless webhook_scope_app binds the role), each with its
+-- scheme and whether webhook_receive queues its deliveries in the inbox.
+-- No secret, no setting beyond that: granted to application roles.
+CREATE FUNCTION @extschema@.webhook_receivable_providers()
+RETURNS TABLE (provider text, scheme text, inbox boolean)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The role the session acts as (SET ROLE's, else the login's): the
+    -- one scopes bind, which SECURITY DEFINER leaves in the setting.
+    WITH acting AS (
+        SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN session_user
+                    ELSE pg_catalog.current_setting('role')::name END AS name
+    ), binding AS (
+        SELECT s.providers
+          FROM webhook.app_scopes s, acting a
+         WHERE pg_catalog.pg_has_role(a.name, s.role, 'USAGE')
+           AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = a.name)
+    )
+    SELECT p.name, p.scheme, p.inbox
+      FROM webhook.providers p
+     WHERE NOT EXISTS (SELECT FROM binding)
+        OR EXISTS (SELECT FROM binding b WHERE p.name = ANY (b.providers))
+     ORDER BY p.name
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_receivable_providers() IS
+    'The providers this session may receive deliveries for (its scope''s, or all), with their scheme and whether they queue in the inbox; no secrets';
 
 -- The privilege rule (roles.sql) for what this script made.
 SELECT webhook._restrict_privileges();

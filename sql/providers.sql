@@ -381,4 +381,34 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM webhook.provider_summary ORDER BY name $$;
 COMMENT ON FUNCTION @extschema@.webhook_providers() IS 'The registry, without secrets';
 
+-- What an HTTP front door (webhook-ingress) asks at start and now and
+-- then: the providers the session's role may receive deliveries for
+-- (every one, unless webhook_scope_app binds the role), each with its
+-- scheme and whether webhook_receive queues its deliveries in the inbox.
+-- No secret, no setting beyond that: granted to application roles.
+CREATE FUNCTION @extschema@.webhook_receivable_providers()
+RETURNS TABLE (provider text, scheme text, inbox boolean)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The role the session acts as (SET ROLE's, else the login's): the
+    -- one scopes bind, which SECURITY DEFINER leaves in the setting.
+    WITH acting AS (
+        SELECT CASE WHEN pg_catalog.current_setting('role') = 'none' THEN session_user
+                    ELSE pg_catalog.current_setting('role')::name END AS name
+    ), binding AS (
+        SELECT s.providers
+          FROM webhook.app_scopes s, acting a
+         WHERE pg_catalog.pg_has_role(a.name, s.role, 'USAGE')
+           AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = a.name)
+    )
+    SELECT p.name, p.scheme, p.inbox
+      FROM webhook.providers p
+     WHERE NOT EXISTS (SELECT FROM binding)
+        OR EXISTS (SELECT FROM binding b WHERE p.name = ANY (b.providers))
+     ORDER BY p.name
+$$;
+COMMENT ON FUNCTION @extschema@.webhook_receivable_providers() IS
+    'The providers this session may receive deliveries for (its scope''s, or all), with their scheme and whether they queue in the inbox; no secrets';
+
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

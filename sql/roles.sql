@@ -25,6 +25,7 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION
         @extschema@.webhook_receive(text, jsonb, bytea, interval, boolean, text, boolean, text),
         @extschema@.webhook_receive(text, jsonb, text, interval, boolean, text, boolean, text),
+        @extschema@.webhook_receivable_providers(),
         @extschema@.webhook_claim(text, text, text, jsonb, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, bytea, text, interval, boolean),
         @extschema@.webhook_claim(text, text, text, text, text, interval, boolean),
@@ -53,7 +54,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.webhook_grant_app(regrole) IS
-    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_enqueue_polled, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
+    'Grant a handler or worker role EXECUTE on webhook_receive, webhook_receivable_providers, webhook_claim, webhook_enqueue, webhook_enqueue_batches, webhook_enqueue_polled, webhook_next, webhook_complete, webhook_fail (and their _batch forms), webhook_extend, webhook_outbound_key and the idempotency_ functions of its own API (begin, checkpoint, finish, fail, fingerprint); no table privilege';
 
 -- Grant a read-only role what an operator sees: the archive, the inbox,
 -- the views, the metrics and alerts, the registry without its secrets

@@ -1,0 +1,244 @@
+//! The HTTP layer's metrics, in Prometheus' text format at `/metrics`:
+//! requests by provider and status, their latency, the wait for a database
+//! connection, and what was turned away before the database. What happened
+//! to the deliveries afterwards (queued, processed, dead) is the
+//! extension's own metrics' (`webhook_metrics_prometheus()`).
+//!
+//! Labels are bounded: a provider label is only ever a registered
+//! provider's name (a request naming any other counts under `-`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Seconds.
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Default, Clone)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS.len()];
+        }
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if seconds <= *bound {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            let n = self.counts.get(i).copied().unwrap_or(0);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
+    }
+}
+
+#[derive(Default)]
+struct Figures {
+    requests: BTreeMap<(String, u16), u64>,
+    latency: BTreeMap<String, Histogram>,
+    pool_wait: Histogram,
+    rejected: BTreeMap<&'static str, u64>,
+    database_errors: BTreeMap<String, u64>,
+}
+
+/// What the pool looks like when scraped.
+pub struct PoolGauges {
+    pub max: usize,
+    pub open: usize,
+    pub in_use: usize,
+    pub waiting: usize,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    figures: Mutex<Figures>,
+}
+
+/// Escape a label value.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Metrics {
+    /// A request answered: `provider` is "-" unless registered.
+    pub fn answered(&self, provider: &str, status: u16, took: Duration) {
+        let mut f = self.figures.lock().expect("the metrics' lock");
+        *f.requests
+            .entry((provider.to_string(), status))
+            .or_default() += 1;
+        f.latency
+            .entry(provider.to_string())
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// Turned away before the database, and why.
+    pub fn rejected(&self, reason: &'static str) {
+        *self
+            .figures
+            .lock()
+            .expect("the metrics' lock")
+            .rejected
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    pub fn pool_wait(&self, waited: Duration) {
+        self.figures
+            .lock()
+            .expect("the metrics' lock")
+            .pool_wait
+            .observe(waited.as_secs_f64());
+    }
+
+    /// A delivery not stored because of the database (SQLSTATE, or
+    /// `unreachable`).
+    pub fn database_error(&self, code: &str) {
+        *self
+            .figures
+            .lock()
+            .expect("the metrics' lock")
+            .database_errors
+            .entry(code.to_string())
+            .or_default() += 1;
+    }
+
+    pub fn render(&self, pool: PoolGauges, in_flight: usize) -> String {
+        let f = self.figures.lock().expect("the metrics' lock");
+        let mut out = String::new();
+        out.push_str("# HELP webhook_ingress_requests_total Requests answered, by provider (- if not registered) and HTTP status.\n");
+        out.push_str("# TYPE webhook_ingress_requests_total counter\n");
+        for ((provider, status), n) in &f.requests {
+            let _ = writeln!(
+                out,
+                "webhook_ingress_requests_total{{provider=\"{}\",code=\"{status}\"}} {n}",
+                label(provider)
+            );
+        }
+        out.push_str("# HELP webhook_ingress_request_duration_seconds Time from the request's headers to its answer.\n");
+        out.push_str("# TYPE webhook_ingress_request_duration_seconds histogram\n");
+        for (provider, h) in &f.latency {
+            h.write(
+                &mut out,
+                "webhook_ingress_request_duration_seconds",
+                &format!("provider=\"{}\"", label(provider)),
+            );
+        }
+        out.push_str("# HELP webhook_ingress_pool_wait_seconds Time a request waited for a database connection.\n");
+        out.push_str("# TYPE webhook_ingress_pool_wait_seconds histogram\n");
+        f.pool_wait
+            .write(&mut out, "webhook_ingress_pool_wait_seconds", "");
+        out.push_str("# HELP webhook_ingress_rejected_total Requests turned away before the database, by reason.\n");
+        out.push_str("# TYPE webhook_ingress_rejected_total counter\n");
+        for (reason, n) in &f.rejected {
+            let _ = writeln!(
+                out,
+                "webhook_ingress_rejected_total{{reason=\"{reason}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP webhook_ingress_database_errors_total Deliveries not stored because of the database, by SQLSTATE (unreachable: no answer).\n");
+        out.push_str("# TYPE webhook_ingress_database_errors_total counter\n");
+        for (code, n) in &f.database_errors {
+            let _ = writeln!(
+                out,
+                "webhook_ingress_database_errors_total{{code=\"{}\"}} {n}",
+                label(code)
+            );
+        }
+        for (name, help, value) in [
+            (
+                "pool_max",
+                "Database connections the ingress may hold.",
+                pool.max,
+            ),
+            ("pool_open", "Database connections open.", pool.open),
+            (
+                "pool_in_use",
+                "Database connections lent to requests.",
+                pool.in_use,
+            ),
+            (
+                "pool_waiting",
+                "Requests waiting for a database connection.",
+                pool.waiting,
+            ),
+            ("in_flight", "Requests being answered.", in_flight),
+        ] {
+            let _ = writeln!(out, "# HELP webhook_ingress_{name} {help}");
+            let _ = writeln!(out, "# TYPE webhook_ingress_{name} gauge");
+            let _ = writeln!(out, "webhook_ingress_{name} {value}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_histograms_and_gauges() {
+        let m = Metrics::default();
+        m.answered("stripe", 200, Duration::from_millis(3));
+        m.answered("stripe", 200, Duration::from_millis(30));
+        m.rejected("rate_limited");
+        m.pool_wait(Duration::from_micros(10));
+        let text = m.render(
+            PoolGauges {
+                max: 8,
+                open: 2,
+                in_use: 1,
+                waiting: 0,
+            },
+            1,
+        );
+        assert!(
+            text.contains("webhook_ingress_requests_total{provider=\"stripe\",code=\"200\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("webhook_ingress_request_duration_seconds_bucket{provider=\"stripe\",le=\"0.005\"} 1"), "{text}");
+        assert!(
+            text.contains("webhook_ingress_request_duration_seconds_count{provider=\"stripe\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("webhook_ingress_pool_wait_seconds_bucket{le=\"0.001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("webhook_ingress_rejected_total{reason=\"rate_limited\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("webhook_ingress_pool_max 8"), "{text}");
+    }
+}

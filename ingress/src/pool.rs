@@ -1,0 +1,188 @@
+//! The database connections: never more than `--connections`, each kept
+//! open between deliveries with `webhook_receive` prepared on it. A
+//! request waits for one in a queue bounded in length (`--queue`) and in
+//! time (`--pool-timeout`); past either it is answered 503 at once, so a
+//! burst larger than the database can take queues in the providers'
+//! retries, not in this process's memory.
+//!
+//! A connection broken by a restart or a failover is dropped the moment it
+//! fails (or is found closed when taken from the idle list), and the next
+//! request opens a new one: with several hosts in the connection string
+//! and `target_session_attrs=read-write`, on whichever is the primary now.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_postgres::{Client, NoTls, Statement};
+
+/// The one statement a delivery runs: verified, archived and queued, or
+/// refused, in one call that commits on its own (autocommit), so that the
+/// answer goes out after the delivery is stored. `inbox => true`: queued
+/// whatever the registry says, since only inbox providers are routed here
+/// (a provider switched to claim mode since the last read of the registry
+/// is still stored, never lost).
+const RECEIVE: &str = "SELECT status, http_status, reason, response, response_type
+                         FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true,
+                                              url => $4, traceparent => $5)";
+
+/// An open connection and its prepared statement.
+pub struct Conn {
+    pub client: Client,
+    pub receive: Statement,
+}
+
+/// Why no connection was lent.
+#[derive(Debug)]
+pub enum Unavailable {
+    /// Every connection stayed in use for the pool's timeout, or the queue
+    /// was full.
+    Busy(&'static str),
+    /// None could be opened.
+    Database(tokio_postgres::Error),
+}
+
+pub struct Pool {
+    config: tokio_postgres::Config,
+    permits: Arc<Semaphore>,
+    idle: Mutex<Vec<Conn>>,
+    timeout: Duration,
+    queue: usize,
+    waiting: AtomicUsize,
+    /// Connections open now (idle or lent).
+    open: Arc<AtomicUsize>,
+    pub size: usize,
+}
+
+impl Pool {
+    pub fn new(
+        config: tokio_postgres::Config,
+        size: usize,
+        timeout: Duration,
+        queue: usize,
+    ) -> Self {
+        Pool {
+            config,
+            permits: Arc::new(Semaphore::new(size)),
+            idle: Mutex::new(Vec::new()),
+            timeout,
+            queue,
+            waiting: AtomicUsize::new(0),
+            open: Arc::new(AtomicUsize::new(0)),
+            size,
+        }
+    }
+
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    pub fn in_use(&self) -> usize {
+        self.size - self.permits.available_permits()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// A connection, and how long the request waited for its turn.
+    pub async fn get(self: &Arc<Self>) -> Result<(Lent, Duration), Unavailable> {
+        let started = Instant::now();
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.queue {
+                    self.waiting.fetch_sub(1, Ordering::Relaxed);
+                    return Err(Unavailable::Busy("queue_full"));
+                }
+                let permit =
+                    tokio::time::timeout(self.timeout, self.permits.clone().acquire_owned()).await;
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                match permit {
+                    Ok(Ok(permit)) => permit,
+                    _ => return Err(Unavailable::Busy("pool_timeout")),
+                }
+            }
+        };
+        let waited = started.elapsed();
+        let reused = {
+            let mut idle = self.idle.lock().expect("the pool's lock");
+            std::iter::from_fn(|| idle.pop()).find(|conn| {
+                let alive = !conn.client.is_closed();
+                if !alive {
+                    self.open.fetch_sub(1, Ordering::Relaxed);
+                }
+                alive
+            })
+        };
+        let conn = match reused {
+            Some(conn) => conn,
+            None => self.connect().await.map_err(Unavailable::Database)?,
+        };
+        Ok((
+            Lent {
+                conn: Some(conn),
+                pool: Arc::clone(self),
+                _permit: permit,
+            },
+            waited,
+        ))
+    }
+
+    async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
+        let (client, connection) = self.config.connect(NoTls).await?;
+        let open = Arc::clone(&self.open);
+        open.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let prepared = async {
+            client
+                .batch_execute("SET application_name = 'webhook-ingress'")
+                .await?;
+            client.prepare(RECEIVE).await
+        }
+        .await;
+        match prepared {
+            Ok(receive) => Ok(Conn { client, receive }),
+            Err(err) => {
+                open.fetch_sub(1, Ordering::Relaxed);
+                Err(err)
+            }
+        }
+    }
+}
+
+/// A connection lent to one request; back to the idle list when it ends,
+/// unless it broke or the request gave it up (`discard`).
+pub struct Lent {
+    conn: Option<Conn>,
+    pool: Arc<Pool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Lent {
+    pub fn conn(&self) -> &Conn {
+        self.conn.as_ref().expect("a lent connection holds one")
+    }
+
+    /// Close it instead of keeping it: it failed in a way that leaves its
+    /// state unknown.
+    pub fn discard(mut self) {
+        if self.conn.take().is_some() {
+            self.pool.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if conn.client.is_closed() {
+                self.pool.open.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                self.pool.idle.lock().expect("the pool's lock").push(conn);
+            }
+        }
+    }
+}
