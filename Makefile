@@ -56,8 +56,9 @@ SCALE_SUITES := $(basename $(notdir $(wildcard tests/scale_*.rs)))
 # standbys of its own: `make failover-test`; tests/update_under_traffic.rs
 # updates the extension under traffic: `make update-test`;
 # tests/major_upgrade.rs runs two majors: `make major-upgrade-test`;
-# tests/soak.rs needs pg_cron: `make soak`.
-CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover update_under_traffic major_upgrade soak,$(basename $(notdir $(wildcard tests/*.rs))))
+# tests/soak.rs needs pg_cron: `make soak`; tests/ingress.rs restarts its
+# server under the HTTP front door: `make ingress-test`.
+CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failover update_under_traffic major_upgrade soak ingress,$(basename $(notdir $(wildcard tests/*.rs))))
 # The client suites that apply to the portable edition as well, run again
 # against it by `make test-portable`. Those that do not: upgrade and
 # dump_restore take the compiled extension through its releases and
@@ -65,7 +66,7 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failov
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
 .PHONY: all setup build bench-ab deb deb-major deb-test install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
-        package package-major package-test examples-test observability-test console-test bench demo console clean
+        package package-major package-test examples-test observability-test console-test ingress-test bench demo console ingress clean
 
 all: build
 
@@ -119,6 +120,7 @@ test:
 	$(MAKE) --no-print-directory hardening
 	$(MAKE) --no-print-directory observability-test
 	$(MAKE) --no-print-directory console-test
+	$(MAKE) --no-print-directory ingress-test
 	$(MAKE) --no-print-directory failover-test
 	$(MAKE) --no-print-directory update-test
 	$(MAKE) --no-print-directory reinstall-test
@@ -317,6 +319,21 @@ observability-test: install
 console-test: install
 	.ci/console-test $(STATE_DIR)/console $(call port,7)
 
+# The HTTP front door (ingress/): its own tests, then the real binary in
+# front of a server of its own (tests/ingress.rs restarts it), with the
+# matrix of every scheme signed for the URL it is reached at.
+ingress-test: install
+	@mkdir -p $(STATE_DIR)/ingress
+	$(CARGO) test --quiet -p webhook-ingress
+	$(CARGO) build --quiet -p webhook-ingress
+	SCHEME_MATRIX=$(STATE_DIR)/ingress/scheme-matrix.jsonl SCHEME_MATRIX_URL='https://hooks.example.com/webhooks/{scheme}' \
+		PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib $(PG_FEATURES) --features pg_test \
+		schemes::genuine::tests::matrix_of_every_scheme -- --exact
+	$(CARGO) test $(CLIENT_FEATURES) --no-run --test ingress
+	INGRESS_BIN=$(CURDIR)/target/debug/webhook-ingress SCHEME_MATRIX=$(STATE_DIR)/ingress/scheme-matrix.jsonl \
+		.ci/pg-temp run $(STATE_DIR)/ingress/pg $(call port,400) -- \
+		$(CARGO) test $(CLIENT_FEATURES) --test ingress -- --nocapture
+
 # The intake tier (PL/Proxy, PostgreSQL 15 only): seven servers at
 # TEST_PORT_BASE + 500 + 10 × major and the six ports above it.
 scale-test: install
@@ -355,6 +372,17 @@ demo: install-release
 # The web console against the database given (PGHOST…, DATABASE_URL), or
 # against the demo's throwaway server, with the demo's event in it:
 # http://127.0.0.1:8480/ until Ctrl-C.
+# The HTTP front door on the demo database (or yours, given PGHOST or
+# DATABASE_URL): a signed delivery sent to it with curl, then it serves.
+ingress: install-release
+	$(CARGO) build --release -p webhook-ingress
+	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \
+		INGRESS_BIN=$(CURDIR)/target/release/webhook-ingress examples/ingress.sh; \
+	else \
+		.ci/pg-temp run $(STATE_DIR)/demo-pg $(call port,5) -- \
+			env INGRESS_BIN=$(CURDIR)/target/release/webhook-ingress examples/ingress.sh; \
+	fi
+
 console: install-release
 	$(CARGO) build --release -p webhook-console
 	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \

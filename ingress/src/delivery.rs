@@ -148,6 +148,7 @@ async fn take(
                 ),
             )
         }
+        Route::Unreadable => return unavailable("registry_unread"),
         Route::Unknown => {
             return rejected(
                 app,
@@ -225,7 +226,7 @@ fn too_large(app: &App) -> Outcome {
 /// when the name is not known and the last read is over a second old.
 async fn route(app: &Arc<App>, provider: &str) -> Route {
     let known = app.providers.route(provider);
-    let unknown = matches!(known, Route::Unknown);
+    let unknown = matches!(known, Route::Unknown | Route::Unreadable);
     if app.providers.take_turn_to_read(unknown) {
         match app.pool.get().await {
             Ok((lent, _)) => {

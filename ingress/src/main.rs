@@ -101,7 +101,8 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
             return not_ready(format!("no free connection ({why})"))
         }
         Err(pool::Unavailable::Database(err)) => {
-            return not_ready(format!("database unreachable: {}", away::message(&err)))
+            app.providers.unread();
+            return not_ready(format!("database unreachable: {}", away::message(&err)));
         }
     };
     if let Err(err) = app.providers.read(&lent.conn().client).await {

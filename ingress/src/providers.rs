@@ -25,6 +25,10 @@ pub enum Route {
     Inbox,
     ClaimMode,
     Unknown,
+    /// Not known, and the registry could not be read the last time it was
+    /// tried: not a refusal to make, for the provider may well be
+    /// registered (503, and the provider retries).
+    Unreadable,
 }
 
 pub struct Providers {
@@ -35,6 +39,8 @@ pub struct Providers {
 struct Known {
     providers: Arc<HashMap<String, Provider>>,
     read_at: Option<Instant>,
+    /// Whether the last read succeeded.
+    read_ok: bool,
 }
 
 /// The least time between two reads of the registry.
@@ -49,6 +55,7 @@ impl Providers {
             known: Mutex::new(Known {
                 providers: Arc::new(HashMap::new()),
                 read_at: None,
+                read_ok: false,
             }),
             refresh,
         }
@@ -60,12 +67,19 @@ impl Providers {
 
     /// Read the registry from `client`.
     pub async fn read(&self, client: &tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
-        let rows = client
+        let read = client
             .query(
                 "SELECT provider, scheme, inbox FROM webhook_receivable_providers()",
                 &[],
             )
-            .await?;
+            .await;
+        let rows = match read {
+            Ok(rows) => rows,
+            Err(err) => {
+                self.unread();
+                return Err(err);
+            }
+        };
         let providers = rows
             .iter()
             .map(|row| {
@@ -81,7 +95,13 @@ impl Providers {
         let mut known = self.known.lock().expect("the providers' lock");
         known.providers = Arc::new(providers);
         known.read_at = Some(Instant::now());
+        known.read_ok = true;
         Ok(())
+    }
+
+    /// A read could not be made (no connection, or the query failed).
+    pub fn unread(&self) {
+        self.known.lock().expect("the providers' lock").read_ok = false;
     }
 
     /// Whether this caller should read the registry now: its refresh
@@ -101,10 +121,12 @@ impl Providers {
     }
 
     pub fn route(&self, name: &str) -> Route {
-        match self.all().get(name) {
+        let known = self.known.lock().expect("the providers' lock");
+        match known.providers.get(name) {
             Some(p) if p.inbox => Route::Inbox,
             Some(_) => Route::ClaimMode,
-            None => Route::Unknown,
+            None if known.read_ok => Route::Unknown,
+            None => Route::Unreadable,
         }
     }
 }

@@ -1,0 +1,965 @@
+#![cfg(feature = "client-tests")]
+//! webhook-ingress, the HTTP front door, as teams run it: the real binary
+//! (INGRESS_BIN) on loopback in front of a real server, connected as an
+//! application role granted with webhook_grant_app, sent real HTTP.
+//!
+//! Every scheme of the catalog through it (the scheme matrix, signed for
+//! https://hooks.example.com/webhooks/<scheme>: every change a sender can
+//! make, answered exactly as webhook_receive answers it directly),
+//! handshakes, bodies too large or too slow, a database restart and an
+//! immediate stop under a storm of retrying senders, pool exhaustion, the
+//! rate limit, graceful shutdown, health, readiness and metrics.
+//!
+//! `make ingress-test` runs it on a server of its own (it restarts it).
+
+mod common;
+
+use common::*;
+use postgres::Client;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const APP: &str = "ingress_app";
+const PUBLIC_URL: &str = "https://hooks.example.com";
+const SECRET: &str = "ingress-secret";
+
+// ---------------------------------------------------------------------------
+// The ingress process.
+
+struct Ingress {
+    child: Child,
+    addr: SocketAddr,
+    log: std::path::PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The connection string of the application role to `db`.
+fn app_conninfo(db: &str) -> String {
+    format!(
+        "host={} port={} dbname={db} user={APP}",
+        std::env::var("PGHOST").unwrap_or_else(|_| "127.0.0.1".into()),
+        std::env::var("PGPORT").unwrap_or_else(|_| "5432".into()),
+    )
+}
+
+impl Ingress {
+    /// Start it on a free port with these settings (beyond the database,
+    /// the public URL and the /webhooks prefix), and wait for /healthz.
+    fn start(db: &str, args: &[&str]) -> Ingress {
+        Self::start_with(&app_conninfo(db), args)
+    }
+
+    fn start_with(conninfo: &str, args: &[&str]) -> Ingress {
+        let bin = std::env::var("INGRESS_BIN")
+            .expect("INGRESS_BIN names the webhook-ingress binary (make ingress-test sets it)");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = std::env::temp_dir().join(format!("ingress-{}.log", addr.port()));
+        let child = Command::new(bin)
+            .args(["--listen", &addr.to_string(), "--database", conninfo])
+            .args(["--public-url", PUBLIC_URL, "--prefix", "/webhooks"])
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start webhook-ingress");
+        let mut ingress = Ingress { child, addr, log };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = ingress.get("/healthz") {
+                assert_eq!(r.status, 200);
+                break;
+            }
+            if let Some(status) = ingress.child.try_wait().unwrap() {
+                panic!("webhook-ingress exited {status}: {}", ingress.logs());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "webhook-ingress did not start: {}",
+                ingress.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ingress
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn get(&self, path: &str) -> std::io::Result<Answer> {
+        http(self.addr, "GET", path, &[], b"")
+    }
+
+    fn post(&self, path: &str, headers: &[(String, String)], body: &[u8]) -> Answer {
+        http(self.addr, "POST", path, headers, body)
+            .unwrap_or_else(|e| panic!("POST {path}: {e}\n{}", self.logs()))
+    }
+
+    fn metrics(&self) -> String {
+        String::from_utf8(self.get("/metrics").unwrap().body).unwrap()
+    }
+
+    /// SIGTERM, as systemd stops it.
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "webhook-ingress did not exit: {}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Ingress {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP/1.1, by hand: the tests need to send a body slowly, or declare one
+// larger than they send, which a client library does not let one do.
+
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+fn request_head(method: &str, path: &str, headers: &[(String, String)], length: usize) -> Vec<u8> {
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: ingress.test\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {length}\r\n\r\n"));
+    head.into_bytes()
+}
+
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> std::io::Result<Answer> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut request = request_head(method, path, headers, body.len());
+    request.extend_from_slice(body);
+    stream.write_all(&request)?;
+    read_answer(&mut stream)
+}
+
+fn read_answer(stream: &mut TcpStream) -> std::io::Result<Answer> {
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| {
+            std::io::Error::other(format!("no answer: {:?}", String::from_utf8_lossy(&raw)))
+        })?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no status line: {head}")))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok(Answer {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    })
+}
+
+fn header_list(headers: &Value) -> Vec<(String, String)> {
+    headers
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Databases.
+
+/// A fresh database with the extension, the application role granted, and
+/// a GitHub-scheme provider `gh` in inbox mode.
+fn prepare(name: &str) -> Client {
+    let mut db = empty_database(name);
+    db.batch_execute("CREATE EXTENSION pg_webhook_inbox")
+        .unwrap();
+    ensure_role(&mut db, APP, true);
+    db.batch_execute(&format!(
+        "SELECT webhook_grant_app('{APP}');
+         SELECT webhook_register_provider('gh', secret => '{SECRET}', scheme => 'github', inbox => true);"
+    ))
+    .unwrap();
+    db
+}
+
+/// A GitHub delivery of `event_id`, signed.
+fn github(event_id: &str) -> (Vec<(String, String)>, Vec<u8>) {
+    let body = format!(r#"{{"id":"{event_id}","action":"opened","n":1}}"#);
+    let headers = sign::github(event_id, "issues", &body, SECRET);
+    (header_list(&headers), body.into_bytes())
+}
+
+fn stored(db: &mut Client, provider: &str) -> i64 {
+    db.query_one(
+        "SELECT count(*) FROM webhook.events WHERE provider = $1",
+        &[&provider],
+    )
+    .unwrap()
+    .get(0)
+}
+
+// ---------------------------------------------------------------------------
+
+/// Every delivery of the scheme matrix, through the ingress and straight
+/// into webhook_receive on a twin database: the same status and reason
+/// each time; the genuine delivery stored once and queued, its copy a
+/// duplicate, a tampered one refused 401 with nothing stored.
+#[test]
+fn every_scheme_of_the_catalog_through_the_ingress_as_webhook_receive_answers() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut front = prepare("ingress_matrix");
+    let mut twin = prepare("ingress_matrix_twin");
+    let now = sign::now();
+    let mut registered = std::collections::HashSet::new();
+    let lines = scheme_matrix();
+    for line in &lines {
+        let scheme = line["scheme"].as_str().unwrap();
+        let provider = scheme.split(';').next().unwrap().to_string();
+        if !registered.insert(provider.clone()) {
+            continue;
+        }
+        let elapsed = now - line["at"].as_i64().unwrap();
+        let tolerance = line["tolerance"]
+            .as_i64()
+            .map(|t| format!("make_interval(secs => {})", t + elapsed + 600))
+            .unwrap_or_else(|| "NULL".into());
+        let source = |key: &str| match line[key].as_str() {
+            Some(s) => format!("'{}'", s.replace('\'', "''")),
+            None => "NULL".into(),
+        };
+        let sql = format!(
+            "SELECT webhook_register_provider('{provider}', secret => '{}', scheme => '{}', \
+             tolerance => {tolerance}, event_id_from => {}, event_type_from => {}, inbox => true)",
+            line["secret"].as_str().unwrap().replace('\'', "''"),
+            scheme.replace('\'', "''"),
+            source("event_id_from"),
+            source("event_type_from"),
+        );
+        front.batch_execute(&sql).unwrap();
+        twin.batch_execute(&sql).unwrap();
+    }
+    // A claim-mode provider: refused by the ingress, nothing stored.
+    front
+        .batch_execute(&format!(
+            "SELECT webhook_register_provider('claimed', secret => '{SECRET}', scheme => 'github', inbox => false)"
+        ))
+        .unwrap();
+    let ingress = Ingress::start("ingress_matrix", &[]);
+    let mut direct = connect_as("ingress_matrix_twin", APP);
+
+    let mut per_scheme: HashMap<String, Vec<(String, u16)>> = HashMap::new();
+    for line in &lines {
+        let provider = line["scheme"].as_str().unwrap().split(';').next().unwrap();
+        let change = line["change"].as_str().unwrap();
+        let body = hex::decode(line["body"].as_str().unwrap()).unwrap();
+        let url = line["url"].as_str();
+        let through = ingress.post(
+            &format!("/webhooks/{provider}"),
+            &header_list(&line["headers"]),
+            &body,
+        );
+        let row = direct
+            .query_one(
+                "SELECT status, http_status, reason FROM webhook_receive($1, $2::text::jsonb, $3::bytea,
+                        inbox => true, url => $4)",
+                &[&provider, &line["headers"].to_string(), &body, &url],
+            )
+            .unwrap();
+        let expected = (
+            row.get::<_, String>(0),
+            row.get::<_, i32>(1) as u16,
+            row.get::<_, String>(2),
+        );
+        let got = through.json();
+        assert_eq!(
+            (
+                got["status"].as_str().unwrap_or("").to_string(),
+                through.status,
+                got["reason"].as_str().unwrap_or("").to_string()
+            ),
+            expected,
+            "{provider}, {change}: through the ingress vs webhook_receive\n{}",
+            ingress.logs()
+        );
+        per_scheme
+            .entry(provider.to_string())
+            .or_default()
+            .push((change.to_string(), through.status));
+    }
+    assert!(
+        per_scheme.len() >= 20,
+        "the catalog's schemes: {}",
+        per_scheme.len()
+    );
+    for (provider, answers) in &per_scheme {
+        let of = |change: &str| answers.iter().find(|(c, _)| c == change).map(|(_, s)| *s);
+        assert!(
+            of("the genuine delivery").is_some_and(|s| (200..300).contains(&s)),
+            "{provider}: {answers:?}"
+        );
+        assert!(
+            of("the same delivery again").is_some_and(|s| (200..300).contains(&s)),
+            "{provider}: {answers:?}"
+        );
+        assert_eq!(of("a tampered signature"), Some(401), "{provider}");
+        // Stored once and queued: one event, one inbox row, whatever the
+        // changes that were refused or answered as duplicates.
+        let queued: i64 = front
+            .query_one(
+                "SELECT count(*) FROM webhook.inbox WHERE provider = $1 AND event_id = 'evt-genuine'",
+                &[provider],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(queued, 1, "{provider}: queued once");
+    }
+    assert_eq!(
+        count(&mut front, "SELECT count(*) FROM webhook.events"),
+        count(&mut twin, "SELECT count(*) FROM webhook.events"),
+        "the same events stored"
+    );
+
+    let (headers, body) = github("claimed-1");
+    let refused = ingress.post("/webhooks/claimed", &headers, &body);
+    assert_eq!(refused.status, 404);
+    assert_eq!(
+        refused.json()["status"],
+        "claim_mode",
+        "{:?}",
+        refused.json()
+    );
+    assert!(refused.json()["reason"]
+        .as_str()
+        .unwrap()
+        .contains("inbox => true"));
+    let unknown = ingress.post("/webhooks/nobody", &headers, &body);
+    assert_eq!(
+        (unknown.status, unknown.json()["status"].clone()),
+        (404, json!("unknown_provider"))
+    );
+    assert_eq!(stored(&mut front, "claimed"), 0);
+
+    // A provider registered after the ingress started is served at once.
+    front
+        .batch_execute(&format!(
+            "SELECT webhook_register_provider('late', secret => '{SECRET}', scheme => 'github', inbox => true)"
+        ))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let (headers, body) = github("late-1");
+    assert_eq!(ingress.post("/webhooks/late", &headers, &body).status, 200);
+    assert_eq!(stored(&mut front, "late"), 1);
+}
+
+/// Endpoint checks are answered with exactly the body and content type
+/// their provider expects.
+#[test]
+fn handshakes_are_answered_as_their_providers_expect() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_handshakes");
+    db.batch_execute(&format!(
+        "SELECT webhook_register_provider('slack', secret => '{SECRET}', scheme => 'slack', inbox => true);
+         SELECT webhook_register_provider('zoom', secret => '{SECRET}', scheme => 'zoom', inbox => true,
+                                          event_id_from => 'body:event_ts', event_type_from => 'body:event');"
+    ))
+    .unwrap();
+    let ingress = Ingress::start("ingress_handshakes", &[]);
+    let ts = sign::now().to_string();
+    let signed = |prefix_header: &str, body: &str| {
+        let sig = hex::encode(sign::hmac_sha256(
+            SECRET.as_bytes(),
+            &[format!("v0:{ts}:").as_bytes(), body.as_bytes()],
+        ));
+        (sig, prefix_header.to_string())
+    };
+
+    let body = r#"{"token":"x","challenge":"c-123","type":"url_verification"}"#;
+    let (sig, _) = signed("slack", body);
+    let answer = ingress.post(
+        "/webhooks/slack",
+        &[
+            ("X-Slack-Request-Timestamp".into(), ts.clone()),
+            ("X-Slack-Signature".into(), format!("v0={sig}")),
+        ],
+        body.as_bytes(),
+    );
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    assert_eq!(answer.json(), json!({ "challenge": "c-123" }));
+
+    let body =
+        r#"{"event":"endpoint.url_validation","payload":{"plainToken":"pt-9"},"event_ts":1}"#;
+    let (sig, _) = signed("zoom", body);
+    let answer = ingress.post(
+        "/webhooks/zoom",
+        &[
+            ("x-zm-request-timestamp".into(), ts.clone()),
+            ("x-zm-signature".into(), format!("v0={sig}")),
+        ],
+        body.as_bytes(),
+    );
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let expected = hex::encode(sign::hmac_sha256(SECRET.as_bytes(), &[b"pt-9"]));
+    assert_eq!(
+        answer.json(),
+        json!({ "plainToken": "pt-9", "encryptedToken": expected })
+    );
+    // A forged check is refused like any forged delivery.
+    let answer = ingress.post(
+        "/webhooks/zoom",
+        &[
+            ("x-zm-request-timestamp".into(), ts),
+            ("x-zm-signature".into(), "v0=00".into()),
+        ],
+        body.as_bytes(),
+    );
+    assert_eq!(answer.status, 401);
+}
+
+/// A body declared too large is refused before it is sent; one sent too
+/// large without a length, and one sent too slowly, are refused too;
+/// nothing of them is stored and the ingress goes on serving.
+#[test]
+fn oversized_and_slow_bodies_are_refused_before_the_database() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_bodies");
+    let ingress = Ingress::start(
+        "ingress_bodies",
+        &["--max-body", "4096", "--read-timeout", "1"],
+    );
+    let (headers, _) = github("big-1");
+
+    // Declared: answered without a byte of the body sent.
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(ingress.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(&request_head(
+            "POST",
+            "/webhooks/gh",
+            &headers,
+            10 * 1024 * 1024,
+        ))
+        .unwrap();
+    let answer = read_answer(&mut stream).unwrap();
+    assert_eq!(answer.status, 413, "{answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Chunked, no length: refused once past the limit.
+    let mut stream = TcpStream::connect(ingress.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = String::from("POST /webhooks/gh HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n");
+    for (k, v) in &headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let chunk = vec![b'a'; 1024];
+    for _ in 0..8 {
+        if stream
+            .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .and_then(|_| stream.write_all(&chunk))
+            .and_then(|_| stream.write_all(b"\r\n"))
+            .is_err()
+        {
+            break;
+        }
+    }
+    let _ = stream.write_all(b"0\r\n\r\n");
+    assert_eq!(read_answer(&mut stream).unwrap().status, 413);
+
+    // Slow: half the body, then nothing for longer than --read-timeout.
+    let (headers, body) = github("slow-1");
+    let mut stream = TcpStream::connect(ingress.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(&request_head("POST", "/webhooks/gh", &headers, body.len()))
+        .unwrap();
+    stream.write_all(&body[..body.len() / 2]).unwrap();
+    let started = Instant::now();
+    let answer = read_answer(&mut stream).unwrap();
+    assert_eq!(answer.status, 408, "{answer:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    assert_eq!(stored(&mut db, "gh"), 0, "nothing stored");
+    let metrics = ingress.metrics();
+    assert!(
+        metrics.contains("webhook_ingress_rejected_total{reason=\"too_large\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("webhook_ingress_rejected_total{reason=\"slow_body\"} 1"),
+        "{metrics}"
+    );
+    let (headers, body) = github("after-1");
+    assert_eq!(ingress.post("/webhooks/gh", &headers, &body).status, 200);
+    assert_eq!(stored(&mut db, "gh"), 1);
+}
+
+/// Senders deliver distinct events and retry each until it is answered
+/// 2xx (as providers do), while the database is stopped immediately and
+/// started again, twice. Afterwards: every event stored exactly once and
+/// queued once, nothing answered 2xx that is not stored, and the answers
+/// while it was away were 503 with Retry-After.
+#[test]
+fn a_database_restart_under_a_storm_loses_and_doubles_nothing() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_storm");
+    let ingress = Arc::new(Ingress::start(
+        "ingress_storm",
+        &["--connections", "4", "--request-timeout", "2"],
+    ));
+    const SENDERS: usize = 6;
+    const EACH: usize = 60;
+    let answers: Arc<Mutex<HashMap<u16, usize>>> = Arc::default();
+    let retry_after_missing = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|s| {
+            let ingress = Arc::clone(&ingress);
+            let answers = Arc::clone(&answers);
+            let retry_after_missing = Arc::clone(&retry_after_missing);
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    let (headers, body) = github(&format!("storm-{s}-{i}"));
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    loop {
+                        assert!(Instant::now() < deadline, "storm-{s}-{i} never stored");
+                        let status =
+                            match http(ingress.addr, "POST", "/webhooks/gh", &headers, &body) {
+                                Ok(a) => {
+                                    if a.status == 503 && a.header("retry-after").is_none() {
+                                        retry_after_missing.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    a.status
+                                }
+                                Err(_) => 0,
+                            };
+                        *answers.lock().unwrap().entry(status).or_default() += 1;
+                        if (200..300).contains(&status) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // A stop shorter than a request's deadline is ridden out (the
+    // requests wait for the database); a longer one is answered 503.
+    for down in [Duration::from_millis(800), Duration::from_millis(3500)] {
+        let before = done.load(Ordering::Relaxed);
+        wait_for("deliveries before the stop", || {
+            done.load(Ordering::Relaxed) >= before + 30
+        });
+        crash_server();
+        std::thread::sleep(down);
+        start_server();
+    }
+    for s in senders {
+        s.join().unwrap();
+    }
+    let mut db_again = connect("ingress_storm");
+    let events = stored(&mut db_again, "gh");
+    let queued = count(
+        &mut db_again,
+        "SELECT count(*) FROM webhook.inbox WHERE provider = 'gh'",
+    );
+    let distinct = count(
+        &mut db_again,
+        "SELECT count(DISTINCT event_id) FROM webhook.events WHERE provider = 'gh'",
+    );
+    let answers = answers.lock().unwrap().clone();
+    eprintln!(
+        "storm: {} events sent, answers by status {answers:?}",
+        SENDERS * EACH
+    );
+    assert_eq!(events, (SENDERS * EACH) as i64, "every event stored");
+    assert_eq!(distinct, events, "none doubled");
+    assert_eq!(queued, events, "each queued once");
+    assert!(
+        answers.get(&503).copied().unwrap_or(0) > 0,
+        "the stops were seen: {answers:?}"
+    );
+    assert_eq!(
+        retry_after_missing.load(Ordering::Relaxed),
+        0,
+        "every 503 says when to retry"
+    );
+    assert!(
+        !answers.keys().any(|s| *s >= 500 && *s != 503),
+        "no other 5xx: {answers:?}"
+    );
+    let _ = &mut db;
+}
+
+/// One connection, held by a delivery waiting on its event's lock: the
+/// next request waits its turn and is answered 503 when the pool's timeout
+/// passes, one more than the queue holds at once; when the lock goes,
+/// everything is served again.
+#[test]
+fn pool_exhaustion_is_answered_503_and_recovers() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_pool");
+    let ingress = Arc::new(Ingress::start(
+        "ingress_pool",
+        &[
+            "--connections",
+            "1",
+            "--pool-timeout",
+            "0.5",
+            "--queue",
+            "1",
+            "--request-timeout",
+            "20",
+        ],
+    ));
+    // Another session holds the event's lock: webhook_enqueue of the same
+    // event in a transaction left open.
+    let mut holder = connect("ingress_pool");
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT webhook_enqueue('gh', 'held-1', 'issues', '{}'::jsonb)",
+        &[],
+    )
+    .unwrap();
+    let blocked = {
+        let ingress = Arc::clone(&ingress);
+        std::thread::spawn(move || {
+            let (headers, body) = github("held-1");
+            ingress.post("/webhooks/gh", &headers, &body)
+        })
+    };
+    wait_for("the delivery to hold the one connection", || {
+        ingress.metrics().contains("webhook_ingress_pool_in_use 1")
+            && count(
+                &mut db,
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
+            ) == 1
+    });
+    let queued = {
+        let ingress = Arc::clone(&ingress);
+        std::thread::spawn(move || {
+            let (headers, body) = github("queued-1");
+            let started = Instant::now();
+            (
+                ingress.post("/webhooks/gh", &headers, &body),
+                started.elapsed(),
+            )
+        })
+    };
+    wait_for("a request waiting in the queue", || {
+        ingress.metrics().contains("webhook_ingress_pool_waiting 1")
+    });
+    let (headers, body) = github("overflow-1");
+    let overflow = ingress.post("/webhooks/gh", &headers, &body);
+    assert_eq!(overflow.status, 503, "{overflow:?}");
+    assert!(overflow.header("retry-after").is_some());
+    let (answer, waited) = queued.join().unwrap();
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    tx.commit().unwrap();
+    let held = blocked.join().unwrap();
+    assert_eq!(held.status, 200, "{held:?}");
+    assert_eq!(held.json()["status"], "duplicate", "{:?}", held.json());
+    for id in ["queued-1", "overflow-1"] {
+        let (headers, body) = github(id);
+        assert_eq!(
+            ingress.post("/webhooks/gh", &headers, &body).status,
+            200,
+            "{id} on retry"
+        );
+    }
+    let metrics = ingress.metrics();
+    assert!(
+        metrics.contains("webhook_ingress_rejected_total{reason=\"pool_timeout\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("webhook_ingress_rejected_total{reason=\"queue_full\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("webhook_ingress_pool_open 1"),
+        "never more than one: {metrics}"
+    );
+    assert_eq!(stored(&mut db, "gh"), 3);
+}
+
+/// The rate limit holds per source, before the database; the source
+/// behind a proxy is the proxy's last entry in the forwarded header.
+#[test]
+fn the_rate_limit_holds_per_source() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_rate");
+    let ingress = Ingress::start(
+        "ingress_rate",
+        &[
+            "--rate",
+            "2",
+            "--burst",
+            "4",
+            "--client-ip-header",
+            "X-Forwarded-For",
+        ],
+    );
+    let send = |id: &str, forwarded: &str| {
+        let (mut headers, body) = github(id);
+        headers.push(("X-Forwarded-For".into(), forwarded.into()));
+        ingress.post("/webhooks/gh", &headers, &body)
+    };
+    let mut statuses = Vec::new();
+    for i in 0..8 {
+        // The sender writes an address of its own in front: ignored.
+        statuses.push(send(&format!("a-{i}"), &format!("10.0.0.{i}, 203.0.113.1")).status);
+    }
+    assert_eq!(&statuses[..4], &[200, 200, 200, 200], "{statuses:?}");
+    assert!(
+        statuses[4..].iter().filter(|s| **s == 429).count() >= 3,
+        "{statuses:?}"
+    );
+    let limited = send("a-x", "203.0.113.1");
+    assert_eq!(limited.status, 429);
+    assert!(limited.header("retry-after").is_some());
+    assert_eq!(send("b-1", "203.0.113.2").status, 200, "another source");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        send("a-late", "203.0.113.1").status,
+        200,
+        "its rate came back"
+    );
+    let accepted = statuses.iter().filter(|s| **s == 200).count() as i64 + 2;
+    assert_eq!(
+        stored(&mut db, "gh"),
+        accepted,
+        "refused ones never reached the database"
+    );
+}
+
+/// SIGTERM while deliveries are in flight: they finish and are answered
+/// 200 and stored; the process stops taking new ones and exits 0.
+#[test]
+fn graceful_shutdown_finishes_what_is_in_flight() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_shutdown");
+    let mut ingress = Ingress::start(
+        "ingress_shutdown",
+        &["--connections", "4", "--request-timeout", "30"],
+    );
+    let addr = ingress.addr;
+    let mut holder = connect("ingress_shutdown");
+    let mut tx = holder.transaction().unwrap();
+    for i in 0..3 {
+        tx.execute(
+            "SELECT webhook_enqueue('gh', $1, 'issues', '{}'::jsonb)",
+            &[&format!("inflight-{i}")],
+        )
+        .unwrap();
+    }
+    let in_flight: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let (headers, body) = github(&format!("inflight-{i}"));
+                http(addr, "POST", "/webhooks/gh", &headers, &body)
+            })
+        })
+        .collect();
+    wait_for("three deliveries in flight", || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
+        ) == 3
+    });
+    ingress.terminate();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        ingress.child.try_wait().unwrap().is_none(),
+        "still finishing"
+    );
+    // Not ready any more: no new connection is accepted.
+    assert!(
+        http(addr, "GET", "/readyz", &[], b"").is_err(),
+        "the listener is closed"
+    );
+    tx.rollback().unwrap();
+    for t in in_flight {
+        let answer = t.join().unwrap().expect("answered");
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
+    let status = ingress.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status}: {}", ingress.logs());
+    assert_eq!(stored(&mut db, "gh"), 3);
+    assert!(ingress.logs().contains("\"event\":\"shutting_down\""));
+}
+
+/// /healthz, /readyz through a database stop, /metrics, the traceparent
+/// passed on to the event's worker, the log free of bodies and secrets,
+/// and a connection string listing a dead host first.
+#[test]
+fn health_readiness_metrics_logs_and_trace_context() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_ops");
+    // The first host refuses connections: the second one serves.
+    let conninfo = format!(
+        "host=127.0.0.1,{} port={},{} dbname=ingress_ops user={APP} connect_timeout=2",
+        std::env::var("PGHOST").unwrap_or_else(|_| "127.0.0.1".into()),
+        free_port(),
+        std::env::var("PGPORT").unwrap_or_else(|_| "5432".into()),
+    );
+    let ingress = Ingress::start_with(&conninfo, &["--access-log", "true"]);
+    let ready = ingress.get("/readyz").unwrap();
+    assert_eq!(
+        (ready.status, ready.json()["providers"].clone()),
+        (200, json!(1)),
+        "{ready:?}"
+    );
+
+    let (mut headers, body) = github("traced-1");
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    headers.push(("traceparent".into(), traceparent.into()));
+    assert_eq!(ingress.post("/webhooks/gh", &headers, &body).status, 200);
+    let mut worker = connect_as("ingress_ops", APP);
+    let leased = worker
+        .query_one(
+            "SELECT event_id, traceparent FROM webhook_next(1, provider => 'gh')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(leased.get::<_, String>(0), "traced-1");
+    let passed: Option<String> = leased.get(1);
+    assert!(
+        passed
+            .as_deref()
+            .is_some_and(|t| t.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-")),
+        "{passed:?}"
+    );
+
+    let metrics = ingress.metrics();
+    for expected in [
+        "webhook_ingress_requests_total{provider=\"gh\",code=\"200\"} 1",
+        "webhook_ingress_request_duration_seconds_count{provider=\"gh\"} 1",
+        "webhook_ingress_pool_wait_seconds_count 1",
+        "webhook_ingress_pool_max 8",
+    ] {
+        assert!(metrics.contains(expected), "{expected}\n{metrics}");
+    }
+
+    crash_server();
+    let not_ready = ingress.get("/readyz").unwrap();
+    start_server();
+    assert_eq!(not_ready.status, 503, "{not_ready:?}");
+    wait_for("ready again", || {
+        ingress.get("/readyz").is_ok_and(|r| r.status == 200)
+    });
+
+    let logs = ingress.logs();
+    for line in logs.lines() {
+        let entry: Value =
+            serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}"));
+        assert!(
+            entry["ts"].is_number() && entry["level"].is_string(),
+            "{line}"
+        );
+    }
+    let signature = headers
+        .iter()
+        .find(|(k, _)| k == "X-Hub-Signature-256")
+        .unwrap()
+        .1
+        .clone();
+    for secret_or_payload in [signature.as_str(), SECRET, "\"action\"", "opened"] {
+        assert!(
+            !logs.contains(secret_or_payload),
+            "{secret_or_payload} logged:\n{logs}"
+        );
+    }
+    assert!(
+        logs.contains("\"event\":\"delivery\""),
+        "the access log: {logs}"
+    );
+    let _ = &mut db;
+}
