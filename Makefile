@@ -353,7 +353,9 @@ examples-test: install
 # figures printed and written into docs/performance.md.
 BENCH_PG_OPTS ?= -c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min -c autovacuum=off
 bench: install-release
-	PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg $(call port,2) -- bench/run
+	$(CARGO) build --release --quiet -p webhook-ingress
+	BENCH_EXAMPLES_VENV=$(STATE_DIR)/examples/py-venv \
+		PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg $(call port,2) -- bench/run
 
 # A/B of the claim path: this build against BASELINE (a library file,
 # e.g. one saved from the installed build before a change); see bench/ab.

@@ -382,6 +382,49 @@ for cell, sync, base, goal, label in (
         )
 portable_table = "\n".join(portable_lines) if len(portable_lines) > 2 else ""
 
+# ingress.tsv: cell (direct, ingress), senders, round, deliveries per
+# second, deliveries, p50 ms, p99 ms.
+ingress_runs = rows("ingress.tsv")
+
+
+def ingress_median(cell, senders, column):
+    values = [num(r[column]) for r in ingress_runs if r[0] == cell and r[1] == senders]
+    return statistics.median(values) if values else None
+
+
+ingress_lines = [
+    "| concurrent senders | direct `webhook_receive` (deliveries/s) | through webhook-ingress | ingress × direct | "
+    "target | p50 / p99 direct (ms) | p50 / p99 through the ingress (ms) |",
+    "|---:|---:|---:|---:|---:|---:|---:|",
+]
+for senders in ("4", "16"):
+    direct_rate, front_rate = ingress_median("direct", senders, 3), ingress_median("ingress", senders, 3)
+    if not direct_rate or not front_rate:
+        continue
+    ingress_lines.append(
+        f"| {senders} | {fmt(direct_rate)} | {fmt(front_rate)} | {front_rate / direct_rate:.2f} | ≥ 0.8 | "
+        f"{ingress_median('direct', senders, 5):.1f} / {ingress_median('direct', senders, 6):.1f} | "
+        f"{ingress_median('ingress', senders, 5):.1f} / {ingress_median('ingress', senders, 6):.1f} |"
+    )
+examples_present = [c for c in ("python", "node", "rust") if any(r[0] == c for r in ingress_runs)]
+if len(ingress_lines) > 2 and examples_present:
+    ingress_lines += [
+        "",
+        "The example receivers' inbox endpoints (examples/, pools of 8 connections) under the same load, "
+        "deliveries/s (p99 ms):",
+        "",
+        "| concurrent senders | webhook-ingress | " + " | ".join(examples_present) + " |",
+        "|---:|---:|" + "---:|" * len(examples_present),
+    ]
+    for senders in ("4", "16"):
+        cells = [
+            f"{fmt(ingress_median(c, senders, 3))} ({ingress_median(c, senders, 6):.1f})"
+            if ingress_median(c, senders, 3) else ""
+            for c in ["ingress"] + examples_present
+        ]
+        ingress_lines.append(f"| {senders} | " + " | ".join(cells) + " |")
+ingress_table = "\n".join(ingress_lines) if len(ingress_lines) > 2 else ""
+
 machine = f"{os.cpu_count()} cores, {platform.machine()}, PostgreSQL {pg_version}; {settings}"
 rounds = max((len(v) for v in runs.values()), default=0)
 
@@ -404,6 +447,8 @@ print()
 print(tier_table)
 print()
 print(portable_table)
+print()
+print(ingress_table)
 
 if os.path.exists(doc):
     with open(doc) as f:
@@ -429,7 +474,12 @@ if os.path.exists(doc):
         f"delivery per call; see [scale-out.md](scale-out.md)):\n\n{tier_table}\n\n"
         f"**The portable edition** (bench/portable, in a database of its own, installed from its plain script; "
         f"see [managed.md](managed.md)):\n\n{portable_table}\n"
-        "<!-- figures:end -->"
+        + (f"\n**The HTTP front door** (bench/ingress: a new signed GitHub delivery per request, 1 kB, inbox mode, "
+           f"synchronous_commit off; wrk over loopback keep-alive connections against pgbench calling "
+           f"`webhook_receive` with the same deliveries, one connection per sender both ways; medians of "
+           f"{os.environ.get('BENCH_INGRESS_ROUNDS', '3')} interleaved rounds; see [ingress.md](ingress.md)):"
+           f"\n\n{ingress_table}\n" if ingress_table else "")
+        + "<!-- figures:end -->"
     )
     start, end = text.find("<!-- figures:start -->"), text.find("<!-- figures:end -->")
     if start >= 0 and end >= 0:

@@ -1,0 +1,43 @@
+-- wrk's side of bench/ingress: each connection's thread sends its own
+-- share of the pre-signed GitHub deliveries in the file given as the first
+-- argument (lines: delivery id, signature, body; tab-separated), one each,
+-- in order. Arguments: FILE THREADS.
+local deliveries = {}
+local next_one = 1
+local threads = {}
+
+function setup(thread)
+    thread:set("thread_id", #threads)
+    table.insert(threads, thread)
+end
+
+function init(args)
+    local file, nthreads = args[1], tonumber(args[2])
+    local i = 0
+    for line in io.lines(file) do
+        if i % nthreads == thread_id then
+            local delivery, signature, body = line:match("^([^\t]*)\t([^\t]*)\t(.*)$")
+            deliveries[#deliveries + 1] = wrk.format("POST", wrk.path, {
+                ["X-GitHub-Delivery"] = delivery,
+                ["X-GitHub-Event"] = "push",
+                ["X-Hub-Signature-256"] = signature,
+                ["Content-Type"] = "application/json",
+            }, body)
+        end
+        i = i + 1
+    end
+end
+
+function request()
+    local r = deliveries[next_one]
+    next_one = next_one + 1
+    -- Past the end: the last one again (a duplicate); bench/ingress checks
+    -- that no run got this far.
+    return r or deliveries[#deliveries]
+end
+
+function done(summary, latency, requests)
+    io.write(string.format("latency_ms\t%.3f\t%.3f\t%.3f\n",
+        latency:percentile(50) / 1000, latency:percentile(99) / 1000, latency.max / 1000))
+    io.write(string.format("non2xx\t%d\n", summary.errors.status))
+end
