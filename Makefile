@@ -270,7 +270,8 @@ package-major: setup
 
 # Debian packages (.ci/deb): postgresql-<major>-webhook-inbox for every
 # supported major, the proxy companion where PL/Proxy is packaged, the
-# console with its systemd unit; each checked by lintian. Beside them the
+# console and the ingress with their systemd units (.ci/deb-service); each
+# checked by lintian. Beside them the
 # PGXN zip and the portable edition's scripts (pg_tle and plain SQL, for
 # managed hosts) as a tarball; then SHA256SUMS over every release file in
 # $(PACKAGE_DIR).
@@ -278,7 +279,8 @@ deb: package
 	@for major in $(SUPPORTED_MAJORS); do \
 		env -u PG_CONFIG $(MAKE) --no-print-directory deb-major PG_MAJOR=$$major || exit 1; \
 	done
-	.ci/deb-console $(PACKAGE_DIR)
+	.ci/deb-service console $(PACKAGE_DIR)
+	.ci/deb-service ingress $(PACKAGE_DIR)
 	$(MAKE) --no-print-directory dist
 	rm -rf $(PACKAGE_DIR)/pg_webhook_inbox-portable-$(VERSION)
 	portable/build $(PACKAGE_DIR)/pg_webhook_inbox-portable-$(VERSION) >/dev/null
@@ -292,13 +294,14 @@ deb-major: setup
 
 # The packages as a DBA uses them, with apt, on Debian's PostgreSQL 15:
 # an upgrade from the last published release's package, the proxy, the
-# console's unit, removal keeping the data (.ci/deb-test). The earlier
+# console's and the ingress's units, removal keeping the data (.ci/deb-test). The earlier
 # release's package is built from the commit that published it.
 PREVIOUS_RELEASE := $(shell awk '!/^\#/ && NF == 3 { print $$1 }' sql/RELEASES | sort -V | tail -1)
 PREVIOUS_COMMIT := $(shell git log --format=%H -1 -S'$(PREVIOUS_RELEASE)  ' -- sql/RELEASES 2>/dev/null)
 deb-test:
 	$(MAKE) --no-print-directory deb-major PG_MAJOR=15
-	.ci/deb-console $(PACKAGE_DIR)
+	.ci/deb-service console $(PACKAGE_DIR)
+	.ci/deb-service ingress $(PACKAGE_DIR)
 	.ci/deb-previous $(PREVIOUS_COMMIT)^ $(PREVIOUS_RELEASE) $(STATE_DIR)/deb-previous
 	.ci/deb-test $(PACKAGE_DIR) $(STATE_DIR)/deb-previous $(STATE_DIR)/deb-test $(call port,960)
 

@@ -1,4 +1,4 @@
-# Shared by .ci/deb and .ci/deb-console: the tools, the package fields
+# Shared by .ci/deb and .ci/deb-service: the tools, the package fields
 # every package has, the Debian changelog, the copyright file, what a
 # binary needs besides itself, and building and checking one package.
 # Expects out and version set by the caller.
