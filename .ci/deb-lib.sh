@@ -4,8 +4,18 @@
 # Expects out and version set by the caller.
 
 maintainer=${DEB_MAINTAINER:-pg_webhook_inbox maintainers <maintainers@users.noreply.a-seed-44cf6992.example>}
+# A release recorded in sql/RELEASES is <version>-1; a build of a version
+# not published yet is <version>~dev-1, which sorts below the release, so
+# that apt replaces such a build with the release when it comes.
+deb_version() {  # version
+    if awk -v v="$1" '!/^#/ && NF == 3 && $1 == v { found = 1 } END { exit !found }' sql/RELEASES; then
+        echo "$1-1"
+    else
+        echo "$1~dev-1"
+    fi
+}
 # shellcheck disable=SC2154 # version is the caller's
-debversion="$version-1"
+debversion=$(deb_version "$version")
 # Reproducible: every date and mtime is the last commit's.
 epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 export SOURCE_DATE_EPOCH=$epoch
