@@ -294,16 +294,18 @@ deb-major: setup
 
 # The packages as a DBA uses them, with apt, on Debian's PostgreSQL 15:
 # an upgrade from the last published release's package, the proxy, the
-# console's and the ingress's units, removal keeping the data (.ci/deb-test). The earlier
+# console's and the ingress's units, removal keeping the data, both majors'
+# packages side by side (.ci/deb-test). The earlier
 # release's package is built from the commit that published it.
 PREVIOUS_RELEASE := $(shell awk '!/^\#/ && NF == 3 { print $$1 }' sql/RELEASES | sort -V | tail -1)
 PREVIOUS_COMMIT := $(shell git log --format=%H -1 -S'$(PREVIOUS_RELEASE)  ' -- sql/RELEASES 2>/dev/null)
 deb-test:
 	$(MAKE) --no-print-directory deb-major PG_MAJOR=15
+	env -u PG_CONFIG $(MAKE) --no-print-directory deb-major PG_MAJOR=18
 	.ci/deb-service console $(PACKAGE_DIR)
 	.ci/deb-service ingress $(PACKAGE_DIR)
 	.ci/deb-previous $(PREVIOUS_COMMIT)^ $(PREVIOUS_RELEASE) $(STATE_DIR)/deb-previous
-	.ci/deb-test $(PACKAGE_DIR) $(STATE_DIR)/deb-previous $(STATE_DIR)/deb-test $(call port,960)
+	PG18_CONFIG=$(PG18_CONFIG) .ci/deb-test $(PACKAGE_DIR) $(STATE_DIR)/deb-previous $(STATE_DIR)/deb-test $(call port,960)
 
 # This major's artifact, installed into a clean copy of a PostgreSQL
 # installation, creates the extension and claims.
