@@ -767,6 +767,98 @@ fn pool_exhaustion_is_answered_503_and_recovers() {
     assert_eq!(stored(&mut db, "gh"), 3);
 }
 
+/// A delivery whose deadline passes while its statement waits on a lock:
+/// answered 503, its statement cancelled and its connection closed, so the
+/// next delivery gets a fresh connection at once instead of queueing behind
+/// it, and the server never holds more of the ingress's backends than its
+/// pool. And past --max-requests in flight, a delivery is refused at once.
+#[test]
+fn a_request_given_up_leaves_no_backend_behind_and_in_flight_is_bounded() {
+    // Tests here stop the server: one at a time.
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_given_up");
+    let ingress = Arc::new(Ingress::start(
+        "ingress_given_up",
+        &[
+            "--connections",
+            "1",
+            "--request-timeout",
+            "1",
+            "--max-requests",
+            "1",
+        ],
+    ));
+    let mut holder = connect("ingress_given_up");
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT webhook_enqueue('gh', 'held-2', 'issues', '{}'::jsonb)",
+        &[],
+    )
+    .unwrap();
+    let blocked = {
+        let ingress = Arc::clone(&ingress);
+        std::thread::spawn(move || {
+            let (headers, body) = github("held-2");
+            ingress.post("/webhooks/gh", &headers, &body)
+        })
+    };
+    wait_for("the delivery waiting on the lock", || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
+        ) == 1
+    });
+    // One in flight already: the next is refused before anything else.
+    let (headers, body) = github("over-1");
+    let over = ingress.post("/webhooks/gh", &headers, &body);
+    assert_eq!(
+        (over.status, over.json()["status"].clone()),
+        (503, json!("unavailable"))
+    );
+    assert!(ingress
+        .metrics()
+        .contains("webhook_ingress_rejected_total{reason=\"overloaded\"} 1"));
+    let given_up = blocked.join().unwrap();
+    assert_eq!(given_up.status, 503, "{given_up:?}");
+    // Cancelled when given up, not when the server's statement_timeout
+    // (twice the deadline) would end it.
+    let answered = Instant::now();
+    wait_for("the abandoned statement cancelled", || {
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
+        ) == 0
+    });
+    assert!(
+        answered.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        answered.elapsed()
+    );
+    let (headers, body) = github("free-1");
+    let started = Instant::now();
+    let free = ingress.post("/webhooks/gh", &headers, &body);
+    assert_eq!(free.status, 200, "{free:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress'"
+        ) <= 1,
+        "never more backends than the pool"
+    );
+    tx.commit().unwrap();
+    let (headers, body) = github("held-2");
+    assert_eq!(
+        ingress.post("/webhooks/gh", &headers, &body).json()["status"],
+        "duplicate"
+    );
+    assert_eq!(stored(&mut db, "gh"), 2);
+}
+
 /// The rate limit holds per source, before the database; the source
 /// behind a proxy is the proxy's last entry in the forwarded header.
 #[test]

@@ -32,13 +32,19 @@ pub async fn deliver(
     request: Request,
 ) -> Response {
     let started = Instant::now();
-    let _in_flight = app.in_flight();
+    let in_flight = app.in_flight();
     let source = crate::limits::source(
         peer,
         request.headers(),
         app.config.client_ip_header.as_ref(),
     );
-    let outcome = take(&app, &provider, source, request, started).await;
+    // Bounded memory: at most --max-requests bodies of --max-body each.
+    let outcome = if in_flight.count > app.config.max_requests {
+        app.metrics.rejected("overloaded");
+        unavailable("overloaded")
+    } else {
+        take(&app, &provider, source, request, started).await
+    };
     let status = outcome.response.status().as_u16();
     let label = if app.providers.all().contains_key(&provider) {
         provider.as_str()
@@ -330,15 +336,10 @@ async fn store(
             return unavailable("deadline");
         }
         let attempt = tokio::time::timeout(left, async {
-            let (lent, waited) = app.pool.get().await?;
+            let (mut lent, waited) = app.pool.get().await?;
             app.metrics.pool_wait(waited);
-            let conn = lent.conn();
-            let row = conn
-                .client
-                .query_one(
-                    &conn.receive,
-                    &[&provider, headers, &body, &url, &traceparent],
-                )
+            let row = lent
+                .receive(&[&provider, headers, &body, &url, &traceparent])
                 .await;
             match row {
                 Ok(row) => Ok(row),

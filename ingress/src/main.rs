@@ -46,18 +46,24 @@ pub struct App {
 }
 
 /// Counts a request in flight while it lives.
-pub struct InFlight(Arc<AtomicUsize>);
+pub struct InFlight {
+    counter: Arc<AtomicUsize>,
+    /// Requests in flight, this one included, when it started.
+    pub count: usize,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.counter.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 impl App {
     pub fn in_flight(&self) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(Arc::clone(&self.in_flight))
+        InFlight {
+            count: self.in_flight.fetch_add(1, Ordering::Relaxed) + 1,
+            counter: Arc::clone(&self.in_flight),
+        }
     }
 }
 
@@ -241,6 +247,7 @@ async fn main() {
         config.connections,
         config.pool_timeout,
         config.queue,
+        config.request_timeout,
     ));
     let app = Arc::new(App {
         limit: config

@@ -51,6 +51,7 @@ pub struct Pool {
     waiting: AtomicUsize,
     /// Connections open now (idle or lent).
     open: Arc<AtomicUsize>,
+    statement_timeout: Duration,
     pub size: usize,
 }
 
@@ -60,6 +61,7 @@ impl Pool {
         size: usize,
         timeout: Duration,
         queue: usize,
+        statement_timeout: Duration,
     ) -> Self {
         Pool {
             config,
@@ -69,6 +71,7 @@ impl Pool {
             queue,
             waiting: AtomicUsize::new(0),
             open: Arc::new(AtomicUsize::new(0)),
+            statement_timeout,
             size,
         }
     }
@@ -91,13 +94,15 @@ impl Pool {
         let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
-                if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.queue {
-                    self.waiting.fetch_sub(1, Ordering::Relaxed);
+                // Counted while it waits, however the wait ends: a request
+                // given up by its deadline drops this future mid-wait.
+                let waiting = Waiting::join(&self.waiting);
+                if waiting.ahead >= self.queue {
                     return Err(Unavailable::Busy("queue_full"));
                 }
                 let permit =
                     tokio::time::timeout(self.timeout, self.permits.clone().acquire_owned()).await;
-                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                drop(waiting);
                 match permit {
                     Ok(Ok(permit)) => permit,
                     _ => return Err(Unavailable::Busy("pool_timeout")),
@@ -124,6 +129,7 @@ impl Pool {
                 conn: Some(conn),
                 pool: Arc::clone(self),
                 _permit: permit,
+                busy: false,
             },
             waited,
         ))
@@ -137,8 +143,14 @@ impl Pool {
             let _ = connection.await;
         });
         let prepared = async {
+            // A backstop: a statement of a request that gave up is
+            // cancelled then (see Lent's drop), and if the cancel is lost,
+            // the server gives up on it at twice the request's deadline.
             client
-                .batch_execute("SET application_name = 'webhook-ingress'")
+                .batch_execute(&format!(
+                    "SET application_name = 'webhook-ingress'; SET statement_timeout = {}",
+                    self.statement_timeout.as_millis().max(1) * 2
+                ))
                 .await?;
             client.prepare(RECEIVE).await
         }
@@ -153,17 +165,55 @@ impl Pool {
     }
 }
 
+/// One request in the queue for a connection, counted until dropped.
+struct Waiting<'a> {
+    count: &'a AtomicUsize,
+    /// How many were waiting when it joined.
+    ahead: usize,
+}
+
+impl<'a> Waiting<'a> {
+    fn join(count: &'a AtomicUsize) -> Self {
+        Waiting {
+            ahead: count.fetch_add(1, Ordering::Relaxed),
+            count,
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A connection lent to one request; back to the idle list when it ends,
-/// unless it broke or the request gave it up (`discard`).
+/// unless it broke, the request gave it up (`discard`), or the request was
+/// dropped while a statement was running on it (its deadline passed): a
+/// connection with a statement still running (waiting on a lock, perhaps)
+/// would make the next request wait behind it.
 pub struct Lent {
     conn: Option<Conn>,
     pool: Arc<Pool>,
     _permit: OwnedSemaphorePermit,
+    busy: bool,
 }
 
 impl Lent {
     pub fn conn(&self) -> &Conn {
         self.conn.as_ref().expect("a lent connection holds one")
+    }
+
+    /// Receive one delivery on this connection.
+    pub async fn receive(
+        &mut self,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+        self.busy = true;
+        let conn = self.conn.as_ref().expect("a lent connection holds one");
+        let row = conn.client.query_one(&conn.receive, params).await;
+        self.busy = false;
+        row
     }
 
     /// Close it instead of keeping it: it failed in a way that leaves its
@@ -178,7 +228,19 @@ impl Lent {
 impl Drop for Lent {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if conn.client.is_closed() {
+            if self.busy {
+                // Cancel the statement, then close: a backend blocked on
+                // a lock would not notice a closed socket, and would stay
+                // one more connection than the pool holds. (A statement
+                // cancelled after it committed is answered as a duplicate
+                // when the provider retries.)
+                self.pool.open.fetch_sub(1, Ordering::Relaxed);
+                let cancel = conn.client.cancel_token();
+                tokio::spawn(async move {
+                    let _ = cancel.cancel_query(NoTls).await;
+                    drop(conn);
+                });
+            } else if conn.client.is_closed() {
                 self.pool.open.fetch_sub(1, Ordering::Relaxed);
             } else {
                 self.pool.idle.lock().expect("the pool's lock").push(conn);
