@@ -245,6 +245,7 @@ lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --all-targets $(CLIENT_FEATURES) -- -D warnings
 	$(CARGO) clippy -p webhook-console --all-targets -- -D warnings
+	$(CARGO) clippy -p webhook-ingress --all-targets -- -D warnings
 	.ci/releases check
 	.ci/releases self-test
 	$(MAKE) --no-print-directory dist
