@@ -185,7 +185,9 @@ managed-test: setup scheme-matrix
 # Failover under traffic: primaries and streaming standbys of its own
 # (tests/failover.rs), one pair at a time, its figures printed.
 failover-test: install
+	$(CARGO) build --quiet -p webhook-ingress
 	FAILOVER_DIR=$(STATE_DIR)/failover FAILOVER_PORT=$(call port,700) PG_CONFIG=$(PG_CONFIG) \
+		INGRESS_BIN=$(CURDIR)/target/debug/webhook-ingress \
 		$(CARGO) test $(CLIENT_FEATURES) --test failover -- --nocapture --test-threads=1 --skip examples_
 
 # A new major under a database in use (tests/major_upgrade.rs): pg_upgrade

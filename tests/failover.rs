@@ -721,3 +721,137 @@ fn examples_through_a_failover_lose_nothing_acknowledged_and_do_nothing_twice() 
         "every lease live at the failover ran out and was taken again"
     );
 }
+
+/// webhook-ingress (INGRESS_BIN) through a failover with synchronous
+/// replication, connected to both servers with
+/// `target_session_attrs=read-write`: senders deliver new signed events
+/// and redeliver each until it is answered 2xx, as providers do, while the
+/// primary is stopped immediately and the standby promoted. Every event
+/// answered 2xx is on the new primary, stored and queued exactly once; the
+/// ingress rides out the failover within its requests' deadline (no 5xx
+/// but 503). Run by `make failover-test`, which builds the ingress.
+#[test]
+fn the_ingress_through_a_failover_loses_nothing_acknowledged() {
+    use common::ingress::{header_list, http, Ingress};
+    let pair = Pair::new("ingress", 5);
+    pair.make_synchronous();
+    let role = "failover_ingress";
+    let mut c = pair.primary.connect(DB);
+    common::ensure_role(&mut c, role, true);
+    c.batch_execute(&format!("SELECT webhook_grant_app('{role}')"))
+        .unwrap();
+    let conninfo = format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} dbname={DB} user={role} \
+         target_session_attrs=read-write connect_timeout=2",
+        pair.primary.port, pair.standby.port
+    );
+    let ingress = Arc::new(Ingress::start_with(&conninfo, &[]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let senders: Vec<_> = (0..4)
+        .map(|s| {
+            let (ingress, stop) = (Arc::clone(&ingress), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut acknowledged = Vec::new();
+                let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+                let mut i = 0;
+                while !stop.load(SeqCst) {
+                    let id = format!("evt_ingress_{s}_{i}");
+                    let body = format!(r#"{{"id":"{id}","type":"invoice.paid","data":{{}}}}"#);
+                    let headers = header_list(&common::sign::stripe(
+                        &body,
+                        common::sign::now(),
+                        "whsec_failover",
+                    ));
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    loop {
+                        assert!(Instant::now() < deadline, "{id} never answered 2xx");
+                        let status = http(
+                            ingress.addr,
+                            "POST",
+                            "/webhooks/fo_inbox",
+                            &headers,
+                            body.as_bytes(),
+                        )
+                        .map_or(0, |a| a.status);
+                        *answers.entry(status).or_default() += 1;
+                        if (200..300).contains(&status) {
+                            acknowledged.push(id);
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    i += 1;
+                }
+                (acknowledged, answers)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let down = Instant::now();
+    pair.primary.stop("immediate");
+    std::thread::sleep(Duration::from_millis(300));
+    pair.standby.promote();
+    let outage = down.elapsed();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, SeqCst);
+    let mut acknowledged = Vec::new();
+    let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+    for sender in senders {
+        let (ids, by_status) = sender.join().unwrap();
+        acknowledged.extend(ids);
+        for (status, n) in by_status {
+            *answers.entry(status).or_default() += n;
+        }
+    }
+    let mut c = pair.standby.connect(DB);
+    let stored: i64 = c
+        .query_one(
+            "SELECT count(*) FROM webhook.events WHERE provider = 'fo_inbox' AND event_id = ANY ($1)",
+            &[&acknowledged],
+        )
+        .unwrap()
+        .get(0);
+    let queued: i64 = c
+        .query_one(
+            "SELECT count(*) FROM webhook.inbox WHERE provider = 'fo_inbox' AND event_id = ANY ($1)",
+            &[&acknowledged],
+        )
+        .unwrap()
+        .get(0);
+    let after: i64 = c
+        .query_one(
+            "SELECT count(*) FROM webhook.events WHERE provider = 'fo_inbox'
+                AND event_id LIKE 'evt_ingress_%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    eprintln!(
+        "the ingress through a failover (synchronous): outage {outage:?}; {} events acknowledged, \
+         {stored} of them on the new primary, {queued} queued; answers by status {answers:?}",
+        acknowledged.len()
+    );
+    assert!(
+        acknowledged.len() > 20,
+        "traffic ran: {}",
+        acknowledged.len()
+    );
+    assert_eq!(
+        stored as usize,
+        acknowledged.len(),
+        "nothing acknowledged is lost"
+    );
+    assert_eq!(queued, stored, "each queued once");
+    assert_eq!(
+        after as usize,
+        acknowledged.len(),
+        "nothing stored twice or unacknowledged"
+    );
+    assert!(
+        !answers.keys().any(|s| *s >= 500 && *s != 503),
+        "no 5xx but 503: {answers:?}"
+    );
+    let logs = ingress.logs();
+    drop(ingress);
+    assert!(!logs.contains("\"level\":\"error\""), "{logs}");
+}

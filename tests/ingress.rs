@@ -14,219 +14,19 @@
 
 mod common;
 
+use common::ingress::*;
 use common::*;
 use postgres::Client;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const APP: &str = "ingress_app";
-const PUBLIC_URL: &str = "https://hooks.example.com";
 const SECRET: &str = "ingress-secret";
-
-// ---------------------------------------------------------------------------
-// The ingress process.
-
-struct Ingress {
-    child: Child,
-    addr: SocketAddr,
-    log: std::path::PathBuf,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The connection string of the application role to `db`.
-fn app_conninfo(db: &str) -> String {
-    format!(
-        "host={} port={} dbname={db} user={APP}",
-        std::env::var("PGHOST").unwrap_or_else(|_| "127.0.0.1".into()),
-        std::env::var("PGPORT").unwrap_or_else(|_| "5432".into()),
-    )
-}
-
-impl Ingress {
-    /// Start it on a free port with these settings (beyond the database,
-    /// the public URL and the /webhooks prefix), and wait for /healthz.
-    fn start(db: &str, args: &[&str]) -> Ingress {
-        Self::start_with(&app_conninfo(db), args)
-    }
-
-    fn start_with(conninfo: &str, args: &[&str]) -> Ingress {
-        let bin = std::env::var("INGRESS_BIN")
-            .expect("INGRESS_BIN names the webhook-ingress binary (make ingress-test sets it)");
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let log = std::env::temp_dir().join(format!("ingress-{}.log", addr.port()));
-        let child = Command::new(bin)
-            .args(["--listen", &addr.to_string(), "--database", conninfo])
-            .args(["--public-url", PUBLIC_URL, "--prefix", "/webhooks"])
-            .args(args)
-            .env_remove("DATABASE_URL")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start webhook-ingress");
-        let mut ingress = Ingress { child, addr, log };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = ingress.get("/healthz") {
-                assert_eq!(r.status, 200);
-                break;
-            }
-            if let Some(status) = ingress.child.try_wait().unwrap() {
-                panic!("webhook-ingress exited {status}: {}", ingress.logs());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "webhook-ingress did not start: {}",
-                ingress.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        ingress
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn get(&self, path: &str) -> std::io::Result<Answer> {
-        http(self.addr, "GET", path, &[], b"")
-    }
-
-    fn post(&self, path: &str, headers: &[(String, String)], body: &[u8]) -> Answer {
-        http(self.addr, "POST", path, headers, body)
-            .unwrap_or_else(|e| panic!("POST {path}: {e}\n{}", self.logs()))
-    }
-
-    fn metrics(&self) -> String {
-        String::from_utf8(self.get("/metrics").unwrap().body).unwrap()
-    }
-
-    /// SIGTERM, as systemd stops it.
-    fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "webhook-ingress did not exit: {}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Ingress {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// HTTP/1.1, by hand: the tests need to send a body slowly, or declare one
-// larger than they send, which a client library does not let one do.
-
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(String::as_str)
-    }
-}
-
-fn request_head(method: &str, path: &str, headers: &[(String, String)], length: usize) -> Vec<u8> {
-    let mut head =
-        format!("{method} {path} HTTP/1.1\r\nHost: ingress.test\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str(&format!("Content-Length: {length}\r\n\r\n"));
-    head.into_bytes()
-}
-
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> std::io::Result<Answer> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut request = request_head(method, path, headers, body.len());
-    request.extend_from_slice(body);
-    stream.write_all(&request)?;
-    read_answer(&mut stream)
-}
-
-fn read_answer(stream: &mut TcpStream) -> std::io::Result<Answer> {
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| {
-            std::io::Error::other(format!("no answer: {:?}", String::from_utf8_lossy(&raw)))
-        })?;
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("no status line: {head}")))?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Ok(Answer {
-        status,
-        headers,
-        body: raw[split + 4..].to_vec(),
-    })
-}
-
-fn header_list(headers: &Value) -> Vec<(String, String)> {
-    headers
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-        .collect()
-}
 
 // ---------------------------------------------------------------------------
 // Databases.
@@ -309,7 +109,7 @@ fn every_scheme_of_the_catalog_through_the_ingress_as_webhook_receive_answers() 
             "SELECT webhook_register_provider('claimed', secret => '{SECRET}', scheme => 'github', inbox => false)"
         ))
         .unwrap();
-    let ingress = Ingress::start("ingress_matrix", &[]);
+    let ingress = Ingress::start("ingress_matrix", APP, &[]);
     let mut direct = connect_as("ingress_matrix_twin", APP);
 
     let mut per_scheme: HashMap<String, Vec<(String, u16)>> = HashMap::new();
@@ -429,7 +229,7 @@ fn handshakes_are_answered_as_their_providers_expect() {
                                           event_id_from => 'body:event_ts', event_type_from => 'body:event');"
     ))
     .unwrap();
-    let ingress = Ingress::start("ingress_handshakes", &[]);
+    let ingress = Ingress::start("ingress_handshakes", APP, &[]);
     let ts = sign::now().to_string();
     let signed = |prefix_header: &str, body: &str| {
         let sig = hex::encode(sign::hmac_sha256(
@@ -492,6 +292,7 @@ fn oversized_and_slow_bodies_are_refused_before_the_database() {
     let mut db = prepare("ingress_bodies");
     let ingress = Ingress::start(
         "ingress_bodies",
+        APP,
         &["--max-body", "4096", "--read-timeout", "1"],
     );
     let (headers, _) = github("big-1");
@@ -585,6 +386,7 @@ fn a_database_restart_under_a_storm_loses_and_doubles_nothing() {
     let mut db = prepare("ingress_storm");
     let ingress = Arc::new(Ingress::start(
         "ingress_storm",
+        APP,
         &["--connections", "4", "--request-timeout", "2"],
     ));
     const SENDERS: usize = 6;
@@ -684,6 +486,7 @@ fn pool_exhaustion_is_answered_503_and_recovers() {
     let mut db = prepare("ingress_pool");
     let ingress = Arc::new(Ingress::start(
         "ingress_pool",
+        APP,
         &[
             "--connections",
             "1",
@@ -779,6 +582,7 @@ fn a_request_given_up_leaves_no_backend_behind_and_in_flight_is_bounded() {
     let mut db = prepare("ingress_given_up");
     let ingress = Arc::new(Ingress::start(
         "ingress_given_up",
+        APP,
         &[
             "--connections",
             "1",
@@ -868,6 +672,7 @@ fn the_rate_limit_holds_per_source() {
     let mut db = prepare("ingress_rate");
     let ingress = Ingress::start(
         "ingress_rate",
+        APP,
         &[
             "--rate",
             "2",
@@ -919,6 +724,7 @@ fn graceful_shutdown_finishes_what_is_in_flight() {
     let mut db = prepare("ingress_shutdown");
     let mut ingress = Ingress::start(
         "ingress_shutdown",
+        APP,
         &["--connections", "4", "--request-timeout", "30"],
     );
     let addr = ingress.addr;
