@@ -27,7 +27,7 @@ if [ -z "$database" ]; then
     database="host=${PGHOST:-/var/run/postgresql} port=${PGPORT:-5432} user=${PGUSER:-$(id -un)} dbname=${PGDATABASE:-${PGUSER:-$(id -un)}}"
 fi
 "${INGRESS_BIN:?INGRESS_BIN names the webhook-ingress binary}" --listen "$listen" --database "$database" \
-    --prefix /webhooks --access-log true &
+    --prefix /webhooks &
 ingress=$!
 trap 'kill $ingress 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -fsS "http://$listen/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
