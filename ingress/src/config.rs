@@ -315,4 +315,28 @@ mod tests {
         );
         std::fs::remove_file(&path).unwrap();
     }
+
+    #[test]
+    fn the_environment_sits_between_the_flags_and_the_file() {
+        // Only this test reads the read timeout.
+        let path = std::env::temp_dir().join(format!("ingress-env-{}", std::process::id()));
+        std::fs::write(&path, "WEBHOOK_INGRESS_READ_TIMEOUT=9\n").unwrap();
+        let file = path.to_str().unwrap();
+        std::env::set_var("WEBHOOK_INGRESS_READ_TIMEOUT", "7");
+        let from_env = load_with(&["--config", file]).unwrap().read_timeout;
+        let from_flag = load_with(&["--config", file, "--read-timeout", "3"])
+            .unwrap()
+            .read_timeout;
+        std::env::remove_var("WEBHOOK_INGRESS_READ_TIMEOUT");
+        let from_file = load_with(&["--config", file]).unwrap().read_timeout;
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            (from_flag, from_env, from_file),
+            (
+                Duration::from_secs(3),
+                Duration::from_secs(7),
+                Duration::from_secs(9)
+            )
+        );
+    }
 }
