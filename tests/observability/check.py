@@ -1,7 +1,9 @@
 """The metrics and alerts through the components operators run: Debian's
 prometheus-postgres-exporter with the shipped query file, Debian's
 Prometheus scraping it (with the shipped rules), pg_cron evaluating the
-alerts, and the example relay posting them to a stand-in chat webhook.
+alerts, and the example relay posting them to a stand-in chat webhook;
+and webhook-ingress (INGRESS_BIN) scraped by the same Prometheus with the
+shipped configuration.
 
 Run by .ci/observability-test against a throwaway server (PGHOST, PGPORT).
 A known mix of deliveries goes in; what Prometheus's HTTP API answers must
@@ -25,7 +27,8 @@ import psycopg
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MONITORING = os.path.join(ROOT, "examples", "monitoring")
 HOST, PORT = os.environ["PGHOST"], os.environ["PGPORT"]
-EXPORTER_PORT, PROMETHEUS_PORT, CHAT_PORT = (int(p) for p in os.environ["OBSERVABILITY_PORTS"].split(","))
+EXPORTER_PORT, PROMETHEUS_PORT, CHAT_PORT, INGRESS_PORT = (
+    int(p) for p in os.environ["OBSERVABILITY_PORTS"].split(","))
 WITH_CRON = os.environ.get("WITH_CRON") == "1"
 
 
@@ -143,6 +146,48 @@ def prometheus(query):
     return float(result[0]["value"][1])
 
 
+def ingress_metrics(db, children):
+    """webhook-ingress's HTTP metrics as Prometheus scrapes them: two
+    genuine deliveries and a forged one through it, counted by provider and
+    status, the latency histogram usable by histogram_quantile."""
+    import hashlib
+    import hmac
+
+    db.execute("CREATE ROLE webhook_ingress LOGIN")
+    db.execute("SELECT webhook_grant_app('webhook_ingress')")
+    db.execute("SELECT webhook_register_provider('ingress-gh', scheme => 'github', secret => 'ingress-secret', inbox => true)")
+    children.append(subprocess.Popen(
+        [os.environ["INGRESS_BIN"], "--listen", f"127.0.0.1:{INGRESS_PORT}", "--database", dsn("webhook_ingress")]))
+    base = f"http://127.0.0.1:{INGRESS_PORT}"
+    wait("the ingress to be ready", lambda: urllib.request.urlopen(f"{base}/readyz", timeout=2).status == 200)
+
+    def deliver(delivery, secret):
+        body = json.dumps({"id": delivery, "action": "opened"}).encode()
+        sig = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        request = urllib.request.Request(f"{base}/ingress-gh", data=body, method="POST", headers={
+            "X-GitHub-Delivery": delivery, "X-GitHub-Event": "issues", "X-Hub-Signature-256": f"sha256={sig}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    statuses = [deliver("ing-1", "ingress-secret"), deliver("ing-2", "ingress-secret"), deliver("ing-3", "forged")]
+    assert statuses == [200, 200, 401], statuses
+    for query, value in {
+        'up{job="webhook_ingress"}': 1,
+        'webhook_ingress_requests_total{provider="ingress-gh",code="200"}': 2,
+        'webhook_ingress_requests_total{provider="ingress-gh",code="401"}': 1,
+        'webhook_ingress_request_duration_seconds_count{provider="ingress-gh"}': 3,
+        'webhook_ingress_pool_max': 8,
+    }.items():
+        wait(f"{query} = {value}", lambda: prometheus(query) == value or prometheus(query))
+    quantile = prometheus('histogram_quantile(0.99, sum by (le) (webhook_ingress_request_duration_seconds_bucket))')
+    assert quantile is not None and 0 < quantile <= 10, quantile
+    print(f"observability: webhook-ingress scraped with the shipped configuration: requests by provider and status, "
+          f"p99 {quantile * 1000:.1f} ms")
+
+
 class Chat(http.server.BaseHTTPRequestHandler):
     """The stand-in for a chat service's incoming-webhook URL."""
 
@@ -185,6 +230,7 @@ def main():
                 text = shipped.read()
             text = text.replace("scrape_interval: 30s", "scrape_interval: 1s")
             text = text.replace("127.0.0.1:9187", f"127.0.0.1:{EXPORTER_PORT}")
+            text = text.replace("127.0.0.1:8490", f"127.0.0.1:{INGRESS_PORT}")
             text = text.replace("prometheus-rules.yml", os.path.join(MONITORING, "prometheus-rules.yml"))
             with open(config, "w") as out:
                 out.write(text)
@@ -196,6 +242,8 @@ def main():
             for query, value in expected.items():
                 wait(f"{query} = {value}", lambda: prometheus(query) == value or prometheus(query))
             print(f"observability: {len(expected)} series read through the exporter and Prometheus equal the known mix")
+
+            ingress_metrics(db, children)
 
             # The dashboard reads only what webhook_metrics() exports.
             exported = {r[0] for r in db.execute("SELECT DISTINCT metric FROM webhook_metrics()")}
