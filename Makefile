@@ -382,15 +382,16 @@ demo: install-release
 # The web console against the database given (PGHOST…, DATABASE_URL), or
 # against the demo's throwaway server, with the demo's event in it:
 # http://127.0.0.1:8480/ until Ctrl-C.
-# The HTTP front door on the demo database (or yours, given PGHOST or
-# DATABASE_URL): a signed delivery sent to it with curl, then it serves.
+# The HTTP front door on the demo database (the demo's claim-mode provider
+# among those it refuses), or on yours given PGHOST or DATABASE_URL: a
+# signed delivery sent to it with curl, then it serves until Ctrl-C.
 ingress: install-release
 	$(CARGO) build --release -p webhook-ingress
 	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \
 		INGRESS_BIN=$(CURDIR)/target/release/webhook-ingress examples/ingress.sh; \
 	else \
 		.ci/pg-temp run $(STATE_DIR)/demo-pg $(call port,5) -- \
-			env INGRESS_BIN=$(CURDIR)/target/release/webhook-ingress examples/ingress.sh; \
+			sh -c 'examples/demo.sh >/dev/null && INGRESS_BIN=$(CURDIR)/target/release/webhook-ingress exec examples/ingress.sh'; \
 	fi
 
 console: install-release
