@@ -5,6 +5,7 @@
 local deliveries = {}
 local next_one = 1
 local threads = {}
+overrun = 0
 
 function setup(thread)
     thread:set("thread_id", #threads)
@@ -31,13 +32,22 @@ end
 function request()
     local r = deliveries[next_one]
     next_one = next_one + 1
-    -- Past the end: the last one again (a duplicate); bench/ingress checks
-    -- that no run got this far.
-    return r or deliveries[#deliveries]
+    if r then
+        return r
+    end
+    -- Past the end: the last one again (a duplicate), and counted, for
+    -- bench/ingress to refuse the run.
+    overrun = overrun + 1
+    return deliveries[#deliveries]
 end
 
 function done(summary, latency, requests)
     io.write(string.format("latency_ms\t%.3f\t%.3f\t%.3f\n",
         latency:percentile(50) / 1000, latency:percentile(99) / 1000, latency.max / 1000))
     io.write(string.format("non2xx\t%d\n", summary.errors.status))
+    local past = 0
+    for _, thread in ipairs(threads) do
+        past = past + thread:get("overrun")
+    end
+    io.write(string.format("overrun\t%d\n", past))
 end

@@ -476,7 +476,7 @@ if os.path.exists(doc):
         f"see [managed.md](managed.md)):\n\n{portable_table}\n"
         + (f"\n**The HTTP front door** (bench/ingress: a new signed GitHub delivery per request, 1 kB, inbox mode, "
            f"synchronous_commit off; wrk over loopback keep-alive connections against pgbench calling "
-           f"`webhook_receive` with the same deliveries, one connection per sender both ways; medians of "
+           f"`webhook_receive` with the same deliveries over one connection per sender, the ingress with its defaults (8 connections); medians of "
            f"{os.environ.get('BENCH_INGRESS_ROUNDS', '3')} interleaved rounds; see [ingress.md](ingress.md)):"
            f"\n\n{ingress_table}\n" if ingress_table else "")
         + "<!-- figures:end -->"
