@@ -302,7 +302,7 @@ deb-major: setup
 # release's package is built from the commit that published it.
 PREVIOUS_RELEASE := $(shell awk '!/^\#/ && NF == 3 { print $$1 }' sql/RELEASES | sort -V | tail -1)
 PREVIOUS_COMMIT := $(shell git log --format=%H -1 -S'$(PREVIOUS_RELEASE)  ' -- sql/RELEASES 2>/dev/null)
-deb-test:
+deb-test: package
 	$(MAKE) --no-print-directory deb-major PG_MAJOR=15
 	env -u PG_CONFIG $(MAKE) --no-print-directory deb-major PG_MAJOR=18
 	.ci/deb-service console $(PACKAGE_DIR)
