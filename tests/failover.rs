@@ -175,6 +175,16 @@ impl Pair {
         self.wait_replication("the standby to be synchronous", "sync_state = 'sync'");
     }
 
+    /// The primary stopped as a power cut stops it, and the standby
+    /// promoted a moment later; returns the time from the one to the other.
+    fn fail_over(&self) -> Duration {
+        let down = Instant::now();
+        self.primary.stop("immediate");
+        std::thread::sleep(Duration::from_millis(300));
+        self.standby.promote();
+        down.elapsed()
+    }
+
     /// Both servers, the writable one found by libpq's rule.
     fn either(&self) -> Config {
         let mut c = Config::new();
@@ -268,11 +278,7 @@ fn failover_under_traffic(pair: &Pair) -> Figures {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let down = Instant::now();
-    pair.primary.stop("immediate");
-    std::thread::sleep(Duration::from_millis(300));
-    pair.standby.promote();
-    let outage = down.elapsed();
+    let outage = pair.fail_over();
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, SeqCst);
     let delivered = Tally::merge(deliverers.into_iter().map(|d| d.join().unwrap()));
@@ -655,11 +661,7 @@ fn examples_through_a_failover_lose_nothing_acknowledged_and_do_nothing_twice() 
         .map(|r| r.get(0))
         .collect();
     tx.commit().unwrap();
-    let down = Instant::now();
-    pair.primary.stop("immediate");
-    std::thread::sleep(Duration::from_millis(300));
-    pair.standby.promote();
-    let outage = down.elapsed();
+    let outage = pair.fail_over();
     let mut c = pair.standby.connect(DB);
     let promoted: std::time::SystemTime = c.query_one("SELECT now()", &[]).unwrap().get(0);
     std::thread::sleep(Duration::from_secs(4));
@@ -787,11 +789,7 @@ fn the_ingress_through_a_failover_loses_nothing_acknowledged() {
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2));
-    let down = Instant::now();
-    pair.primary.stop("immediate");
-    std::thread::sleep(Duration::from_millis(300));
-    pair.standby.promote();
-    let outage = down.elapsed();
+    let outage = pair.fail_over();
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, SeqCst);
     let mut acknowledged = Vec::new();

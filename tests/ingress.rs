@@ -14,6 +14,7 @@
 
 mod common;
 
+use common::ingress::Answer;
 use common::ingress::*;
 use common::*;
 use postgres::Client;
@@ -51,6 +52,38 @@ fn github(event_id: &str) -> (Vec<(String, String)>, Vec<u8>) {
     let body = format!(r#"{{"id":"{event_id}","action":"opened","n":1}}"#);
     let headers = sign::github(event_id, "issues", &body, SECRET);
     (header_list(&headers), body.into_bytes())
+}
+
+/// The ingress's statements waiting on a lock.
+fn waiting_on_locks(db: &mut Client) -> i64 {
+    count(
+        db,
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
+    )
+}
+
+/// Queue `gh`'s events `ids` in a transaction left open: their locks held,
+/// so that deliveries of them through the ingress wait.
+fn hold_events<'a>(holder: &'a mut Client, ids: &[&str]) -> postgres::Transaction<'a> {
+    let mut tx = holder.transaction().unwrap();
+    for id in ids {
+        tx.execute(
+            "SELECT webhook_enqueue('gh', $1, 'issues', '{}'::jsonb)",
+            &[id],
+        )
+        .unwrap();
+    }
+    tx
+}
+
+/// A delivery of `gh`'s event `id` through the ingress, on a thread.
+fn deliver_later(ingress: &Arc<Ingress>, id: &str) -> std::thread::JoinHandle<Answer> {
+    let (ingress, id) = (Arc::clone(ingress), id.to_string());
+    std::thread::spawn(move || {
+        let (headers, body) = github(&id);
+        ingress.post("/webhooks/gh", &headers, &body)
+    })
 }
 
 fn stored(db: &mut Client, provider: &str) -> i64 {
@@ -501,25 +534,11 @@ fn pool_exhaustion_is_answered_503_and_recovers() {
     // Another session holds the event's lock: webhook_enqueue of the same
     // event in a transaction left open.
     let mut holder = connect("ingress_pool");
-    let mut tx = holder.transaction().unwrap();
-    tx.execute(
-        "SELECT webhook_enqueue('gh', 'held-1', 'issues', '{}'::jsonb)",
-        &[],
-    )
-    .unwrap();
-    let blocked = {
-        let ingress = Arc::clone(&ingress);
-        std::thread::spawn(move || {
-            let (headers, body) = github("held-1");
-            ingress.post("/webhooks/gh", &headers, &body)
-        })
-    };
+    let tx = hold_events(&mut holder, &["held-1"]);
+    let blocked = deliver_later(&ingress, "held-1");
     wait_for("the delivery to hold the one connection", || {
         ingress.metrics().contains("webhook_ingress_pool_in_use 1")
-            && count(
-                &mut db,
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
-            ) == 1
+            && waiting_on_locks(&mut db) == 1
     });
     let queued = {
         let ingress = Arc::clone(&ingress);
@@ -593,24 +612,10 @@ fn a_request_given_up_leaves_no_backend_behind_and_in_flight_is_bounded() {
         ],
     ));
     let mut holder = connect("ingress_given_up");
-    let mut tx = holder.transaction().unwrap();
-    tx.execute(
-        "SELECT webhook_enqueue('gh', 'held-2', 'issues', '{}'::jsonb)",
-        &[],
-    )
-    .unwrap();
-    let blocked = {
-        let ingress = Arc::clone(&ingress);
-        std::thread::spawn(move || {
-            let (headers, body) = github("held-2");
-            ingress.post("/webhooks/gh", &headers, &body)
-        })
-    };
+    let tx = hold_events(&mut holder, &["held-2"]);
+    let blocked = deliver_later(&ingress, "held-2");
     wait_for("the delivery waiting on the lock", || {
-        count(
-            &mut db,
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
-        ) == 1
+        waiting_on_locks(&mut db) == 1
     });
     // One in flight already: the next is refused before anything else.
     let (headers, body) = github("over-1");
@@ -628,10 +633,7 @@ fn a_request_given_up_leaves_no_backend_behind_and_in_flight_is_bounded() {
     // (twice the deadline) would end it.
     let answered = Instant::now();
     wait_for("the abandoned statement cancelled", || {
-        count(
-            &mut db,
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
-        ) == 0
+        waiting_on_locks(&mut db) == 0
     });
     assert!(
         answered.elapsed() < Duration::from_millis(500),
@@ -729,14 +731,7 @@ fn graceful_shutdown_finishes_what_is_in_flight() {
     );
     let addr = ingress.addr;
     let mut holder = connect("ingress_shutdown");
-    let mut tx = holder.transaction().unwrap();
-    for i in 0..3 {
-        tx.execute(
-            "SELECT webhook_enqueue('gh', $1, 'issues', '{}'::jsonb)",
-            &[&format!("inflight-{i}")],
-        )
-        .unwrap();
-    }
+    let tx = hold_events(&mut holder, &["inflight-0", "inflight-1", "inflight-2"]);
     let in_flight: Vec<_> = (0..3)
         .map(|i| {
             std::thread::spawn(move || {
@@ -746,10 +741,7 @@ fn graceful_shutdown_finishes_what_is_in_flight() {
         })
         .collect();
     wait_for("three deliveries in flight", || {
-        count(
-            &mut db,
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'webhook-ingress' AND wait_event_type = 'Lock'",
-        ) == 3
+        waiting_on_locks(&mut db) == 3
     });
     ingress.terminate();
     std::thread::sleep(Duration::from_millis(300));
