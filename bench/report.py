@@ -340,7 +340,8 @@ if tier_med["slot"]:
 pg_version = subprocess.run(["psql", "-X", "-At", "-c", "SHOW server_version"], capture_output=True, text=True).stdout.strip()
 settings = subprocess.run(
     ["psql", "-X", "-At", "-c",
-     "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) FROM pg_settings "
+     # current_setting, not setting || unit: shared_buffers' unit is 8kB.
+     "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name) FROM pg_settings "
      "WHERE name IN ('shared_buffers', 'max_wal_size', 'wal_level', 'fsync', 'full_page_writes', 'autovacuum')"],
     capture_output=True, text=True).stdout.strip()
 # The portable edition (bench/portable): its one call against the
