@@ -853,3 +853,67 @@ fn health_readiness_metrics_logs_and_trace_context() {
     );
     let _ = &mut db;
 }
+
+/// A gauge's value in the ingress's metrics.
+fn gauge(ingress: &Ingress, name: &str) -> f64 {
+    let metrics = ingress.metrics();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}:\n{metrics}"))
+}
+
+/// The registry is read again every --providers-refresh seconds by the
+/// ingress itself, with no delivery asking: a provider registered and one
+/// switched to claim mode show in /metrics without a request, and a
+/// delivery for the switched one is refused from what was read (a known
+/// provider's request never reads the registry on its path).
+#[test]
+fn the_registry_is_kept_fresh_off_the_request_path() {
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_refresh");
+    let ingress = Ingress::start("ingress_refresh", APP, &["--providers-refresh", "1"]);
+    assert_eq!(gauge(&ingress, "webhook_ingress_providers_served"), 1.0);
+    let first_read = gauge(&ingress, "webhook_ingress_registry_read_timestamp_seconds");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    assert!(now() - first_read < 30.0, "{first_read}");
+    let (headers, body) = github("fresh-1");
+    assert_eq!(ingress.post("/webhooks/gh", &headers, &body).status, 200);
+
+    let within_refresh = |what: &str, served: f64| {
+        let since = Instant::now();
+        wait_for(what, || {
+            gauge(&ingress, "webhook_ingress_providers_served") == served
+        });
+        assert!(
+            since.elapsed() < Duration::from_secs(4),
+            "{what} took {:?} with a refresh of 1 s",
+            since.elapsed()
+        );
+    };
+    db.batch_execute(&format!(
+        "SELECT webhook_register_provider('later', secret => '{SECRET}', scheme => 'github', inbox => true)"
+    ))
+    .unwrap();
+    within_refresh("the registered provider", 2.0);
+    db.batch_execute("SELECT webhook_register_provider('gh', inbox => false)")
+        .unwrap();
+    within_refresh("the provider switched to claim mode", 1.0);
+    assert!(gauge(&ingress, "webhook_ingress_registry_read_timestamp_seconds") > first_read);
+
+    let (headers, body) = github("fresh-2");
+    let refused = ingress.post("/webhooks/gh", &headers, &body);
+    assert_eq!(
+        (refused.status, refused.json()["status"].clone()),
+        (404, json!("claim_mode")),
+        "{refused:?}"
+    );
+    assert_eq!(stored(&mut db, "gh"), 1);
+    let (headers, body) = github("fresh-3");
+    assert_eq!(ingress.post("/webhooks/later", &headers, &body).status, 200);
+}

@@ -228,33 +228,17 @@ fn too_large(app: &App) -> Outcome {
     )
 }
 
-/// The provider's route, reading the registry again when it is due, or
-/// when the name is not known and the last read is over a second old.
+/// The provider's route; one not known is looked up in the registry at
+/// once, unless a read is under a second old (the registry is otherwise
+/// kept fresh off this path: `Providers::keep_fresh`).
 async fn route(app: &Arc<App>, provider: &str) -> Route {
-    let known = app.providers.route(provider);
-    let unknown = matches!(known, Route::Unknown | Route::Unreadable);
-    if app.providers.take_turn_to_read(unknown) {
-        match app.pool.get().await {
-            Ok((lent, _)) => {
-                if let Err(err) = app.providers.read(&lent.conn().client).await {
-                    log::event(
-                        "warn",
-                        "registry_unread",
-                        json!({ "error": err.to_string() }),
-                    );
-                }
-            }
-            Err(err) => {
-                log::event(
-                    "warn",
-                    "registry_unread",
-                    json!({ "error": format!("{err:?}") }),
-                );
-            }
+    match app.providers.route(provider) {
+        Route::Unknown | Route::Unreadable if app.providers.take_turn_to_read() => {
+            app.providers.read_pooled(&app.pool).await;
+            app.providers.route(provider)
         }
-        return app.providers.route(provider);
+        known => known,
     }
-    known
 }
 
 enum Unread {

@@ -120,26 +120,28 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
             away::message(&err)
         ));
     }
-    let all = app.providers.all();
-    let inbox = all.values().filter(|p| p.inbox).count();
+    let (served, _) = app.providers.served();
     (
         [(header::CONTENT_TYPE, "application/json")],
-        json!({ "ready": true, "providers": inbox }).to_string(),
+        json!({ "ready": true, "providers": served }).to_string(),
     )
         .into_response()
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let gauges = metrics::PoolGauges {
-        max: app.pool.size,
-        open: app.pool.open_connections(),
-        in_use: app.pool.in_use(),
-        waiting: app.pool.waiting(),
+    let (providers_served, registry_read) = app.providers.served();
+    let gauges = metrics::Gauges {
+        pool_max: app.pool.size,
+        pool_open: app.pool.open_connections(),
+        pool_in_use: app.pool.in_use(),
+        pool_waiting: app.pool.waiting(),
+        in_flight: app.in_flight.load(Ordering::Relaxed),
+        providers_served,
+        registry_read,
     };
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics
-            .render(gauges, app.in_flight.load(Ordering::Relaxed)),
+        app.metrics.render(gauges),
     )
         .into_response()
 }
@@ -233,9 +235,8 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let database: tokio_postgres::Config =
+    let mut database: tokio_postgres::Config =
         config.database.parse().expect("checked with the settings");
-    let mut database = database;
     if database.get_connect_timeout().is_none() {
         database.connect_timeout(std::cmp::min(
             config.request_timeout,
@@ -264,6 +265,8 @@ async fn main() {
         eprintln!("webhook-ingress: {message}");
         std::process::exit(1);
     }
+    let refresher = Arc::clone(&app);
+    tokio::spawn(async move { refresher.providers.keep_fresh(&refresher.pool).await });
     let listener = match tokio::net::TcpListener::bind(app.config.listen).await {
         Ok(listener) => listener,
         Err(err) => {

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Seconds.
 const BUCKETS: &[f64] = &[
@@ -68,12 +68,17 @@ struct Figures {
     database_errors: BTreeMap<String, u64>,
 }
 
-/// What the pool looks like when scraped.
-pub struct PoolGauges {
-    pub max: usize,
-    pub open: usize,
-    pub in_use: usize,
-    pub waiting: usize,
+/// What is read when scraped: the pool, the requests in flight, the
+/// registry.
+pub struct Gauges {
+    pub pool_max: usize,
+    pub pool_open: usize,
+    pub pool_in_use: usize,
+    pub pool_waiting: usize,
+    pub in_flight: usize,
+    pub providers_served: usize,
+    /// When the registry was last read; None: not yet.
+    pub registry_read: Option<SystemTime>,
 }
 
 #[derive(Default)]
@@ -133,7 +138,7 @@ impl Metrics {
             .or_default() += 1;
     }
 
-    pub fn render(&self, pool: PoolGauges, in_flight: usize) -> String {
+    pub fn render(&self, g: Gauges) -> String {
         let f = self.figures.lock().expect("the metrics' lock");
         let mut out = String::new();
         out.push_str("# HELP webhook_ingress_requests_total Requests answered, by provider (- if not registered) and HTTP status.\n");
@@ -175,24 +180,44 @@ impl Metrics {
                 label(code)
             );
         }
+        // Unix time; 0 until the first read, so that an alert on its age
+        // fires for a registry never read as for one read long ago.
+        let registry_read = g
+            .registry_read
+            .and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(0.0, |since| since.as_secs_f64().floor());
         for (name, help, value) in [
             (
                 "pool_max",
                 "Database connections the ingress may hold.",
-                pool.max,
+                g.pool_max as f64,
             ),
-            ("pool_open", "Database connections open.", pool.open),
+            (
+                "pool_open",
+                "Database connections open.",
+                g.pool_open as f64,
+            ),
             (
                 "pool_in_use",
                 "Database connections lent to requests.",
-                pool.in_use,
+                g.pool_in_use as f64,
             ),
             (
                 "pool_waiting",
                 "Requests waiting for a database connection.",
-                pool.waiting,
+                g.pool_waiting as f64,
             ),
-            ("in_flight", "Requests being answered.", in_flight),
+            ("in_flight", "Requests being answered.", g.in_flight as f64),
+            (
+                "providers_served",
+                "Providers registered for the inbox that this ingress's role may receive for.",
+                g.providers_served as f64,
+            ),
+            (
+                "registry_read_timestamp_seconds",
+                "When the provider registry was last read (Unix time; 0: never).",
+                registry_read,
+            ),
         ] {
             let _ = writeln!(out, "# HELP webhook_ingress_{name} {help}");
             let _ = writeln!(out, "# TYPE webhook_ingress_{name} gauge");
@@ -213,15 +238,15 @@ mod tests {
         m.answered("stripe", 200, Duration::from_millis(30));
         m.rejected("rate_limited");
         m.pool_wait(Duration::from_micros(10));
-        let text = m.render(
-            PoolGauges {
-                max: 8,
-                open: 2,
-                in_use: 1,
-                waiting: 0,
-            },
-            1,
-        );
+        let text = m.render(Gauges {
+            pool_max: 8,
+            pool_open: 2,
+            pool_in_use: 1,
+            pool_waiting: 0,
+            in_flight: 1,
+            providers_served: 3,
+            registry_read: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
+        });
         assert!(
             text.contains("webhook_ingress_requests_total{provider=\"stripe\",code=\"200\"} 2"),
             "{text}"
@@ -239,6 +264,14 @@ mod tests {
             text.contains("webhook_ingress_rejected_total{reason=\"rate_limited\"} 1"),
             "{text}"
         );
-        assert!(text.contains("webhook_ingress_pool_max 8"), "{text}");
+        assert!(text.contains("webhook_ingress_pool_max 8\n"), "{text}");
+        assert!(
+            text.contains("webhook_ingress_providers_served 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("webhook_ingress_registry_read_timestamp_seconds 1800000000\n"),
+            "{text}"
+        );
     }
 }
