@@ -184,8 +184,16 @@ def ingress_metrics(db, children):
         wait(f"{query} = {value}", lambda: prometheus(query) == value or prometheus(query))
     quantile = prometheus('histogram_quantile(0.99, sum by (le) (webhook_ingress_request_duration_seconds_bucket))')
     assert quantile is not None and 0 < quantile <= 10, quantile
+    # The registry's age, as the shipped stale-registry alert reads it: read
+    # at start and every 30 s since, so never near the alert's 300 s.
+    age = prometheus("time() - webhook_ingress_registry_read_timestamp_seconds")
+    assert age is not None and 0 <= age < 90, age
+    with urllib.request.urlopen(f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/rules?type=alert", timeout=5) as answer:
+        loaded = {rule["name"]: rule for group in json.load(answer)["data"]["groups"] for rule in group["rules"]}
+    stale = loaded.get("WebhookIngressRegistryStale")
+    assert stale is not None and stale["health"] in ("ok", "unknown") and stale["state"] == "inactive", stale
     print(f"observability: webhook-ingress scraped with the shipped configuration: requests by provider and status, "
-          f"p99 {quantile * 1000:.1f} ms")
+          f"p99 {quantile * 1000:.1f} ms, the registry read {age:.0f} s ago")
 
 
 class Chat(http.server.BaseHTTPRequestHandler):
