@@ -175,8 +175,9 @@ fn open_transaction_outlives_its_lease_without_being_taken_over() {
 /// finds no event and is claimed, or queued with its inbox rows, as new.
 #[test]
 fn archive_failing_after_the_event_row_leaves_no_event() {
-    let db = database("pgwi_failure_recovery");
-    let mut client = connect(db);
+    // A trigger made and dropped on the archive locks it whole, against the
+    // claims of the suite's other tests (a deadlock): a database of its own.
+    let mut client = installed_database("pgwi_failure_recovery_archive");
     client
         .batch_execute(
             "CREATE FUNCTION public.refuse_half() RETURNS trigger LANGUAGE plpgsql AS $$

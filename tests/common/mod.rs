@@ -66,20 +66,27 @@ pub fn count(client: &mut Client, sql: &str) -> i64 {
     client.query_one(sql, &[]).unwrap().get(0)
 }
 
+/// A fresh database `name` with the edition under test installed, for a
+/// test that must not share the suite's database (one that changes the
+/// extension's tables, whose locks the suite's other tests would meet).
+pub fn installed_database(name: &str) -> Client {
+    match portable() {
+        false => {
+            let mut db = empty_database(name);
+            db.batch_execute("CREATE EXTENSION pg_webhook_inbox")
+                .unwrap();
+            db
+        }
+        true => portable_database(name),
+    }
+}
+
 /// Create (fresh) the suite's database with the extension and a table the
 /// handlers write their side effects to. Call once per test binary; later
 /// calls return the same name.
 pub fn database(name: &str) -> &'static str {
     DATABASE.get_or_init(|| {
-        let mut db = match portable() {
-            false => {
-                let mut db = empty_database(name);
-                db.batch_execute("CREATE EXTENSION pg_webhook_inbox")
-                    .unwrap();
-                db
-            }
-            true => portable_database(name),
-        };
+        let mut db = installed_database(name);
         db.batch_execute(
             "CREATE TABLE side_effects (
                  provider text NOT NULL,
