@@ -142,7 +142,7 @@ test-in-db: setup
 test-client: install scheme-matrix
 	$(CARGO) test $(CLIENT_FEATURES) --no-run $(addprefix --test ,$(CLIENT_SUITES))
 	$(MAKE) --no-print-directory sdk-fixtures
-	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl \
+	SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl SDK_ORACLE=$(STATE_DIR)/sdk/oracle.jsonl GITHUB_EXAMPLES=$(STATE_DIR)/sdk/github-examples.jsonl SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl \
 		PG_TEMP_OPTS="-c max_prepared_transactions=10" \
 		.ci/pg-temp run $(STATE_DIR)/client-pg $(call port,0) -- sh -c '\
 		$(CARGO) test $(CLIENT_FEATURES) --test provider_sdks && \
@@ -168,7 +168,7 @@ test-portable: install scheme-matrix
 	else \
 		$(CARGO) test $(CLIENT_FEATURES) --no-run $(addprefix --test ,$(PORTABLE_SUITES)) && \
 		$(MAKE) --no-print-directory sdk-fixtures && \
-		WEBHOOK_EDITION=portable SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl \
+		WEBHOOK_EDITION=portable SDK_FIXTURES=$(STATE_DIR)/sdk/fixtures.jsonl SDK_ORACLE=$(STATE_DIR)/sdk/oracle.jsonl GITHUB_EXAMPLES=$(STATE_DIR)/sdk/github-examples.jsonl SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl \
 			PG_TEMP_OPTS="-c max_prepared_transactions=10" \
 			.ci/pg-temp run $(STATE_DIR)/portable-pg $(call port,9) -- sh -c '\
 			$(CARGO) test $(CLIENT_FEATURES) --test provider_sdks && \
@@ -338,7 +338,9 @@ ingress-test: install
 		PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib $(PG_FEATURES) --features pg_test \
 		schemes::genuine::tests::matrix_of_every_scheme -- --exact
 	$(CARGO) test $(CLIENT_FEATURES) --no-run --test ingress
+	$(MAKE) --no-print-directory sdk-fixtures
 	INGRESS_BIN=$(CURDIR)/target/debug/webhook-ingress SCHEME_MATRIX=$(STATE_DIR)/ingress/scheme-matrix.jsonl \
+		GITHUB_EXAMPLES=$(STATE_DIR)/sdk/github-examples.jsonl \
 		.ci/pg-temp run $(STATE_DIR)/ingress/pg $(call port,400) -- \
 		$(CARGO) test $(CLIENT_FEATURES) --test ingress -- --nocapture
 

@@ -10,7 +10,7 @@
 
 #[pgrx::pg_schema]
 mod tests {
-    use crate::schemes::genuine::{Delivery, Sender};
+    use crate::schemes::genuine::{Delivery, Expect, Sender};
     use crate::schemes::now_unix;
     use pgrx::prelude::*;
 
@@ -230,5 +230,95 @@ mod tests {
         );
         let recut = sender.other_body(&genuine, "evt-old", "delivered", now);
         assert_eq!(receive("m-twilio-old", &recut, true).reason, "replayed");
+    }
+
+    /// What else a provider sends to the same endpoint (endpoint checks,
+    /// Slack's slash commands and interactions, Twilio's callbacks without
+    /// a token): each answered as its provider expects in both modes, an
+    /// event under the id and type its provider's documentation gives it,
+    /// its redelivery a duplicate, and nothing written twice.
+    #[pg_test]
+    fn every_other_kind_of_request_is_received_as_its_provider_expects() {
+        let mut kinds = 0;
+        for sender in Sender::all() {
+            for inbox in [false, true] {
+                let provider = format!("k-{}-{}", sender.name(), u8::from(inbox));
+                crate::in_db_tests::register_sender(&provider, &sender);
+                for other in sender.other_kinds(now_unix()) {
+                    let answer = |delivery: &Delivery| {
+                        Spi::connect_mut(|client| {
+                            let row = client
+                                .update(
+                                    "SELECT status::text, reason, event_id, event_type
+                                       FROM webhook_receive($1, $2::jsonb, $3, inbox => $4, url => $5)",
+                                    None,
+                                    &[
+                                        provider.as_str().into(),
+                                        delivery.headers.to_string().into(),
+                                        delivery.body.as_slice().into(),
+                                        inbox.into(),
+                                        delivery.url.into(),
+                                    ],
+                                )?
+                                .first();
+                            Ok::<_, pgrx::spi::Error>((
+                                row.get::<String>(1)?.unwrap(),
+                                row.get::<String>(2)?.unwrap_or_default(),
+                                row.get::<String>(3)?,
+                                row.get::<String>(4)?,
+                            ))
+                        })
+                        .expect("webhook_receive answers")
+                    };
+                    let what = format!("{provider}: {}", other.what);
+                    let (first, again) = (answer(&other.delivery), answer(&other.delivery));
+                    match &other.expect {
+                        Expect::Handshake(kind) => {
+                            assert_eq!(
+                                first,
+                                (
+                                    "handshake".into(),
+                                    "handshake".into(),
+                                    None,
+                                    Some(kind.to_string())
+                                ),
+                                "{what}"
+                            );
+                            assert_eq!(again, first, "{what}: again");
+                        }
+                        Expect::Event { id, kind } => {
+                            let status = if inbox { "queued" } else { "claimed" };
+                            assert_eq!(
+                                first,
+                                (
+                                    status.into(),
+                                    "ok".into(),
+                                    Some(id.clone()),
+                                    Some(kind.clone())
+                                ),
+                                "{what}"
+                            );
+                            assert_eq!(again.0, "duplicate", "{what}: again");
+                            let stored = Spi::get_one_with_args::<i64>(
+                                "SELECT count(*) FROM webhook.events WHERE provider = $1 AND event_id = $2",
+                                &[provider.as_str().into(), id.as_str().into()],
+                            );
+                            let queued = Spi::get_one_with_args::<i64>(
+                                "SELECT count(*) FROM webhook.inbox WHERE provider = $1 AND event_id = $2",
+                                &[provider.as_str().into(), id.as_str().into()],
+                            );
+                            assert_eq!(
+                                (stored, queued),
+                                (Ok(Some(1)), Ok(Some(i64::from(inbox)))),
+                                "{what}: stored once"
+                            );
+                        }
+                    }
+                    kinds += 1;
+                }
+            }
+        }
+        // Slack's four, Zoom's, Twitch's two, Discord's and Twilio's, in both modes.
+        assert_eq!(kinds, 2 * 9);
     }
 }

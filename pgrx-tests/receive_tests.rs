@@ -151,6 +151,22 @@ mod tests {
             receive("github", no_id, "{}"),
             ("rejected".into(), 400, "missing_event_id".into())
         );
+        // GitHub's event type is its X-GitHub-Event header: named as what
+        // is missing.
+        let no_type = "jsonb_build_object('X-GitHub-Delivery', 'd-5', 'X-Hub-Signature-256',
+                         'sha256=' || encode(hmac('{}', 'gh-secret', 'sha256'), 'hex'))";
+        assert_eq!(
+            receive("github", no_type, "{}"),
+            ("rejected".into(), 400, "missing_event_type".into())
+        );
+        // Only the legacy SHA-1 header, as GitHub's own library reads it:
+        // no signature.
+        let sha1_only = "jsonb_build_object('X-GitHub-Delivery', 'd-6', 'X-GitHub-Event', 'push',
+                         'X-Hub-Signature', 'sha1=' || encode(hmac('{}', 'gh-secret', 'sha1'), 'hex'))";
+        assert_eq!(
+            receive("github", sha1_only, "{}"),
+            ("rejected".into(), 401, "missing_header".into())
+        );
 
         assert_eq!(
             Spi::get_one::<i64>("SELECT count(*) FROM webhook.events"),
@@ -163,7 +179,8 @@ mod tests {
         assert_eq!(
             reasons,
             Ok(Some(
-                "bad_signature,malformed_body,missing_event_id,missing_header".into()
+                "bad_signature,malformed_body,missing_event_id,missing_event_type,missing_header,missing_header"
+                    .into()
             ))
         );
     }

@@ -47,6 +47,12 @@ RETURN CASE WHEN octet_length(text) = len * 2
              AND text ~ '^[0-9A-Fa-f]*$'
             THEN decode(text, 'hex') END;
 
+-- A provider's hex signature: lower case only, as every provider writes
+-- it and its own library compares it (src/signature.rs).
+CREATE FUNCTION webhook._signature_hex(text text, len integer) RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN CASE WHEN text ~ '^[0-9a-f]*$' THEN webhook._hex(text, len) END;
+
 -- Base64 as the compiled edition reads it: the standard or the URL-safe
 -- alphabet (not both at once), with canonical padding or none, and no
 -- stray bits in the last character. NULL for anything else.
@@ -310,7 +316,7 @@ RETURN CASE WHEN pg_try_advisory_xact_lock(key)
 
 -- The functions' own settings are theirs alone: nobody else calls these.
 REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(bytea, bytea),
-    webhook._hex(text, integer), webhook._base64_any(text), webhook._base64(text, integer),
+    webhook._hex(text, integer), webhook._signature_hex(text, integer), webhook._base64_any(text), webhook._base64(text, integer),
     webhook._to_base64(bytea), webhook._time_ordered_id(text), webhook._new_id(), webhook._raise(text, text, text, text),
     webhook._refused(text, text, text, integer, integer), webhook._refused_null(text, text, anyelement),
     webhook._refused_lease(text, text, interval),

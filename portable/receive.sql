@@ -147,16 +147,17 @@ LANGUAGE plpgsql IMMUTABLE
 AS $$
 DECLARE
     document jsonb := webhook._json_or_null(body);
+    inner    jsonb;
 BEGIN
     IF jsonb_typeof(document) = 'object'
        OR (s).body = 'batch' AND jsonb_typeof(document) = 'array' AND jsonb_array_length(document) > 0 THEN
         RETURN document;
     END IF;
-    IF (s).body <> 'form' THEN
+    IF (s).body NOT IN ('form', 'form_or_payload') THEN
         RETURN NULL;
     END IF;
     BEGIN
-        RETURN coalesce((SELECT jsonb_object_agg(convert_from(f.name, 'UTF8'), convert_from(f.value, 'UTF8') ORDER BY f.n)
+        document := coalesce((SELECT jsonb_object_agg(convert_from(f.name, 'UTF8'), convert_from(f.value, 'UTF8') ORDER BY f.n)
                            FROM (SELECT webhook._percent_decode(substring(pair FROM '^[^=]*')) AS name,
                                         webhook._percent_decode(coalesce(substring(pair FROM '=(.*)$'), '')) AS value, n
                                    FROM unnest(string_to_array(encode(body, 'escape'), '&')) WITH ORDINALITY AS p(pair, n)
@@ -165,6 +166,14 @@ BEGIN
     EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
         RETURN NULL;
     END;
+    -- A form whose one field is `payload` is the JSON object it holds
+    -- (Slack's interactivity; src/sources.rs).
+    IF (s).body = 'form_or_payload' AND document ? 'payload' AND
+       (SELECT count(*) FROM jsonb_object_keys(document)) = 1 THEN
+        inner := webhook._json_or_null(convert_to(document ->> 'payload', 'UTF8'));
+        RETURN CASE WHEN jsonb_typeof(inner) = 'object' THEN inner END;
+    END IF;
+    RETURN document;
 END
 $$;
 
@@ -220,13 +229,15 @@ AS $$
 DECLARE
     plain text;
 BEGIN
+    -- Each answer cast to its type: a ROW of bare literals is of unknown
+    -- types, which PL/pgSQL refuses to return as this composite (42804).
     IF jsonb_typeof(document) <> 'object' THEN
         RETURN NULL;
     END IF;
     IF (s).kind = 'slack' AND document ->> 'type' = 'url_verification' AND jsonb_typeof(document -> 'type') = 'string' THEN
         IF jsonb_typeof(document -> 'challenge') = 'string' AND document ->> 'challenge' <> '' THEN
             RETURN ROW('url_verification', '{"challenge":' || to_json(document ->> 'challenge') || '}',
-                       'application/json');
+                       'application/json')::webhook._handshake;
         END IF;
     ELSIF (s).kind = 'zoom' AND jsonb_typeof(document -> 'event') = 'string'
           AND document ->> 'event' = 'endpoint.url_validation' THEN
@@ -237,14 +248,14 @@ BEGIN
             RETURN ROW('endpoint.url_validation',
                        '{"encryptedToken":' || to_json(encode(webhook._hmac(convert_to(plain, 'UTF8'), key, 'sha256'), 'hex'))
                        || ',"plainToken":' || to_json(plain) || '}',
-                       'application/json');
+                       'application/json')::webhook._handshake;
         END IF;
     ELSIF (s).kind = 'twitch' AND document ? 'challenge' THEN
         IF jsonb_typeof(document -> 'challenge') = 'string' AND document ->> 'challenge' <> '' THEN
-            RETURN ROW('webhook_callback_verification', document ->> 'challenge', 'text/plain');
+            RETURN ROW('webhook_callback_verification', document ->> 'challenge', 'text/plain')::webhook._handshake;
         END IF;
     ELSIF (s).kind = 'twitch' AND document ? 'subscription' AND NOT document ? 'event' THEN
-        RETURN ROW('revocation', '', 'text/plain');
+        RETURN ROW('revocation', '', 'text/plain')::webhook._handshake;
     END IF;
     RETURN NULL;
 END
@@ -440,8 +451,11 @@ BEGIN
     END IF;
     event_id := webhook._extract(p.event_id_from, h, p.scheme, verdict.covered, document);
     event_type := webhook._extract(p.event_type_from, h, p.scheme, verdict.covered, document);
-    IF event_id IS NULL OR event_type IS NULL THEN
+    IF event_id IS NULL THEN
         RETURN webhook._reject(provider, body, signature, archived, 'missing_event_id', 400);
+    END IF;
+    IF event_type IS NULL THEN
+        RETURN webhook._reject(provider, body, signature, archived, 'missing_event_type', 400);
     END IF;
     IF octet_length(event_id.value) > 255 OR octet_length(event_type.value) > 255 THEN
         RETURN webhook._reject(provider, body, signature, archived, 'malformed_event_id', 400);

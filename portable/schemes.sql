@@ -39,8 +39,9 @@ BEGIN ATOMIC
      'body:data.id', 'body:occurred_at', 'digest', '{}', 'paddle', 'event'),
     ('shopify', '{}', 'header:X-Shopify-Event-Id', 'header:X-Shopify-Topic', NULL, 'body only',
      NULL, 'body:updated_at', 'digest', '{}', 'shopify', 'event'),
-    ('slack', '{}', 'body:event_id', 'body:event.type', 300, 'timestamp and body',
-     NULL, 'body:event_time', 'digest', '{x-slack-request-timestamp}', 'slack', 'event'),
+    ('slack', '{}', 'body:event_id|body:trigger_id|header:X-Slack-Signature',
+     'body:event.type|body:command|body:type', 300, 'timestamp and body',
+     NULL, 'body:event_time', 'digest', '{x-slack-request-timestamp}', 'slack', 'form_or_payload'),
     ('typeform', '{}', 'body:event_id', 'body:event_type', NULL, 'body only',
      NULL, NULL, 'digest', '{}', 'hmac;header=Typeform-Signature;encoding=base64;prefix=sha256=', 'event'),
     ('supabase', '{}', 'header:webhook-id', 'body:type|body:email_data.email_action_type', 300,
@@ -55,7 +56,7 @@ BEGIN ATOMIC
      'transmission id and time, webhook id, CRC32 of the body; RSA-SHA256',
      'body:resource.id', 'body:create_time', 'checksum',
      '{paypal-transmission-id,paypal-transmission-time}', 'paypal', 'event'),
-    ('twilio', '{}', 'header:I-Twilio-Idempotency-Token',
+    ('twilio', '{}', 'header:I-Twilio-Idempotency-Token|header:X-Twilio-Signature',
      'body:MessageStatus|body:SmsStatus|body:CallStatus|body:EventType|body:type', NULL,
      'URL and form fields (or URL with the body''s SHA-256)', NULL, NULL, 'fields_unframed', '{}',
      'twilio', 'form'),
@@ -319,19 +320,23 @@ DECLARE
     v          text;
     result     webhook._signed;
 BEGIN
+    -- Items untrimmed, a second timestamp malformed: src/schemes/mod.rs.
     FOREACH item IN ARRAY string_to_array(header, separator) LOOP
-        item := btrim(item, E' \t\n\r\f\u000b');
         CONTINUE WHEN strpos(item, '=') = 0;
         k := split_part(item, '=', 1);
         v := substr(item, strpos(item, '=') + 1);
         IF k = ts_key THEN
+            IF ts IS NOT NULL THEN
+                result.reason := 'malformed_header';
+                RETURN result;
+            END IF;
             ts := webhook._unix_seconds(v);
             IF ts IS NULL THEN
                 result.reason := 'malformed_header';
                 RETURN result;
             END IF;
-        ELSIF k = sig_key AND webhook._hex(v, 32) IS NOT NULL THEN
-            candidates := candidates || webhook._hex(v, 32);
+        ELSIF k = sig_key AND webhook._signature_hex(v, 32) IS NOT NULL THEN
+            candidates := candidates || webhook._signature_hex(v, 32);
         END IF;
     END LOOP;
     IF ts IS NULL OR cardinality(candidates) = 0 THEN
@@ -492,18 +497,24 @@ BEGIN
         END IF;
         RETURN r;
     WHEN 'github' THEN
-        IF h ? 'x-hub-signature-256' THEN
-            sig := h ->> 'x-hub-signature-256';
-            IF sig IS NULL OR sig NOT LIKE 'sha256=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
-            digest := webhook._hex(substr(sig, 8), 32);
-        ELSE
-            IF NOT h ? 'x-hub-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
-            sig := h ->> 'x-hub-signature';
-            IF sig IS NULL OR sig NOT LIKE 'sha1=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
-            digest := webhook._hex(substr(sig, 6), 20);
-            r.algorithm := 'sha1';
-        END IF;
+        -- SHA-256 only, as GitHub's own library: the legacy SHA-1 header
+        -- is not read (src/schemes/github.rs).
+        IF NOT h ? 'x-hub-signature-256' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        sig := h ->> 'x-hub-signature-256';
+        IF sig IS NULL OR sig NOT LIKE 'sha256=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        digest := webhook._signature_hex(substr(sig, 8), 32);
     WHEN 'standard' THEN
+        -- Both families only as one (src/schemes/standard.rs).
+        IF h ? 'webhook-signature' AND h ? 'svix-signature' THEN
+            FOREACH entry IN ARRAY ARRAY['webhook-id', 'svix-id', 'webhook-timestamp', 'svix-timestamp',
+                                          'webhook-signature', 'svix-signature'] LOOP
+                IF NOT h ? entry THEN r.reason := 'missing_header'; RETURN r; END IF;
+                IF h ->> entry IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+                IF entry LIKE 'svix-%' AND h ->> entry <> h ->> ('webhook-' || substr(entry, 6)) THEN
+                    r.reason := 'malformed_header'; RETURN r;
+                END IF;
+            END LOOP;
+        END IF;
         family := CASE WHEN h ? 'webhook-signature' OR NOT h ? 'svix-signature' THEN 'webhook-' ELSE 'svix-' END;
         FOREACH entry IN ARRAY ARRAY['signature', 'id', 'timestamp'] LOOP
             IF NOT h ? (family || entry) THEN r.reason := 'missing_header'; RETURN r; END IF;
@@ -533,7 +544,9 @@ BEGIN
         END LOOP;
         IF NOT known OR cardinality(r.candidates) = 0 THEN r.reason := 'malformed_header'; RETURN r; END IF;
         r.prefixes := ARRAY[convert_to(id || '.' || r.signed_at || '.', 'UTF8')];
-        r.covered := ARRAY[family || 'id', family || 'timestamp'];
+        r.covered := CASE WHEN h ? 'svix-signature' AND family = 'webhook-'
+                          THEN ARRAY['webhook-id', 'webhook-timestamp', 'svix-id', 'svix-timestamp']
+                          ELSE ARRAY[family || 'id', family || 'timestamp'] END;
         RETURN r;
     WHEN 'shopify' THEN
         IF NOT h ? 'x-shopify-hmac-sha256' THEN r.reason := 'missing_header'; RETURN r; END IF;
@@ -548,7 +561,7 @@ BEGIN
         ts := h ->> (family || 'request-timestamp');
         r.signed_at := webhook._unix_seconds(ts);
         IF r.signed_at IS NULL OR h ->> sig NOT LIKE 'v0=%' THEN r.reason := 'malformed_header'; RETURN r; END IF;
-        digest := webhook._hex(substr(h ->> sig, 4), 32);
+        digest := webhook._signature_hex(substr(h ->> sig, 4), 32);
         r.prefixes := ARRAY[convert_to('v0:' || r.signed_at || ':', 'UTF8')];
         r.covered := ARRAY[family || 'request-timestamp'];
     WHEN 'twitch' THEN
@@ -562,7 +575,7 @@ BEGIN
         ts := h ->> 'twitch-eventsub-message-timestamp';
         r.signed_at := webhook._rfc3339(ts);
         IF ts IS NULL OR r.signed_at IS NULL OR id = '' THEN r.reason := 'malformed_header'; RETURN r; END IF;
-        digest := webhook._hex(substr(sig, 8), 32);
+        digest := webhook._signature_hex(substr(sig, 8), 32);
         r.prefixes := ARRAY[convert_to(id || ts, 'UTF8')];
         r.covered := ARRAY['twitch-eventsub-message-id', 'twitch-eventsub-message-timestamp'];
     WHEN 'square' THEN
@@ -573,7 +586,7 @@ BEGIN
         r.prefixes := ARRAY[convert_to(url, 'UTF8')];
     WHEN 'linear' THEN
         IF NOT h ? 'linear-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
-        digest := webhook._hex(h ->> 'linear-signature', 32);
+        digest := webhook._signature_hex(h ->> 'linear-signature', 32);
         IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
         doc := webhook._json_or_null(body);
         IF jsonb_typeof(doc -> 'webhookTimestamp') = 'number'
@@ -609,7 +622,7 @@ BEGIN
                 r.reason := 'malformed_header'; RETURN r;
             END IF;
         END LOOP;
-        digest := webhook._hex(doc ->> 'signature', 32);
+        digest := webhook._signature_hex(doc ->> 'signature', 32);
         IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
         r.signed_at := webhook._unix_seconds(doc ->> 'timestamp');
         r.prefixes := ARRAY[convert_to((doc ->> 'timestamp') || (doc ->> 'token'), 'UTF8')];

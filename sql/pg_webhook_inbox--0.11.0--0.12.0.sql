@@ -2303,6 +2303,20 @@ $$;
 COMMENT ON FUNCTION @extschema@.webhook_receivable_providers() IS
     'The providers this session may receive deliveries for (its scope''s, or all), with their scheme and whether they queue in the inbox; no secrets';
 
+-- Slack's slash commands and interactions and Twilio's callbacks without
+-- an idempotency token have ids under the schemes' defaults now
+-- (docs/providers.md): providers registered with the earlier defaults take
+-- the new ones, which read the same id wherever the earlier ones found one.
+UPDATE webhook.providers
+   SET event_id_from = 'body:event_id|body:trigger_id|header:X-Slack-Signature'
+ WHERE scheme = 'slack' AND event_id_from = 'body:event_id';
+UPDATE webhook.providers
+   SET event_type_from = 'body:event.type|body:command|body:type'
+ WHERE scheme = 'slack' AND event_type_from = 'body:event.type';
+UPDATE webhook.providers
+   SET event_id_from = 'header:I-Twilio-Idempotency-Token|header:X-Twilio-Signature'
+ WHERE scheme = 'twilio' AND event_id_from = 'header:I-Twilio-Idempotency-Token';
+
 -- The privilege rule (roles.sql) for what this script made.
 SELECT webhook._restrict_privileges();
 

@@ -145,6 +145,17 @@ pub fn matches_any<T: AsRef<[u8]>>(
     }
 }
 
+/// Hex of exactly `len` bytes, in lower case: a provider's signature as
+/// the provider writes it. Every provider that signs in hex writes lower
+/// case, and its own library compares the hex as text, so an upper-case
+/// copy is refused by it; it is refused here too (malformed).
+pub fn decode_signature_hex(text: &str, len: usize) -> Option<Vec<u8>> {
+    if text.bytes().any(|b| b.is_ascii_uppercase()) {
+        return None;
+    }
+    decode_hex(text, len)
+}
+
 /// Hex of exactly `len` bytes, either case.
 pub fn decode_hex(text: &str, len: usize) -> Option<Vec<u8>> {
     if text.len() != len * 2 {

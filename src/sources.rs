@@ -68,16 +68,38 @@ pub fn extract(
 }
 
 /// The body as the scheme's provider sends it, as JSON text and document:
-/// one event (an object), a batch (an array), or form fields (stored as an
-/// object of strings). None: not what the provider sends.
+/// one event (an object), a batch (an array), form fields (stored as an
+/// object of strings), or the JSON object a form carries as its one
+/// `payload` field. None: not what the provider sends.
 pub fn document<'b>(scheme: &Scheme, body: &'b [u8]) -> Option<(Cow<'b, str>, serde_json::Value)> {
     let kind = scheme.body();
     if let Ok((text, value)) = input::json_body(FUNCTION, "body", body, kind == Body::Batch) {
         return Some((text.into(), value));
     }
-    if kind != Body::Form {
-        return None;
-    }
+    let fields = match kind {
+        Body::Form => form(body)?,
+        Body::FormOrPayload => {
+            let fields = form(body)?;
+            match fields
+                .as_object()
+                .and_then(|f| f.get("payload").filter(|_| f.len() == 1))
+            {
+                Some(serde_json::Value::String(payload)) => {
+                    let (text, value) =
+                        input::json_body(FUNCTION, "body", payload.as_bytes(), false).ok()?;
+                    return Some((text.to_string().into(), value));
+                }
+                _ => fields,
+            }
+        }
+        Body::Event | Body::Batch => return None,
+    };
+    Some((fields.to_string().into(), fields))
+}
+
+/// Form fields as a JSON object of strings; None where a name or value is
+/// not UTF-8 or holds a NUL, which `jsonb` cannot store.
+fn form(body: &[u8]) -> Option<serde_json::Value> {
     let mut fields = serde_json::Map::new();
     for (name, value) in crate::schemes::form_fields(body) {
         let name = String::from_utf8(name).ok()?;
@@ -87,6 +109,5 @@ pub fn document<'b>(scheme: &Scheme, body: &'b [u8]) -> Option<(Cow<'b, str>, se
         }
         fields.insert(name, serde_json::Value::String(value));
     }
-    let value = serde_json::Value::Object(fields);
-    Some((value.to_string().into(), value))
+    Some(serde_json::Value::Object(fields))
 }

@@ -97,6 +97,80 @@ fn stored(db: &mut Client, provider: &str) -> i64 {
 
 // ---------------------------------------------------------------------------
 
+/// Every payload of @octokit/webhooks-examples (.ci/sdk-fixtures signs
+/// them as GitHub does) posted to the ingress as GitHub posts it: each
+/// answered 200 and queued once under its X-GitHub-Delivery with its
+/// X-GitHub-Event as the type; its redelivery answered 200, nothing more
+/// stored.
+#[test]
+fn every_github_example_payload_through_the_ingress_is_queued_once() {
+    let _serial = one_at_a_time();
+    let path = std::env::var("GITHUB_EXAMPLES").expect(
+        "GITHUB_EXAMPLES names the file .ci/sdk-fixtures wrote (make ingress-test sets it)",
+    );
+    let examples: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut db = prepare("ingress_github_examples");
+    db.execute(
+        "SELECT webhook_register_provider('octokit', secret => $1, scheme => 'github', inbox => true)",
+        &[&examples[0]["secret"].as_str().unwrap()],
+    )
+    .unwrap();
+    let ingress = Ingress::start("ingress_github_examples", APP, &[]);
+    for example in &examples {
+        let headers = header_list(&example["headers"]);
+        let body = example["body"].as_str().unwrap().as_bytes();
+        for attempt in ["first", "again"] {
+            let answer = ingress.post("/webhooks/octokit", &headers, body);
+            let status = if attempt == "first" {
+                "queued"
+            } else {
+                "duplicate"
+            };
+            assert_eq!(
+                (
+                    answer.status,
+                    answer.json()["status"].as_str().unwrap_or("")
+                ),
+                (200, status),
+                "{} {attempt}: {:?}",
+                example["event"],
+                answer.json()
+            );
+        }
+    }
+    let stored: Vec<(String, String)> = db
+        .query(
+            "SELECT event_id, event_type FROM webhook.inbox WHERE provider = 'octokit' ORDER BY event_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut expected: Vec<(String, String)> = examples
+        .iter()
+        .map(|e| {
+            (
+                e["delivery"].as_str().unwrap().to_string(),
+                e["event"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(
+        stored, expected,
+        "each example queued once, under its delivery and event"
+    );
+    eprintln!(
+        "ingress: {} GitHub example payloads queued once",
+        examples.len()
+    );
+}
+
 /// Every delivery of the scheme matrix, through the ingress and straight
 /// into webhook_receive on a twin database: the same status and reason
 /// each time; the genuine delivery stored once and queued, its copy a

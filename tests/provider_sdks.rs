@@ -157,3 +157,212 @@ fn deliveries_signed_by_provider_sdks_verify_until_tampered() {
             .collect::<Vec<_>>()
     );
 }
+
+/// One row of docs/providers.md's table of deliberate differences.
+struct Difference {
+    case: String,
+    judge: String,
+    accepted_here: bool,
+}
+
+/// docs/providers.md's table: each case where the extension answers
+/// otherwise than a provider's library, on purpose.
+fn documented_differences() -> Vec<Difference> {
+    let doc = include_str!("../docs/providers.md");
+    let table = doc
+        .split("<!-- differences:start -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- differences:end -->").next())
+        .expect("docs/providers.md has a table between differences markers");
+    table
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split(" | ").map(str::trim).collect();
+            let accepted_here = match cells[2] {
+                "accepted" => true,
+                "refused" => false,
+                other => panic!("docs/providers.md: \"{other}\" is neither accepted nor refused"),
+            };
+            Difference {
+                case: cells[0]
+                    .trim_start_matches("| ")
+                    .trim_matches('`')
+                    .to_string(),
+                judge: cells[1].to_string(),
+                accepted_here,
+            }
+        })
+        .collect()
+}
+
+/// The providers' own verifiers judged every case first (tests/sdk/oracle.*,
+/// run by .ci/sdk-fixtures); webhook_verify judges the same cases, its
+/// window shifted back to when they were judged. Wherever it accepts what
+/// a library refuses, or refuses what it accepts, the case must be in
+/// docs/providers.md with the side it falls on, and every case there must
+/// still differ.
+#[test]
+fn the_providers_libraries_judge_every_case_as_webhook_verify_does() {
+    let path = std::env::var("SDK_ORACLE")
+        .expect("SDK_ORACLE names the file .ci/sdk-fixtures wrote (make test sets it)");
+    let cases = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut client = connect(database("pgwi_provider_oracles"));
+    let documented = documented_differences();
+    let now: i64 = client
+        .query_one("SELECT extract(epoch FROM clock_timestamp())::bigint", &[])
+        .unwrap()
+        .get(0);
+    let mut undocumented = Vec::new();
+    let mut observed = std::collections::BTreeSet::new();
+    let mut judged = std::collections::BTreeMap::<String, usize>::new();
+    for line in cases.lines().filter(|l| !l.trim().is_empty()) {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (name, scheme, judge) = (
+            case["case"].as_str().unwrap(),
+            case["scheme"].as_str().unwrap(),
+            case["judge"].as_str().unwrap(),
+        );
+        let secret = case["secret"].as_str().unwrap();
+        if !edition_verifies_with(scheme, secret) {
+            continue;
+        }
+        // The scheme's own window, widened by the time since the library
+        // judged the case: the answer as of then.
+        let elapsed = (now - case["at"].as_i64().unwrap()).max(0);
+        let row = client
+            .query_one(
+                "SELECT d.valid, d.reason
+                   FROM webhook_schemes() s,
+                        webhook_verify_detail($1, $2::text::jsonb, convert_to($3, 'UTF8'), ARRAY[$4::text],
+                            tolerance => coalesce(s.tolerance, interval '0') + make_interval(secs => $5::int), url => $6) d
+                  WHERE s.scheme = $1",
+                &[
+                    &scheme,
+                    &case["headers"].to_string(),
+                    &case["body"].as_str().unwrap(),
+                    &secret,
+                    &(elapsed as i32),
+                    &case["url"].as_str(),
+                ],
+            )
+            .unwrap_or_else(|e| panic!("{name}: {}", message(&e)));
+        let (ours, reason): (bool, String) = (row.get(0), row.get(1));
+        let theirs = case["verdict"].as_bool().unwrap();
+        *judged.entry(judge.to_string()).or_default() += 1;
+        if ours == theirs {
+            continue;
+        }
+        let short = judge.split(" (").next().unwrap().split(' ').next().unwrap();
+        let listed = documented
+            .iter()
+            .any(|d| d.case == name && d.judge.starts_with(short) && d.accepted_here == ours);
+        observed.insert((name.to_string(), short.to_string()));
+        if !listed {
+            undocumented.push(format!(
+                "{name}: {judge} {} it, webhook_verify {} it ({reason})",
+                if theirs { "accepts" } else { "refuses" },
+                if ours { "accepts" } else { "refuses" },
+            ));
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "answers that differ from the provider's library and are not in docs/providers.md:\n{}",
+        undocumented.join("\n")
+    );
+    let stale: Vec<String> = documented
+        .iter()
+        .filter(|d| edition_verifies(d.case.split('/').next().unwrap()))
+        .filter(|d| {
+            let short = d
+                .judge
+                .split(" (")
+                .next()
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap();
+            !observed.contains(&(d.case.clone(), short.to_string()))
+        })
+        .map(|d| format!("{} ({})", d.case, d.judge))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "docs/providers.md lists differences no case shows any more: {stale:?}"
+    );
+    for (judge, n) in &judged {
+        eprintln!("{judge}: {n} cases judged alike or as documented");
+    }
+    assert!(judged.len() >= 10, "judges: {judged:?}");
+}
+
+/// Every payload of @octokit/webhooks-examples, signed as GitHub signs,
+/// received through webhook_receive for a provider in inbox mode: each
+/// queued once under its X-GitHub-Delivery with its X-GitHub-Event as the
+/// type, its redelivery a duplicate.
+#[test]
+fn every_github_example_payload_is_queued_once() {
+    let path = std::env::var("GITHUB_EXAMPLES")
+        .expect("GITHUB_EXAMPLES names the file .ci/sdk-fixtures wrote (make test sets it)");
+    let examples = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut client = connect(database("pgwi_github_examples"));
+    let mut registered = false;
+    let mut events = std::collections::BTreeSet::new();
+    let mut count = 0;
+    for line in examples.lines().filter(|l| !l.trim().is_empty()) {
+        let example: serde_json::Value = serde_json::from_str(line).unwrap();
+        if !registered {
+            client
+                .execute(
+                    "SELECT webhook_register_provider('octokit', secret => $1, scheme => 'github', inbox => true)",
+                    &[&example["secret"].as_str().unwrap()],
+                )
+                .unwrap();
+            registered = true;
+        }
+        let (event, delivery) = (
+            example["event"].as_str().unwrap(),
+            example["delivery"].as_str().unwrap(),
+        );
+        let receive = |client: &mut Client| -> (String, i32, Option<String>, Option<String>) {
+            let row = client
+                .query_one(
+                    "SELECT status, http_status, event_id, event_type
+                       FROM webhook_receive('octokit', $1::text::jsonb, convert_to($2, 'UTF8'))",
+                    &[
+                        &example["headers"].to_string(),
+                        &example["body"].as_str().unwrap(),
+                    ],
+                )
+                .unwrap_or_else(|e| panic!("{event}: {}", message(&e)));
+            (row.get(0), row.get(1), row.get(2), row.get(3))
+        };
+        assert_eq!(
+            receive(&mut client),
+            (
+                "queued".to_string(),
+                200,
+                Some(delivery.to_string()),
+                Some(event.to_string())
+            ),
+            "{event} {delivery}"
+        );
+        assert_eq!(receive(&mut client).0, "duplicate", "{event}: again");
+        events.insert(event.to_string());
+        count += 1;
+    }
+    let queued: i64 = client
+        .query_one(
+            "SELECT count(DISTINCT event_id) FROM webhook.inbox WHERE provider = 'octokit'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(queued, count as i64, "each example queued once");
+    eprintln!(
+        "github examples: {count} payloads of {} events queued once",
+        events.len()
+    );
+    assert!(count >= 300 && events.len() >= 50);
+}

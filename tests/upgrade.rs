@@ -274,8 +274,36 @@ fn every_kept_published_release_upgrades_to_what_a_fresh_install_is() {
             .map(|r| r.get(0))
             .collect();
 
+        // Providers registered with the release's defaults, and one whose
+        // DBA named its own source: the defaults move to this version's,
+        // the DBA's choice stays.
+        old.batch_execute(
+            "SELECT webhook_register_provider('upgrade-slack', secret => 's', scheme => 'slack');
+             SELECT webhook_register_provider('upgrade-twilio', secret => 't', scheme => 'twilio');
+             SELECT webhook_register_provider('upgrade-twilio-own', secret => 't', scheme => 'twilio',
+                                              event_id_from => 'body:MessageSid');",
+        )
+        .unwrap();
         old.batch_execute("ALTER EXTENSION pg_webhook_inbox UPDATE")
             .unwrap();
+        let sources: Vec<String> = old
+            .query(
+                "SELECT p.name || ' ' || p.event_id_from || ' ' || p.event_type_from
+                       || ' ' || (p.event_id_from = s.event_id_from OR p.name LIKE '%-own')
+                       || ' ' || (p.event_type_from = s.event_type_from)
+                   FROM webhook.providers p JOIN webhook_schemes() s ON s.scheme = p.scheme
+                  WHERE p.name LIKE 'upgrade-%' ORDER BY p.name",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            sources.len() == 3 && sources.iter().all(|s| s.ends_with("true true")),
+            "{version}: {sources:?}"
+        );
+        assert!(sources[2].contains(" body:MessageSid "), "{sources:?}");
         // Functions the update makes anew (an argument or a result column
         // added) keep who may call them, before any grant is run again.
         for remade in [

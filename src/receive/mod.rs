@@ -198,8 +198,12 @@ fn flow(
         &authentic,
         &body_json,
     );
-    let (Some(event_id), Some(event_type)) = (event_id, event_type) else {
+    // Named for what is missing: the id first, as it decides the dedup.
+    let Some(event_id) = event_id else {
         return reject(client, &request, 400, "missing_event_id", None);
+    };
+    let Some(event_type) = event_type else {
+        return reject(client, &request, 400, "missing_event_type", None);
     };
     if event_id.value.len() > MAX_EVENT_ID_BYTES || event_type.value.len() > MAX_EVENT_TYPE_BYTES {
         return reject(client, &request, 400, "malformed_event_id", None);

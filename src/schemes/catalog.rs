@@ -162,6 +162,11 @@ pub enum Body {
     /// Form fields (`application/x-www-form-urlencoded`), stored as a JSON
     /// object of strings; or a JSON object.
     Form,
+    /// A JSON object, or form fields as `Form`; but a form whose only
+    /// field is `payload` holding a JSON object is that object (Slack:
+    /// events are JSON, slash commands a form, interactivity a form with
+    /// the interaction as JSON in `payload`).
+    FormOrPayload,
 }
 
 /// Five minutes, the window Stripe's and the Standard Webhooks libraries
@@ -274,8 +279,12 @@ pub const CATALOG: &[Entry] = &[
     Entry {
         name: "slack",
         aliases: &[],
-        event_id_from: Some("body:event_id"),
-        event_type_from: Some("body:event.type"),
+        // Events carry an event id; slash commands and interactions a
+        // trigger id (Slack retries neither). What has neither (a
+        // view_closed, an app_rate_limited) is one request, known by its
+        // signature, which is unique to its timestamp and body.
+        event_id_from: Some("body:event_id|body:trigger_id|header:X-Slack-Signature"),
+        event_type_from: Some("body:event.type|body:command|body:type"),
         tolerance: FIVE_MINUTES,
         covers: Covers {
             body: BodyCover::Digest,
@@ -285,7 +294,7 @@ pub const CATALOG: &[Entry] = &[
         entity_key_from: None,
         order_from: Some("body:event_time"),
         make: Make::Plain(Kind::Slack),
-        body: Body::Event,
+        body: Body::FormOrPayload,
     },
     Entry {
         name: "typeform",
@@ -374,8 +383,10 @@ pub const CATALOG: &[Entry] = &[
     Entry {
         name: "twilio",
         aliases: &[],
-        // One token per callback, the same on every retry.
-        event_id_from: Some("header:I-Twilio-Idempotency-Token"),
+        // One token per callback, the same on every retry. Where Twilio
+        // sends none, the callback's signature: a retry is the same
+        // request, signed alike, and another callback signs other fields.
+        event_id_from: Some("header:I-Twilio-Idempotency-Token|header:X-Twilio-Signature"),
         event_type_from: Some(
             "body:MessageStatus|body:SmsStatus|body:CallStatus|body:EventType|body:type",
         ),

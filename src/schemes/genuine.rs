@@ -414,6 +414,185 @@ impl Sender {
     }
 }
 
+/// What `webhook_receive` makes of a genuine request of another kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// An endpoint check, answered and archived as this handshake.
+    Handshake(&'static str),
+    /// An event under this id and type.
+    Event { id: String, kind: String },
+}
+
+/// A genuine request of another kind than the matrix's event: what else
+/// the provider sends to the same endpoint, signed as it signs events.
+pub struct OtherKind {
+    pub what: &'static str,
+    pub delivery: Delivery,
+    pub expect: Expect,
+}
+
+/// Form encoding of one value, as a provider's form body writes it.
+fn form_value(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'*' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+impl Sender {
+    /// Every other kind of request the scheme's provider sends, signed at
+    /// `at`: endpoint checks (Slack, Zoom, Twitch, Discord), Slack's slash
+    /// commands and interactions, Twilio's callbacks without an
+    /// idempotency token. Empty for the schemes that send only events.
+    pub fn other_kinds(&self, at: i64) -> Vec<OtherKind> {
+        let event = |what, delivery: Delivery, id: String, kind: &str| OtherKind {
+            what,
+            delivery,
+            expect: Expect::Event {
+                id,
+                kind: kind.to_string(),
+            },
+        };
+        let handshake = |what, delivery, kind| OtherKind {
+            what,
+            delivery,
+            expect: Expect::Handshake(kind),
+        };
+        let signed = |body: Value| self.sign("", "", body.to_string().into_bytes(), at);
+        match self.name() {
+            "slack" => {
+                let trigger = format!("13345224609.{at}.8088930838d88f008e0");
+                let command = format!(
+                    "token=gIkuvaNzQIHg97ATvDxqgjtO&team_id=T0001&team_domain=example\
+                     &channel_id=C2147483705&channel_name=test&user_id=U2147483697&user_name=Steve\
+                     &command=%2Fweather&text=94070+Zo%C3%AB&api_app_id=A123456\
+                     &response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2F1234%2F5678\
+                     &trigger_id={trigger}"
+                );
+                let action = json!({
+                    "type": "block_actions", "trigger_id": format!("{trigger}.1"),
+                    "user": {"id": "U2147483697"}, "team": {"id": "T0001"},
+                    "actions": [{"action_id": "approve", "value": "yes", "action_ts": format!("{at}.000100")}],
+                });
+                let closed = json!({
+                    "type": "view_closed", "team": {"id": "T0001"}, "user": {"id": "U2147483697"},
+                    "view": {"id": "V0001", "callback_id": "settings"}, "is_cleared": false,
+                });
+                let form = |body: String| self.sign("", "", body.into_bytes(), at);
+                let closed = form(format!("payload={}", form_value(&closed.to_string())));
+                let closed_id = closed.headers["X-Slack-Signature"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                vec![
+                    event(
+                        "a slash command",
+                        form(command),
+                        trigger.clone(),
+                        "/weather",
+                    ),
+                    event(
+                        "an interaction",
+                        form(format!("payload={}", form_value(&action.to_string()))),
+                        format!("{trigger}.1"),
+                        "block_actions",
+                    ),
+                    event(
+                        "an interaction without a trigger id",
+                        closed,
+                        closed_id,
+                        "view_closed",
+                    ),
+                    handshake(
+                        "a URL verification",
+                        signed(
+                            json!({"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl", "type": "url_verification",
+                                      "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"}),
+                        ),
+                        "url_verification",
+                    ),
+                ]
+            }
+            "zoom" => vec![handshake(
+                "a URL validation",
+                signed(
+                    json!({"event": "endpoint.url_validation", "event_ts": at * 1000,
+                              "payload": {"plainToken": "qgg8vlvZRS6UYooatFL8Aw"}}),
+                ),
+                "endpoint.url_validation",
+            )],
+            "twitch" => {
+                let subscription = json!({"id": "f1c2a387-161a-49f9-a165-0f21d7a4e1c4",
+                                          "type": "channel.follow", "version": "2",
+                                          "status": "webhook_callback_verification_pending"});
+                let mut challenge = self.sign(
+                    "e76c6bd4-55c9-4987-8304-da1588d8988b",
+                    "",
+                    json!({"challenge": "pogchamp-kappa-360noscope-vohiyo", "subscription": subscription})
+                        .to_string()
+                        .into_bytes(),
+                    at,
+                );
+                challenge.headers["Twitch-Eventsub-Message-Type"] =
+                    json!("webhook_callback_verification");
+                let mut revoked = subscription.clone();
+                revoked["status"] = json!("authorization_revoked");
+                let mut revocation = self.sign(
+                    "84c1e79a-2a4b-4c13-ba0b-4312293e9308",
+                    "",
+                    json!({"subscription": revoked}).to_string().into_bytes(),
+                    at,
+                );
+                revocation.headers["Twitch-Eventsub-Message-Type"] = json!("revocation");
+                vec![
+                    handshake(
+                        "a callback verification",
+                        challenge,
+                        "webhook_callback_verification",
+                    ),
+                    handshake("a revocation", revocation, "revocation"),
+                ]
+            }
+            "discord" => vec![handshake(
+                "a PING",
+                signed(json!({"id": "1110000000000000001", "type": 1,
+                              "application_id": "1110000000000000000"})),
+                "ping",
+            )],
+            "twilio" => {
+                // A voice status callback: Twilio sends no idempotency
+                // token with it.
+                let body = format!(
+                    "AccountSid=AC0001&CallSid=CA{at}&CallStatus=completed&CallDuration=12\
+                     &From=%2B15551230000&To=%2B15551234567&Timestamp=Tue%2C+14+Nov+2023+22%3A13%3A20+%2B0000"
+                );
+                let mut delivery = self.sign("", "", body.into_bytes(), at);
+                delivery
+                    .headers
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("I-Twilio-Idempotency-Token");
+                let id = delivery.headers["X-Twilio-Signature"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                vec![event(
+                    "a callback without an idempotency token",
+                    delivery,
+                    id,
+                    "completed",
+                )]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl Sender {
     /// The headers a provider of the scheme reads its event id and type
     /// from, and those the scheme's signature can cover.
@@ -665,6 +844,12 @@ mod tests {
             let genuine = sender.deliver("evt-genuine", "thing.created", at);
             let mut deliveries = vec![("the genuine delivery", genuine.clone())];
             deliveries.extend(sender.changes(&genuine, at));
+            for other in sender.other_kinds(at) {
+                let mut forged = other.delivery.clone();
+                forged.body.push(b' ');
+                deliveries.push((other.what, other.delivery));
+                deliveries.push(("another kind with another body", forged));
+            }
             for (change, delivery) in deliveries {
                 lines.push(serde_json::json!({
                     "scheme": registration.scheme,

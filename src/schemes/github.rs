@@ -4,25 +4,23 @@
 //! `X-GitHub-Delivery`, so `webhook_receive` binds each signed body to the
 //! delivery id it first came with and refuses it under any other.
 //!
-//! Only when `X-Hub-Signature-256` is absent is the legacy
-//! `X-Hub-Signature: sha1=<hex>` used. HMAC-SHA1 is still unforgeable
-//! without the key, but GitHub keeps it only for old integrations; prefer
-//! the SHA-256 header.
+//! The legacy `X-Hub-Signature: sha1=<hex>` that GitHub still sends beside
+//! it is not read, as GitHub's own library (`@octokit/webhooks-methods`)
+//! reads only the SHA-256 header: a request carrying only the SHA-1 one is
+//! refused as `missing_header`. Every GitHub.com and supported GitHub
+//! Enterprise Server delivery carries `X-Hub-Signature-256` (since GHES
+//! 3.0); an older server that signs with SHA-1 alone is registered as the
+//! generic `hmac;header=X-Hub-Signature;algorithm=sha1;prefix=sha1=`
+//! (docs/reference.md, "GitHub").
 
 use super::{Headers, Reason, Signed};
-use crate::signature::{decode_hex, Algorithm};
+use crate::signature::{decode_signature_hex, Algorithm};
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
-    let (header, label, algorithm) = if headers.has("X-Hub-Signature-256") {
-        (
-            headers.get("X-Hub-Signature-256")?,
-            "sha256=",
-            Algorithm::Sha256,
-        )
-    } else {
-        (headers.get("X-Hub-Signature")?, "sha1=", Algorithm::Sha1)
-    };
-    let hex = header.strip_prefix(label).ok_or(Reason::MalformedHeader)?;
-    let digest = decode_hex(hex, algorithm.digest_len()).ok_or(Reason::MalformedHeader)?;
-    Ok(Signed::hmac(algorithm, vec![digest]))
+    let hex = headers
+        .get("X-Hub-Signature-256")?
+        .strip_prefix("sha256=")
+        .ok_or(Reason::MalformedHeader)?;
+    let digest = decode_signature_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
+    Ok(Signed::hmac(Algorithm::Sha256, vec![digest]))
 }

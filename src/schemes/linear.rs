@@ -5,11 +5,11 @@
 //! a malformed header, as a scheme with a missing timestamp header is.
 
 use super::{Reason, Request, Signed};
-use crate::signature::{decode_hex, Algorithm};
+use crate::signature::{decode_signature_hex, Algorithm};
 
 pub fn read(request: &Request<'_, '_>) -> Result<Signed, Reason> {
-    let digest =
-        decode_hex(request.headers.get("Linear-Signature")?, 32).ok_or(Reason::MalformedHeader)?;
+    let digest = decode_signature_hex(request.headers.get("Linear-Signature")?, 32)
+        .ok_or(Reason::MalformedHeader)?;
     let body: serde_json::Value =
         serde_json::from_slice(request.body).map_err(|_| Reason::MalformedHeader)?;
     let millis = body

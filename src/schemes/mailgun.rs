@@ -11,7 +11,7 @@
 //! cannot carry another event.
 
 use super::{unix_seconds, Reason, Request, Signed};
-use crate::signature::{decode_hex, Algorithm};
+use crate::signature::{decode_signature_hex, Algorithm};
 
 pub fn read(request: &Request<'_, '_>) -> Result<Signed, Reason> {
     let body: serde_json::Value =
@@ -30,7 +30,7 @@ pub fn read(request: &Request<'_, '_>) -> Result<Signed, Reason> {
     if token.is_empty() || token.len() > 256 {
         return Err(Reason::MalformedHeader);
     }
-    let digest = decode_hex(field("signature")?, 32).ok_or(Reason::MalformedHeader)?;
+    let digest = decode_signature_hex(field("signature")?, 32).ok_or(Reason::MalformedHeader)?;
     Ok(Signed::hmac(Algorithm::Sha256, vec![digest])
         .prefix(format!("{sent}{token}"))
         .without_body()

@@ -369,7 +369,7 @@ impl Scheme {
     pub fn signature_headers(&self) -> Vec<&str> {
         match self {
             Scheme::Plain(Kind::Stripe) => vec!["Stripe-Signature"],
-            Scheme::Plain(Kind::Github) => vec!["X-Hub-Signature-256", "X-Hub-Signature"],
+            Scheme::Plain(Kind::Github) => vec!["X-Hub-Signature-256"],
             Scheme::Plain(Kind::Standard) => vec!["webhook-signature", "svix-signature"],
             Scheme::Plain(Kind::Paddle) => vec!["Paddle-Signature"],
             Scheme::Plain(Kind::Shopify) => vec!["X-Shopify-Hmac-Sha256"],
@@ -622,8 +622,15 @@ fn unix_seconds(text: &str) -> Result<i64, Reason> {
 
 /// The `t=…,v1=…` family of headers (Stripe with ',', Paddle with ';'):
 /// a timestamp under `ts_key` and one or more hex SHA-256 signatures under
-/// `sig_key`; other keys are ignored. Signatures that are not 64 hex digits
-/// cannot match and are dropped, but at least one must be usable.
+/// `sig_key`; other keys are ignored. Signatures that are not 64 lower-case
+/// hex digits cannot match and are dropped, but at least one must be
+/// usable.
+///
+/// Read as the providers write it and as their libraries split it: items
+/// are not trimmed (` v1=…` after a space is another key, as in Stripe's
+/// and Paddle's SDKs), and a second timestamp is malformed (Stripe's
+/// Python library reads the first, its Node library the last: a header
+/// that two official readers read differently is no header Stripe sent).
 fn timestamp_and_signatures(
     header: &str,
     separator: char,
@@ -633,13 +640,16 @@ fn timestamp_and_signatures(
     let mut timestamp = None;
     let mut candidates = Vec::new();
     for item in header.split(separator) {
-        let Some((key, value)) = item.trim().split_once('=') else {
+        let Some((key, value)) = item.split_once('=') else {
             continue;
         };
         if key == ts_key {
+            if timestamp.is_some() {
+                return Err(Reason::MalformedHeader);
+            }
             timestamp = Some(unix_seconds(value)?);
         } else if key == sig_key {
-            candidates.extend(crate::signature::decode_hex(value, 32));
+            candidates.extend(crate::signature::decode_signature_hex(value, 32));
         }
     }
     match (timestamp, candidates.is_empty()) {

@@ -3,7 +3,7 @@
 //! Key: the app's signing secret verbatim.
 
 use super::{unix_seconds, Headers, Reason, Signed};
-use crate::signature::{decode_hex, Algorithm};
+use crate::signature::{decode_signature_hex, Algorithm};
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     let signature = headers.get("X-Slack-Signature")?;
@@ -11,7 +11,7 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     let hex = signature
         .strip_prefix("v0=")
         .ok_or(Reason::MalformedHeader)?;
-    let digest = decode_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
+    let digest = decode_signature_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
     Ok(Signed::hmac(Algorithm::Sha256, vec![digest])
         .prefix(format!("v0:{timestamp}:"))
         .at(timestamp)

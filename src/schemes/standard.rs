@@ -19,13 +19,25 @@ use crate::signature::{decode_base64, decode_base64_any, Algorithm};
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     // One family, chosen by its signature header; the id and timestamp
-    // are read from the same family, and only they are covered.
-    let (prefix, covered): (&str, &'static [&'static str]) =
-        if headers.has("webhook-signature") || !headers.has("svix-signature") {
-            ("webhook-", &["webhook-id", "webhook-timestamp"])
-        } else {
-            ("svix-", &["svix-id", "svix-timestamp"])
-        };
+    // are read from the same family, and only they are covered. A request
+    // may carry both families only as one: Svix's library reads `svix-*`
+    // first, the Standard Webhooks library only `webhook-*`, so families
+    // that differ would be judged two ways; such a request is malformed.
+    let both = headers.has("webhook-signature") && headers.has("svix-signature");
+    if both {
+        for name in ["id", "timestamp", "signature"] {
+            if headers.get(&format!("webhook-{name}"))? != headers.get(&format!("svix-{name}"))? {
+                return Err(Reason::MalformedHeader);
+            }
+        }
+    }
+    let (prefix, covered): (&str, &'static [&'static str]) = if both {
+        ("webhook-", STANDARD_AND_SVIX)
+    } else if headers.has("webhook-signature") || !headers.has("svix-signature") {
+        ("webhook-", &["webhook-id", "webhook-timestamp"])
+    } else {
+        ("svix-", &["svix-id", "svix-timestamp"])
+    };
     let get = |name: &str| headers.get(&format!("{prefix}{name}"));
     let signature = get("signature")?;
     let id = get("id")?;
@@ -55,6 +67,14 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
         .at(timestamp)
         .covering(covered))
 }
+
+/// What a request carrying both families, as one, is covered for.
+const STANDARD_AND_SVIX: &[&str] = &[
+    "webhook-id",
+    "webhook-timestamp",
+    "svix-id",
+    "svix-timestamp",
+];
 
 pub fn key(secret: &str) -> Option<Registered> {
     if let Some(public) = secret.strip_prefix("whpk_") {

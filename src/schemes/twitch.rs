@@ -5,7 +5,7 @@
 //! check (`webhook_callback_verification`) is answered by `handshake`.
 
 use super::{Headers, Reason, Signed};
-use crate::signature::{decode_hex, Algorithm};
+use crate::signature::{decode_signature_hex, Algorithm};
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     let hex = headers
@@ -18,7 +18,7 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     if id.is_empty() {
         return Err(Reason::MalformedHeader);
     }
-    let digest = decode_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
+    let digest = decode_signature_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
     Ok(Signed::hmac(Algorithm::Sha256, vec![digest])
         .prefix(format!("{id}{sent}"))
         .at(timestamp)

@@ -4,7 +4,7 @@
 //! is answered by `handshake`.
 
 use super::{unix_seconds, Headers, Reason, Signed};
-use crate::signature::{decode_hex, Algorithm};
+use crate::signature::{decode_signature_hex, Algorithm};
 
 pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
     let hex = headers
@@ -12,7 +12,7 @@ pub fn read(headers: &Headers<'_>) -> Result<Signed, Reason> {
         .strip_prefix("v0=")
         .ok_or(Reason::MalformedHeader)?;
     let timestamp = unix_seconds(headers.get("x-zm-request-timestamp")?)?;
-    let digest = decode_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
+    let digest = decode_signature_hex(hex, 32).ok_or(Reason::MalformedHeader)?;
     Ok(Signed::hmac(Algorithm::Sha256, vec![digest])
         .prefix(format!("v0:{timestamp}:"))
         .at(timestamp)
