@@ -77,7 +77,7 @@ CREATE FUNCTION webhook._signature_headers(s webhook._scheme) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE (s).kind
     WHEN 'stripe' THEN '{stripe-signature}'
-    WHEN 'github' THEN '{x-hub-signature-256,x-hub-signature}'
+    WHEN 'github' THEN '{x-hub-signature-256}'
     WHEN 'standard' THEN '{webhook-signature,svix-signature}'
     WHEN 'paddle' THEN '{paddle-signature}'
     WHEN 'shopify' THEN '{x-shopify-hmac-sha256}'

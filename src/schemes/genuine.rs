@@ -602,14 +602,32 @@ impl Sender {
             registration.event_id_from.or(self.entry.event_id_from),
             registration.event_type_from.or(self.entry.event_type_from),
         ];
+        // The signature header itself (Slack's and Twilio's id where none
+        // other is sent) is the signed bytes' MAC, not a value a sender
+        // sets: changing it is tampering, a change of its own.
+        let signature = self.signature_headers();
         let mut names: Vec<String> = sources
             .into_iter()
             .flatten()
             .flat_map(|source| source.split('|'))
             .filter_map(|alternative| alternative.strip_prefix("header:").map(str::to_string))
+            .filter(|name| !signature.iter().any(|s| s.eq_ignore_ascii_case(name)))
             .collect();
         names.extend(self.entry.covers.headers.iter().map(|h| h.to_string()));
         names
+    }
+
+    /// The headers that carry the scheme's signature.
+    pub fn signature_headers(&self) -> Vec<String> {
+        super::Scheme::parse("t", "scheme", &self.registration().scheme)
+            .map(|scheme| {
+                scheme
+                    .signature_headers()
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Every change a sender holding `genuine` (signed at `now`) can make
