@@ -147,7 +147,7 @@ LANGUAGE plpgsql IMMUTABLE
 AS $$
 DECLARE
     document jsonb := webhook._json_or_null(body);
-    inner    jsonb;
+    interaction jsonb;
 BEGIN
     IF jsonb_typeof(document) = 'object'
        OR (s).body = 'batch' AND jsonb_typeof(document) = 'array' AND jsonb_array_length(document) > 0 THEN
@@ -170,8 +170,8 @@ BEGIN
     -- (Slack's interactivity; src/sources.rs).
     IF (s).body = 'form_or_payload' AND document ? 'payload' AND
        (SELECT count(*) FROM jsonb_object_keys(document)) = 1 THEN
-        inner := webhook._json_or_null(convert_to(document ->> 'payload', 'UTF8'));
-        RETURN CASE WHEN jsonb_typeof(inner) = 'object' THEN inner END;
+        interaction := webhook._json_or_null(convert_to(document ->> 'payload', 'UTF8'));
+        RETURN CASE WHEN jsonb_typeof(interaction) = 'object' THEN interaction END;
     END IF;
     RETURN document;
 END
