@@ -227,12 +227,19 @@ fn the_providers_libraries_judge_every_case_as_webhook_verify_does() {
         if !edition_verifies_with(scheme, secret) {
             continue;
         }
-        // The scheme's own window, widened by the time since the library
-        // judged the case: the answer as of then.
-        let elapsed = (now - case["at"].as_i64().unwrap()).max(0);
+        // The answer as of when the library judged the case: the window
+        // widened into the past by the time since, and a signature from
+        // further ahead of then than the scheme's window refused as in
+        // the future.
+        let at = case["at"].as_i64().unwrap();
+        let elapsed = (now - at).max(0);
         let row = client
             .query_one(
-                "SELECT d.valid, d.reason
+                "SELECT d.valid AND coalesce(extract(epoch FROM d.signed_at) <= $7::bigint
+                                             + extract(epoch FROM s.tolerance), true),
+                        CASE WHEN d.valid AND extract(epoch FROM d.signed_at) > $7::bigint
+                                             + extract(epoch FROM s.tolerance)
+                             THEN 'timestamp_in_future' ELSE d.reason END
                    FROM webhook_schemes() s,
                         webhook_verify_detail($1, $2::text::jsonb, convert_to($3, 'UTF8'), ARRAY[$4::text],
                             tolerance => coalesce(s.tolerance, interval '0') + make_interval(secs => $5::int), url => $6) d
@@ -244,6 +251,7 @@ fn the_providers_libraries_judge_every_case_as_webhook_verify_does() {
                     &secret,
                     &(elapsed as i32),
                     &case["url"].as_str(),
+                    &at,
                 ],
             )
             .unwrap_or_else(|e| panic!("{name}: {}", message(&e)));
