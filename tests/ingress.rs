@@ -232,8 +232,8 @@ fn every_scheme_of_the_catalog_through_the_ingress_as_webhook_receive_answers() 
         );
         let row = direct
             .query_one(
-                "SELECT status, http_status, reason FROM webhook_receive($1, $2::text::jsonb, $3::bytea,
-                        inbox => true, url => $4)",
+                "SELECT status, http_status, reason, response, response_type
+                   FROM webhook_receive($1, $2::text::jsonb, $3::bytea, inbox => true, url => $4)",
                 &[&provider, &line["headers"].to_string(), &body, &url],
             )
             .unwrap();
@@ -242,6 +242,25 @@ fn every_scheme_of_the_catalog_through_the_ingress_as_webhook_receive_answers() 
             row.get::<_, i32>(1) as u16,
             row.get::<_, String>(2),
         );
+        if expected.0 == "handshake" {
+            // An endpoint check is answered with what its provider expects.
+            let response: String = row.get(3);
+            let response_type: String = row.get(4);
+            assert_eq!(
+                (
+                    through.status,
+                    String::from_utf8_lossy(&through.body).to_string(),
+                    through.header("content-type").map(str::to_string)
+                ),
+                (200, response, Some(response_type)),
+                "{provider}, {change}: the handshake's answer"
+            );
+            per_scheme
+                .entry(provider.to_string())
+                .or_default()
+                .push((change.to_string(), through.status));
+            continue;
+        }
         let got = through.json();
         assert_eq!(
             (
