@@ -3,16 +3,20 @@
 //! drains, and takes up where it stopped once resumed; a quarantined
 //! entity is set aside, arrivals included, and released whole; a cap is
 //! never exceeded, sampled from the database and from the workers; a
-//! rate holds within 10 % over 30 seconds; a circuit breaker opens, lets
-//! one event through after its cooldown, and closes on success. Every
+//! rate holds within 10 % over twelve seconds; a circuit breaker opens,
+//! lets one event through after its cooldown, and closes on success. Every
 //! event is processed exactly once per consumer throughout.
+//!
+//! The rate and the breaker are judged by the clock, so each runs alone:
+//! on a two-core machine the other tests' eight workers each would starve
+//! them, and a rate the machine cannot reach says nothing about the limit.
 #![cfg(feature = "client-tests")]
 
 mod common;
 use common::*;
 use postgres::Client;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 const DB: &str = "pgwi_flow";
@@ -35,13 +39,31 @@ fn db() -> &'static str {
     db
 }
 
+static CLOCK: RwLock<()> = RwLock::new(());
+
+/// Held by every test that the clock does not judge: they run together.
+fn beside_others() -> RwLockReadGuard<'static, ()> {
+    CLOCK
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Held by a test the clock judges: nothing else of this suite runs.
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    CLOCK
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// `wait_for` with room for a loaded machine: these tests drain
 /// thousands of events with eight workers each, several tests at once.
+/// It looks every 20 ms, and a worker that found nothing waits as long:
+/// on two cores, polls that find nothing are CPU the drains need.
 fn wait_long(what: &str, mut ready: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while !ready() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -158,7 +180,7 @@ fn workers(
                     let n = round(&mut client, consumer, provider, batch, None, Duration::ZERO);
                     processed += n;
                     if n == 0 {
-                        std::thread::sleep(Duration::from_millis(5));
+                        std::thread::sleep(Duration::from_millis(20));
                     }
                 }
                 processed
@@ -169,6 +191,7 @@ fn workers(
 
 #[test]
 fn a_paused_consumer_gets_nothing_while_another_drains_and_resumes_where_it_stopped() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     register(
@@ -246,6 +269,7 @@ fn a_paused_consumer_gets_nothing_while_another_drains_and_resumes_where_it_stop
 
 #[test]
 fn a_paused_provider_is_passed_over_by_workers_of_every_provider() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_pa", &["fl_mixed"], None);
@@ -310,6 +334,7 @@ fn a_paused_provider_is_passed_over_by_workers_of_every_provider() {
 
 #[test]
 fn a_quarantined_entity_is_set_aside_with_its_arrivals_while_the_rest_drains() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     // FIFO: eight workers, never two events of a customer at once.
@@ -402,6 +427,7 @@ fn a_quarantined_entity_is_set_aside_with_its_arrivals_while_the_rest_drains() {
 /// older ones stale, as it always did.
 #[test]
 fn events_put_back_are_due_in_the_order_first_queued() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     let mut worker = connect(db);
@@ -549,6 +575,7 @@ fn events_put_back_are_due_in_the_order_first_queued() {
 
 #[test]
 fn a_cap_is_never_exceeded_by_eight_workers_leasing_at_once() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_cap", &["fl_capped"], None);
@@ -651,13 +678,14 @@ fn a_cap_is_never_exceeded_by_eight_workers_leasing_at_once() {
 }
 
 #[test]
-fn a_rate_holds_within_ten_percent_over_thirty_seconds() {
+fn a_rate_holds_within_ten_percent_over_twelve_seconds() {
+    let _clock = alone();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_rate", &["fl_rated"], None);
     admin
         .query_one(
-            "SELECT webhook_set_limit('fl_rated', rate => 40, burst => 4)",
+            "SELECT webhook_set_limit('fl_rated', rate => 50, burst => 4)",
             &[],
         )
         .unwrap();
@@ -682,28 +710,29 @@ fn a_rate_holds_within_ten_percent_over_thirty_seconds() {
                     );
                     leased.fetch_add(n, SeqCst);
                     if n == 0 {
-                        std::thread::sleep(Duration::from_millis(2));
+                        std::thread::sleep(Duration::from_millis(10));
                     }
                 }
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(12));
     stop.store(true, SeqCst);
     let elapsed = started.elapsed().as_secs_f64();
     for w in pool {
         w.join().unwrap();
     }
     let leased = leased.load(SeqCst) as f64;
-    let expected = 40.0 * elapsed;
+    let expected = 50.0 * elapsed;
     assert!(
         (leased - expected).abs() <= expected * 0.10,
-        "{leased} leases in {elapsed:.1} s under 40/s (expected {expected:.0} ± 10 %)"
+        "{leased} leases in {elapsed:.1} s under 50/s (expected {expected:.0} ± 10 %)"
     );
 }
 
 #[test]
 fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_on_success() {
+    let _clock = alone();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_brk", &["fl_fragile"], None);
@@ -724,6 +753,10 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
             std::thread::spawn(move || {
                 let mut client = connect(db);
                 while !stop.load(SeqCst) {
+                    // When the lease was asked for, not when it ended: an
+                    // attempt leased before the breaker opened may finish
+                    // after, on a loaded machine, and is no probe.
+                    let asked = Instant::now();
                     let mut tx = client.transaction().unwrap();
                     let leased = tx
                         .query("SELECT id::text, event_id FROM webhook_next(1, 'fl_fragile', 'fl_brk')", &[])
@@ -742,11 +775,11 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
                             .unwrap();
                             tx.execute("SELECT webhook_complete($1::text::uuid)", &[&id]).unwrap();
                         }
-                        attempts.lock().unwrap().push((Instant::now(), !failing));
+                        attempts.lock().unwrap().push((asked, !failing));
                     }
                     tx.commit().unwrap();
                     if leased.is_empty() {
-                        std::thread::sleep(Duration::from_millis(5));
+                        std::thread::sleep(Duration::from_millis(10));
                     }
                 }
             })
@@ -786,7 +819,7 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
         .lock()
         .unwrap()
         .iter()
-        .filter(|(at, _)| *at > opened + Duration::from_millis(100))
+        .filter(|(asked, _)| *asked > opened)
         .count();
     assert!(
         (2..=4).contains(&failed_while_open),
@@ -796,7 +829,7 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
         .lock()
         .unwrap()
         .iter()
-        .filter(|(at, _)| *at <= opened)
+        .filter(|(asked, _)| *asked <= opened)
         .count();
     assert!(
         failures_before <= 5 + 8,
@@ -843,6 +876,7 @@ fn a_circuit_breaker_opens_lets_one_event_through_after_its_cooldown_and_closes_
 
 #[test]
 fn steering_is_for_operators_and_refuses_bad_arguments_with_their_own_sqlstates() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_plain", &["fl_x"], None);
@@ -1006,6 +1040,7 @@ fn of(providers: &[String], provider: &str) -> usize {
 
 #[test]
 fn limits_of_one_provider_and_of_every_provider_hold_together_in_calls_without_a_provider() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_ma", &["fl_mix"], None);
@@ -1096,6 +1131,7 @@ fn limits_of_one_provider_and_of_every_provider_hold_together_in_calls_without_a
 
 #[test]
 fn a_quarantine_of_one_consumer_leaves_the_others_and_a_release_keeps_what_another_still_covers() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_qq", &["fl_q1", "fl_q2"], Some(false));
@@ -1133,6 +1169,7 @@ fn a_quarantine_of_one_consumer_leaves_the_others_and_a_release_keeps_what_anoth
 
 #[test]
 fn what_rolls_back_or_runs_out_gives_its_slot_and_counts_nothing() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_undo", &["fl_undone"], None);
@@ -1250,6 +1287,7 @@ fn what_rolls_back_or_runs_out_gives_its_slot_and_counts_nothing() {
 /// provider's breaker, never the other's.
 #[test]
 fn one_providers_failures_never_open_another_providers_breaker() {
+    let _clock = beside_others();
     let db = db();
     let mut admin = connect(db);
     register(&mut admin, "fl_team_a", &["fl_shared"], None);
