@@ -2,10 +2,16 @@
 #
 #   make demo    build, install, start a throwaway PostgreSQL (unless PGHOST
 #                is set) and replay a signed webhook against it
-#   make test    every test: in-database (#[pg_test]) and client-side
-#                suites over real connections, upgrades, dump and restore,
-#                hardening, the console, the intake tier on seven servers
-#                (PostgreSQL 15), the release package
+#   make test    the whole guarantee, in minutes: the lint, the
+#                in-database (#[pg_test]) suites and the client suites over
+#                real connections in both editions (claims, finishing,
+#                leases, inbox, ordering, keys, every scheme, upgraded ==
+#                fresh, dump and restore)
+#   make test-all everything CI runs: make test, then hardening, managed
+#                hosts, the console, the ingress, failover, updates under
+#                traffic, the intake tier, the soak, the example receivers,
+#                the packages; and all of it on PostgreSQL 18. Each part
+#                timed, the table printed at the end (.ci/timings)
 #   make lint    cargo fmt --check and clippy, warnings as errors
 #   make figures the hardening figures, written into docs/hardening.md
 #   make package release artifacts for every supported major
@@ -65,7 +71,7 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failov
 # pg_dump's handling of extensions; editions compares the two itself.
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
-.PHONY: all setup build bench-ab deb deb-major deb-test install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
+.PHONY: all setup build test-all bench-ab deb deb-major deb-test install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
         package package-major package-test examples-test observability-test console-test ingress-test bench demo console ingress clean
 
 all: build
@@ -109,26 +115,47 @@ install-proxy:
 	install -m 644 proxy/pg_webhook_inbox_proxy.sql \
 		"$$($(PG_CONFIG) --sharedir)/extension/pg_webhook_inbox_proxy--$(VERSION).sql"
 
-# One after the other, also under `make -j`: `cargo pgrx test` installs
-# its own test build into the server's library directory, which the later
-# steps replace with the real one, and every step shares target/.
+# The parts of a run, one after the other, also under `make -j`: `cargo
+# pgrx test` installs its own test build into the server's library
+# directory, which the later parts replace with the real one, and every
+# part shares target/. Each is timed into TIMINGS (.ci/timed), as
+# `part` or `part@18`; `.ci/timings` prints the table.
+TIMINGS ?= $(CURDIR)/target/timings.tsv
+export TIMINGS
+timed = .ci/timed $(1)$(if $(filter 18,$(PG_MAJOR)),@18) -- $(MAKE) --no-print-directory $(1) PG_MAJOR=$(PG_MAJOR)
+
+# What a contributor runs before every change: the whole guarantee.
+FAST_PARTS = $(if $(filter 15,$(PG_MAJOR)),lint) test-in-db test-client test-portable
+# What CI runs besides, on PostgreSQL 15 and then on 18.
+EXTENDED_PARTS = managed-test hardening observability-test console-test ingress-test failover-test \
+	update-test reinstall-test \
+	$(if $(filter 15,$(PG_MAJOR)),scale-test soak examples-test) \
+	$(if $(filter 18,$(PG_MAJOR)),major-upgrade-test) package-test
+
+# A tree that passed `make test` is not tested again by `make test-all`
+# (.ci/tree-id: the commit and every uncommitted change).
+PASSED = $(STATE_DIR)/test-passed
+# Typed by hand (MAKELEVEL 0), each starts a table of its own.
+FRESH_TIMINGS = $(if $(filter 0,$(MAKELEVEL)),@rm -f $(TIMINGS))
 test:
-	$(MAKE) --no-print-directory test-in-db
-	$(MAKE) --no-print-directory test-client
-	$(MAKE) --no-print-directory test-portable
-	$(MAKE) --no-print-directory managed-test
-	$(MAKE) --no-print-directory hardening
-	$(MAKE) --no-print-directory observability-test
-	$(MAKE) --no-print-directory console-test
-	$(MAKE) --no-print-directory ingress-test
-	$(MAKE) --no-print-directory failover-test
-	$(MAKE) --no-print-directory update-test
-	$(MAKE) --no-print-directory reinstall-test
-	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory scale-test)
-	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory soak DURATION=120)
-	$(if $(filter 15,$(PG_MAJOR)),$(MAKE) --no-print-directory examples-test)
-	$(if $(filter 18,$(PG_MAJOR)),$(MAKE) --no-print-directory major-upgrade-test)
-	$(MAKE) --no-print-directory package-test
+	$(FRESH_TIMINGS)
+	@rm -f $(PASSED)
+	@$(foreach part,$(FAST_PARTS),$(call timed,$(part)) &&) true
+	@.ci/tree-id > $(PASSED)
+	$(if $(filter 0,$(MAKELEVEL)),@.ci/timings $(TIMINGS))
+
+# After `make test` on the same tree, its timings stay in the table.
+test-all:
+	@if [ -f $(PASSED) ] && [ "$$(cat $(PASSED))" = "$$(.ci/tree-id)" ]; then \
+		echo "test-all: make test passed on this very tree; its parts are not run again"; \
+	else \
+		$(if $(filter 0,$(MAKELEVEL)),rm -f $(TIMINGS);) \
+		$(MAKE) --no-print-directory test PG_MAJOR=$(PG_MAJOR); \
+	fi
+	@$(foreach part,$(EXTENDED_PARTS),$(call timed,$(part)) &&) true
+	$(if $(filter 15,$(PG_MAJOR)),@env -u PG_CONFIG $(MAKE) --no-print-directory test-all PG_MAJOR=18)
+	$(if $(filter 15,$(PG_MAJOR)),@$(call timed,deb) && $(call timed,deb-test))
+	$(if $(filter 15,$(PG_MAJOR)),@.ci/timings $(TIMINGS))
 
 test-in-db: setup
 	@mkdir -p $(STATE_DIR)
@@ -154,7 +181,7 @@ test-client: install scheme-matrix
 # (tests/editions.rs, which shifts each window by the time since).
 scheme-matrix:
 	@mkdir -p $(STATE_DIR)
-	SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib \
+	SCHEME_MATRIX=$(STATE_DIR)/scheme-matrix.jsonl $(CARGO) test --quiet --lib \
 		$(PG_FEATURES) --features pg_test schemes::genuine::tests::matrix_of_every_scheme -- --exact
 
 # The client suites again, each in a database where the portable edition
@@ -335,7 +362,7 @@ ingress-test: install
 	$(CARGO) test --quiet -p webhook-ingress
 	$(CARGO) build --quiet -p webhook-ingress
 	SCHEME_MATRIX=$(STATE_DIR)/ingress/scheme-matrix.jsonl SCHEME_MATRIX_URL='https://hooks.example.com/webhooks/{scheme}' \
-		PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib $(PG_FEATURES) --features pg_test \
+		$(CARGO) test --quiet --lib $(PG_FEATURES) --features pg_test \
 		schemes::genuine::tests::matrix_of_every_scheme -- --exact
 	$(CARGO) test $(CLIENT_FEATURES) --no-run --test ingress
 	$(MAKE) --no-print-directory sdk-fixtures
@@ -354,7 +381,7 @@ scale-test: install
 examples-test: install
 	@mkdir -p $(STATE_DIR)/examples
 	SCHEME_MATRIX=$(STATE_DIR)/examples/scheme-matrix.jsonl SCHEME_MATRIX_URL='https://hooks.example.com/webhooks/{scheme}' \
-		PGRX_PG_CONFIG_PATH=$(PG_CONFIG) $(CARGO) test --quiet --lib $(PG_FEATURES) --features pg_test \
+		$(CARGO) test --quiet --lib $(PG_FEATURES) --features pg_test \
 		schemes::genuine::tests::matrix_of_every_scheme -- --exact
 	SCHEME_MATRIX=$(STATE_DIR)/examples/scheme-matrix.jsonl PG_MAJOR=$(PG_MAJOR) PG_CONFIG=$(PG_CONFIG) \
 		.ci/examples-test $(STATE_DIR)/examples $(call port,3) $(call port,600) $(call port,700) $(call port,800)
