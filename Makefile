@@ -21,7 +21,8 @@
 # `make build`, which only compiles against the PG_CONFIG given.
 
 # Supported majors: 15 (Debian's packages) and 18 (a relocatable build
-# from PyPI, see .ci/setup). PG_MAJOR=18 make test runs everything on 18.
+# from PyPI, see .ci/setup). PG_MAJOR=18 make test runs it on 18;
+# make test-all runs 15, then 18.
 PG_MAJOR   ?= 15
 PG18_ROOT  ?= /opt/pg_webhook_inbox/pg18
 PG15_CONFIG := /usr/lib/postgresql/15/bin/pg_config
@@ -229,7 +230,7 @@ major-upgrade-test:
 
 # A soak (tests/soak.rs): steady traffic with faults against one server
 # with pg_cron (PostgreSQL 15: Debian packages pg_cron for it), DURATION
-# seconds, two minutes in `make test`; samples and pictures in
+# seconds, two minutes in `make test-all`; samples and pictures in
 # $(STATE_DIR)/soak/out.
 DURATION ?= 120
 soak: install
