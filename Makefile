@@ -402,7 +402,10 @@ bench-ab: install-release
 	PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg $(call port,2) -- \
 		bench/ab $(abspath $(BASELINE)) $(STATE_DIR)/bench-ab
 
-demo: install-release
+# The build `make test` installs (debug, with its assertions): a demo
+# followed by `make test` compiles the extension's dependencies once.
+# `make install-release` puts an optimised build in its place.
+demo: install
 	@if [ -n "$$PGHOST$$DATABASE_URL" ]; then \
 		examples/demo.sh; \
 	else \
