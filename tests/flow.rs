@@ -132,15 +132,21 @@ fn round(
     if let Some(h) = holding {
         h.fetch_add(leased.len() as i64, SeqCst);
     }
-    for row in &leased {
-        let (id, p, e): (String, String, String) = (row.get(0), row.get(1), row.get(2));
-        tx.execute(
-            "INSERT INTO done (consumer, provider, event_id) VALUES ($1, $2, $3)",
-            &[&consumer, &p, &e],
-        )
-        .unwrap_or_else(|err| panic!("{consumer} did {p}/{e} twice: {}", message(&err)));
-        tx.execute("SELECT webhook_complete($1::text::uuid)", &[&id])
+    if !leased.is_empty() {
+        // Prepared once a round, as a worker would: parsing and planning
+        // them for every event is CPU the other workers need.
+        let record = tx
+            .prepare("INSERT INTO done (consumer, provider, event_id) VALUES ($1, $2, $3)")
             .unwrap();
+        let complete = tx
+            .prepare("SELECT webhook_complete($1::text::uuid)")
+            .unwrap();
+        for row in &leased {
+            let (id, p, e): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+            tx.execute(&record, &[&consumer, &p, &e])
+                .unwrap_or_else(|err| panic!("{consumer} did {p}/{e} twice: {}", message(&err)));
+            tx.execute(&complete, &[&id]).unwrap();
+        }
     }
     std::thread::sleep(work);
     if let Some(h) = holding {

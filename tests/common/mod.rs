@@ -921,14 +921,19 @@ pub fn work_once_of(
         &[&batch, &consumer, &provider],
     )?;
     let mut done = Vec::with_capacity(leased.len());
+    if leased.is_empty() {
+        tx.commit()?;
+        return Ok(done);
+    }
+    // Prepared once a round, as a worker would: parsing and planning them
+    // for every event is CPU the other workers of the test need.
+    let effect = tx.prepare("INSERT INTO side_effects (provider, event_id) VALUES ($1, $2)")?;
+    let complete = tx.prepare("SELECT webhook_complete($1::text::uuid)")?;
     for row in &leased {
         let (lease, provider, event_id): (String, String, String) =
             (row.get(0), row.get(1), row.get(2));
-        tx.execute(
-            "INSERT INTO side_effects (provider, event_id) VALUES ($1, $2)",
-            &[&provider, &event_id],
-        )?;
-        tx.execute("SELECT webhook_complete($1::text::uuid)", &[&lease])?;
+        tx.execute(&effect, &[&provider, &event_id])?;
+        tx.execute(&complete, &[&lease])?;
         done.push(event_id);
     }
     tx.commit()?;
