@@ -500,6 +500,363 @@ fn oversized_and_slow_bodies_are_refused_before_the_database() {
     assert_eq!(stored(&mut db, "gh"), 1);
 }
 
+// ---------------------------------------------------------------------------
+// Connections: how many, and how long one may hold its place. Senders come
+// from addresses of 127/8 (all loopback on Linux), so that the bound per
+// source can be told from the bound in all.
+
+/// A connection to the ingress from `source`.
+fn connect_from(source: &str, to: std::net::SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: std::net::SocketAddr = format!("{source}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    socket
+        .connect_timeout(&to.into(), Duration::from_secs(2))
+        .unwrap();
+    let stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+}
+
+/// A signed delivery posted from `source`, its connection closed after.
+fn post_from(source: &str, ingress: &Ingress, id: &str) -> Answer {
+    let (headers, body) = github(id);
+    let mut stream = connect_from(source, ingress.addr);
+    let mut request = request_head("POST", "/webhooks/gh", &headers, body.len());
+    request.extend_from_slice(&body);
+    // A refused connection is answered before the request is read: the
+    // write may find it closed already, and the answer is still there.
+    let _ = stream.write_all(&request);
+    read_answer(&mut stream).unwrap_or_else(|e| panic!("from {source}: {e}"))
+}
+
+/// Whether the ingress has closed `stream`: it reads the end (or a
+/// reset), not a timeout, within `wait`.
+fn is_closed(stream: &mut TcpStream, wait: Duration) -> bool {
+    use std::io::Read;
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut byte = [0u8; 512];
+    loop {
+        match stream.read(&mut byte) {
+            Ok(0) => return true,
+            // An answer before the close (a 503, a 408): read on.
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// One answer on a kept-alive connection: the head, then as many bytes
+/// as its Content-Length says.
+fn read_one_answer(stream: &mut TcpStream) -> Answer {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            stream.read(&mut byte).unwrap(),
+            1,
+            "closed mid-answer: {raw:?}"
+        );
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8(raw).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .expect("a Content-Length");
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).unwrap();
+    Answer {
+        status: head.split(' ').nth(1).unwrap().parse().unwrap(),
+        headers: HashMap::new(),
+        body,
+    }
+}
+
+/// Connections are bounded per source and in all, before a byte is read:
+/// one over a bound is answered 503 with Retry-After and closed at once
+/// (not left hanging), and a sender holding its whole share does not stop
+/// deliveries from anyone else.
+#[test]
+fn open_connections_are_bounded_per_source_and_in_all() {
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_connections");
+    let ingress = Ingress::start(
+        "ingress_connections",
+        APP,
+        &[
+            "--max-connections",
+            "30",
+            "--max-connections-per-source",
+            "10",
+            "--header-timeout",
+            "60",
+            "--idle-timeout",
+            "60",
+        ],
+    );
+    // One source opens fifteen connections and sends nothing: ten are
+    // held, five refused.
+    let mut held: Vec<TcpStream> = Vec::new();
+    let mut refused = 0;
+    for _ in 0..15 {
+        let mut stream = connect_from("127.0.0.2", ingress.addr);
+        if is_closed(&mut stream, Duration::from_millis(300)) {
+            refused += 1;
+        } else {
+            held.push(stream);
+        }
+    }
+    assert_eq!((held.len(), refused), (10, 5), "a source holds its share");
+    let mut over = connect_from("127.0.0.2", ingress.addr);
+    let answer = read_answer(&mut over).unwrap();
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert_eq!(answer.header("retry-after"), Some("1"));
+    for i in 0..5 {
+        let answer = post_from("127.0.0.1", &ingress, &format!("while-held-{i}"));
+        assert_eq!(answer.status, 200, "another source is served: {answer:?}");
+    }
+
+    // Two more sources take their shares: thirty open, the bound in all.
+    let mut others: Vec<TcpStream> = Vec::new();
+    for source in ["127.0.0.3", "127.0.0.4"] {
+        for _ in 0..10 {
+            let mut stream = connect_from(source, ingress.addr);
+            assert!(
+                !is_closed(&mut stream, Duration::from_millis(100)),
+                "{source}"
+            );
+            others.push(stream);
+        }
+    }
+    let answer = post_from("127.0.0.5", &ingress, "full-1");
+    assert_eq!(answer.status, 503, "over the bound in all: {answer:?}");
+    assert_eq!(stored(&mut db, "gh"), 5);
+
+    // Places given back are taken again.
+    others.clear();
+    wait_for("a delivery served again", || {
+        post_from("127.0.0.5", &ingress, "full-1").status == 200
+    });
+    held.clear();
+    let metrics = ingress.metrics();
+    assert!(
+        metrics.contains("webhook_ingress_connections_closed_total{reason=\"source_share\"} 6"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("webhook_ingress_connections_closed_total{reason=\"max_connections\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("webhook_ingress_connections_max 30\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("webhook_ingress_connections_per_source_max 10\n"),
+        "{metrics}"
+    );
+    wait_for("every connection closed", || {
+        gauge(&ingress, "webhook_ingress_connections_open") <= 1.0
+    });
+    assert_eq!(stored(&mut db, "gh"), 6);
+}
+
+/// Headers sent a byte at a time, connections opened and left silent, and
+/// kept-alive connections left idle are each closed after their timeout,
+/// however many there are, while deliveries from elsewhere are answered.
+#[test]
+fn slow_headers_and_idle_connections_are_closed_after_their_timeouts() {
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_slowloris");
+    let ingress = Arc::new(Ingress::start(
+        "ingress_slowloris",
+        APP,
+        &[
+            "--header-timeout",
+            "1",
+            "--idle-timeout",
+            "1",
+            "--max-connections-per-source",
+            "100",
+        ],
+    ));
+    // Forty senders trickle a header a byte every 100 ms for six seconds.
+    let trickles: Vec<_> = (0..40)
+        .map(|_| {
+            let addr = ingress.addr;
+            std::thread::spawn(move || {
+                let mut stream = connect_from("127.0.0.6", addr);
+                let opened = Instant::now();
+                stream
+                    .write_all(b"POST /webhooks/gh HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+                    .unwrap();
+                while opened.elapsed() < Duration::from_secs(6) {
+                    if stream.write_all(b"a").is_err()
+                        || is_closed(&mut stream, Duration::from_millis(100))
+                    {
+                        return opened.elapsed();
+                    }
+                }
+                opened.elapsed()
+            })
+        })
+        .collect();
+    // Silent ones: opened, nothing sent.
+    let mut silent: Vec<(TcpStream, Instant)> = (0..20)
+        .map(|_| (connect_from("127.0.0.7", ingress.addr), Instant::now()))
+        .collect();
+    for i in 0..10 {
+        let answer = post_from("127.0.0.1", &ingress, &format!("beside-slow-{i}"));
+        assert_eq!(answer.status, 200, "{answer:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for t in trickles {
+        let took = t.join().unwrap();
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+            "a trickled header closed after {took:?} (--header-timeout 1)"
+        );
+    }
+    for (stream, opened) in &mut silent {
+        assert!(
+            is_closed(stream, Duration::from_secs(5)),
+            "a silent connection"
+        );
+        let took = opened.elapsed();
+        assert!(took >= Duration::from_millis(900), "{took:?}");
+    }
+
+    // Kept alive: a second request on the connection within the idle
+    // timeout is served; then, left idle, it is closed.
+    let (headers, body) = github("kept-1");
+    let mut head = String::from("POST /webhooks/gh HTTP/1.1\r\nHost: x\r\n");
+    for (k, v) in &headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut kept = connect_from("127.0.0.8", ingress.addr);
+    for _ in 0..2 {
+        kept.write_all(head.as_bytes()).unwrap();
+        kept.write_all(&body).unwrap();
+        assert_eq!(read_one_answer(&mut kept).status, 200);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let idle = Instant::now();
+    assert!(is_closed(&mut kept, Duration::from_secs(5)), "left idle");
+    let took = idle.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+        "closed {took:?} after the wait began (--idle-timeout 1, 0.5 s of it spent)"
+    );
+    // Its next request begun within the idle timeout, then trickled: the
+    // header timeout runs from that first byte.
+    let mut kept = connect_from("127.0.0.8", ingress.addr);
+    kept.write_all(head.as_bytes()).unwrap();
+    kept.write_all(&body).unwrap();
+    assert_eq!(read_one_answer(&mut kept).status, 200);
+    std::thread::sleep(Duration::from_millis(800));
+    let begun = Instant::now();
+    kept.write_all(b"POST").unwrap();
+    let mut closed_after = None;
+    while begun.elapsed() < Duration::from_secs(5) {
+        if kept.write_all(b"/").is_err() || is_closed(&mut kept, Duration::from_millis(100)) {
+            closed_after = Some(begun.elapsed());
+            break;
+        }
+    }
+    let took = closed_after.expect("a trickled second request is closed");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+
+    let metrics = ingress.metrics();
+    let closed = |reason: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "webhook_ingress_connections_closed_total{{reason=\"{reason}\"}} "
+                ))
+            })
+            .map_or(0.0, |v| v.parse().unwrap())
+    };
+    assert!(closed("header_timeout") >= 61.0, "{metrics}");
+    assert!(closed("idle_timeout") >= 1.0, "{metrics}");
+    assert!(
+        metrics.contains("webhook_ingress_header_timeout_seconds 1\n"),
+        "{metrics}"
+    );
+    assert_eq!(
+        stored(&mut db, "gh"),
+        11,
+        "the ten beside them, and kept-1 once"
+    );
+}
+
+/// A request whose headers and body each arrive within their own bounds
+/// but which takes longer in all than --total-timeout is answered when
+/// that passes, not when the body's own timeout would.
+#[test]
+fn a_request_is_bounded_in_all_from_its_first_byte() {
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_total");
+    let ingress = Ingress::start(
+        "ingress_total",
+        APP,
+        &[
+            "--header-timeout",
+            "10",
+            "--read-timeout",
+            "10",
+            "--total-timeout",
+            "2",
+        ],
+    );
+    let (headers, body) = github("total-1");
+    let mut stream = connect_from("127.0.0.9", ingress.addr);
+    let opened = Instant::now();
+    let head = request_head("POST", "/webhooks/gh", &headers, body.len());
+    let (first, rest) = head.split_at(head.len() / 2);
+    stream.write_all(first).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    stream.write_all(rest).unwrap();
+    stream.write_all(&body[..body.len() / 2]).unwrap();
+    let answer = read_answer(&mut stream).unwrap();
+    let took = opened.elapsed();
+    assert_eq!(answer.status, 408, "{answer:?}");
+    assert_eq!(answer.json()["status"], "total_timeout", "{answer:?}");
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
+        "answered {took:?} after the first byte (--total-timeout 2, --read-timeout 10)"
+    );
+    assert!(
+        ingress
+            .metrics()
+            .contains("webhook_ingress_rejected_total{reason=\"total_timeout\"} 1"),
+        "{}",
+        ingress.metrics()
+    );
+    assert_eq!(stored(&mut db, "gh"), 0);
+    assert_eq!(post_from("127.0.0.9", &ingress, "total-2").status, 200);
+}
+
 /// Senders deliver distinct events and retry each until it is answered
 /// 2xx (as providers do), while the database is stopped immediately and
 /// started again, twice. Afterwards: every event stored exactly once and

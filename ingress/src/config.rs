@@ -25,6 +25,11 @@ const SETTINGS: &[Setting] = &[
     Setting { flag: "prefix", default: "", help: "path prefix of the provider routes (/webhooks: POST /webhooks/<provider>)" },
     Setting { flag: "max-body", default: "1048576", help: "largest body taken, in bytes; a larger one is refused (413) before it is read" },
     Setting { flag: "max-requests", default: "1024", help: "deliveries in flight at most (bodies held in memory: this times --max-body); one more is answered 503 at once" },
+    Setting { flag: "max-connections", default: "2048", help: "connections open at once at most; one more is answered 503 and closed before it is read" },
+    Setting { flag: "max-connections-per-source", default: "", help: "connections open at once from one peer address (default 64; behind a proxy, --client-ip-header set, the proxy is the one peer: --max-connections)" },
+    Setting { flag: "header-timeout", default: "10", help: "seconds a request's headers may take, from its first byte (a new connection: from when it opened); the connection is closed after" },
+    Setting { flag: "idle-timeout", default: "30", help: "seconds a kept-alive connection may wait after an answer for its next request; closed after" },
+    Setting { flag: "total-timeout", default: "30", help: "seconds a request may take in all, from its first byte to its answer (headers, body and database); 408 or 503 after" },
     Setting { flag: "read-timeout", default: "5", help: "seconds a sender has to send its whole body (408 after)" },
     Setting { flag: "request-timeout", default: "9", help: "seconds a delivery may take in all, database retries included (GitHub gives up at 10); 503 after" },
     Setting { flag: "connections", default: "8", help: "database connections at most" },
@@ -51,6 +56,11 @@ pub struct Config {
     pub prefix: String,
     pub max_body: usize,
     pub max_requests: usize,
+    pub max_connections: usize,
+    pub max_connections_per_source: usize,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub total_timeout: Duration,
     pub read_timeout: Duration,
     pub request_timeout: Duration,
     pub connections: usize,
@@ -76,7 +86,7 @@ pub fn usage() -> String {
             s.default
         };
         text.push_str(&format!(
-            "  --{:<18} {} (default {default})\n",
+            "  --{:<27} {} (default {default})\n",
             s.flag, s.help
         ));
     }
@@ -222,6 +232,20 @@ fn checked(value: &dyn Fn(&'static str) -> String) -> Result<Config, String> {
                 .map_err(|_| format!("--client-ip-header: {name:?} is not a header name"))?,
         ),
     };
+    let max_connections = number("max-connections", 1.0, 1e6)? as usize;
+    // Behind a proxy every connection comes from the proxy: a share per
+    // peer would be a bound on the proxy, so the default is the whole.
+    let max_connections_per_source = match value("max-connections-per-source").trim() {
+        "" if client_ip_header.is_some() => max_connections,
+        "" => 64.min(max_connections),
+        _ => number("max-connections-per-source", 1.0, 1e6)? as usize,
+    };
+    if max_connections_per_source > max_connections {
+        return Err(format!(
+            "--max-connections-per-source: {max_connections_per_source} is more than \
+             --max-connections ({max_connections})"
+        ));
+    }
     let access_log = match value("access-log").trim() {
         "true" | "on" | "1" | "yes" => true,
         "false" | "off" | "0" | "no" => false,
@@ -234,6 +258,11 @@ fn checked(value: &dyn Fn(&'static str) -> String) -> Result<Config, String> {
         prefix,
         max_body: number("max-body", 1.0, 1024.0 * 1024.0 * 1024.0)? as usize,
         max_requests: number("max-requests", 1.0, 1e6)? as usize,
+        max_connections,
+        max_connections_per_source,
+        header_timeout: seconds("header-timeout", 3600.0)?,
+        idle_timeout: seconds("idle-timeout", 3600.0)?,
+        total_timeout: seconds("total-timeout", 3600.0)?,
         read_timeout: seconds("read-timeout", 3600.0)?,
         request_timeout: seconds("request-timeout", 3600.0)?,
         connections: number("connections", 1.0, 1000.0)? as usize,
@@ -263,6 +292,22 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8490");
         assert_eq!(c.max_body, 1_048_576);
         assert!(c.rate.is_none());
+        assert_eq!(
+            (c.max_connections, c.max_connections_per_source),
+            (2048, 64)
+        );
+        assert_eq!(
+            (c.header_timeout, c.idle_timeout, c.total_timeout),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(30),
+                Duration::from_secs(30)
+            )
+        );
+        let behind_a_proxy = load_with(&["--client-ip-header", "X-Forwarded-For"]).unwrap();
+        assert_eq!(behind_a_proxy.max_connections_per_source, 2048);
+        let small = load_with(&["--max-connections", "10"]).unwrap();
+        assert_eq!(small.max_connections_per_source, 10);
         let c = load_with(&[
             "--rate",
             "5",
@@ -291,6 +336,19 @@ mod tests {
             (vec!["--access-log", "maybe"], "--access-log"),
             (vec!["--nonsense", "1"], "--nonsense"),
             (vec!["--rate"], "--rate"),
+            (vec!["--max-connections", "0"], "--max-connections"),
+            (
+                vec![
+                    "--max-connections",
+                    "10",
+                    "--max-connections-per-source",
+                    "11",
+                ],
+                "--max-connections-per-source",
+            ),
+            (vec!["--header-timeout", "0"], "--header-timeout"),
+            (vec!["--idle-timeout", "x"], "--idle-timeout"),
+            (vec!["--total-timeout", "-1"], "--total-timeout"),
         ] {
             let err = load_with(&args).unwrap_err();
             assert!(err.contains(named), "{args:?}: {err}");

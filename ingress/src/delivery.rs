@@ -10,6 +10,7 @@
 //! with `Retry-After` whenever the delivery could not be stored: every
 //! provider retries that, so nothing is acknowledged that is not kept.
 
+use crate::connections::RequestStarted;
 use crate::pool::Unavailable;
 use crate::providers::Route;
 use crate::{log, App};
@@ -32,6 +33,12 @@ pub async fn deliver(
     request: Request,
 ) -> Response {
     let started = Instant::now();
+    // The whole request, from its first byte, within --total-timeout.
+    let total_deadline = request
+        .extensions()
+        .get::<RequestStarted>()
+        .map_or(started, |s| s.0)
+        + app.config.total_timeout;
     let in_flight = app.in_flight();
     let source = crate::limits::source(
         peer,
@@ -43,7 +50,7 @@ pub async fn deliver(
         app.metrics.rejected("overloaded");
         unavailable("overloaded")
     } else {
-        take(&app, &provider, source, request, started).await
+        take(&app, &provider, source, request, started, total_deadline).await
     };
     let status = outcome.response.status().as_u16();
     let label = if app.providers.all().contains_key(&provider) {
@@ -121,6 +128,7 @@ async fn take(
     source: std::net::IpAddr,
     request: Request,
     started: Instant,
+    total_deadline: Instant,
 ) -> Outcome {
     if let Some(limit) = &app.limit {
         if let Err(wait) = limit.take(source) {
@@ -173,9 +181,12 @@ async fn take(
     if declared.is_some_and(|n| n > app.config.max_body as u64) {
         return too_large(app);
     }
-    let body = match read_body(body, app.config.max_body, app.config.read_timeout).await {
+    let left = total_deadline.saturating_duration_since(Instant::now());
+    let within = app.config.read_timeout.min(left);
+    let body = match read_body(body, app.config.max_body, within).await {
         Ok(body) => body,
         Err(Unread::TooLarge) => return too_large(app),
+        Err(Unread::Slow) if within < app.config.read_timeout => return total_timeout(app),
         Err(Unread::Slow) => {
             return rejected(
                 app,
@@ -206,8 +217,8 @@ async fn take(
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
         .filter(|v| well_formed_traceparent(v));
-    let deadline = started + app.config.request_timeout;
-    store(
+    let deadline = (started + app.config.request_timeout).min(total_deadline);
+    let stored = store(
         app,
         provider,
         &headers,
@@ -216,7 +227,25 @@ async fn take(
         traceparent,
         deadline,
     )
-    .await
+    .await;
+    if stored.what == "deadline" && deadline == total_deadline {
+        app.metrics.rejected("total_timeout");
+    }
+    stored
+}
+
+/// The request as a whole took longer than --total-timeout (its headers
+/// and body sent slowly, each within its own bound).
+fn total_timeout(app: &App) -> Outcome {
+    rejected(
+        app,
+        "total_timeout",
+        StatusCode::REQUEST_TIMEOUT,
+        format!(
+            "the request did not arrive within {} s of its first byte",
+            app.config.total_timeout.as_secs_f64()
+        ),
+    )
 }
 
 fn too_large(app: &App) -> Outcome {

@@ -17,6 +17,7 @@
 
 mod away;
 mod config;
+mod connections;
 mod delivery;
 mod limits;
 mod log;
@@ -30,7 +31,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -41,6 +41,8 @@ pub struct App {
     pub providers: providers::Providers,
     pub limit: Option<limits::RateLimit>,
     pub metrics: metrics::Metrics,
+    pub bounds: connections::Bounds,
+    open: Arc<connections::Open>,
     in_flight: Arc<AtomicUsize>,
     shutting_down: AtomicBool,
 }
@@ -136,6 +138,8 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         pool_in_use: app.pool.in_use(),
         pool_waiting: app.pool.waiting(),
         in_flight: app.in_flight.load(Ordering::Relaxed),
+        connections_open: app.open.count(),
+        connections: app.bounds,
         providers_served,
         registry_read,
     };
@@ -256,6 +260,14 @@ async fn main() {
             .map(|(rate, burst)| limits::RateLimit::new(rate, burst)),
         providers: providers::Providers::new(config.providers_refresh),
         metrics: metrics::Metrics::default(),
+        bounds: connections::Bounds {
+            max: config.max_connections,
+            per_source: config.max_connections_per_source,
+            header_timeout: config.header_timeout,
+            idle_timeout: config.idle_timeout,
+            total_timeout: config.total_timeout,
+        },
+        open: Arc::new(connections::Open::default()),
         pool,
         in_flight: Arc::new(AtomicUsize::new(0)),
         shutting_down: AtomicBool::new(false),
@@ -286,36 +298,28 @@ async fn main() {
             "connections": app.config.connections,
         }),
     );
-    let shutdown_app = Arc::clone(&app);
-    let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
-    let serve = axum::serve(
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let counted = Arc::clone(&app);
+    let serving = tokio::spawn(connections::serve(
         listener,
-        router(Arc::clone(&app)).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        stop_signal().await;
-        shutdown_app.shutting_down.store(true, Ordering::Relaxed);
-        log::event(
-            "info",
-            "shutting_down",
-            json!({ "in_flight": shutdown_app.in_flight.load(Ordering::Relaxed) }),
-        );
-        let _ = stopped_tx.send(());
-    });
+        router(Arc::clone(&app)),
+        app.bounds,
+        Arc::clone(&app.open),
+        move |why| counted.metrics.connection_closed(why),
+        stopped,
+    ));
+    stop_signal().await;
+    app.shutting_down.store(true, Ordering::Relaxed);
+    log::event(
+        "info",
+        "shutting_down",
+        json!({ "in_flight": app.in_flight.load(Ordering::Relaxed) }),
+    );
+    let _ = stop.send(true);
     let grace = app.config.shutdown_timeout;
-    let forced = async move {
-        let _ = stopped_rx.await;
-        tokio::time::sleep(grace).await;
-    };
     tokio::select! {
-        served = serve => {
-            if let Err(err) = served {
-                eprintln!("webhook-ingress: {err}");
-                std::process::exit(1);
-            }
-            log::event("info", "stopped", json!({}));
-        }
-        _ = forced => {
+        _ = serving => log::event("info", "stopped", json!({})),
+        _ = tokio::time::sleep(grace) => {
             log::event(
                 "warn",
                 "stopped",

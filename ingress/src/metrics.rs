@@ -65,6 +65,7 @@ struct Figures {
     latency: BTreeMap<String, Histogram>,
     pool_wait: Histogram,
     rejected: BTreeMap<&'static str, u64>,
+    connections_closed: BTreeMap<&'static str, u64>,
     database_errors: BTreeMap<String, u64>,
 }
 
@@ -76,6 +77,9 @@ pub struct Gauges {
     pub pool_in_use: usize,
     pub pool_waiting: usize,
     pub in_flight: usize,
+    pub connections_open: usize,
+    /// The bounds on connections, as set.
+    pub connections: crate::connections::Bounds,
     pub providers_served: usize,
     /// When the registry was last read; None: not yet.
     pub registry_read: Option<SystemTime>,
@@ -115,6 +119,18 @@ impl Metrics {
             .expect("the metrics' lock")
             .rejected
             .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// A connection refused at the door or closed for outstaying its
+    /// phase (connections.rs).
+    pub fn connection_closed(&self, why: crate::connections::Closed) {
+        *self
+            .figures
+            .lock()
+            .expect("the metrics' lock")
+            .connections_closed
+            .entry(why.label())
             .or_default() += 1;
     }
 
@@ -171,6 +187,14 @@ impl Metrics {
                 "webhook_ingress_rejected_total{{reason=\"{reason}\"}} {n}"
             );
         }
+        out.push_str("# HELP webhook_ingress_connections_closed_total Connections refused at the door (max_connections, source_share) or closed for outstaying a timeout (header_timeout, idle_timeout).\n");
+        out.push_str("# TYPE webhook_ingress_connections_closed_total counter\n");
+        for (reason, n) in &f.connections_closed {
+            let _ = writeln!(
+                out,
+                "webhook_ingress_connections_closed_total{{reason=\"{reason}\"}} {n}"
+            );
+        }
         out.push_str("# HELP webhook_ingress_database_errors_total Deliveries not stored because of the database, by SQLSTATE (unreachable: no answer).\n");
         out.push_str("# TYPE webhook_ingress_database_errors_total counter\n");
         for (code, n) in &f.database_errors {
@@ -209,6 +233,36 @@ impl Metrics {
             ),
             ("in_flight", "Requests being answered.", g.in_flight as f64),
             (
+                "connections_open",
+                "Connections open.",
+                g.connections_open as f64,
+            ),
+            (
+                "connections_max",
+                "Connections open at most (--max-connections).",
+                g.connections.max as f64,
+            ),
+            (
+                "connections_per_source_max",
+                "Connections open from one peer address at most (--max-connections-per-source).",
+                g.connections.per_source as f64,
+            ),
+            (
+                "header_timeout_seconds",
+                "Time a request's headers may take (--header-timeout).",
+                g.connections.header_timeout.as_secs_f64(),
+            ),
+            (
+                "idle_timeout_seconds",
+                "Time a kept-alive connection may wait for its next request (--idle-timeout).",
+                g.connections.idle_timeout.as_secs_f64(),
+            ),
+            (
+                "total_timeout_seconds",
+                "Time a request may take in all (--total-timeout).",
+                g.connections.total_timeout.as_secs_f64(),
+            ),
+            (
                 "providers_served",
                 "Providers registered for the inbox that this ingress's role may receive for.",
                 g.providers_served as f64,
@@ -238,12 +292,22 @@ mod tests {
         m.answered("stripe", 200, Duration::from_millis(30));
         m.rejected("rate_limited");
         m.pool_wait(Duration::from_micros(10));
+        m.connection_closed(crate::connections::Closed::SourceShare);
+        m.connection_closed(crate::connections::Closed::SourceShare);
         let text = m.render(Gauges {
             pool_max: 8,
             pool_open: 2,
             pool_in_use: 1,
             pool_waiting: 0,
             in_flight: 1,
+            connections_open: 5,
+            connections: crate::connections::Bounds {
+                max: 2048,
+                per_source: 64,
+                header_timeout: Duration::from_secs(10),
+                idle_timeout: Duration::from_millis(2500),
+                total_timeout: Duration::from_secs(30),
+            },
             providers_served: 3,
             registry_read: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
         });
@@ -265,6 +329,18 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("webhook_ingress_pool_max 8\n"), "{text}");
+        assert!(
+            text.contains("webhook_ingress_connections_closed_total{reason=\"source_share\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("webhook_ingress_connections_open 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("webhook_ingress_idle_timeout_seconds 2.5\n"),
+            "{text}"
+        );
         assert!(
             text.contains("webhook_ingress_providers_served 3\n"),
             "{text}"
