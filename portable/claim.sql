@@ -346,7 +346,7 @@ DECLARE
     ceiling  integer;
     noted    text;
 BEGIN
-    IF NOT coalesce(nullif(current_setting('webhook.archive_duplicates', true), '')::boolean, true) THEN
+    IF NOT webhook._setting_on('webhook.archive_duplicates', true) THEN
         -- Processed is final: answered without a lock, and nothing written.
         SELECT x.status, x.attempts, x.result INTO e
           FROM webhook.events x WHERE x.provider = _claim.provider AND x.event_id = _claim.event_id;

@@ -206,13 +206,83 @@ BEGIN
 END
 $$;
 
+-- The extension's settings that protect a guarantee: those the compiled
+-- edition lets only a superuser change (src/gucs.rs, GucContext::Suset).
+CREATE FUNCTION webhook._protected_settings() RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN ARRAY['webhook.slot', 'webhook.slots', 'webhook.max_payload_size',
+             'webhook.archive_duplicates', 'webhook.max_attempts', 'webhook.max_lease',
+             'webhook.backoff_base', 'webhook.backoff_max', 'webhook.rejected_body_limit',
+             'webhook.idempotency_retention', 'webhook.idempotency_max_response',
+             'webhook.maintenance_lock_timeout', 'webhook.metrics_retention',
+             'webhook.metrics_unregistered_providers', 'webhook.order_max_future',
+             'webhook.redact_headers'];
+
+-- An extension setting as this call must take it; NULL where it is not
+-- set (or set to ''), for the caller's default. Without the compiled
+-- library the settings are placeholders, which any role may SET for its
+-- session or ALTER ROLE … SET for itself. So a protected one is taken
+-- only as the database has it (ALTER DATABASE … SET, by a database owner
+-- who is the extension's owner or a superuser), and a session holding
+-- another value is refused, unless its role is a superuser or the
+-- extension's owner, whom the compiled edition lets change them too. The
+-- others (webhook.lease_timeout, webhook.inbox_notify) are the session's.
+CREATE FUNCTION webhook._setting(name text) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    session  text := nullif(current_setting(name, true), '');
+    database text;
+    caller   name;
+BEGIN
+    -- Nothing set in this session (a database's values are a session's
+    -- from its start): the common case, without a look at the catalog.
+    IF session IS NULL AND current_setting(name, true) IS NULL
+       OR NOT name = ANY (webhook._protected_settings()) THEN
+        RETURN session;
+    END IF;
+    SELECT nullif(substr(c, length(name) + 2), '') INTO database
+      FROM pg_db_role_setting s
+           JOIN pg_database d ON d.oid = s.setdatabase AND d.datname = current_database(),
+           unnest(s.setconfig) AS c
+     WHERE s.setrole = 0 AND starts_with(c, name || '=')
+       AND (pg_has_role(d.datdba, current_user, 'MEMBER')
+            OR (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = d.datdba));
+    IF session IS NOT DISTINCT FROM database THEN
+        RETURN session;
+    END IF;
+    caller := webhook._session_role();
+    IF coalesce((SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = caller), false)
+       OR pg_has_role(caller, current_user, 'MEMBER') THEN
+        RETURN session;
+    END IF;
+    PERFORM webhook._raise('42501',
+        format('permission denied to take setting "%s" as this session has it', name),
+        format('Without the compiled library it is a placeholder any role may set for itself; '
+               'it protects a guarantee, so it is taken only as the database has it (%s).',
+               coalesce(quote_literal(database), 'not set')),
+        format('RESET %s, and drop any ALTER ROLE … SET of it; the extension''s owner sets it '
+               'with ALTER DATABASE … SET.', name));
+    RETURN NULL;
+END
+$$;
+
+-- The shared reading of an integer setting (sql/operations.sql), taken
+-- through webhook._setting.
+CREATE OR REPLACE FUNCTION webhook._setting_in(name text, unit text, fallback numeric) RETURNS numeric
+LANGUAGE sql STABLE
+RETURN (SELECT CASE WHEN v IS NULL THEN fallback
+                    WHEN v ~ '^[0-9]{1,15}$' THEN v::numeric
+                    ELSE webhook._setting_value(name, btrim(v), unit)
+               END
+          FROM webhook._setting(name) AS v);
+
 -- A boolean setting of the extension, or its default where nobody set it
--- (the portable edition defines no settings: they are placeholders, set
--- with SET, ALTER DATABASE or ALTER ROLE like any other; integer ones are
--- read with webhook._setting_in, sql/operations.sql).
+-- (integer ones are read with webhook._setting_in).
 CREATE FUNCTION webhook._setting_on(name text, fallback boolean) RETURNS boolean
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN coalesce(nullif(current_setting(name, true), '')::boolean, fallback);
+LANGUAGE sql STABLE
+RETURN coalesce(webhook._setting(name)::boolean, fallback);
 
 -- A lease refused: not positive, or longer than webhook.max_lease.
 CREATE FUNCTION webhook._refused_lease(fn text, arg text, lease interval) RETURNS interval
@@ -322,7 +392,7 @@ REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(byte
     webhook._refused_lease(text, text, interval),
     webhook._required(text, text, anyelement), webhook._required_text(text, text, text, integer),
     webhook._bounded_text(text, text, text, integer), webhook._payload_size(text, text, integer),
-    webhook._setting_on(text, boolean),
+    webhook._protected_settings(), webhook._setting(text), webhook._setting_on(text, boolean),
     webhook._lease(text, text, interval), webhook._truncated(text, integer),
     webhook._lock_key(text[]), webhook._locks_held(text), webhook._lock_budget_spent(text),
     webhook._try_lock(text, bigint)
