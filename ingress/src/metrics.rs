@@ -101,7 +101,7 @@ fn label(value: &str) -> String {
 impl Metrics {
     /// A request answered: `provider` is "-" unless registered.
     pub fn answered(&self, provider: &str, status: u16, took: Duration) {
-        let mut f = self.figures.lock().expect("the metrics' lock");
+        let mut f = self.figures();
         *f.requests
             .entry((provider.to_string(), status))
             .or_default() += 1;
@@ -111,51 +111,41 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    fn figures(&self) -> std::sync::MutexGuard<'_, Figures> {
+        self.figures.lock().expect("the metrics' lock")
+    }
+
     /// Turned away before the database, and why.
     pub fn rejected(&self, reason: &'static str) {
-        *self
-            .figures
-            .lock()
-            .expect("the metrics' lock")
-            .rejected
-            .entry(reason)
-            .or_default() += 1;
+        *self.figures().rejected.entry(reason).or_default() += 1;
     }
 
     /// A connection refused at the door or closed for outstaying its
     /// phase (connections.rs).
     pub fn connection_closed(&self, why: crate::connections::Closed) {
         *self
-            .figures
-            .lock()
-            .expect("the metrics' lock")
+            .figures()
             .connections_closed
             .entry(why.label())
             .or_default() += 1;
     }
 
     pub fn pool_wait(&self, waited: Duration) {
-        self.figures
-            .lock()
-            .expect("the metrics' lock")
-            .pool_wait
-            .observe(waited.as_secs_f64());
+        self.figures().pool_wait.observe(waited.as_secs_f64());
     }
 
     /// A delivery not stored because of the database (SQLSTATE, or
     /// `unreachable`).
     pub fn database_error(&self, code: &str) {
         *self
-            .figures
-            .lock()
-            .expect("the metrics' lock")
+            .figures()
             .database_errors
             .entry(code.to_string())
             .or_default() += 1;
     }
 
     pub fn render(&self, g: Gauges) -> String {
-        let f = self.figures.lock().expect("the metrics' lock");
+        let f = self.figures();
         let mut out = String::new();
         out.push_str("# HELP webhook_ingress_requests_total Requests answered, by provider (- if not registered) and HTTP status.\n");
         out.push_str("# TYPE webhook_ingress_requests_total counter\n");
