@@ -268,21 +268,42 @@ BEGIN
 END
 $$;
 
+-- An integer setting as webhook._setting takes it, in the given unit;
+-- the reading of sql/operations.sql otherwise.
+CREATE FUNCTION webhook._setting_number(name text, unit text, fallback numeric) RETURNS numeric
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v text := webhook._setting(name);
+BEGIN
+    RETURN CASE WHEN v IS NULL THEN fallback
+                WHEN v ~ '^[0-9]{1,15}$' THEN v::numeric
+                ELSE webhook._setting_value(name, btrim(v), unit)
+           END;
+END
+$$;
+
 -- The shared reading of an integer setting (sql/operations.sql), taken
--- through webhook._setting.
+-- through webhook._setting. A setting this session never had, the
+-- common case, is its default at the cost of one current_setting: an
+-- expression its callers' plans take in (inlined SQL), as the shared
+-- one is; anything else is checked.
 CREATE OR REPLACE FUNCTION webhook._setting_in(name text, unit text, fallback numeric) RETURNS numeric
 LANGUAGE sql STABLE
-RETURN (SELECT CASE WHEN v IS NULL THEN fallback
-                    WHEN v ~ '^[0-9]{1,15}$' THEN v::numeric
-                    ELSE webhook._setting_value(name, btrim(v), unit)
-               END
-          FROM webhook._setting(name) AS v);
+RETURN CASE WHEN current_setting(name, true) IS NULL THEN fallback
+            ELSE webhook._setting_number(name, unit, fallback)
+       END;
+
+-- A setting as text, the same way: NULL where this session never had it.
+CREATE FUNCTION webhook._setting_text(name text) RETURNS text
+LANGUAGE sql STABLE
+RETURN CASE WHEN current_setting(name, true) IS NOT NULL THEN webhook._setting(name) END;
 
 -- A boolean setting of the extension, or its default where nobody set it
 -- (integer ones are read with webhook._setting_in).
 CREATE FUNCTION webhook._setting_on(name text, fallback boolean) RETURNS boolean
 LANGUAGE sql STABLE
-RETURN coalesce(webhook._setting(name)::boolean, fallback);
+RETURN coalesce(webhook._setting_text(name)::boolean, fallback);
 
 -- A lease refused: not positive, or longer than webhook.max_lease.
 CREATE FUNCTION webhook._refused_lease(fn text, arg text, lease interval) RETURNS interval
@@ -392,7 +413,8 @@ REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(byte
     webhook._refused_lease(text, text, interval),
     webhook._required(text, text, anyelement), webhook._required_text(text, text, text, integer),
     webhook._bounded_text(text, text, text, integer), webhook._payload_size(text, text, integer),
-    webhook._protected_settings(), webhook._setting(text), webhook._setting_on(text, boolean),
+    webhook._protected_settings(), webhook._setting(text), webhook._setting_number(text, text, numeric),
+    webhook._setting_text(text), webhook._setting_on(text, boolean),
     webhook._lease(text, text, interval), webhook._truncated(text, integer),
     webhook._lock_key(text[]), webhook._locks_held(text), webhook._lock_budget_spent(text),
     webhook._try_lock(text, bigint)

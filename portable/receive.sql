@@ -101,7 +101,7 @@ AS $$
 DECLARE
     redact text[] := ARRAY(
         SELECT lower(btrim(name))
-          FROM unnest(string_to_array(coalesce(webhook._setting('webhook.redact_headers'),
+          FROM unnest(string_to_array(coalesce(webhook._setting_text('webhook.redact_headers'),
               'authorization, proxy-authorization, cookie, set-cookie, x-api-key, api-key, x-auth-token, x-access-token, x-csrf-token'), ',')) AS name
          WHERE btrim(name) <> '');
 BEGIN
