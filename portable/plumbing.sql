@@ -238,8 +238,7 @@ DECLARE
 BEGIN
     -- Nothing set in this session (a database's values are a session's
     -- from its start): the common case, without a look at the catalog.
-    IF session IS NULL AND current_setting(name, true) IS NULL
-       OR NOT name = ANY (webhook._protected_settings()) THEN
+    IF current_setting(name, true) IS NULL OR NOT name = ANY (webhook._protected_settings()) THEN
         RETURN session;
     END IF;
     SELECT nullif(substr(c, length(name) + 2), '') INTO database
@@ -268,18 +267,15 @@ BEGIN
 END
 $$;
 
--- An integer setting as webhook._setting takes it, in the given unit;
--- the reading of sql/operations.sql otherwise.
+-- An integer setting as webhook._setting takes it, in the given unit
+-- (webhook._setting_value, sql/operations.sql, reads a bare number too).
 CREATE FUNCTION webhook._setting_number(name text, unit text, fallback numeric) RETURNS numeric
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v text := webhook._setting(name);
 BEGIN
-    RETURN CASE WHEN v IS NULL THEN fallback
-                WHEN v ~ '^[0-9]{1,15}$' THEN v::numeric
-                ELSE webhook._setting_value(name, btrim(v), unit)
-           END;
+    RETURN CASE WHEN v IS NULL THEN fallback ELSE webhook._setting_value(name, btrim(v), unit) END;
 END
 $$;
 

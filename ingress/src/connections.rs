@@ -169,11 +169,6 @@ impl Activity {
         }
     }
 
-    fn set(&self, phase: Phase) {
-        *self.phase.lock().expect("the phase's lock") = phase;
-        self.changed.notify_one();
-    }
-
     /// Bytes arrived: an idle connection's next request has begun.
     fn read(&self) {
         let mut phase = self.phase.lock().expect("the phase's lock");
@@ -200,9 +195,10 @@ impl Activity {
     }
 
     fn answered(&self) {
-        self.set(Phase::Idle {
+        *self.phase.lock().expect("the phase's lock") = Phase::Idle {
             since: Instant::now(),
-        });
+        };
+        self.changed.notify_one();
     }
 
     /// Resolves when the connection has outstayed its phase.

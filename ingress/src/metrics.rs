@@ -90,6 +90,15 @@ pub struct Metrics {
     figures: Mutex<Figures>,
 }
 
+/// A counter by reason: `webhook_ingress_<name>{reason="…"}`.
+fn by_reason(out: &mut String, name: &str, help: &str, counts: &BTreeMap<&'static str, u64>) {
+    let _ = writeln!(out, "# HELP webhook_ingress_{name} {help}");
+    let _ = writeln!(out, "# TYPE webhook_ingress_{name} counter");
+    for (reason, n) in counts {
+        let _ = writeln!(out, "webhook_ingress_{name}{{reason=\"{reason}\"}} {n}");
+    }
+}
+
 /// Escape a label value.
 fn label(value: &str) -> String {
     value
@@ -169,22 +178,18 @@ impl Metrics {
         out.push_str("# TYPE webhook_ingress_pool_wait_seconds histogram\n");
         f.pool_wait
             .write(&mut out, "webhook_ingress_pool_wait_seconds", "");
-        out.push_str("# HELP webhook_ingress_rejected_total Requests turned away before the database, by reason.\n");
-        out.push_str("# TYPE webhook_ingress_rejected_total counter\n");
-        for (reason, n) in &f.rejected {
-            let _ = writeln!(
-                out,
-                "webhook_ingress_rejected_total{{reason=\"{reason}\"}} {n}"
-            );
-        }
-        out.push_str("# HELP webhook_ingress_connections_closed_total Connections refused at the door (max_connections, source_share) or closed for outstaying a timeout (header_timeout, idle_timeout).\n");
-        out.push_str("# TYPE webhook_ingress_connections_closed_total counter\n");
-        for (reason, n) in &f.connections_closed {
-            let _ = writeln!(
-                out,
-                "webhook_ingress_connections_closed_total{{reason=\"{reason}\"}} {n}"
-            );
-        }
+        by_reason(
+            &mut out,
+            "rejected_total",
+            "Requests turned away before the database, by reason.",
+            &f.rejected,
+        );
+        by_reason(
+            &mut out,
+            "connections_closed_total",
+            "Connections refused at the door (max_connections, source_share) or closed for outstaying a timeout (header_timeout, idle_timeout).",
+            &f.connections_closed,
+        );
         out.push_str("# HELP webhook_ingress_database_errors_total Deliveries not stored because of the database, by SQLSTATE (unreachable: no answer).\n");
         out.push_str("# TYPE webhook_ingress_database_errors_total counter\n");
         for (code, n) in &f.database_errors {
