@@ -81,3 +81,24 @@ install_pgcrypto() {
     "${sudo_cmd[@]}" make -C "$work/src/contrib/pgcrypto" -s USE_PGXS=1 PG_CONFIG="$pg_config" install \
          >>"$work/build.log" 2>&1
 }
+
+# ensure_clients_toolchains LANGUAGE...: Go and Ruby for the client
+# libraries' suites, with the libraries they build on, from Debian's
+# packages (the packages' dependencies are Debian's: pgx v4, pg, rack,
+# actionpack, activerecord, minitest).
+ensure_clients_toolchains() {
+    local sudo_cmd=() need=() language
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    for language in "$@"; do
+        case $language in
+        go) command -v go >/dev/null && [ -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ] \
+                || need+=(golang-go golang-github-jackc-pgx-v4-dev) ;;
+        ruby) ruby -e 'require "pg"; require "rack"; require "action_controller"; require "active_record"; require "minitest"' 2>/dev/null \
+                || need+=(ruby ruby-pg ruby-rack ruby-rack-test ruby-actionpack ruby-activerecord ruby-minitest) ;;
+        esac
+    done
+    if [ ${#need[@]} -gt 0 ]; then
+        "${sudo_cmd[@]}" apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
+}

@@ -1,0 +1,89 @@
+"""psycopg 3, blocking and asyncio: ``receive`` in the caller's
+transaction, and ``Handler`` / ``AsyncHandler``, which own the transaction
+and the outage rule for a framework's route."""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Mapping, Optional
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from . import flow, statements
+from .delivery import Answer, Delivery
+
+# A connection that broke or could not be had: the database is away.
+OUTAGE: flow.Errors = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+def receive(conn: psycopg.Connection, provider: str, headers: Mapping[str, str], body: bytes, *,
+            url: Optional[str] = None, inbox: Optional[bool] = None, complete_on_commit: bool = False,
+            lease: Optional[str] = None) -> Delivery:
+    """``webhook_receive`` in ``conn``'s current transaction. The caller
+    commits, then answers ``delivery.answer()``."""
+    params = flow.receive_params(provider, headers, body, url=url, inbox=inbox,
+                                 complete_on_commit=complete_on_commit, lease=lease)
+    try:
+        return Delivery.from_row(conn.execute(statements.RECEIVE, params).fetchone())
+    except psycopg.Error as exc:
+        raise flow.refused(provider, exc) from exc
+
+
+async def areceive(conn: psycopg.AsyncConnection, provider: str, headers: Mapping[str, str], body: bytes, *,
+                   url: Optional[str] = None, inbox: Optional[bool] = None, complete_on_commit: bool = False,
+                   lease: Optional[str] = None) -> Delivery:
+    """``receive`` for an ``AsyncConnection``."""
+    params = flow.receive_params(provider, headers, body, url=url, inbox=inbox,
+                                 complete_on_commit=complete_on_commit, lease=lease)
+    try:
+        return Delivery.from_row(await (await conn.execute(statements.RECEIVE, params)).fetchone())
+    except psycopg.Error as exc:
+        raise flow.refused(provider, exc) from exc
+
+
+class Handler:
+    """Handles deliveries on a pool: each in its own transaction, the work
+    (``work(conn, delivery)``, returning an optional JSON result that
+    duplicates are answered with) in a savepoint of it.
+
+    The pool should check connections as they leave it
+    (``check=ConnectionPool.check_connection``), so that one a restart
+    broke is replaced instead of costing an attempt.
+    """
+
+    def __init__(self, pool: ConnectionPool, *, public_url: Optional[str] = None,
+                 retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None):
+        self.pool, self.public_url, self.retry_seconds, self.inbox = pool, public_url, retry_seconds, inbox
+
+    def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
+                 work: Callable[[psycopg.Connection, Delivery], Any], *, path: str = "") -> Answer:
+        params = flow.receive_params(provider, headers, body, url=flow.public_url(self.public_url, path),
+                                     inbox=self.inbox, complete_on_commit=True, lease=None)
+        return flow.retrying(lambda: self._once(params, work), OUTAGE, self.retry_seconds)
+
+    def _once(self, params: tuple, work) -> Answer:
+        with self.pool.connection() as conn, conn.transaction():
+            return flow.deliver(lambda sql, p: conn.execute(sql, p).fetchone(), conn.transaction, params,
+                                lambda delivery: work(conn, delivery), OUTAGE)
+
+
+class AsyncHandler:
+    """``Handler`` on an ``AsyncConnectionPool``; ``work`` is a coroutine
+    function ``work(conn, delivery)``."""
+
+    def __init__(self, pool: AsyncConnectionPool, *, public_url: Optional[str] = None,
+                 retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None):
+        self.pool, self.public_url, self.retry_seconds, self.inbox = pool, public_url, retry_seconds, inbox
+
+    async def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
+                       work: Callable[[psycopg.AsyncConnection, Delivery], Awaitable[Any]], *,
+                       path: str = "") -> Answer:
+        params = flow.receive_params(provider, headers, body, url=flow.public_url(self.public_url, path),
+                                     inbox=self.inbox, complete_on_commit=True, lease=None)
+        return await flow.retrying_async(lambda: self._once(params, work), OUTAGE, self.retry_seconds)
+
+    async def _once(self, params: tuple, work) -> Answer:
+        async with self.pool.connection() as conn, conn.transaction():
+            async def execute(sql, p):
+                return await (await conn.execute(sql, p)).fetchone()
+            return await flow.deliver_async(execute, conn.transaction, params,
+                                            lambda delivery: work(conn, delivery), OUTAGE)

@@ -1,0 +1,38 @@
+"""Starlette and FastAPI: an endpoint for ``/webhooks/{provider}``.
+
+    app.add_api_route("/webhooks/{provider}", webhook_endpoint(AsyncHandler(pool), work),
+                      methods=["POST"])                              # FastAPI
+    Route("/webhooks/{provider}", webhook_endpoint(handler, work), methods=["POST"])  # Starlette
+
+The body is read as bytes before anything parses it: signatures cover
+exactly those bytes, and a framework's JSON model re-serialised is not them.
+"""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .delivery import Answer, Delivery
+from .psycopg import AsyncHandler
+
+
+def response(answer: Answer) -> Response:
+    return Response(answer.body, status_code=answer.status, media_type=answer.content_type,
+                    headers=dict(answer.headers))
+
+
+def webhook_endpoint(handler: AsyncHandler, work: Callable[[Any, Delivery], Awaitable[Any]],
+                     provider: str | None = None) -> Callable[[Request], Awaitable[Response]]:
+    """The provider comes from the path parameter ``provider``, unless
+    given here for a route of one provider's own."""
+
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        query = request.url.query
+        path = request.url.path + (f"?{query}" if query else "")
+        name = provider or request.path_params["provider"]
+        return response(await handler(name, request.headers, body, work, path=path))
+
+    return endpoint

@@ -1,0 +1,99 @@
+"""The table of answers (clients/testing/cases.json), through every adapter,
+and what surrounds it: a live attempt elsewhere, a database restarted
+in the middle of the work, a database that stays away, a provider nobody
+registered."""
+import json
+import time
+
+import psycopg
+import pytest
+
+import adapters
+from conftest import CASES, delivery, expected, new_run, orders, restart_server, stripe_event, stripe_headers
+from pg_webhook_inbox.psycopg import receive
+
+
+@pytest.fixture(params=adapters.ALL, ids=lambda a: a.name)
+def adapter(request, database_url):
+    trouble = adapters.Trouble()
+    a = request.param(database_url, trouble)
+    a.failing = trouble
+    yield a
+    a.close()
+
+
+def test_every_answer_of_the_table(adapter, admin):
+    run = new_run()
+    for case in CASES:
+        if case.get("fail"):
+            adapter.failing.fail.add(case["event"].replace("{run}", run))
+        before = orders(admin, run, adapter.name)
+        status, content_type, body, _ = adapter.send(*delivery(case, run))
+        adapter.failing.fail.clear()
+        want = expected(case, run)
+        assert status == want["http"], (case["name"], body)
+        assert orders(admin, run, adapter.name) - before == want["work"], case["name"]
+        if "body" in want:
+            assert body == want["body"], case["name"]
+            assert content_type == want["content_type"], case["name"]
+            continue
+        answer = json.loads(body)
+        assert answer["status"] == want["status"], (case["name"], answer)
+        if "reason" in want:
+            assert answer["reason"] == want["reason"], (case["name"], answer)
+        if "result" in want:
+            assert answer["result"] == want["result"], (case["name"], answer)
+
+
+def test_a_live_attempt_elsewhere_is_answered_409_until_it_ends(adapter, database_url, admin):
+    run = new_run()
+    body = stripe_event(f"evt_{run}_live", run)
+    with psycopg.connect(database_url) as holder:
+        held = receive(holder, "stripe", stripe_headers(body), body, complete_on_commit=True)
+        assert held.claimed
+        status, _, answer, _ = adapter.send("stripe", stripe_headers(body), body)
+        assert (status, json.loads(answer)["status"]) == (409, "in_progress")
+        holder.rollback()  # the live attempt dies: its claim goes with it
+    status, _, answer, _ = adapter.send("stripe", stripe_headers(body), body)
+    assert (status, json.loads(answer)["status"]) == (200, "claimed")
+    assert orders(admin, run, adapter.name) == 1
+
+
+def test_a_restart_in_the_middle_of_the_work_is_retried_and_done_once(adapter, admin):
+    """The server goes down while the work runs: the delivery's transaction
+    is lost with its connection, the adapter tries the whole delivery again
+    on a new one, and the event is done exactly once."""
+    warm = new_run()
+    adapter.send(*delivery(CASES[0], warm))  # a pooled connection, as in a running service
+    run = new_run()
+    body = stripe_event(f"evt_{run}_restart", run)
+    adapter.failing.restart.add(f"evt_{run}_restart")
+    status, _, answer, _ = adapter.send("stripe", stripe_headers(body), body)
+    assert not adapter.failing.restart, "the restart did not happen inside the work"
+    assert (status, json.loads(answer)["status"]) == (200, "claimed"), answer
+    assert orders(admin, run, adapter.name) == 1
+    status, _, answer, _ = adapter.send("stripe", stripe_headers(body), body)
+    assert (status, json.loads(answer)["status"]) == (200, "duplicate"), answer
+    assert orders(admin, run, adapter.name) == 1
+
+
+@pytest.mark.parametrize("cls", adapters.ALL, ids=lambda a: a.name)
+def test_a_database_that_stays_away_is_answered_503_with_retry_after(cls):
+    """Nothing can be stored: 503 and Retry-After, once retry_seconds have
+    passed, never a 500 (GitHub would not send it again)."""
+    a = cls(adapters.AWAY, adapters.Trouble(), retry_seconds=1.0)
+    try:
+        started = time.monotonic()
+        body = stripe_event("evt_away", "away")
+        status, _, answer, headers = a.send("stripe", stripe_headers(body), body)
+        assert (status, json.loads(answer)) == (503, {"status": "unavailable"})
+        assert {k.lower(): v for k, v in headers.items()}["retry-after"] == "30"
+        assert time.monotonic() - started < 6
+    finally:
+        a.close()
+
+
+def test_a_provider_nobody_registered_is_answered_404(adapter):
+    body = stripe_event("evt_nobody", "nobody")
+    status, _, answer, _ = adapter.send("nobody", stripe_headers(body), body)
+    assert (status, json.loads(answer)["status"]) == (404, "unknown_provider")
