@@ -1,0 +1,89 @@
+// The drivers: each turned into the one thing the package needs, a way to
+// run a statement (`Queryable`) and to run a function in a transaction
+// (`Transact`). node-postgres and postgres.js here; Drizzle in ./drizzle.
+
+import { isOutage } from "./outage.js";
+
+export type Row = Record<string, unknown>;
+
+/** A connection inside a transaction: runs one statement, returns its rows. */
+export interface Queryable {
+  query(text: string, params?: unknown[]): Promise<Row[]>;
+}
+
+/** Runs `fn` in a transaction of its own: commits what it returns, rolls back what it throws. */
+export type Transact = <T>(fn: (db: Queryable) => Promise<T>) => Promise<T>;
+
+// Structural types of the drivers, so that neither is a dependency.
+interface PgClientLike {
+  query(text: string, params?: unknown[]): Promise<{ rows: Row[] }>;
+}
+interface PgPoolLike {
+  connect(): Promise<
+    PgClientLike & {
+      release(err?: Error | boolean): void;
+      on(event: "error", listener: (err: Error) => void): unknown;
+      off(event: "error", listener: (err: Error) => void): unknown;
+    }
+  >;
+}
+interface PostgresJsTxLike {
+  unsafe(text: string, params?: never[]): PromiseLike<unknown>;
+}
+interface PostgresJsLike extends PostgresJsTxLike {
+  begin(fn: (tx: PostgresJsTxLike) => Promise<unknown>): PromiseLike<unknown>;
+}
+
+/** A node-postgres `Client` or `PoolClient`, in whatever transaction its owner opened. */
+export function pgClient(client: PgClientLike): Queryable {
+  return { query: async (text, params) => (await client.query(text, params)).rows };
+}
+
+/**
+ * A node-postgres `Pool`: each call takes a client, BEGIN … COMMIT, and
+ * gives it back; one that a lost connection broke is destroyed, not
+ * pooled again.
+ */
+export function pgPool(pool: PgPoolLike): Transact {
+  return async (fn) => {
+    const client = await pool.connect();
+    let failure: unknown;
+    // A connection lost while checked out is also emitted as 'error',
+    // which would end the process unheard; the failing query reports it.
+    const heard = (error: Error) => (failure ??= error);
+    client.on("error", heard);
+    try {
+      await client.query("BEGIN");
+      const result = await fn(pgClient(client));
+      await client.query("COMMIT");
+      return result;
+    } catch (error) {
+      failure = error;
+      await client.query("ROLLBACK").catch(() => undefined);
+      throw error;
+    } finally {
+      client.off("error", heard);
+      client.release(failure !== undefined && isOutage(failure) ? (failure as Error) : undefined);
+    }
+  };
+}
+
+/**
+ * Every client of a node-postgres `Pool` heard when its connection is lost
+ * while checked out by code other than this package's (Drizzle's
+ * transactions): node-postgres emits that as 'error', which with no
+ * listener ends the process. The failing query reports it all the same.
+ */
+export function hearLostConnections(pool: { on(event: "connect", f: (c: { on(e: "error", f: () => void): unknown }) => void): unknown }): void {
+  pool.on("connect", (client) => client.on("error", () => undefined));
+}
+
+/** A postgres.js `sql` or transaction `tx`. */
+export function postgresJsClient(sql: PostgresJsTxLike): Queryable {
+  return { query: async (text, params) => [...((await sql.unsafe(text, (params ?? []) as never[])) as Row[])] };
+}
+
+/** postgres.js: each call is one `sql.begin`. */
+export function postgresJs(sql: PostgresJsLike): Transact {
+  return <T>(fn: (db: Queryable) => Promise<T>) => Promise.resolve(sql.begin((tx) => fn(postgresJsClient(tx)))) as Promise<T>;
+}

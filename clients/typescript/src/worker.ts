@@ -1,0 +1,212 @@
+// The inbox's worker loop on node-postgres: lease a batch with
+// webhook_next, work each event in a savepoint, finish the batch with one
+// webhook_complete_batch in the same transaction as its work, so each
+// event's work commits exactly once.
+//
+// - A failing event is recorded with webhook_fail (retried after the
+//   backoff) and undoes only its own work.
+// - A lease that ran out and was taken over refuses the batch (55006): its
+//   work rolls back, and the events are finished one transaction each so
+//   the others still commit.
+// - stop() (SIGTERM, SIGINT with handleSignals): the event in hand is
+//   finished, the rest of the batch handed back at once.
+// - The database away: reconnect, waiting 0.5 s doubling to 30 s, each wait
+//   drawn from its upper half so that workers one restart dropped do not
+//   all return at once. What the lost connection held rolled back with it;
+//   its leases run out and are taken again.
+// - Idle: LISTEN webhook_inbox wakes it as soon as something is queued
+//   (needs a direct or session-pooled connection; `listen: false` polls).
+
+import pg from "pg";
+import { Queryable, pgClient } from "./db.js";
+import { isOutage, sqlstate } from "./outage.js";
+import * as sql from "./statements.js";
+
+/** One leased inbox event (a row of webhook_next). `id` is the lease. */
+export interface InboxEvent {
+  id: string;
+  provider: string;
+  eventId: string;
+  eventType: string | null;
+  payload: unknown;
+  attempts: number;
+  consumer: string;
+  traceparent: string | null;
+  origin: string;
+}
+
+export interface WorkerOptions {
+  connectionString: string;
+  /** Runs in the batch's transaction: its writes on `db` commit with the event's completion. */
+  work: (db: Queryable, event: InboxEvent) => Promise<void>;
+  consumer?: string;
+  provider?: string | null;
+  batch?: number;
+  lease?: string;
+  pollMs?: number;
+  listen?: boolean;
+  onError?: (error: unknown) => void;
+}
+
+/** Reconnect waits: doubling from 0.5 s to 30 s, each drawn from the upper half of its step. */
+export class Backoff {
+  private step: number;
+  constructor(
+    readonly first = 500,
+    readonly last = 30_000,
+  ) {
+    this.step = first;
+  }
+  connected(): void {
+    this.step = this.first;
+  }
+  next(): number {
+    const wait = this.step / 2 + Math.random() * (this.step / 2);
+    this.step = Math.min(this.step * 2, this.last);
+    return wait;
+  }
+}
+
+const eventFrom = (r: Record<string, unknown>): InboxEvent => ({
+  id: r.id as string,
+  provider: r.provider as string,
+  eventId: r.event_id as string,
+  eventType: (r.event_type as string | null) ?? null,
+  payload: r.payload,
+  attempts: Number(r.attempts),
+  consumer: r.consumer as string,
+  traceparent: (r.traceparent as string | null) ?? null,
+  origin: r.origin as string,
+});
+
+export class Worker {
+  private stopping = false;
+  private wake: (() => void) | null = null;
+  backoff = new Backoff();
+
+  constructor(readonly options: WorkerOptions) {}
+
+  get stopped(): boolean {
+    return this.stopping;
+  }
+
+  stop(): void {
+    this.stopping = true;
+    this.wake?.();
+  }
+
+  /** Stop on SIGTERM and SIGINT. */
+  handleSignals(): this {
+    process.once("SIGTERM", () => this.stop());
+    process.once("SIGINT", () => this.stop());
+    return this;
+  }
+
+  /** Work until stop(). */
+  async run(): Promise<void> {
+    while (!this.stopping) {
+      try {
+        await this.runConnected();
+      } catch (error) {
+        if (!isOutage(error)) throw error;
+        this.options.onError?.(error);
+        await this.pause(this.backoff.next());
+      }
+    }
+  }
+
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.wake = null;
+        resolve();
+      }, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        this.wake = null;
+        resolve();
+      };
+    });
+  }
+
+  private async runConnected(): Promise<void> {
+    const { connectionString, listen = true, pollMs = 1000 } = this.options;
+    const conn = new pg.Client({ connectionString });
+    const listener = listen ? new pg.Client({ connectionString }) : null;
+    // A lost connection also emits 'error'; the failing query reports it.
+    conn.on("error", () => undefined);
+    listener?.on("error", () => this.wake?.());
+    listener?.on("notification", () => this.wake?.());
+    try {
+      await conn.connect();
+      if (listener) {
+        await listener.connect();
+        await listener.query(sql.LISTEN);
+      }
+      this.backoff.connected();
+      while (!this.stopping) {
+        if ((await this.runOnce(conn)) === 0) await this.pause(pollMs);
+      }
+    } finally {
+      await conn.end().catch(() => undefined);
+      await listener?.end().catch(() => undefined);
+    }
+  }
+
+  /** One batch on `conn`; returns how many events were leased. The lease commits on its own. */
+  async runOnce(conn: pg.Client): Promise<number> {
+    const { batch = 10, consumer = "default", provider = null, lease = "1 minute" } = this.options;
+    const events = (await conn.query(sql.NEXT, [batch, consumer, provider, lease])).rows.map(eventFrom);
+    try {
+      await this.finish(conn, events);
+    } catch (error) {
+      if (sqlstate(error) !== sql.TAKEN_OVER) throw error;
+      for (const event of events) {
+        try {
+          await this.finish(conn, [event]);
+        } catch (e) {
+          if (sqlstate(e) !== sql.TAKEN_OVER) throw e; // taken over: the new holder finishes it
+        }
+      }
+    }
+    return events.length;
+  }
+
+  private async finish(conn: pg.Client, events: InboxEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    const db = pgClient(conn);
+    await conn.query("BEGIN");
+    try {
+      const done: string[] = [];
+      for (const event of events) {
+        if (this.stopping) {
+          await conn.query(sql.HAND_BACK, [event.id]);
+          continue;
+        }
+        await conn.query(sql.SAVEPOINT);
+        try {
+          await this.options.work(db, event);
+          await conn.query(sql.RELEASE);
+          done.push(event.id);
+        } catch (error) {
+          if (isOutage(error)) throw error;
+          this.options.onError?.(error);
+          await conn.query(sql.ROLLBACK_TO);
+          const message = error instanceof Error ? error.message || error.name : String(error);
+          await conn.query(sql.FAIL, [event.id, message]);
+        }
+      }
+      if (done.length > 0) await conn.query(sql.COMPLETE_BATCH, [done]);
+      await conn.query("COMMIT");
+    } catch (error) {
+      await conn.query("ROLLBACK").catch(() => undefined);
+      throw error;
+    }
+  }
+}
+
+/** The Idempotency-Key for a side effect of this event: the same on every attempt. */
+export async function outboundKey(db: Queryable, lease: string, operation: string): Promise<string> {
+  const [row] = await db.query(sql.OUTBOUND_KEY, [lease, operation]);
+  return row.key as string;
+}
