@@ -1,0 +1,27 @@
+# frozen_string_literal: true
+
+module PgWebhookInbox
+  # The SQL the package sends: all of it, in one place. JSON goes over as
+  # text (::text::jsonb) and comes back as text.
+  module Statements
+    RECEIVE = "SELECT id::text, claimed, status::text, attempts, result::text, http_status, reason, event_id, " \
+              "event_type, event_type_signed, response, response_type " \
+              "FROM webhook_receive($1::text, $2::text::jsonb, $3::bytea, lease => $4::interval, " \
+              "inbox => $5::boolean, url => $6::text, complete_on_commit => $7::boolean)"
+    COMPLETE = "SELECT webhook_complete($1::uuid, $2::text::jsonb)"
+    FAIL = "SELECT webhook_fail($1::uuid, $2::text)"
+    HAND_BACK = "SELECT webhook_fail($1::uuid, 'worker shut down', retry_in => '0 s')"
+    NEXT = "SELECT id::text, provider, event_id, event_type, payload::text, attempts, consumer, traceparent, origin " \
+           "FROM webhook_next($1::int, $2::text, provider => $3::text, lease => $4::interval)"
+    COMPLETE_BATCH = "SELECT webhook_complete_batch($1::uuid[])"
+    OUTBOUND_KEY = "SELECT webhook_outbound_key($1::uuid, $2::text)"
+    LISTEN = "LISTEN webhook_inbox"
+    # The work's savepoint: a failure undoes the work, not the claim.
+    SAVEPOINT = "SAVEPOINT pg_webhook_inbox_work"
+    RELEASE = "RELEASE SAVEPOINT pg_webhook_inbox_work"
+    ROLLBACK_TO = "ROLLBACK TO SAVEPOINT pg_webhook_inbox_work"
+
+    UNKNOWN_PROVIDER = "42704" # webhook_receive: no such provider registered
+    TAKEN_OVER = "55006" # a lease ran out and another worker holds the event
+  end
+end
