@@ -73,7 +73,7 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failov
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
 .PHONY: all setup build test-all bench-ab deb deb-major deb-test install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
-        package package-major package-test examples-test clients-test observability-test console-test ingress-test bench demo console ingress clean
+        package package-major package-test examples-test clients-test bench-clients observability-test console-test ingress-test bench demo console ingress clean
 
 all: build
 
@@ -393,6 +393,11 @@ examples-test: install
 clients-test: install
 	.ci/clients-test $(STATE_DIR)/clients $(call port,980) $(CLIENTS)
 
+# Each package's handler against the same handler written by hand, into
+# docs/performance.md.
+bench-clients: install-release
+	CLIENTS_BENCH=1 PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/clients-test $(STATE_DIR)/clients $(call port,980) $(CLIENTS)
+
 # Benchmarks (not part of `make test`): pgbench against a throwaway server,
 # figures printed and written into docs/performance.md.
 BENCH_PG_OPTS ?= -c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min -c autovacuum=off
@@ -400,6 +405,7 @@ bench: install-release
 	$(CARGO) build --release --quiet -p webhook-ingress
 	BENCH_EXAMPLES_VENV=$(STATE_DIR)/examples/py-venv \
 		PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/pg-temp run $(STATE_DIR)/bench-pg $(call port,2) -- bench/run
+	$(MAKE) --no-print-directory bench-clients
 
 # A/B of the claim path: this build against BASELINE (a library file,
 # e.g. one saved from the installed build before a change); see bench/ab.

@@ -14,5 +14,7 @@ CREATE TABLE orders (
     handler text NOT NULL,
     at timestamptz NOT NULL DEFAULT now()
 );
+-- What the READMEs' ten-line handlers write, each run as it is printed.
+CREATE TABLE invoices_paid (event_id text NOT NULL);
 SELECT webhook_grant_app('clients_app');
-GRANT SELECT, INSERT ON orders TO clients_app;
+GRANT SELECT, INSERT ON orders, invoices_paid TO clients_app;

@@ -130,7 +130,7 @@ def django_setup(url):
     settings.configure(
         DATABASES={"default": database(url), "away": database(AWAY)},
         ROOT_URLCONF=__name__ + "_django_urls", ALLOWED_HOSTS=["*"], USE_TZ=True, DEBUG=False,
-        INSTALLED_APPS=[],
+        INSTALLED_APPS=["billing"],
     )
     django.setup()
     _django_ready = True

@@ -3,6 +3,7 @@ transaction, and ``Handler`` / ``AsyncHandler``, which own the transaction
 and the outage rule for a framework's route."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
 import psycopg
@@ -68,11 +69,22 @@ class Handler:
 
 class AsyncHandler:
     """``Handler`` on an ``AsyncConnectionPool``; ``work`` is a coroutine
-    function ``work(conn, delivery)``."""
+    function ``work(conn, delivery)``. A pool made with ``open=False`` (as
+    an async pool must be outside a running loop) and not opened by the
+    application is opened by the first delivery."""
 
     def __init__(self, pool: AsyncConnectionPool, *, public_url: Optional[str] = None,
                  retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None):
         self.pool, self.public_url, self.retry_seconds, self.inbox = pool, public_url, retry_seconds, inbox
+        self._opening = asyncio.Lock()
+        self._opened = False
+
+    async def _open(self) -> None:
+        async with self._opening:
+            if not self._opened:
+                if self.pool.closed:
+                    await self.pool.open()
+                self._opened = True
 
     async def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                        work: Callable[[psycopg.AsyncConnection, Delivery], Awaitable[Any]], *,
@@ -82,6 +94,8 @@ class AsyncHandler:
         return await flow.retrying_async(lambda: self._once(params, work), OUTAGE, self.retry_seconds)
 
     async def _once(self, params: tuple, work) -> Answer:
+        if not self._opened:
+            await self._open()
         async with self.pool.connection() as conn, conn.transaction():
             async def execute(sql, p):
                 return await (await conn.execute(sql, p)).fetchone()
