@@ -276,3 +276,30 @@ func TestProviderNobodyRegisteredIsAnswered404(t *testing.T) {
 		}
 	})
 }
+
+// An error that is neither an outage nor an unknown provider is the
+// application's (here a public URL webhook_receive refuses, 22023): heard
+// by OnError, answered 500, nothing claimed, so the provider's retry finds
+// the event new once the configuration is mended.
+func TestMisconfigurationIsHeardAndAnswered500(t *testing.T) {
+	pool, err := pgxpool.Connect(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var heard []error
+	h := pgxinbox.NewHandler(pool)
+	h.PublicURL = "ftp://hooks.example.com"
+	h.OnError = func(err error) { heard = append(heard, err) }
+	run := newRun()
+	body := stripeEvent("evt_"+run+"_misconfigured", run)
+	paid := func(ctx context.Context, tx pgx.Tx, d webhookinbox.Delivery) (any, error) { return nil, nil }
+	a := h.Handle(context.Background(), "stripe", stripeHeaders(body, stripeSecret), body, "/webhooks/stripe", paid)
+	if a.Status != 500 || len(heard) != 1 || webhookinbox.SQLState(heard[0]) != "22023" {
+		t.Fatalf("%d %s %v", a.Status, a.Body, heard)
+	}
+	h.PublicURL = ""
+	if a := h.Handle(context.Background(), "stripe", stripeHeaders(body, stripeSecret), body, "/webhooks/stripe", paid); a.Status != 200 || !strings.Contains(a.Body, `"claimed"`) {
+		t.Fatalf("%d %s", a.Status, a.Body)
+	}
+}

@@ -193,13 +193,8 @@ func (w *Worker) idle(listener *pgx.Conn) error {
 		ctx, cancel := context.WithTimeout(context.Background(), minDuration(100*time.Millisecond, time.Until(deadline)))
 		_, err := listener.WaitForNotification(ctx)
 		cancel()
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, context.DeadlineExceeded) && !listener.IsClosed() {
-			return err
-		}
-		if listener.IsClosed() {
+		// A wait that timed out leaves the connection open; anything else ends it.
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) || listener.IsClosed() {
 			return err
 		}
 	}

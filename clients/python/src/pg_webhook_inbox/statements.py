@@ -13,10 +13,8 @@ HAND_BACK = "SELECT webhook_fail(%s::uuid, 'worker shut down', retry_in => '0 s'
 NEXT = ("SELECT id, provider, event_id, event_type, payload, attempts, consumer, traceparent, origin "
         "FROM webhook_next(%s, %s, provider => %s, lease => %s::interval)")
 COMPLETE_BATCH = "SELECT webhook_complete_batch(%s::uuid[])"
-EXTEND = "SELECT webhook_extend(%s::uuid, %s::interval)"
 OUTBOUND_KEY = "SELECT webhook_outbound_key(%s::uuid, %s)"
 LISTEN = "LISTEN webhook_inbox"
 
 # SQLSTATEs the package acts on.
 UNKNOWN_PROVIDER = "42704"  # webhook_receive: no such provider registered
-TAKEN_OVER = "55006"  # a lease ran out and another worker holds the event
