@@ -396,7 +396,7 @@ clients-test: install
 # Each package's handler against the same handler written by hand, into
 # docs/performance.md.
 bench-clients: install-release
-	CLIENTS_BENCH=1 PG_TEMP_OPTS="$(BENCH_PG_OPTS)" .ci/clients-test $(STATE_DIR)/clients $(call port,980) $(CLIENTS)
+	CLIENTS_BENCH=1 PG_TEMP_OPTS="$(BENCH_PG_OPTS) -c synchronous_commit=off" .ci/clients-test $(STATE_DIR)/clients $(call port,980) $(CLIENTS)
 
 # Benchmarks (not part of `make test`): pgbench against a throwaway server,
 # figures printed and written into docs/performance.md.

@@ -1,6 +1,7 @@
 // A handler through the TypeScript package against the same handler
 // calling SQL by hand: deliveries a second, one after another on a pool of
-// one, rounds alternating. Prints one JSON line.
+// one, the two taking turns, each going first in every other round. Prints
+// one JSON line.
 // `node bench.mjs DELIVERIES ROUNDS`, with clients/typescript built.
 import { createHmac, randomUUID } from "node:crypto";
 import { createRequire } from "node:module";
@@ -60,7 +61,7 @@ const work = async (db, d) => {
 };
 const rates = { package: [], by_hand: [] };
 for (let r = 0; r < rounds; r++) {
-  for (const name of ["package", "by_hand"]) {
+  for (const name of r % 2 === 0 ? ["package", "by_hand"] : ["by_hand", "package"]) {
     const batch = signed(n);
     const started = performance.now();
     for (const [headers, body] of batch) {

@@ -7,7 +7,7 @@ import sys
 lines, doc, n, rounds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = [json.loads(line) for line in open(lines) if line.strip()]
 table = [f"Each language: {rounds} rounds of {n} signed Stripe deliveries each way, one after another on one "
-         "connection, the rounds alternating; the median of each. The work: one INSERT.", "",
+         "connection, the two taking turns, each going first in every other round; the median of each. The work: one INSERT.", "",
          "| package | through the package | by hand | ratio |", "|---|---|---|---|"]
 table += [f"| {r['language']} | {r['package']:,}/s | {r['by_hand']:,}/s | {r['ratio']:.3f} |" for r in rows]
 block = "<!-- clients:start -->\n" + "\n".join(table) + "\n<!-- clients:end -->"

@@ -1,6 +1,7 @@
 // A handler through the Go package against the same handler calling SQL by
-// hand: deliveries a second, one after another on a pool of one, rounds
-// alternating. Prints one JSON line. `go run . DELIVERIES ROUNDS`.
+// hand: deliveries a second, one after another on a pool of one, the two
+// taking turns, each going first in every other round. Prints one JSON line.
+// `go run . DELIVERIES ROUNDS`.
 package main
 
 import (
@@ -108,7 +109,11 @@ func main() {
 	}
 	rates := map[string][]float64{}
 	for r := 0; r < rounds; r++ {
-		for _, name := range []string{"package", "by_hand"} {
+		order := []string{"package", "by_hand"}
+		if r%2 == 1 {
+			order = []string{"by_hand", "package"}
+		}
+		for _, name := range order {
 			batch := signed(n)
 			started := time.Now()
 			for _, d := range batch {
