@@ -59,9 +59,8 @@ def main():
         conn.execute(INSERT, (delivery.event_id, delivery.event_type))
 
     rates = {"package": [], "by_hand": []}
-    for _ in range(rounds):
-        order = ("package", "by_hand") if len(rates["package"]) % 2 == 0 else ("by_hand", "package")
-        for name in order:
+    for r in range(rounds):
+        for name in ("package", "by_hand") if r % 2 == 0 else ("by_hand", "package"):
             batch = signed(n)
             started = time.perf_counter()
             for headers, body in batch:

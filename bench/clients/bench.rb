@@ -49,8 +49,8 @@ database = PgWebhookInbox::Database.new(ENV.fetch("DATABASE_URL"), size: 1)
 handler = PgWebhookInbox::Handler.new(database)
 conn = PG.connect(ENV.fetch("DATABASE_URL"))
 rates = { package: [], by_hand: [] }
-rounds.times do
-  (rates[:package].size.even? ? %i[package by_hand] : %i[by_hand package]).each do |name|
+rounds.times do |r|
+  (r.even? ? %i[package by_hand] : %i[by_hand package]).each do |name|
     batch = signed(n)
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     batch.each do |headers, body|

@@ -21,7 +21,6 @@ import asyncio
 import json
 import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple, Type
 
 from . import statements
@@ -39,26 +38,12 @@ def headers_json(headers: Mapping[str, str]) -> str:
     return json.dumps({str(k): str(v) for k, v in headers.items()})
 
 
-@dataclass(frozen=True)
-class Receive:
-    """One ``webhook_receive`` call: its statement and arguments."""
-
-    provider: str
-    sql: str
-    params: tuple
-
-
-def receive_call(provider: str, headers: Mapping[str, str], body: bytes, *, url: Optional[str],
-                 inbox: Optional[bool], complete_on_commit: bool, lease: Optional[str]) -> Receive:
+def receive_params(provider: str, headers: Mapping[str, str], body: bytes, *, url: Optional[str],
+                   inbox: Optional[bool], complete_on_commit: bool, lease: Optional[str]) -> tuple:
     if not isinstance(body, (bytes, bytearray, memoryview)):
         raise TypeError("body must be the raw request bytes, read before any parsing: "
                         "signatures cover exactly those")
-    named = [(name, value) for name, value in (("lease", lease), ("inbox", inbox), ("url", url),
-                                               ("complete_on_commit", complete_on_commit or None))
-             if value is not None]
-    sql = statements.receive(tuple(name for name, _ in named))
-    params = (provider, headers_json(headers), bytes(body)) + tuple(value for _, value in named)
-    return Receive(provider, sql, params)
+    return (provider, headers_json(headers), bytes(body), lease, inbox, url, complete_on_commit)
 
 
 def refused(provider: str, exc: BaseException) -> BaseException:
@@ -67,15 +52,15 @@ def refused(provider: str, exc: BaseException) -> BaseException:
 
 
 def deliver(execute: Callable[[str, tuple], Any], savepoint: Callable[[], AbstractContextManager],
-            call: Receive, work: Callable[[Delivery], Any], outage: Errors) -> Answer:
+            params: tuple, work: Callable[[Delivery], Any], outage: Errors) -> Answer:
     """Receive and work one delivery inside the caller's open transaction.
     ``execute(sql, params)`` returns the statement's first row."""
     try:
-        delivery = Delivery.from_row(execute(call.sql, call.params))
+        delivery = Delivery.from_row(execute(statements.RECEIVE, params))
     except outage:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise refused(call.provider, exc) from exc
+        raise refused(params[0], exc) from exc
     if not delivery.owns_event:
         return delivery.answer()
     try:
@@ -92,15 +77,15 @@ def deliver(execute: Callable[[str, tuple], Any], savepoint: Callable[[], Abstra
 
 
 async def deliver_async(execute: Callable[[str, tuple], Awaitable[Any]],
-                        savepoint: Callable[[], AbstractAsyncContextManager], call: Receive,
+                        savepoint: Callable[[], AbstractAsyncContextManager], params: tuple,
                         work: Callable[[Delivery], Awaitable[Any]], outage: Errors) -> Answer:
     """``deliver`` for asyncio: the same steps, awaited."""
     try:
-        delivery = Delivery.from_row(await execute(call.sql, call.params))
+        delivery = Delivery.from_row(await execute(statements.RECEIVE, params))
     except outage:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise refused(call.provider, exc) from exc
+        raise refused(params[0], exc) from exc
     if not delivery.owns_event:
         return delivery.answer()
     try:

@@ -38,14 +38,14 @@ module PgWebhookInbox
     # optional) is stored and answered to duplicates.
     def call(provider, headers, body, path: "", &work)
       url = @public_url && (@public_url.sub(%r{/+\z}, "") + path)
-      call = PgWebhookInbox.receive_call(provider, headers, body, url: url, inbox: @inbox, complete_on_commit: true)
-      retrying(provider) { @database.transaction { |conn| deliver(conn, call, &work) } }
+      params = PgWebhookInbox.receive_params(provider, headers, body, url: url, inbox: @inbox, complete_on_commit: true)
+      retrying(provider) { @database.transaction { |conn| deliver(conn, params, &work) } }
     end
 
     private
 
-    def deliver(conn, call, &work)
-      delivery = PgWebhookInbox.receive_with(conn, call)
+    def deliver(conn, params, &work)
+      delivery = PgWebhookInbox.receive_with(conn, params)
       return delivery.answer unless delivery.owns_event?
 
       conn.exec(Statements::SAVEPOINT)
@@ -90,29 +90,24 @@ module PgWebhookInbox
     JSON.generate(headers.to_h { |k, v| [k.to_s.downcase, Array(v).join(", ")] })
   end
 
-  # One webhook_receive call: its statement and arguments.
-  Receive = Struct.new(:provider, :sql, :params)
-
-  # webhook_receive's statement and arguments; the body goes over as bytes.
-  def receive_call(provider, headers, body, url: nil, inbox: nil, complete_on_commit: false, lease: nil)
+  # webhook_receive's arguments; the body goes over as bytes.
+  def receive_params(provider, headers, body, url: nil, inbox: nil, complete_on_commit: false, lease: nil)
     raise TypeError, "body must be the raw request bytes, read before any parsing" unless body.is_a?(String)
 
-    named = { lease: lease, inbox: inbox.nil? ? nil : inbox.to_s, url: url,
-              complete_on_commit: complete_on_commit ? "true" : nil }.compact
-    Receive.new(provider, Statements.receive(named.keys),
-                [provider, headers_json(headers), { value: body.b, type: 0, format: 1 }, *named.values])
+    [provider, headers_json(headers), { value: body.b, type: 0, format: 1 }, lease,
+     inbox.nil? ? nil : inbox.to_s, url, complete_on_commit.to_s]
   end
 
   # webhook_receive in the caller's open transaction on conn (a
   # PG::Connection); the caller commits, then answers delivery.answer.
   def receive(conn, provider, headers, body, **options)
-    receive_with(conn, receive_call(provider, headers, body, **options))
+    receive_with(conn, receive_params(provider, headers, body, **options))
   end
 
-  def receive_with(conn, call)
-    Delivery.from_row(conn.exec_params(call.sql, call.params).first)
+  def receive_with(conn, params)
+    Delivery.from_row(conn.exec_params(Statements::RECEIVE, params).first)
   rescue PG::Error => e
-    raise UnknownProvider, call.provider if Outage.sqlstate(e) == Statements::UNKNOWN_PROVIDER
+    raise UnknownProvider, params[0] if Outage.sqlstate(e) == Statements::UNKNOWN_PROVIDER
 
     raise
   end

@@ -4,26 +4,10 @@ module PgWebhookInbox
   # The SQL the package sends: all of it, in one place. JSON goes over as
   # text (::text::jsonb) and comes back as text.
   module Statements
-    COLUMNS = "id::text, claimed, status::text, attempts, result::text, http_status, reason, event_id, " \
-              "event_type, event_type_signed, response, response_type"
-    # The types of webhook_receive's named arguments.
-    RECEIVE_ARGUMENTS = { lease: "interval", inbox: "boolean", url: "text", complete_on_commit: "boolean" }.freeze
-    @receive = {}
-
-    # webhook_receive naming only the arguments a delivery sets (of lease,
-    # inbox, url, complete_on_commit, in that order); the others take the
-    # server's defaults (lease: webhook.lease_timeout; inbox: what the
-    # provider is registered for; complete_on_commit: false). The call is
-    # then the one a handler written by hand makes, and costs what it does
-    # (docs/performance.md). Sixteen texts at most.
-    def self.receive(named)
-      @receive[named] ||= begin
-        args = ["$1::text", "$2::text::jsonb", "$3::bytea"] +
-               named.each_with_index.map { |name, i| "#{name} => $#{i + 4}::#{RECEIVE_ARGUMENTS.fetch(name)}" }
-        "SELECT #{COLUMNS} FROM webhook_receive(#{args.join(', ')})".freeze
-      end
-    end
-
+    RECEIVE = "SELECT id::text, claimed, status::text, attempts, result::text, http_status, reason, event_id, " \
+              "event_type, event_type_signed, response, response_type " \
+              "FROM webhook_receive($1::text, $2::text::jsonb, $3::bytea, lease => $4::interval, " \
+              "inbox => $5::boolean, url => $6::text, complete_on_commit => $7::boolean)"
     COMPLETE = "SELECT webhook_complete($1::uuid, $2::text::jsonb)"
     FAIL = "SELECT webhook_fail($1::uuid, $2::text)"
     HAND_BACK = "SELECT webhook_fail($1::uuid, 'worker shut down', retry_in => '0 s')"
