@@ -10,10 +10,12 @@
                                    payment API with an outbound key
 
 The database verifies the signature, deduplicates and claims the delivery
-(webhook_receive); the handler only does its work and answers what the
-provider should hear: 200 done or duplicate, 409 in progress elsewhere,
-401 bad signature, 400 unreadable, 500 failed (recorded: the next delivery
-retries it). While the database is away (a restart, a failover) a request
+(webhook_receive); the pg_webhook_inbox package (clients/python) runs the
+transaction, the savepoint around the work, the record of a failure and
+the outage rule, and picks the answer the provider should hear; the
+handlers here only do their work. The answers: 200 done or duplicate,
+409 in progress elsewhere, 401 bad signature, 400 unreadable, 404 no such
+provider, 500 failed (recorded: the next delivery retries it). While the database is away (a restart, a failover) a request
 keeps trying it for up to DB_RETRY_SECONDS (8: GitHub gives up on a delivery
 after 10 s and never sends it again), then answers 503 with Retry-After, an
 answer every provider retries; never 500 for a delivery that was not
@@ -32,13 +34,15 @@ chooses.
 import json
 import os
 import threading
-import time
 import urllib.request
 
 from fastapi import FastAPI, Request, Response
-import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
+
+from pg_webhook_inbox import Answer
+from pg_webhook_inbox.psycopg import Handler, receive, retrying
+from pg_webhook_inbox.starlette import response
 
 LANGUAGE = "python"
 EMAIL_URL = os.environ.get("EMAIL_URL", "http://127.0.0.1:8025/send")
@@ -57,51 +61,26 @@ app = FastAPI()
 # How long a request keeps trying a database that is away before answering
 # 503: within the shortest provider timeout (GitHub's 10 s).
 DB_RETRY_SECONDS = float(os.environ.get("DB_RETRY_SECONDS", "8"))
-
-
-def with_database(handler, *args) -> Response:
-    """Run a handler, again while the database is away (its connection
-    broke, or none could be had), until DB_RETRY_SECONDS have passed; then
-    503 with Retry-After. Running it again is safe: what the broken attempt
-    wrote was rolled back with it, and a delivery it did commit is answered
-    as a duplicate (or in progress) the second time."""
-    deadline = time.monotonic() + DB_RETRY_SECONDS
-    wait = 0.1
-    while True:
-        try:
-            return handler(*args)
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            if time.monotonic() + wait >= deadline:
-                print(f"receiver: database unavailable ({exc}); answering 503", flush=True)
-                return Response(json.dumps({"status": "unavailable"}), status_code=503,
-                                media_type="application/json", headers={"Retry-After": "30"})
-            time.sleep(wait)
-            wait = min(wait * 2, 1.0)
-
-# inbox => false: claimed here, whatever the provider is registered for;
-# complete_on_commit: the commit of the handler's transaction completes it.
-RECEIVE = """SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type
-               FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => false, url => %s,
-                                    complete_on_commit => true)"""
 PUBLIC_URL = os.environ.get("PUBLIC_URL")
+
+# The one-transaction pattern, the answers and the outage rule are the
+# package's (pg_webhook_inbox.psycopg.Handler): each delivery in its own
+# transaction, the work in a savepoint, completed by the commit. inbox=False:
+# claimed here, even for a provider registered for the inbox (GitHub).
+handler = Handler(pool, public_url=PUBLIC_URL, retry_seconds=DB_RETRY_SECONDS, inbox=False)
+
+
+def path_and_query(request: Request) -> str:
+    """What the provider called, after the public base URL: the schemes
+    that sign the URL verify PUBLIC_URL + this."""
+    query = request.url.query
+    return request.url.path + (f"?{query}" if query else "")
 
 
 def public_url(request: Request) -> str | None:
-    """The URL the provider called: the configured public base, then the path and query.
-    None without PUBLIC_URL: the schemes that sign the URL then refuse the delivery."""
-    if not PUBLIC_URL:
-        return None
-    query = request.url.query
-    return PUBLIC_URL.rstrip("/") + request.url.path + (f"?{query}" if query else "")
-
-
-def answer(code: int, **body) -> Response:
-    return Response(json.dumps(body), status_code=code, media_type="application/json")
-
-
-def handshake(response: str, response_type: str) -> Response:
-    """An endpoint check, answered with exactly what its provider expects."""
-    return Response(response, status_code=200, media_type=response_type)
+    """The URL the provider called. None without PUBLIC_URL: the schemes
+    that sign the URL then refuse the delivery."""
+    return PUBLIC_URL.rstrip("/") + path_and_query(request) if PUBLIC_URL else None
 
 
 @app.get("/healthz")
@@ -112,31 +91,21 @@ def healthz():
 @app.post("/webhooks/{provider}")
 async def webhook(provider: str, request: Request) -> Response:
     body = await request.body()  # the raw bytes: signatures cover exactly these
-    return await run_in_threadpool(with_database, handle, provider, dict(request.headers), body, public_url(request))
+    headers = dict(request.headers)
 
+    def record_order(conn, delivery):
+        """The business write, in the delivery's transaction: it commits
+        with the event's completion, or not at all."""
+        conn.execute(
+            "INSERT INTO orders (provider, event_id, event_type, language) VALUES (%s, %s, %s, %s)",
+            (provider, delivery.event_id, delivery.event_type, LANGUAGE),
+        )
+        if headers.get("x-test-fail") == "1":
+            raise RuntimeError("injected failure halfway")
+        return {"order": delivery.event_id}  # what a duplicate is answered with
 
-def handle(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
-    headers = json.dumps(request_headers)
-    with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-        cur.execute(RECEIVE, (provider, headers, body, url))
-        delivery, claimed, status, http_status, reason, event_id, event_type, response, response_type = cur.fetchone()
-        if response is not None:
-            return handshake(response, response_type)
-        if not claimed:
-            return answer(http_status, status=status, reason=reason)
-        try:
-            with conn.transaction():  # a savepoint: a failure undoes the work, not the claim
-                cur.execute(
-                    "INSERT INTO orders (provider, event_id, event_type, language) VALUES (%s, %s, %s, %s)",
-                    (provider, event_id, event_type, LANGUAGE),
-                )
-                if request_headers.get("x-test-fail") == "1":
-                    raise RuntimeError("injected failure halfway")
-                cur.execute("SELECT webhook_complete(%s, %s::jsonb)", (delivery, json.dumps({"order": event_id})))
-        except Exception as exc:  # noqa: BLE001 - every failure is recorded, then retried
-            cur.execute("SELECT webhook_fail(%s, %s)", (delivery, str(exc)))
-            return answer(500, status="failed")
-    return answer(200, status=status)
+    return response(await run_in_threadpool(handler, provider, headers, body, record_order,
+                                            path=path_and_query(request)))
 
 
 class Heartbeat:
@@ -164,63 +133,50 @@ class Heartbeat:
 @app.post("/webhooks-2p/{provider}")
 async def webhook_two_phase(provider: str, request: Request) -> Response:
     body = await request.body()
-    return await run_in_threadpool(
-        with_database, handle_two_phase, provider, dict(request.headers), body, public_url(request)
-    )
+    headers, url = dict(request.headers), public_url(request)
+    return response(await run_in_threadpool(
+        retrying, lambda: handle_two_phase(provider, headers, body, url), DB_RETRY_SECONDS))
 
 
-def handle_two_phase(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
-    headers = json.dumps(request_headers)
+def handle_two_phase(provider: str, headers: dict, body: bytes, url: str | None) -> Answer:
     with pool.connection() as conn:
         conn.autocommit = True  # the claim commits on its own, with its lease
-        delivery, claimed, status, http_status, reason, event_id, event_type, response, response_type = conn.execute(
-            "SELECT id, claimed, status, http_status, reason, event_id, event_type, response, response_type "
-            "FROM webhook_receive(%s, %s::jsonb, %s::bytea, lease => '30 seconds', inbox => false, url => %s)",
-            (provider, headers, body, url),
-        ).fetchone()
-        if response is not None:
-            return handshake(response, response_type)
-        if not claimed:
-            return answer(http_status, status=status, reason=reason)
+        delivery = receive(conn, provider, headers, body, url=url, inbox=False, lease="30 seconds")
+        if not delivery.owns_event:
+            return delivery.answer()
         try:
-            with Heartbeat(delivery):
+            with Heartbeat(delivery.id):
                 # The side effect outside the database, keyed by the event so
                 # that a retry after a crash cannot send it twice.
-                (key,) = conn.execute("SELECT webhook_outbound_key(%s, 'email')", (delivery,)).fetchone()
+                (key,) = conn.execute("SELECT webhook_outbound_key(%s, 'email')", (delivery.id,)).fetchone()
                 req = urllib.request.Request(
                     EMAIL_URL,
-                    data=json.dumps({"to": "customer@example.com", "event": event_id}).encode(),
+                    data=json.dumps({"to": "customer@example.com", "event": delivery.event_id}).encode(),
                     headers={"Idempotency-Key": key, "Content-Type": "application/json"},
                 )
                 urllib.request.urlopen(req, timeout=10).read()
-            conn.execute("SELECT webhook_complete(%s)", (delivery,))
+            conn.execute("SELECT webhook_complete(%s)", (delivery.id,))
         except Exception as exc:  # noqa: BLE001
-            conn.execute("SELECT webhook_fail(%s, %s)", (delivery, str(exc)))
-            return answer(500, status="failed")
-    return answer(200, status=status)
+            conn.execute("SELECT webhook_fail(%s, %s)", (delivery.id, str(exc)))
+            return Answer.failed()
+    return delivery.answer()
 
 
 @app.post("/inbox/{provider}")
 async def webhook_inbox(provider: str, request: Request) -> Response:
     body = await request.body()
-    return await run_in_threadpool(
-        with_database, handle_inbox, provider, dict(request.headers), body, public_url(request)
-    )
+    headers, url = dict(request.headers), public_url(request)
+    return response(await run_in_threadpool(
+        retrying, lambda: handle_inbox(provider, headers, body, url), DB_RETRY_SECONDS))
 
 
-def handle_inbox(provider: str, request_headers: dict, body: bytes, url: str) -> Response:
+def handle_inbox(provider: str, headers: dict, body: bytes, url: str | None) -> Answer:
     # Verified, archived and queued in one statement; the answer is sent
     # only after it commits (leaving the block commits), so a 200 always
     # means the delivery is stored.
     with pool.connection() as conn:
-        status, http_status, reason, response, response_type = conn.execute(
-            "SELECT status, http_status, reason, response, response_type "
-            "FROM webhook_receive(%s, %s::jsonb, %s::bytea, inbox => true, url => %s)",
-            (provider, json.dumps(request_headers), body, url),
-        ).fetchone()
-    if response is not None:
-        return handshake(response, response_type)
-    return answer(http_status, status=status, reason=reason)
+        delivery = receive(conn, provider, headers, body, url=url, inbox=True)
+    return delivery.answer()
 
 
 # The application's own API. A client that sends the same POST again with
@@ -236,24 +192,20 @@ BEGIN = """SELECT outcome, request_id, http_status, recovery_point, recovery, re
 @app.post("/orders")
 async def create_order(request: Request) -> Response:
     body = await request.body()
-    return await run_in_threadpool(
-        with_database,
-        handle_order,
-        request.headers.get("idempotency-key"),
-        request.headers.get("x-customer", "anonymous"),
-        body,
-        request.headers.get("x-test-crash-after"),
-    )
+    key, customer = request.headers.get("idempotency-key"), request.headers.get("x-customer", "anonymous")
+    crash_after = request.headers.get("x-test-crash-after")
+    return response(await run_in_threadpool(
+        retrying, lambda: handle_order(key, customer, body, crash_after), DB_RETRY_SECONDS))
 
 
-def handle_order(key, customer: str, body: bytes, crash_after) -> Response:
+def handle_order(key, customer: str, body: bytes, crash_after) -> Answer:
     if not key:
-        return answer(400, error="the Idempotency-Key header is required")
+        return Answer.json(400, error="the Idempotency-Key header is required")
     try:
         order = json.loads(body)
         sku, amount = str(order["sku"]), int(order["amount"])
     except (ValueError, KeyError, TypeError):
-        return answer(400, error="the body must be {\"sku\": ..., \"amount\": ...}")
+        return Answer.json(400, error="the body must be {\"sku\": ..., \"amount\": ...}")
     with pool.connection() as conn:
         conn.autocommit = True  # each step commits on its own, with its recovery point
         # The scope keeps one customer's keys apart from another's.
@@ -261,12 +213,11 @@ def handle_order(key, customer: str, body: bytes, crash_after) -> Response:
             BEGIN, (f"orders:{customer}", key, body, ORDER_LEASE)
         ).fetchone()
         if outcome == "in_progress":
-            return answer(409, error="a request with this Idempotency-Key is in progress; retry later")
+            return Answer.json(409, error="a request with this Idempotency-Key is in progress; retry later")
         if outcome == "mismatch":
-            return answer(422, error="this Idempotency-Key was used with a different request")
+            return Answer.json(422, error="this Idempotency-Key was used with a different request")
         if outcome == "replay":
-            return Response(stored, status_code=http_status, media_type="application/json",
-                            headers={"Idempotent-Replayed": "true"})
+            return Answer(http_status, stored, headers={"Idempotent-Replayed": "true"})
         recovery = recovery or {}
         try:
             if point is None:
@@ -282,7 +233,7 @@ def handle_order(key, customer: str, body: bytes, crash_after) -> Response:
                     )
                 recovery["created_order"] = {"order_id": order_id}
             if crash_after == "order":
-                return answer(503, error="stopped after the order, as if the process had died")
+                return Answer.json(503, error="stopped after the order, as if the process had died")
             order_id = recovery["created_order"]["order_id"]
             # Charge with a key made from the order: a retry that resumes
             # here (the charge went through but was not recorded) gets the
@@ -297,15 +248,15 @@ def handle_order(key, customer: str, body: bytes, crash_after) -> Response:
             )
             charge = json.loads(urllib.request.urlopen(req, timeout=10).read())["id"]
             if crash_after == "charge":
-                return answer(503, error="stopped after the charge, as if the process had died")
-            response = json.dumps({"order": order_id, "charge": charge})
+                return Answer.json(503, error="stopped after the charge, as if the process had died")
+            result = json.dumps({"order": order_id, "charge": charge})
             with conn.transaction():
                 conn.execute(
                     "SELECT idempotency_checkpoint(%s, 'charged_card', jsonb_build_object('charge', %s::text))",
                     (request_id, charge),
                 )
-                conn.execute("SELECT idempotency_finish(%s, 201, %s)", (request_id, response))
-            return Response(response, status_code=201, media_type="application/json")
+                conn.execute("SELECT idempotency_finish(%s, 201, %s)", (request_id, result))
+            return Answer(201, result)
         except Exception as exc:  # noqa: BLE001 - the key is freed; the client's retry resumes
             conn.execute("SELECT idempotency_fail(%s, %s)", (request_id, str(exc)))
-            return answer(500, error="failed; retry with the same Idempotency-Key")
+            return Answer.json(500, error="failed; retry with the same Idempotency-Key")

@@ -1,18 +1,12 @@
-"""The example worker's reconnect waits: doubling from half a second to
-half a minute, each drawn from the upper half of its step so that workers
+"""The worker's reconnect waits (pg_webhook_inbox.worker.Backoff): doubling
+from half a second to half a minute, each drawn from the upper half of its step so that workers
 one restart dropped do not come back in step, and back to the first step
 once a connection works (without it, after a few restarts every worker
 waited the full half minute, all at once).
 
 Run by .ci/examples-test (no database needed).
 """
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("DATABASE_URL", "postgresql://unused")
-
-from worker import Backoff  # noqa: E402
+from pg_webhook_inbox.worker import Backoff
 
 
 def main():

@@ -41,6 +41,14 @@ async def areceive(conn: psycopg.AsyncConnection, provider: str, headers: Mappin
         raise flow.refused(provider, exc) from exc
 
 
+def retrying(attempt: Callable[[], Answer], retry_seconds: float = flow.RETRY_SECONDS) -> Answer:
+    """Run ``attempt`` (anything that opens its own connection and returns
+    an ``Answer``: a two-phase delivery, an endpoint of the application's
+    own) again while the database is away, under the same rule as every
+    delivery: 503 with Retry-After once ``retry_seconds`` have passed."""
+    return flow.retrying(attempt, OUTAGE, retry_seconds)
+
+
 class Handler:
     """Handles deliveries on a pool: each in its own transaction, the work
     (``work(conn, delivery)``, returning an optional JSON result that
