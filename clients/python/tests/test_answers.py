@@ -97,3 +97,36 @@ def test_a_provider_nobody_registered_is_answered_404(adapter):
     body = stripe_event("evt_nobody", "nobody")
     status, _, answer, _ = adapter.send("nobody", stripe_headers(body), body)
     assert (status, json.loads(answer)["status"]) == (404, "unknown_provider")
+
+
+def test_retrying_puts_code_that_opens_its_own_connection_under_the_outage_rule(database_url, admin):
+    """A two-phase claim made on a connection of its own: tried again while
+    the database is away, 503 once retry_seconds have passed; an answer
+    once it is back, and the attempts that failed stored nothing."""
+    from pg_webhook_inbox.psycopg import retrying
+
+    run = new_run()
+    body = stripe_event(f"evt_{run}_two_phase", run)
+    tries = []
+
+    def claim(conninfo):
+        tries.append(conninfo)
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=2) as conn:
+            return receive(conn, "stripe", stripe_headers(body), body, inbox=False, lease="30 seconds").answer()
+
+    started = time.monotonic()
+    answer = retrying(lambda: claim(adapters.AWAY), retry_seconds=1.0)
+    assert (answer.status, json.loads(answer.body)) == (503, {"status": "unavailable"})
+    assert answer.headers["Retry-After"] == "30"
+    assert len(tries) > 1, "the database away was not tried again"
+    assert time.monotonic() - started < 6
+
+    # Away for the first two attempts, then back.
+    tries.clear()
+    answer = retrying(lambda: claim(adapters.AWAY if len(tries) < 2 else database_url), retry_seconds=5.0)
+    assert (answer.status, json.loads(answer.body)["status"]) == (200, "claimed"), answer
+    assert len(tries) == 3
+    with psycopg.connect(admin) as conn:
+        states = conn.execute("SELECT status::text FROM webhook.events WHERE provider = 'stripe' AND event_id = %s",
+                              (f"evt_{run}_two_phase",)).fetchall()
+    assert states == [("processing",)], "one claim, held by its lease"
