@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
 # A handler through the Ruby package against the same handler calling SQL
-# by hand: deliveries a second, one after another on one connection,
+# by hand: deliveries a second, one after another on a pool of one (the
+# package's own: the pg gem has none), so that both run on the same
+# connection and server process, as in the other languages' benchmarks;
 # the two taking turns, each going first in every other round. Prints one
 # JSON line. `ruby bench.rb DELIVERIES ROUNDS`.
 
@@ -25,9 +27,10 @@ def signed(count)
   end
 end
 
-# What a careful handler writes without the package.
-def by_hand(conn, headers, body)
-  conn.transaction do
+# What a careful handler writes without the package, in a transaction of
+# the pool's.
+def by_hand(database, headers, body)
+  database.transaction do |conn|
     d = conn.exec_params(RECEIVE, ["stripe", JSON.generate(headers), { value: body, format: 1 }, nil]).first
     next [200, d["response"]] if d["response"]
     next [d["http_status"].to_i, JSON.generate(status: d["status"], reason: d["reason"])] unless d["claimed"] == "t"
@@ -47,7 +50,6 @@ end
 
 database = PgWebhookInbox::Database.new(ENV.fetch("DATABASE_URL"), size: 1)
 handler = PgWebhookInbox::Handler.new(database)
-conn = PG.connect(ENV.fetch("DATABASE_URL"))
 rates = { package: [], by_hand: [] }
 rounds.times do |r|
   (r.even? ? %i[package by_hand] : %i[by_hand package]).each do |name|
@@ -57,7 +59,7 @@ rounds.times do |r|
       status = if name == :package
                  handler.call("stripe", headers, body) { |d, c| c.exec_params(INSERT, [d.event_id, d.event_type]) && nil }.status
                else
-                 by_hand(conn, headers, body).first
+                 by_hand(database, headers, body).first
                end
       raise "answered #{status}" unless status == 200
     end

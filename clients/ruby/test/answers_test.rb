@@ -83,3 +83,45 @@ ADAPTERS.each do |adapter_class|
     end
   end.tap { |k| Object.const_set("#{adapter_class.name.delete_suffix("Adapter")}AnswersTest", k) }
 end
+
+# receive names only the optional arguments a delivery sets: one statement
+# for each combination, each bound against the server here, each meaning
+# what its arguments say.
+class ReceiveCallsTest < Minitest::Test
+  def test_every_combination_of_optional_arguments_binds_and_means_what_it_says
+    conn = PG.connect(Support::DATABASE_URL)
+    run = Support.new_run
+    [true, false].product([true, false], [true, false], [true, false]).each_with_index do |(lease, inbox, url, coc), i|
+      body = Support.stripe_event("evt_#{run}_call_#{i}", run)
+      options = { complete_on_commit: coc }
+      options[:lease] = "7 seconds" if lease # the default is 5 minutes
+      options[:inbox] = false if inbox
+      options[:url] = "https://hooks.example.com/webhooks/stripe" if url
+      if lease && coc # a lease means two phases; the server refuses the pair
+        conn.exec("BEGIN")
+        assert_raises(PG::InvalidParameterValue) do
+          PgWebhookInbox.receive(conn, "stripe", Support.stripe_headers(body), body, **options)
+        end
+        conn.exec("ROLLBACK")
+        next
+      end
+      conn.transaction do
+        d = PgWebhookInbox.receive(conn, "stripe", Support.stripe_headers(body), body, **options)
+        assert_equal ["claimed", 200], [d.status, d.http_status], options.inspect
+      end
+      state, short = Support.admin do |a|
+        a.exec_params("SELECT status::text, lease_expires_at - now() < interval '10 seconds' FROM webhook.events " \
+                      "WHERE provider = 'stripe' AND event_id = $1", ["evt_#{run}_call_#{i}"]).values.first
+      end
+      # complete_on_commit: the commit completed the event; otherwise it is still held, for the lease asked for.
+      assert_equal(coc ? "processed" : "processing", state, options.inspect)
+      assert_equal(lease ? "t" : "f", short, "the lease asked for: #{options.inspect}") unless coc
+    end
+    # Queued when inbox is true and the provider is registered for claims.
+    body = Support.stripe_event("evt_#{run}_queued", run)
+    d = PgWebhookInbox.receive(conn, "stripe", Support.stripe_headers(body), body, inbox: true)
+    assert_equal "queued", d.status
+  ensure
+    conn&.close
+  end
+end

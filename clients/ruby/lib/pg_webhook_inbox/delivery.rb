@@ -7,9 +7,10 @@ module PgWebhookInbox
   STATUSES = %w[claimed retry duplicate in_progress dead rejected queued stale handshake filtered].freeze
 
   # An HTTP answer: status code, body, its type and extra headers.
-  Answer = Struct.new(:status, :body, :content_type, :headers, keyword_init: true) do
+  # Positional (one is made per delivery: keyword_init costs more).
+  Answer = Struct.new(:status, :body, :content_type, :headers) do
     def self.json(status, **fields)
-      new(status: status, body: JSON.generate(fields.compact), content_type: "application/json", headers: {})
+      new(status, JSON.generate(fields.compact), "application/json", {})
     end
 
     # The work failed and was recorded: the next delivery retries it.
@@ -30,14 +31,16 @@ module PgWebhookInbox
 
   # One row of webhook_receive: a webhook.receive_result.
   Delivery = Struct.new(:id, :claimed, :status, :attempts, :result, :http_status, :reason, :event_id,
-                        :event_type, :event_type_signed, :response, :response_type, keyword_init: true) do
+                        :event_type, :event_type_signed, :response, :response_type) do
+    # A boolean column as the pg gem hands it over (text "t"/"f", or true
+    # and false with a type map).
+    def self.bool(value) = value.nil? ? nil : (value == true || value == "t" || value == "true")
+
     def self.from_row(row)
-      bool = ->(v) { v.nil? ? nil : [true, "t", "true"].include?(v) }
-      new(id: row["id"], claimed: bool.call(row["claimed"]) == true, status: row["status"],
-          attempts: row["attempts"]&.to_i, result: row["result"] && JSON.parse(row["result"]),
-          http_status: row["http_status"].to_i, reason: row["reason"], event_id: row["event_id"],
-          event_type: row["event_type"], event_type_signed: bool.call(row["event_type_signed"]),
-          response: row["response"], response_type: row["response_type"])
+      result = row["result"]
+      new(row["id"], bool(row["claimed"]) == true, row["status"], row["attempts"]&.to_i,
+          result && JSON.parse(result), row["http_status"].to_i, row["reason"], row["event_id"],
+          row["event_type"], bool(row["event_type_signed"]), row["response"], row["response_type"])
     end
 
     # This transaction holds the event: do the work, or record its failure.
@@ -46,7 +49,7 @@ module PgWebhookInbox
     # What to send the provider, once the transaction has committed.
     def answer
       unless response.nil? # an endpoint check: exactly this body
-        return Answer.new(status: 200, body: response, content_type: response_type || "text/plain", headers: {})
+        return Answer.new(200, response, response_type || "text/plain", {})
       end
 
       Answer.json(http_status, status: status, reason: reason, result: status == "duplicate" ? result : nil)

@@ -38,14 +38,14 @@ module PgWebhookInbox
     # optional) is stored and answered to duplicates.
     def call(provider, headers, body, path: "", &work)
       url = @public_url && (@public_url.sub(%r{/+\z}, "") + path)
-      params = PgWebhookInbox.receive_params(provider, headers, body, url: url, inbox: @inbox, complete_on_commit: true)
-      retrying(provider) { @database.transaction { |conn| deliver(conn, params, &work) } }
+      call = PgWebhookInbox.receive_call(provider, headers, body, url: url, inbox: @inbox, complete_on_commit: true)
+      retrying(provider) { @database.transaction { |conn| deliver(conn, call, &work) } }
     end
 
     private
 
-    def deliver(conn, params, &work)
-      delivery = PgWebhookInbox.receive_with(conn, params)
+    def deliver(conn, call, &work)
+      delivery = PgWebhookInbox.receive_with(conn, call)
       return delivery.answer unless delivery.owns_event?
 
       conn.exec(Statements::SAVEPOINT)
@@ -85,27 +85,33 @@ module PgWebhookInbox
 
   module_function
 
-  # The request's headers as the JSON object webhook_receive reads.
+  # The request's headers as the JSON object webhook_receive reads: names
+  # in lower case, a repeated header's values joined with ", ".
   def headers_json(headers)
-    JSON.generate(headers.to_h { |k, v| [k.to_s.downcase, Array(v).join(", ")] })
+    JSON.generate(headers.to_h { |k, v| [k.to_s.downcase, v.is_a?(Array) ? v.join(", ") : v.to_s] })
   end
 
-  # webhook_receive's arguments; the body goes over as bytes.
-  def receive_params(provider, headers, body, url: nil, inbox: nil, complete_on_commit: false, lease: nil)
+  # webhook_receive's statement and arguments, [sql, params]: only the
+  # optional arguments that are set, the body as bytes.
+  def receive_call(provider, headers, body, url: nil, inbox: nil, complete_on_commit: false, lease: nil)
     raise TypeError, "body must be the raw request bytes, read before any parsing" unless body.is_a?(String)
 
-    [provider, headers_json(headers), { value: body.b, type: 0, format: 1 }, lease,
-     inbox.nil? ? nil : inbox.to_s, url, complete_on_commit.to_s]
+    params = [provider, headers_json(headers), { value: body, type: 0, format: 1 }]
+    params << lease unless lease.nil?
+    params << inbox.to_s unless inbox.nil?
+    params << url unless url.nil?
+    params << complete_on_commit.to_s
+    [Statements.receive(lease: !lease.nil?, inbox: !inbox.nil?, url: !url.nil?), params]
   end
 
   # webhook_receive in the caller's open transaction on conn (a
   # PG::Connection); the caller commits, then answers delivery.answer.
   def receive(conn, provider, headers, body, **options)
-    receive_with(conn, receive_params(provider, headers, body, **options))
+    receive_with(conn, receive_call(provider, headers, body, **options))
   end
 
-  def receive_with(conn, params)
-    Delivery.from_row(conn.exec_params(Statements::RECEIVE, params).first)
+  def receive_with(conn, (sql, params))
+    Delivery.from_row(conn.exec_params(sql, params).first)
   rescue PG::Error => e
     raise UnknownProvider, params[0] if Outage.sqlstate(e) == Statements::UNKNOWN_PROVIDER
 
