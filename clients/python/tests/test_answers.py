@@ -130,3 +130,35 @@ def test_retrying_puts_code_that_opens_its_own_connection_under_the_outage_rule(
         states = conn.execute("SELECT status::text FROM webhook.events WHERE provider = 'stripe' AND event_id = %s",
                               (f"evt_{run}_two_phase",)).fetchall()
     assert states == [("processing",)], "one claim, held by its lease"
+
+
+def test_every_combination_of_optional_arguments_binds_and_means_what_it_says(database_url, admin):
+    """receive names only the optional arguments a delivery sets: one
+    statement for each combination, each bound against the server here."""
+    import itertools
+
+    run = new_run()
+    with psycopg.connect(database_url) as conn:
+        for i, (lease, inbox, url, coc) in enumerate(itertools.product((True, False), repeat=4)):
+            event_id = f"evt_{run}_call_{i}"
+            body = stripe_event(event_id, run)
+            options = dict(complete_on_commit=coc, lease="7 seconds" if lease else None,  # the default: 5 minutes
+                           inbox=False if inbox else None,
+                           url="https://hooks.example.com/webhooks/stripe" if url else None)
+            if lease and coc:  # a lease means two phases: refused, with its own SQLSTATE
+                with pytest.raises(psycopg.errors.InvalidParameterValue), conn.transaction():
+                    receive(conn, "stripe", stripe_headers(body), body, **options)
+                continue
+            with conn.transaction():
+                delivery = receive(conn, "stripe", stripe_headers(body), body, **options)
+                assert (delivery.status.value, delivery.http_status) == ("claimed", 200), options
+            with psycopg.connect(admin) as a:
+                state, short = a.execute(
+                    "SELECT status::text, lease_expires_at - now() < interval '10 seconds' FROM webhook.events "
+                    "WHERE provider = 'stripe' AND event_id = %s", (event_id,)).fetchone()
+            assert state == ("processed" if coc else "processing"), options
+            if not coc:
+                assert short is lease, f"the lease asked for: {options}"
+        body = stripe_event(f"evt_{run}_queued", run)
+        with conn.transaction():
+            assert receive(conn, "stripe", stripe_headers(body), body, inbox=True).status.value == "queued"

@@ -34,7 +34,7 @@ def webhook_view(work: Callable[[Delivery], Any], *, using: str = DEFAULT_DB_ALI
     @csrf_exempt
     @require_POST
     def view(request: HttpRequest, provider: str) -> HttpResponse:
-        params = flow.receive_params(provider, request.headers, request.body,
+        call = flow.receive_call(provider, request.headers, request.body,
                                      url=flow.public_url(public_url, request.get_full_path()),
                                      inbox=inbox, complete_on_commit=True, lease=None)
 
@@ -43,7 +43,7 @@ def webhook_view(work: Callable[[Delivery], Any], *, using: str = DEFAULT_DB_ALI
                 def execute(sql, args):
                     cursor.execute(sql, args)
                     return cursor.fetchone()
-                return flow.deliver(execute, lambda: transaction.atomic(using=using), params, work, OUTAGE)
+                return flow.deliver(execute, lambda: transaction.atomic(using=using), call, work, OUTAGE)
 
         def drop_connection(_exc):
             # A connection the database cut is closed, so the next attempt opens a new one.

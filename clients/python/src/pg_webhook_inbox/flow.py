@@ -38,12 +38,18 @@ def headers_json(headers: Mapping[str, str]) -> str:
     return json.dumps({str(k): str(v) for k, v in headers.items()})
 
 
-def receive_params(provider: str, headers: Mapping[str, str], body: bytes, *, url: Optional[str],
-                   inbox: Optional[bool], complete_on_commit: bool, lease: Optional[str]) -> tuple:
+def receive_call(provider: str, headers: Mapping[str, str], body: bytes, *, url: Optional[str],
+                 inbox: Optional[bool], complete_on_commit: bool, lease: Optional[str]) -> Tuple[str, tuple]:
+    """webhook_receive's statement and arguments: only the optional
+    arguments that are set."""
     if not isinstance(body, (bytes, bytearray, memoryview)):
         raise TypeError("body must be the raw request bytes, read before any parsing: "
                         "signatures cover exactly those")
-    return (provider, headers_json(headers), bytes(body), lease, inbox, url, complete_on_commit)
+    params = [provider, headers_json(headers), bytes(body)]
+    params += [value for value in (lease, inbox, url) if value is not None]
+    params.append(complete_on_commit)
+    sql = statements.receive(lease=lease is not None, inbox=inbox is not None, url=url is not None)
+    return sql, tuple(params)
 
 
 def refused(provider: str, exc: BaseException) -> BaseException:
@@ -52,15 +58,15 @@ def refused(provider: str, exc: BaseException) -> BaseException:
 
 
 def deliver(execute: Callable[[str, tuple], Any], savepoint: Callable[[], AbstractContextManager],
-            params: tuple, work: Callable[[Delivery], Any], outage: Errors) -> Answer:
+            call: Tuple[str, tuple], work: Callable[[Delivery], Any], outage: Errors) -> Answer:
     """Receive and work one delivery inside the caller's open transaction.
     ``execute(sql, params)`` returns the statement's first row."""
     try:
-        delivery = Delivery.from_row(execute(statements.RECEIVE, params))
+        delivery = Delivery.from_row(execute(*call))
     except outage:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise refused(params[0], exc) from exc
+        raise refused(call[1][0], exc) from exc
     if not delivery.owns_event:
         return delivery.answer()
     try:
@@ -77,15 +83,15 @@ def deliver(execute: Callable[[str, tuple], Any], savepoint: Callable[[], Abstra
 
 
 async def deliver_async(execute: Callable[[str, tuple], Awaitable[Any]],
-                        savepoint: Callable[[], AbstractAsyncContextManager], params: tuple,
+                        savepoint: Callable[[], AbstractAsyncContextManager], call: Tuple[str, tuple],
                         work: Callable[[Delivery], Awaitable[Any]], outage: Errors) -> Answer:
     """``deliver`` for asyncio: the same steps, awaited."""
     try:
-        delivery = Delivery.from_row(await execute(statements.RECEIVE, params))
+        delivery = Delivery.from_row(await execute(*call))
     except outage:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise refused(params[0], exc) from exc
+        raise refused(call[1][0], exc) from exc
     if not delivery.owns_event:
         return delivery.answer()
     try:

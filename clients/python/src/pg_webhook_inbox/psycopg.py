@@ -9,7 +9,7 @@ from typing import Any, Awaitable, Callable, Mapping, Optional
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from . import flow, statements
+from . import flow
 from .delivery import Answer, Delivery
 
 # A connection that broke or could not be had: the database is away.
@@ -21,10 +21,10 @@ def receive(conn: psycopg.Connection, provider: str, headers: Mapping[str, str],
             lease: Optional[str] = None) -> Delivery:
     """``webhook_receive`` in ``conn``'s current transaction. The caller
     commits, then answers ``delivery.answer()``."""
-    params = flow.receive_params(provider, headers, body, url=url, inbox=inbox,
+    sql, params = flow.receive_call(provider, headers, body, url=url, inbox=inbox,
                                  complete_on_commit=complete_on_commit, lease=lease)
     try:
-        return Delivery.from_row(conn.execute(statements.RECEIVE, params).fetchone())
+        return Delivery.from_row(conn.execute(sql, params).fetchone())
     except psycopg.Error as exc:
         raise flow.refused(provider, exc) from exc
 
@@ -33,10 +33,10 @@ async def areceive(conn: psycopg.AsyncConnection, provider: str, headers: Mappin
                    url: Optional[str] = None, inbox: Optional[bool] = None, complete_on_commit: bool = False,
                    lease: Optional[str] = None) -> Delivery:
     """``receive`` for an ``AsyncConnection``."""
-    params = flow.receive_params(provider, headers, body, url=url, inbox=inbox,
+    sql, params = flow.receive_call(provider, headers, body, url=url, inbox=inbox,
                                  complete_on_commit=complete_on_commit, lease=lease)
     try:
-        return Delivery.from_row(await (await conn.execute(statements.RECEIVE, params)).fetchone())
+        return Delivery.from_row(await (await conn.execute(sql, params)).fetchone())
     except psycopg.Error as exc:
         raise flow.refused(provider, exc) from exc
 
@@ -65,13 +65,13 @@ class Handler:
 
     def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                  work: Callable[[psycopg.Connection, Delivery], Any], *, path: str = "") -> Answer:
-        params = flow.receive_params(provider, headers, body, url=flow.public_url(self.public_url, path),
+        call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
                                      inbox=self.inbox, complete_on_commit=True, lease=None)
-        return flow.retrying(lambda: self._once(params, work), OUTAGE, self.retry_seconds)
+        return flow.retrying(lambda: self._once(call, work), OUTAGE, self.retry_seconds)
 
-    def _once(self, params: tuple, work) -> Answer:
+    def _once(self, call: tuple, work) -> Answer:
         with self.pool.connection() as conn, conn.transaction():
-            return flow.deliver(lambda sql, p: conn.execute(sql, p).fetchone(), conn.transaction, params,
+            return flow.deliver(lambda sql, p: conn.execute(sql, p).fetchone(), conn.transaction, call,
                                 lambda delivery: work(conn, delivery), OUTAGE)
 
 
@@ -97,15 +97,15 @@ class AsyncHandler:
     async def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                        work: Callable[[psycopg.AsyncConnection, Delivery], Awaitable[Any]], *,
                        path: str = "") -> Answer:
-        params = flow.receive_params(provider, headers, body, url=flow.public_url(self.public_url, path),
+        call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
                                      inbox=self.inbox, complete_on_commit=True, lease=None)
-        return await flow.retrying_async(lambda: self._once(params, work), OUTAGE, self.retry_seconds)
+        return await flow.retrying_async(lambda: self._once(call, work), OUTAGE, self.retry_seconds)
 
-    async def _once(self, params: tuple, work) -> Answer:
+    async def _once(self, call: tuple, work) -> Answer:
         if not self._opened:
             await self._open()
         async with self.pool.connection() as conn, conn.transaction():
             async def execute(sql, p):
                 return await (await conn.execute(sql, p)).fetchone()
-            return await flow.deliver_async(execute, conn.transaction, params,
+            return await flow.deliver_async(execute, conn.transaction, call,
                                             lambda delivery: work(conn, delivery), OUTAGE)

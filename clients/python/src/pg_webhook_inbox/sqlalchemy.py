@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import flow, statements
+from . import flow
 from .delivery import Answer, Delivery
 
 OUTAGE: flow.Errors = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
@@ -31,10 +31,10 @@ def receive(session: Session, provider: str, headers: Mapping[str, str], body: b
             lease: Optional[str] = None) -> Delivery:
     """``webhook_receive`` in the session's transaction (the psycopg or
     psycopg2 dialect)."""
-    params = flow.receive_params(provider, headers, body, url=url, inbox=inbox,
+    sql, params = flow.receive_call(provider, headers, body, url=url, inbox=inbox,
                                  complete_on_commit=complete_on_commit, lease=lease)
     try:
-        return Delivery.from_row(_execute(session)(statements.RECEIVE, params))
+        return Delivery.from_row(_execute(session)(sql, params))
     except sa_exc.DBAPIError as exc:
         raise flow.refused(provider, exc) from exc
 
@@ -49,11 +49,11 @@ class SessionHandler:
 
     def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                  work: Callable[[Session, Delivery], Any], *, path: str = "") -> Answer:
-        params = flow.receive_params(provider, headers, body, url=flow.public_url(self.public_url, path),
+        call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
                                      inbox=self.inbox, complete_on_commit=True, lease=None)
-        return flow.retrying(lambda: self._once(params, work), OUTAGE, self.retry_seconds)
+        return flow.retrying(lambda: self._once(call, work), OUTAGE, self.retry_seconds)
 
-    def _once(self, params: tuple, work) -> Answer:
+    def _once(self, call: tuple, work) -> Answer:
         with self.sessions() as session, session.begin():
-            return flow.deliver(_execute(session), session.begin_nested, params,
+            return flow.deliver(_execute(session), session.begin_nested, call,
                                 lambda delivery: work(session, delivery), OUTAGE)
