@@ -73,7 +73,7 @@ CLIENT_SUITES := $(filter-out $(HARDENING_SUITES) $(SCALE_SUITES) managed failov
 PORTABLE_SUITES := $(filter-out upgrade dump_restore editions,$(CLIENT_SUITES))
 
 .PHONY: all setup build test-all bench-ab deb deb-major deb-test install install-release install-proxy reinstall-test dist scale-test test test-in-db test-client test-portable managed-test failover-test update-test major-upgrade-test soak sdk-fixtures scheme-matrix hardening figures lint \
-        package package-major package-test examples-test clients-test bench-clients observability-test console-test ingress-test bench demo console ingress clean
+        package package-major package-test examples-test clients-test clients-test-portable bench-clients observability-test console-test ingress-test bench demo console ingress clean
 
 all: build
 
@@ -130,7 +130,7 @@ FAST_PARTS = $(if $(filter 15,$(PG_MAJOR)),lint) test-in-db test-client test-por
 # What CI runs besides, on PostgreSQL 15 and then on 18.
 EXTENDED_PARTS = managed-test hardening observability-test console-test ingress-test failover-test \
 	update-test reinstall-test \
-	$(if $(filter 15,$(PG_MAJOR)),scale-test soak examples-test clients-test) \
+	$(if $(filter 15,$(PG_MAJOR)),scale-test soak examples-test clients-test clients-test-portable) \
 	$(if $(filter 18,$(PG_MAJOR)),major-upgrade-test) package-test
 
 # A tree that passed `make test` is not tested again by `make test-all`
@@ -392,6 +392,11 @@ examples-test: install
 # ecosystem's runner against a server of its own.
 clients-test: install
 	.ci/clients-test $(STATE_DIR)/clients $(call port,980) $(CLIENTS)
+
+# The same suites against the portable edition on a managed host: its
+# plain script installed by a database owner who is no superuser.
+clients-test-portable: install
+	CLIENTS_EDITION=portable .ci/clients-test $(STATE_DIR)/clients $(call port,981) $(CLIENTS)
 
 # Each package's handler against the same handler written by hand, into
 # docs/performance.md.
