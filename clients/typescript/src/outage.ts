@@ -1,7 +1,14 @@
 // Telling a database that is away from a delivery that went wrong.
 
-// Node's socket errors, and postgres.js's own codes for a lost connection.
+// Node's socket errors, postgres.js's own codes for a lost connection, and
+// Prisma's: the server unreachable (P1001), timed out (P1002, P1008), the
+// connection closed (P1017), no connection from its pool in time (P2024).
 const CODES = new Set([
+  "P1001",
+  "P1002",
+  "P1008",
+  "P1017",
+  "P2024",
   "ECONNREFUSED",
   "ECONNRESET",
   "EPIPE",
@@ -27,10 +34,11 @@ const MESSAGES =
  */
 export function isOutage(error: unknown, depth = 0): boolean {
   if (error === null || typeof error !== "object" || depth > 4) return false;
-  const e = error as { code?: unknown; message?: unknown; cause?: unknown; errors?: unknown };
+  const e = error as { code?: unknown; errorCode?: unknown; message?: unknown; cause?: unknown; errors?: unknown };
   if (typeof e.code === "string") {
     if (CODES.has(e.code) || /^08|^57P0[123]$|^53300$/.test(e.code)) return true;
   }
+  if (typeof e.errorCode === "string" && CODES.has(e.errorCode)) return true; // Prisma's initialisation errors
   if (typeof e.message === "string" && MESSAGES.test(e.message)) return true;
   if (Array.isArray(e.errors) && e.errors.some((x) => isOutage(x, depth + 1))) return true;
   return isOutage(e.cause, depth + 1);
@@ -40,7 +48,8 @@ export function isOutage(error: unknown, depth = 0): boolean {
 export function sqlstate(error: unknown, depth = 0): string | undefined {
   if (error === null || typeof error !== "object" || depth > 4) return undefined;
   const e = error as { code?: unknown; cause?: unknown };
-  if (typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
+  // Five characters, but not Prisma's own codes (P1xxx and up; SQLSTATE's P class is P0).
+  if (typeof e.code === "string" && /^(?!P[1-9])[0-9A-Z]{5}$/.test(e.code)) return e.code;
   return sqlstate(e.cause, depth + 1);
 }
 

@@ -11,13 +11,15 @@ const COLUMNS =
 export const RECEIVE =
   `SELECT ${COLUMNS} FROM webhook_receive($1::text, $2::text::jsonb, $3::bytea, lease => $4::interval, ` +
   "inbox => $5::boolean, url => $6::text, complete_on_commit => $7::boolean)";
-export const COMPLETE = "SELECT webhook_complete($1::uuid, $2::text::jsonb)";
-export const FAIL = "SELECT webhook_fail($1::uuid, $2::text)";
-export const HAND_BACK = "SELECT webhook_fail($1::uuid, 'worker shut down', retry_in => '0 s')";
+// The functions that return nothing are called in FROM with a column of
+// their own: a void column is one some drivers cannot read (Prisma's).
+export const COMPLETE = "SELECT true AS done FROM webhook_complete($1::uuid, $2::text::jsonb)";
+export const FAIL = "SELECT true AS done FROM webhook_fail($1::uuid, $2::text)";
+export const HAND_BACK = "SELECT true AS done FROM webhook_fail($1::uuid, 'worker shut down', retry_in => '0 s')";
 export const NEXT =
   "SELECT id::text, provider, event_id, event_type, payload, attempts, consumer, traceparent, origin " +
   "FROM webhook_next($1::int, $2::text, provider => $3::text, lease => $4::interval)";
-export const COMPLETE_BATCH = "SELECT webhook_complete_batch($1::uuid[])";
+export const COMPLETE_BATCH = "SELECT true AS done FROM webhook_complete_batch($1::uuid[])";
 export const OUTBOUND_KEY = "SELECT webhook_outbound_key($1::uuid, $2::text) AS key";
 export const LISTEN = "LISTEN webhook_inbox";
 // The work's savepoint: a failure undoes the work, not the claim.

@@ -13,6 +13,9 @@ import postgres from "postgres";
 import { drizzle as drizzleOrm } from "drizzle-orm/node-postgres";
 import { Queryable, Transact, WebhookHandler, pgPool, postgresJs } from "../src/index.js";
 import { drizzle } from "../src/drizzle.js";
+import { prisma } from "../src/prisma.js";
+import { PrismaPg } from "@prisma/adapter-pg";
+import { PrismaClient } from "./prisma/generated/client.js";
 import { webhookExpress, webhookFastify } from "../src/node-http.js";
 import { webhookHono, webhookRoute } from "../src/web.js";
 import { Delivery } from "../src/answers.js";
@@ -62,18 +65,22 @@ async function post(base: string, provider: string, headers: Record<string, stri
   return sent(await fetch(`${base}/webhooks/${provider}`, { method: "POST", headers, body: new Uint8Array(body) }));
 }
 
+/** A handler called as an application's own route would call it. */
+function calling(handler: WebhookHandler, name: string, trouble: Trouble): Adapter["send"] {
+  return async (provider, headers, body) => {
+    const a = await handler.handle(provider, headers, body, work(name, trouble), `/webhooks/${provider}`);
+    return { status: a.status, contentType: a.contentType, body: a.body, headers: new Headers(a.headers) };
+  };
+}
+
 /** node-postgres Pool, the handler called as an application's own route would. */
 export async function direct(url: string, retrySeconds = 8): Promise<Adapter> {
   const trouble = new Trouble();
   const pool = newPool(url);
-  const handler = new WebhookHandler(pgPool(pool), { retrySeconds });
   return {
     name: "pg",
     trouble,
-    send: async (provider, headers, body) => {
-      const a = await handler.handle(provider, headers, body, work("pg", trouble), `/webhooks/${provider}`);
-      return { status: a.status, contentType: a.contentType, body: a.body, headers: new Headers(a.headers) };
-    },
+    send: calling(new WebhookHandler(pgPool(pool), { retrySeconds }), "pg", trouble),
     close: () => pool.end(),
   };
 }
@@ -158,4 +165,16 @@ export async function nextRoute(url: string, retrySeconds = 8): Promise<Adapter>
   };
 }
 
-export const ALL = [direct, expressApp, fastifyApp, honoApp, nextRoute];
+/** Prisma 7 on @prisma/adapter-pg, its interactive transactions, the handler called as a route would. */
+export async function prismaApp(url: string, retrySeconds = 8): Promise<Adapter> {
+  const trouble = new Trouble();
+  const client = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: 4, connectionTimeoutMillis: 1000 }) });
+  return {
+    name: "prisma",
+    trouble,
+    send: calling(new WebhookHandler(prisma(client), { retrySeconds }), "prisma", trouble),
+    close: () => client.$disconnect(),
+  };
+}
+
+export const ALL = [direct, expressApp, fastifyApp, honoApp, nextRoute, prismaApp];
