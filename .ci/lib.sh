@@ -91,8 +91,11 @@ ensure_clients_toolchains() {
     [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
     for language in "$@"; do
         case $language in
-        go) command -v go >/dev/null && [ -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ] \
-                || need+=(golang-go golang-github-jackc-pgx-v4-dev) ;;
+        go) command -v go >/dev/null && [ -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ] &&
+                [ -d /usr/share/gocode/src/github.com/go-chi/chi ] && [ -d /usr/share/gocode/src/github.com/labstack/echo ] &&
+                [ -d /usr/share/gocode/src/github.com/gin-gonic/gin ] \
+                || need+=(golang-go golang-github-jackc-pgx-v4-dev golang-github-go-chi-chi-dev
+                          golang-github-labstack-echo-dev golang-github-gin-gonic-gin-dev) ;;
         ruby) ruby -e 'require "pg"; require "rack"; require "action_controller"; require "active_record"; require "minitest"' 2>/dev/null \
                 || need+=(ruby ruby-pg ruby-rack ruby-rack-test ruby-actionpack ruby-activerecord ruby-minitest) ;;
         esac
