@@ -40,9 +40,9 @@ from fastapi import FastAPI, Request, Response
 from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 
-from pg_webhook_inbox import Answer
+from pg_webhook_inbox import Answer, flow
 from pg_webhook_inbox.psycopg import Handler, receive, retrying
-from pg_webhook_inbox.starlette import response
+from pg_webhook_inbox.starlette import path_and_query, response
 
 LANGUAGE = "python"
 EMAIL_URL = os.environ.get("EMAIL_URL", "http://127.0.0.1:8025/send")
@@ -70,17 +70,10 @@ PUBLIC_URL = os.environ.get("PUBLIC_URL")
 handler = Handler(pool, public_url=PUBLIC_URL, retry_seconds=DB_RETRY_SECONDS, inbox=False)
 
 
-def path_and_query(request: Request) -> str:
-    """What the provider called, after the public base URL: the schemes
-    that sign the URL verify PUBLIC_URL + this."""
-    query = request.url.query
-    return request.url.path + (f"?{query}" if query else "")
-
-
 def public_url(request: Request) -> str | None:
     """The URL the provider called. None without PUBLIC_URL: the schemes
     that sign the URL then refuse the delivery."""
-    return PUBLIC_URL.rstrip("/") + path_and_query(request) if PUBLIC_URL else None
+    return flow.public_url(PUBLIC_URL, path_and_query(request))
 
 
 @app.get("/healthz")

@@ -18,8 +18,8 @@ type PrismaLike = PrismaTxLike & {
  * provider and a lost connection read as they do on every other driver.
  */
 function databaseError(error: unknown): unknown {
-  const cause = (error as { meta?: { driverAdapterError?: { cause?: { code?: unknown; message?: unknown; kind?: unknown } } } })
-    ?.meta?.driverAdapterError?.cause;
+  const cause = (error as { meta?: { driverAdapterError?: { cause?: { code?: unknown; message?: unknown } } } })?.meta
+    ?.driverAdapterError?.cause;
   if (cause && typeof cause.code === "string") {
     return Object.assign(new Error(String(cause.message ?? cause.code)), { code: cause.code, cause: error });
   }

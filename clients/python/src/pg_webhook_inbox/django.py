@@ -35,7 +35,7 @@ def webhook_view(work: Callable[[Delivery], Any], *, using: str = DEFAULT_DB_ALI
     @require_POST
     def view(request: HttpRequest, provider: str) -> HttpResponse:
         call = flow.receive_call(provider, request.headers, request.body,
-                                     url=flow.public_url(public_url, request.get_full_path()),
+                                 url=flow.public_url(public_url, request.get_full_path()),
                                      inbox=inbox, complete_on_commit=True, lease=None)
 
         def once() -> Answer:

@@ -22,7 +22,7 @@ def receive(conn: psycopg.Connection, provider: str, headers: Mapping[str, str],
     """``webhook_receive`` in ``conn``'s current transaction. The caller
     commits, then answers ``delivery.answer()``."""
     sql, params = flow.receive_call(provider, headers, body, url=url, inbox=inbox,
-                                 complete_on_commit=complete_on_commit, lease=lease)
+                                    complete_on_commit=complete_on_commit, lease=lease)
     try:
         return Delivery.from_row(conn.execute(sql, params).fetchone())
     except psycopg.Error as exc:
@@ -34,7 +34,7 @@ async def areceive(conn: psycopg.AsyncConnection, provider: str, headers: Mappin
                    lease: Optional[str] = None) -> Delivery:
     """``receive`` for an ``AsyncConnection``."""
     sql, params = flow.receive_call(provider, headers, body, url=url, inbox=inbox,
-                                 complete_on_commit=complete_on_commit, lease=lease)
+                                    complete_on_commit=complete_on_commit, lease=lease)
     try:
         return Delivery.from_row(await (await conn.execute(sql, params)).fetchone())
     except psycopg.Error as exc:
@@ -66,7 +66,7 @@ class Handler:
     def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                  work: Callable[[psycopg.Connection, Delivery], Any], *, path: str = "") -> Answer:
         call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
-                                     inbox=self.inbox, complete_on_commit=True, lease=None)
+                                 inbox=self.inbox, complete_on_commit=True, lease=None)
         return flow.retrying(lambda: self._once(call, work), OUTAGE, self.retry_seconds)
 
     def _once(self, call: tuple, work) -> Answer:
@@ -98,7 +98,7 @@ class AsyncHandler:
                        work: Callable[[psycopg.AsyncConnection, Delivery], Awaitable[Any]], *,
                        path: str = "") -> Answer:
         call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
-                                     inbox=self.inbox, complete_on_commit=True, lease=None)
+                                 inbox=self.inbox, complete_on_commit=True, lease=None)
         return await flow.retrying_async(lambda: self._once(call, work), OUTAGE, self.retry_seconds)
 
     async def _once(self, call: tuple, work) -> Answer:

@@ -32,7 +32,7 @@ def receive(session: Session, provider: str, headers: Mapping[str, str], body: b
     """``webhook_receive`` in the session's transaction (the psycopg or
     psycopg2 dialect)."""
     sql, params = flow.receive_call(provider, headers, body, url=url, inbox=inbox,
-                                 complete_on_commit=complete_on_commit, lease=lease)
+                                    complete_on_commit=complete_on_commit, lease=lease)
     try:
         return Delivery.from_row(_execute(session)(sql, params))
     except sa_exc.DBAPIError as exc:
@@ -50,7 +50,7 @@ class SessionHandler:
     def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                  work: Callable[[Session, Delivery], Any], *, path: str = "") -> Answer:
         call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
-                                     inbox=self.inbox, complete_on_commit=True, lease=None)
+                                 inbox=self.inbox, complete_on_commit=True, lease=None)
         return flow.retrying(lambda: self._once(call, work), OUTAGE, self.retry_seconds)
 
     def _once(self, call: tuple, work) -> Answer:

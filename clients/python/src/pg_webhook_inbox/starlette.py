@@ -23,6 +23,13 @@ def response(answer: Answer) -> Response:
                     headers=dict(answer.headers))
 
 
+def path_and_query(request: Request) -> str:
+    """What the provider called after the public base URL: the schemes
+    that sign the URL verify the handler's ``public_url`` + this."""
+    query = request.url.query
+    return request.url.path + (f"?{query}" if query else "")
+
+
 def webhook_endpoint(handler: AsyncHandler, work: Callable[[Any, Delivery], Awaitable[Any]],
                      provider: str | None = None) -> Callable[[Request], Awaitable[Response]]:
     """The provider comes from the path parameter ``provider``, unless
@@ -30,9 +37,7 @@ def webhook_endpoint(handler: AsyncHandler, work: Callable[[Any, Delivery], Awai
 
     async def endpoint(request: Request) -> Response:
         body = await request.body()
-        query = request.url.query
-        path = request.url.path + (f"?{query}" if query else "")
         name = provider or request.path_params["provider"]
-        return response(await handler(name, request.headers, body, work, path=path))
+        return response(await handler(name, request.headers, body, work, path=path_and_query(request)))
 
     return endpoint

@@ -5,7 +5,6 @@ COLUMNS = ("id, claimed, status, attempts, result, http_status, reason, event_id
            "event_type_signed, response, response_type")
 
 
-
 def _receive(lease: bool, inbox: bool, url: bool) -> str:
     named = [f"{name} => %s{cast}" for name, cast, is_set in (
         ("lease", "::interval", lease), ("inbox", "::boolean", inbox), ("url", "", url),

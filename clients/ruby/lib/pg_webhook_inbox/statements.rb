@@ -8,15 +8,16 @@ module PgWebhookInbox
     RECEIVE_COLUMNS = "id, claimed, status, attempts, result, http_status, reason, event_id, event_type, " \
                       "event_type_signed, response, response_type"
 
+    # The optional arguments and their types, in the order receive_call appends them.
+    OPTIONAL = [%w[lease interval], %w[inbox boolean], %w[url text]].freeze
+
     # webhook_receive naming only the optional arguments a delivery sets
     # (one statement for each combination, built once): an argument left
     # out is its default, and the server binds a shorter call faster.
-    RECEIVE_CALLS = [true, false].product([true, false], [true, false]).to_h do |lease, inbox, url|
-      named = { "lease" => ["interval", lease], "inbox" => ["boolean", inbox], "url" => ["text", url],
-                "complete_on_commit" => ["boolean", true] }.select { |_, (_, set)| set }
-      args = named.each_with_index.map { |(name, (type, _)), i| "#{name} => $#{i + 4}::#{type}" }
-      [[lease, inbox, url],
-       "SELECT #{RECEIVE_COLUMNS} FROM webhook_receive($1::text, $2::jsonb, $3::bytea, #{args.join(", ")})".freeze]
+    RECEIVE_CALLS = [true, false].product([true, false], [true, false]).to_h do |set|
+      named = OPTIONAL.zip(set).filter_map { |arg, on| arg if on } << %w[complete_on_commit boolean]
+      args = named.each_with_index.map { |(name, type), i| "#{name} => $#{i + 4}::#{type}" }
+      [set, "SELECT #{RECEIVE_COLUMNS} FROM webhook_receive($1::text, $2::jsonb, $3::bytea, #{args.join(", ")})".freeze]
     end.freeze
 
     def self.receive(lease:, inbox:, url:) = RECEIVE_CALLS.fetch([lease, inbox, url])
