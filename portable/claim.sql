@@ -291,12 +291,12 @@ END
 $$;
 
 -- The claims of this transaction that complete on commit: only they may
--- still be finished with their event already written as processed. A
--- transaction-local setting, so that a rollback (to a savepoint, too)
--- forgets them with their writes.
+-- still be finished with their event already written as processed. Kept
+-- sealed (webhook._state): a caller that could add a delivery here could
+-- fail or rewrite an event processed long ago.
 CREATE FUNCTION webhook._completes_here(id uuid) RETURNS boolean
 LANGUAGE sql STABLE
-RETURN strpos(coalesce(current_setting('pg_webhook_inbox.completes_here', true), ''), id::text) > 0;
+RETURN strpos(coalesce(webhook._state('pg_webhook_inbox.completes_here'), ''), id::text) > 0;
 
 -- Archive one delivery that reached a claim: one row, never updated.
 CREATE FUNCTION webhook._archive(id uuid, provider text, event_id text, event_type text, payload jsonb,
@@ -366,7 +366,7 @@ BEGIN
         RETURN ROW(id, answer, e.attempts, CASE WHEN answer = 'duplicate' THEN e.result END, false)::webhook._outcome;
     END IF;
 
-    IF NOT webhook._try_lock(fn, hashtextextended(provider || chr(1) || event_id, 22344)) THEN
+    IF NOT webhook._try_lock(fn, webhook._lock_key(provider, event_id)) THEN
         -- Another transaction is working on the event right now.
         SELECT x.status, x.attempts, x.result, x.payload_hash, x.lease_expires_at INTO e
           FROM webhook.events x WHERE x.provider = _claim.provider AND x.event_id = _claim.event_id;
@@ -492,9 +492,9 @@ LANGUAGE sql VOLATILE
 RETURN CASE WHEN lease IS NOT NULL THEN NULL
             WHEN CASE WHEN entity_key IS NULL THEN true
                       ELSE webhook._advance(fn, id, provider, 'default', event_id, entity_key, order_value) END
-                THEN set_config('pg_webhook_inbox.completes_here',
-                                coalesce(current_setting('pg_webhook_inbox.completes_here', true), '')
-                                || id::text || ',', true)
+                THEN webhook._set_state('pg_webhook_inbox.completes_here',
+                                        coalesce(webhook._state('pg_webhook_inbox.completes_here'), '')
+                                        || id::text || ',')
        END;
 
 -- A claim's complete_on_commit NULL, or true with a lease: refused.

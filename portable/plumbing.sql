@@ -352,16 +352,67 @@ BEGIN
 END
 $$;
 
+-- What a transaction has done through the extension, kept between its
+-- calls in a transaction-local setting (so that a rollback, to a
+-- savepoint too, forgets it with the writes). Any role can write any
+-- setting, so a value the extension relies on is sealed: an HMAC under
+-- webhook.state_key (the owner's alone) of the setting's name and value,
+-- this backend and this transaction's start, so that a caller can
+-- neither forge a value nor carry one into another transaction.
+--
+-- Not sealed, because no guarantee rests on them: the count of event
+-- locks (pg_webhook_inbox.locks_held) is a budget against an honest
+-- runaway transaction, and a role that rewrites it holds no more locks
+-- than pg_advisory_xact_lock, which PostgreSQL lets every role call,
+-- gives it anyway; the inbox's starting points (pg_webhook_inbox.heads,
+-- .turn) only order this session's own leases, and a lease that finds
+-- nothing after them looks again from the start.
+CREATE FUNCTION webhook._state_mac(name text, value text) RETURNS text
+LANGUAGE sql STABLE
+RETURN encode(substr(webhook._hmac(convert_to(concat_ws(chr(31), name, pg_backend_pid()::text,
+                                                        extract(epoch FROM now())::text, value), 'UTF8'),
+                                   (SELECT k.key FROM webhook.state_key k), 'sha256'), 1, 16), 'hex');
+
+-- The sealed state `name` of this transaction; NULL where the extension
+-- wrote none. A value it did not seal is taken for none, as the compiled
+-- edition, which keeps this state in memory, never sees the setting: the
+-- call is then answered as it would be there.
+CREATE FUNCTION webhook._state(name text) RETURNS text
+LANGUAGE sql STABLE
+RETURN CASE WHEN current_setting(name, true) ~ '^[0-9a-f]{32}:'
+                 AND webhook._same_mac(decode(left(current_setting(name, true), 32), 'hex'),
+                                       decode(webhook._state_mac(name, substr(current_setting(name, true), 34)), 'hex'))
+            THEN substr(current_setting(name, true), 34)
+       END;
+
+-- Seal and write this transaction's state `name`; returns what was
+-- written.
+CREATE FUNCTION webhook._set_state(name text, value text) RETURNS text
+LANGUAGE sql VOLATILE
+RETURN set_config(name, webhook._state_mac(name, value) || ':' || value, true);
+
+-- A setting that protects a guarantee (sql/operations.sql): here, where
+-- the settings are placeholders, as webhook._setting takes it.
+CREATE OR REPLACE FUNCTION webhook._protected_setting(name text) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN webhook._setting(name);
+
 -- The per-event lock (src/event_lock.rs in the compiled edition): a
--- transaction-scoped advisory lock on a 64-bit hash of the key's parts,
+-- transaction-scoped advisory lock on a 64-bit key of the lock's parts,
 -- taken without waiting by claims and waited for by the functions that
 -- finish one. SQL reaches only the bigint key space of advisory locks,
--- which an application's own pg_advisory_lock(bigint) calls share: a
--- 64-bit hash makes a collision as unlikely as it is in the compiled
--- edition's space of its own.
+-- which every role may take (pg_advisory_lock is PUBLIC's): so the key is
+-- an HMAC of the parts under webhook.state_key, which only the owner
+-- reads. Nobody else can compute an event's key and hold it ahead of the
+-- event's deliveries (they would be answered in_progress for as long);
+-- 64 bits make a collision with an application's own keys as unlikely
+-- as it is in the compiled edition's space of its own.
 CREATE FUNCTION webhook._lock_key(VARIADIC parts text[]) RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN hashtextextended(array_to_string(parts, chr(1)), 22344);
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN ('x' || encode(substr(webhook._hmac(convert_to(array_to_string(parts, chr(1)), 'UTF8'),
+                                           (SELECT k.key FROM webhook.state_key k), 'sha256'), 1, 8),
+                      'hex'))::bit(64)::bigint;
 
 -- A transaction that holds as many event locks as its budget allows:
 -- refused with 54000.
@@ -413,7 +464,8 @@ REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(byte
     webhook._setting_text(text), webhook._setting_on(text, boolean),
     webhook._lease(text, text, interval), webhook._truncated(text, integer),
     webhook._lock_key(text[]), webhook._locks_held(text), webhook._lock_budget_spent(text),
-    webhook._try_lock(text, bigint)
+    webhook._try_lock(text, bigint), webhook._state_mac(text, text), webhook._state(text),
+    webhook._set_state(text, text), webhook._protected_setting(text)
     FROM PUBLIC;
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);

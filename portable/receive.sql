@@ -158,10 +158,9 @@ BEGIN
     END IF;
     BEGIN
         document := coalesce((SELECT jsonb_object_agg(convert_from(f.name, 'UTF8'), convert_from(f.value, 'UTF8') ORDER BY f.n)
-                           FROM (SELECT webhook._percent_decode(substring(pair FROM '^[^=]*')) AS name,
-                                        webhook._percent_decode(coalesce(substring(pair FROM '=(.*)$'), '')) AS value, n
-                                   FROM unnest(string_to_array(encode(body, 'escape'), '&')) WITH ORDINALITY AS p(pair, n)
-                                  WHERE pair <> '') f),
+                           FROM (SELECT webhook._percent_decode(p.name) AS name,
+                                        webhook._percent_decode(p.value) AS value, p.n
+                                   FROM webhook._form_pairs(body) p) f),
                         '{}');
     EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
         RETURN NULL;

@@ -347,78 +347,77 @@ BEGIN
 END
 $$;
 
+-- Every routine here that decodes, splits or escapes a request runs in
+-- time linear in its input: a forged request is read before its
+-- signature is checked, so a quadratic loop (a text or bytea grown one
+-- piece at a time, each append a copy) would let an unauthenticated
+-- sender spend seconds of a connection per megabyte. They split once
+-- (string_to_array) and join once (string_agg) instead.
+
 -- HubSpot's URL: the escapes it decodes before signing.
 CREATE FUNCTION webhook._hubspot_uri(url text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-DECLARE
-    out  text := '';
-    rest text := url;
-    at   integer;
-    code text;
-    codes CONSTANT text[] := '{%3A,%2F,%3F,%40,%21,%24,%27,%28,%29,%2A,%2C,%3B}';
-    plain CONSTANT text[] := '{:,/,?,@,!,$,'',(,),*,",",;}';
-    i    integer;
-BEGIN
-    LOOP
-        at := strpos(rest, '%');
-        EXIT WHEN at = 0;
-        out := out || left(rest, at - 1);
-        code := upper(substr(rest, at, 3));
-        i := array_position(codes, code);
-        IF i IS NOT NULL THEN
-            out := out || plain[i];
-            rest := substr(rest, at + 3);
-        ELSE
-            out := out || '%';
-            rest := substr(rest, at + 1);
-        END IF;
-    END LOOP;
-    RETURN out || rest;
-END
-$$;
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT coalesce(string_agg(CASE WHEN p.n = 1 THEN p.piece
+                                    WHEN e.plain IS NOT NULL THEN e.plain || substr(p.piece, 3)
+                                    ELSE '%' || p.piece
+                               END, '' ORDER BY p.n), '')
+      FROM unnest(string_to_array(url, '%')) WITH ORDINALITY AS p(piece, n)
+           LEFT JOIN (VALUES ('3A', ':'), ('2F', '/'), ('3F', '?'), ('40', '@'), ('21', '!'), ('24', '$'),
+                             ('27', ''''), ('28', '('), ('29', ')'), ('2A', '*'), ('2C', ','), ('3B', ';'))
+                     AS e(code, plain) ON e.code = upper(left(p.piece, 2));
+END;
 
--- Percent-decoding as browsers and Twilio's libraries do it: a malformed
--- escape is kept as written. Works on the body's escape() text form, so
--- that bytes outside UTF-8 survive.
+-- Percent-decoding as browsers and Twilio's libraries do it: '+' is a
+-- space, a malformed escape is kept as written. Works on the body's
+-- escape() text form, so that bytes outside UTF-8 survive: that form
+-- writes every byte but '\', NUL and those above 0x7e as itself, so a
+-- '%' in it is the body's, and so are the two characters after it. Split
+-- before each escape (a '%' and two hex digits), every piece after the
+-- first starts with one.
 CREATE FUNCTION webhook._percent_decode(text text) RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-DECLARE
-    raw  bytea := decode(replace(text, '+', ' '), 'escape');
-    out  bytea := '\x';
-    i    integer := 0;
-    n    integer := length(raw);
-    b    integer;
-BEGIN
-    IF position('\x25'::bytea IN raw) = 0 THEN
-        RETURN raw;
-    END IF;
-    WHILE i < n LOOP
-        b := get_byte(raw, i);
-        IF b = 37 AND i + 2 < n + 0 AND i + 2 <= n - 1
-           AND chr(get_byte(raw, i + 1)) ~ '[0-9A-Fa-f]' AND chr(get_byte(raw, i + 2)) ~ '[0-9A-Fa-f]' THEN
-            out := out || decode(chr(get_byte(raw, i + 1)) || chr(get_byte(raw, i + 2)), 'hex');
-            i := i + 3;
-        ELSE
-            out := out || set_byte('\x00'::bytea, 0, b);
-            i := i + 1;
-        END IF;
-    END LOOP;
-    RETURN out;
-END
-$$;
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT coalesce(string_agg(CASE WHEN p.n = 1 THEN decode(p.piece, 'escape')
+                                    ELSE decode(left(p.piece, 2), 'hex') || decode(substr(p.piece, 3), 'escape')
+                               END, '\x'::bytea ORDER BY p.n), '\x'::bytea)
+      FROM unnest(regexp_split_to_array(replace(text, '+', ' '), '%(?=[0-9A-Fa-f]{2})')) WITH ORDINALITY AS p(piece, n);
+END;
+
+-- The most fields a form body may have under a scheme that reads its
+-- fields before checking its signature (Twilio signs them sorted). The
+-- providers send a few dozen; a form of more is refused as not theirs
+-- (bad_signature) before any field is decoded or sorted. The compiled
+-- edition's twin is schemes::MAX_FORM_FIELDS.
+CREATE FUNCTION webhook._max_form_fields() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN 1000;
+
+-- A form body's non-empty fields, as written, in order ('&' separates
+-- them): the name before the first '=', the value after it ('' without
+-- one). In the body's escape() text form, as _percent_decode takes it.
+CREATE FUNCTION webhook._form_pairs(body bytea)
+RETURNS TABLE (name text, value text, n bigint)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT split_part(p.pair, '=', 1),
+           CASE WHEN strpos(p.pair, '=') > 0 THEN substr(p.pair, strpos(p.pair, '=') + 1) ELSE '' END,
+           p.n
+      FROM unnest(string_to_array(encode(body, 'escape'), '&')) WITH ORDINALITY AS p(pair, n)
+     WHERE p.pair <> '';
+END;
 
 -- A form body's fields, percent-decoded ('+' a space), sorted by name
--- then value, concatenated: what Twilio signs after the URL.
+-- then value, concatenated: what Twilio signs after the URL. NULL for a
+-- form of more than _max_form_fields() fields, counted first.
 CREATE FUNCTION webhook._twilio_fields(body bytea) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT coalesce(string_agg(f.name || f.value, '\x'::bytea ORDER BY f.name, f.value), '\x')
-      FROM (SELECT webhook._percent_decode(substring(pair FROM '^[^=]*')) AS name,
-                   webhook._percent_decode(coalesce(substring(pair FROM '=(.*)$'), '')) AS value
-              FROM unnest(string_to_array(encode(body, 'escape'), '&')) AS pair
-             WHERE pair <> '') f;
+    SELECT CASE WHEN (SELECT count(*) FROM webhook._form_pairs(body)) <= webhook._max_form_fields() THEN
+               (SELECT coalesce(string_agg(f.name || f.value, '\x'::bytea ORDER BY f.name, f.value), '\x')
+                  FROM (SELECT webhook._percent_decode(p.name) AS name, webhook._percent_decode(p.value) AS value
+                          FROM webhook._form_pairs(body) p) f)
+           END;
 END;
 
 -- The URL as given, then with its scheme's default port added or removed
@@ -640,6 +639,7 @@ BEGIN
             fields := '\x';
         ELSE
             fields := webhook._twilio_fields(body);
+            IF fields IS NULL THEN r.reason := 'bad_signature'; RETURN r; END IF;
         END IF;
         SELECT array_agg(convert_to(u.form, 'UTF8') || fields ORDER BY u.n) INTO r.prefixes
           FROM unnest(webhook._url_forms(url)) WITH ORDINALITY AS u(form, n);

@@ -284,7 +284,7 @@ BEGIN
         PERFORM webhook._refuse_on_standby('webhook_alerts_evaluate');
     END IF;
     -- Two evaluations at once would both open the same alert.
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox.alerts'));
+    PERFORM webhook._maintenance_lock('alerts');
     PERFORM @extschema@.webhook_metrics_rollup();
     -- One statement, one snapshot: what fires is measured once, and each
     -- unresolved alert is either still firing or resolved.

@@ -53,7 +53,7 @@ BEGIN
     END IF;
     -- webhook_purge decides which archive rows may go from the events'
     -- inbox rows; it must not decide while rows are added here.
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    PERFORM webhook._maintenance_lock('archive partitions');
     INSERT INTO webhook.inbox AS i (provider, event_id, consumer, event_type, delivery_id, entity_key,
                                     order_value, run_at)
     SELECT e.provider, e.event_id, c, e.event_type, e.claim_id, e.entity_key, e.order_value,

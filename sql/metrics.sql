@@ -385,7 +385,7 @@ BEGIN
         PERFORM webhook._refuse_on_standby('webhook_metrics_rollup');
     END IF;
     -- One rollup at a time; whoever comes second has nothing to add.
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox.metrics')) THEN
+    IF NOT webhook._try_maintenance_lock('metrics') THEN
         RETURN 0;
     END IF;
     IF NOT pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') THEN

@@ -141,13 +141,58 @@ SELECT c.oid::pg_catalog.regclass AS partition,
 COMMENT ON VIEW webhook.archive_partitions IS
     'The partitions of webhook.delivery_log: the ids and times each covers (none: the default partition), rows (estimated) and size';
 
+-- Take the lock of a kind of maintenance (webhook.maintenance_locks) for
+-- this transaction, waiting for the run that holds it.
+CREATE FUNCTION webhook._maintenance_lock(name text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM FROM webhook.maintenance_locks l WHERE l.name = _maintenance_lock.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pg_webhook_inbox: no maintenance lock "%"', name USING ERRCODE = 'XX000';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook._maintenance_lock(text) IS
+    'Internal: take the lock of a kind of maintenance for this transaction, waiting for its holder';
+
+-- The same without waiting: false while another run holds it.
+CREATE FUNCTION webhook._try_maintenance_lock(name text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM FROM webhook.maintenance_locks l WHERE l.name = _try_maintenance_lock.name FOR UPDATE SKIP LOCKED;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION webhook._try_maintenance_lock(text) IS
+    'Internal: take the lock of a kind of maintenance for this transaction, unless another run holds it';
+
+-- A setting that protects a guarantee, read by a function that roles
+-- other than the extension's owner may call (webhook.maintenance_lock_timeout,
+-- by webhook_create_partitions and webhook_purge), as this call must take
+-- it; NULL where it is not set.
+-- The compiled edition's library lets only a superuser set these, so the
+-- session's value is the one. The portable edition, where they are
+-- placeholders any role may set for itself, replaces this function with
+-- one that takes them only as the database has them
+-- (portable/plumbing.sql, webhook._setting).
+CREATE FUNCTION webhook._protected_setting(name text) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN NULLIF(pg_catalog.current_setting(name, true), '');
+COMMENT ON FUNCTION webhook._protected_setting(text) IS
+    'Internal: a setting that protects a guarantee, as this session may take it';
+
 -- How long maintenance waits for a lock on the archive: the setting
 -- webhook.maintenance_lock_timeout, or its default when the extension's
 -- library is not loaded in this session yet.
 CREATE FUNCTION webhook._maintenance_lock_timeout() RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-RETURN coalesce(nullif(pg_catalog.current_setting('webhook.maintenance_lock_timeout', true), ''), '200ms');
+RETURN COALESCE(webhook._protected_setting('webhook.maintenance_lock_timeout'), '200ms');
 COMMENT ON FUNCTION webhook._maintenance_lock_timeout() IS
     'Internal: how long webhook_purge and webhook_create_partitions wait for a lock on the archive';
 
@@ -296,7 +341,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- One maintenance at a time (webhook_purge takes the same lock).
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    PERFORM webhook._maintenance_lock('archive partitions');
     SELECT pg_catalog.array_agg(today + i ORDER BY i) INTO days
       FROM pg_catalog.generate_series(0, days_ahead) AS i
      WHERE webhook._archive_day_free(today + i);
@@ -406,7 +451,7 @@ BEGIN
         RAISE EXCEPTION 'webhook_purge: argument "max_batches" must be at least 1'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    PERFORM webhook._maintenance_lock('archive partitions');
     cutoff := pg_catalog.now() - older_than;
 
     -- The events whose deliveries stay, found once for the whole purge:

@@ -2317,6 +2317,766 @@ UPDATE webhook.providers
    SET event_id_from = 'header:I-Twilio-Idempotency-Token|header:X-Twilio-Signature'
  WHERE scheme = 'twilio' AND event_id_from = 'header:I-Twilio-Idempotency-Token';
 
+-- A setting that protects a guarantee, read by a function that roles
+-- other than the extension's owner may call (webhook.maintenance_lock_timeout,
+-- by webhook_create_partitions and webhook_purge), as this call must take
+-- it; NULL where it is not set.
+-- The compiled edition's library lets only a superuser set these, so the
+-- session's value is the one. The portable edition, where they are
+-- placeholders any role may set for itself, replaces this function with
+-- one that takes them only as the database has them
+-- (portable/plumbing.sql, webhook._setting).
+CREATE FUNCTION webhook._protected_setting(name text) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN NULLIF(pg_catalog.current_setting(name, true), '');
+COMMENT ON FUNCTION webhook._protected_setting(text) IS
+    'Internal: a setting that protects a guarantee, as this session may take it';
+
+-- How long maintenance waits for a lock on the archive, taken as every
+-- protected setting is.
+CREATE OR REPLACE FUNCTION webhook._maintenance_lock_timeout() RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN COALESCE(webhook._protected_setting('webhook.maintenance_lock_timeout'), '200ms');
+
+-- A random key made at install, readable by the extension's owner only.
+-- The portable edition keeps what a transaction has done so far (the
+-- claims whose commit completes their event) in a setting, which any
+-- role can write; it seals the value with an HMAC under this key, bound
+-- to the backend and the transaction, and takes a value it did not seal
+-- for none (portable/plumbing.sql, webhook._state). The compiled
+-- edition keeps that state in its backend's memory and never reads it.
+-- Not dumped: a restore's install makes a key of its own, and a sealed
+-- value lives no longer than its transaction.
+CREATE TABLE webhook.state_key (
+    one boolean NOT NULL DEFAULT true CONSTRAINT state_key_pkey PRIMARY KEY
+        CONSTRAINT state_key_one_check CHECK (one),
+    key bytea   NOT NULL
+);
+INSERT INTO webhook.state_key (key)
+SELECT pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text,
+                                            '-', ''), 'hex');
+COMMENT ON TABLE webhook.state_key IS
+    'The key the portable edition seals a transaction''s state with; the extension owner''s alone';
+COMMENT ON COLUMN webhook.state_key.one IS 'Always true: the table holds one row';
+COMMENT ON COLUMN webhook.state_key.key IS 'Random bytes made at install';
+REVOKE ALL ON TABLE webhook.state_key FROM PUBLIC;
+
+-- The locks of the extension's own maintenance: one run at a time of
+-- the archive's partitioning and purging (with the backfills and replays
+-- that add inbox rows while it decides), of the metrics' rollup, of alert
+-- evaluation, of replays. Each is a row here, locked FOR UPDATE by the
+-- run that holds it: a table only the extension's owner may touch, so no
+-- other role can take such a lock and stop the maintenance, as it could
+-- an advisory lock on a known key (pg_advisory_lock is PUBLIC's).
+CREATE TABLE webhook.maintenance_locks (
+    name text NOT NULL CONSTRAINT maintenance_locks_pkey PRIMARY KEY
+);
+INSERT INTO webhook.maintenance_locks (name)
+VALUES ('archive partitions'), ('metrics'), ('alerts'), ('replay');
+COMMENT ON TABLE webhook.maintenance_locks IS
+    'A row per kind of maintenance, locked by the one run of it at a time; the extension owner''s alone';
+COMMENT ON COLUMN webhook.maintenance_locks.name IS 'The kind of maintenance';
+REVOKE ALL ON TABLE webhook.maintenance_locks FROM PUBLIC;
+
+-- Take the lock of a kind of maintenance (webhook.maintenance_locks) for
+-- this transaction, waiting for the run that holds it.
+CREATE FUNCTION webhook._maintenance_lock(name text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM FROM webhook.maintenance_locks l WHERE l.name = _maintenance_lock.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pg_webhook_inbox: no maintenance lock "%"', name USING ERRCODE = 'XX000';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION webhook._maintenance_lock(text) IS
+    'Internal: take the lock of a kind of maintenance for this transaction, waiting for its holder';
+
+-- The same without waiting: false while another run holds it.
+CREATE FUNCTION webhook._try_maintenance_lock(name text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM FROM webhook.maintenance_locks l WHERE l.name = _try_maintenance_lock.name FOR UPDATE SKIP LOCKED;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION webhook._try_maintenance_lock(text) IS
+    'Internal: take the lock of a kind of maintenance for this transaction, unless another run holds it';
+
+-- The maintenance that took an advisory lock on a known key, which any
+-- role could take first, now takes its row of webhook.maintenance_locks.
+CREATE OR REPLACE FUNCTION @extschema@.webhook_create_partitions(days_ahead integer DEFAULT 7)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    today date := (pg_catalog.now() AT TIME ZONE 'UTC')::date;
+    days  date[];
+    made  integer;
+    guards text[] := '{}';
+    lock_timeout_before text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_create_partitions');
+    END IF;
+    IF days_ahead IS NULL OR days_ahead < 0 OR days_ahead > 366 THEN
+        RAISE EXCEPTION 'webhook_create_partitions: argument "days_ahead" must be between 0 and 366'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One maintenance at a time (webhook_purge takes the same lock).
+    PERFORM webhook._maintenance_lock('archive partitions');
+    SELECT pg_catalog.array_agg(today + i ORDER BY i) INTO days
+      FROM pg_catalog.generate_series(0, days_ahead) AS i
+     WHERE webhook._archive_day_free(today + i);
+    IF pg_catalog.cardinality(days) > 1 THEN
+        SELECT pg_catalog.array_agg(pg_catalog.format('delivery_log_default_not_%s', pg_catalog.to_char(d, 'YYYYMMDD')))
+          INTO guards FROM pg_catalog.unnest(days) AS d;
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', webhook._maintenance_lock_timeout(), true);
+            EXECUTE 'ALTER TABLE webhook.delivery_log_default '
+                    || (SELECT pg_catalog.string_agg(pg_catalog.format('ADD CONSTRAINT %I CHECK (id < %L::uuid OR id >= %L::uuid)',
+                                                                       g, webhook._archive_bound((d::timestamp) AT TIME ZONE 'UTC'),
+                                                                       webhook._archive_bound(((d + 1)::timestamp) AT TIME ZONE 'UTC')), ', ')
+                          FROM ROWS FROM (pg_catalog.unnest(days), pg_catalog.unnest(guards)) AS x (d, g));
+            PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
+        EXCEPTION WHEN check_violation OR lock_not_available THEN
+            -- A delivery of one of those days reached the default partition
+            -- meanwhile, or the archive is in use: each day is attached (or
+            -- skipped) on its own, as below.
+            guards := '{}';
+        END;
+    END IF;
+    SELECT pg_catalog.count(*) FILTER (WHERE webhook._create_archive_partition(d)) INTO made
+      FROM pg_catalog.unnest(days) AS d;
+    IF pg_catalog.cardinality(guards) > 0 THEN
+        EXECUTE 'ALTER TABLE webhook.delivery_log_default '
+                || (SELECT pg_catalog.string_agg(pg_catalog.format('DROP CONSTRAINT %I', g), ', ')
+                      FROM pg_catalog.unnest(guards) AS g);
+    END IF;
+    RETURN coalesce(made, 0);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_purge(
+    older_than  interval DEFAULT '90 days',
+    batch_size  integer  DEFAULT 10000,
+    max_batches integer  DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- An event whose deliveries must stay (as `e`): not finished, or
+    -- queued and not finished by every consumer. The one rule, for both
+    -- ways of purging (applied once, below); a delivery of no such event
+    -- may go.
+    unfinished CONSTANT text := $rule$
+        NOT (e.status IN ('processed', 'stale', 'filtered')
+             OR (e.status = 'queued'
+                 AND NOT EXISTS (SELECT FROM webhook.inbox i
+                                  WHERE i.delivery_id = e.claim_id
+                                    AND i.provider = e.provider AND i.event_id = e.event_id
+                                    AND i.status NOT IN ('processed', 'stale', 'filtered'))))$rule$;
+    columns CONSTANT text := 'id, provider, event_id, event_type, payload, raw_body, signature, headers, '
+                             'claim_status, reject_reason, payload_mismatch, created_at, body_size, '
+                             'body_sha256, secret_fingerprint';
+    cutoff    timestamptz;
+    deleted   bigint := 0;
+    batch     bigint;
+    batches   integer;
+    part      record;
+    total     bigint;
+    kept      uuid[];
+    kept_all  uuid[] := '{}';
+    providers text[];
+    event_ids text[];
+    days      pg_catalog.regclass[] := '{}';
+    day_rows  bigint[] := '{}';
+    skipped   pg_catalog.regclass[] := '{}';
+    day       pg_catalog.regclass;
+    lock_timeout_before CONSTANT text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_purge');
+    END IF;
+    IF older_than IS NULL OR older_than <= interval '0' THEN
+        RAISE EXCEPTION 'webhook_purge: argument "older_than" must be a positive interval'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_size IS NULL OR batch_size < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "batch_size" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_batches IS NOT NULL AND max_batches < 1 THEN
+        RAISE EXCEPTION 'webhook_purge: argument "max_batches" must be at least 1'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM webhook._maintenance_lock('archive partitions');
+    cutoff := pg_catalog.now() - older_than;
+
+    -- The events whose deliveries stay, found once for the whole purge:
+    -- few, and reached without reading the archive (one pass over
+    -- webhook.events for those processing, failed or dead; the inbox's
+    -- unfinished rows from its partial indexes). The candidates must
+    -- cover every event the rule calls unfinished; the rule decides. No
+    -- event goes from finished back to unfinished (a requeue takes only
+    -- failed or dead ones), so the list stays right while the purge runs.
+    EXECUTE pg_catalog.format($sql$
+        SELECT coalesce(array_agg(e.provider), '{}'), coalesce(array_agg(e.event_id), '{}')
+          FROM (SELECT c.provider, c.event_id FROM webhook.events c
+                 WHERE c.status IN ('processing', 'failed', 'dead')
+                UNION
+                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status IN ('ready', 'leased')
+                UNION
+                SELECT i.provider, i.event_id FROM webhook.inbox i WHERE i.status = 'dead') AS k
+          JOIN webhook.events e ON e.provider = k.provider AND e.event_id = k.event_id
+         WHERE %s$sql$, unfinished)
+    INTO providers, event_ids;
+
+    -- Row by row where a partition spans more than a day, before any lock
+    -- on the archive as a whole is taken.
+    FOR part IN
+        SELECT p.partition FROM webhook.archive_partitions p
+         WHERE p.is_default OR (p.lower_id IS NULL AND p.upper_id > webhook._archive_bound(cutoff))
+    LOOP
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format($sql$
+                WITH gone AS (
+                    DELETE FROM %1$s
+                     WHERE ctid = ANY (ARRAY(SELECT l.ctid FROM %1$s l
+                                              WHERE l.created_at < $1
+                                                AND NOT EXISTS (SELECT FROM unnest($3, $4) AS k (provider, event_id)
+                                                                 WHERE k.provider = l.provider
+                                                                   AND k.event_id = l.event_id)
+                                              LIMIT $2))
+                    RETURNING id
+                ), failures AS (
+                    DELETE FROM webhook.delivery_failures f USING gone WHERE f.delivery_id = gone.id
+                )
+                SELECT count(*) FROM gone$sql$, part.partition)
+            INTO batch USING cutoff, batch_size, providers, event_ids;
+            deleted := deleted + batch;
+            batches := batches + 1;
+            EXIT WHEN batch < batch_size OR batches >= coalesce(max_batches, batches + 1);
+        END LOOP;
+    END LOOP;
+
+    DELETE FROM webhook.inbox_failures f
+     WHERE f.failed_at < cutoff
+       AND EXISTS (SELECT FROM webhook.events e
+                      JOIN webhook.inbox i ON i.delivery_id = e.claim_id AND i.consumer = f.consumer
+                    WHERE e.provider = f.provider AND e.event_id = f.event_id
+                      AND i.provider = f.provider AND i.event_id = f.event_id
+                      AND i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff);
+    DELETE FROM webhook.inbox i WHERE i.status IN ('processed', 'stale', 'filtered') AND i.processed_at < cutoff;
+    -- A trace context serves the event's workers: kept while an inbox row
+    -- of it is.
+    DELETE FROM webhook.trace_contexts t
+     WHERE NOT EXISTS (SELECT FROM webhook.inbox i WHERE i.delivery_id = t.delivery_id);
+
+    -- Whole days, oldest first. Each is read before any is detached: the
+    -- first detach locks the archive until the transaction ends, and
+    -- claims wait for only what follows it.
+    FOR part IN
+        SELECT p.partition FROM webhook.archive_partitions p
+         WHERE NOT p.is_default AND p.upper_id <= webhook._archive_bound(cutoff)
+         ORDER BY p.upper_id
+    LOOP
+        -- Each unfinished event looked up in the day's event index: a
+        -- day costs the same whatever its size.
+        EXECUTE pg_catalog.format($sql$
+            SELECT coalesce(array_agg(l.id), '{}')
+              FROM unnest($1, $2) AS k (provider, event_id)
+              JOIN %s l ON l.provider = k.provider AND l.event_id = k.event_id$sql$, part.partition)
+        INTO kept USING providers, event_ids;
+        kept_all := kept_all || kept;
+        EXECUTE pg_catalog.format('SELECT count(*) FROM %s', part.partition) INTO total;
+        day_rows := day_rows || (total - pg_catalog.cardinality(kept));
+        days := days || part.partition;
+    END LOOP;
+    -- Detaching a day waits for every reader of the archive (a report, a
+    -- dump), and every claim queues behind the waiting detach: wait only
+    -- briefly, skip the day if its lock is not granted, and say so.
+    FOR i IN 1 .. pg_catalog.cardinality(days) LOOP
+        day := days[i];
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', webhook._maintenance_lock_timeout(), true);
+            SELECT p.lower_id, p.upper_id INTO part FROM webhook.archive_partitions p WHERE p.partition = day;
+            EXECUTE pg_catalog.format('ALTER TABLE webhook.delivery_log DETACH PARTITION %s', day);
+            -- No partition covers their ids any more: they go to the default
+            -- partition, under the same ids.
+            EXECUTE pg_catalog.format('INSERT INTO webhook.delivery_log (%1$s) SELECT %1$s FROM %2$s WHERE id = ANY ($1)',
+                                      columns, day)
+            USING kept_all;
+            DELETE FROM webhook.delivery_failures f
+             WHERE (part.lower_id IS NULL OR f.delivery_id >= part.lower_id) AND f.delivery_id < part.upper_id
+               AND f.delivery_id <> ALL (kept_all);
+            EXECUTE pg_catalog.format('DROP TABLE %s', day);
+            deleted := deleted + day_rows[i];
+        EXCEPTION WHEN lock_not_available THEN
+            skipped := skipped || day;
+        END;
+    END LOOP;
+    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_before, true);
+    IF pg_catalog.cardinality(skipped) > 0 THEN
+        RAISE WARNING 'webhook_purge: % day(s) of the archive not dropped: the archive is in use', pg_catalog.cardinality(skipped)
+            USING DETAIL = pg_catalog.format('Not dropped: %s. Their lock was not granted within webhook.maintenance_lock_timeout (%s).',
+                                             pg_catalog.array_to_string(skipped, ', '), webhook._maintenance_lock_timeout()),
+                  HINT = 'Run webhook_purge again later, when no long read of webhook.delivery_log is running.';
+    END IF;
+    RETURN deleted;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_backfill(
+    provider text,
+    consumer text,
+    since    timestamptz,
+    until    timestamptz DEFAULT NULL,
+    rate     double precision DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p text := webhook._check_name('webhook_backfill', 'provider', webhook_backfill.provider, true);
+    c text := webhook._check_name('webhook_backfill', 'consumer', webhook_backfill.consumer, true);
+    upto timestamptz := coalesce(webhook_backfill.until, pg_catalog.now());
+    queued bigint;
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_backfill');
+    END IF;
+    IF webhook_backfill.since IS NULL THEN
+        RAISE EXCEPTION 'webhook_backfill: argument "since" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT (webhook_backfill.rate > 0 AND webhook_backfill.rate <= 100000) THEN
+        RAISE EXCEPTION 'webhook_backfill: argument "rate" must be more than 0 and at most 100000 (events a second)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT FROM webhook.providers r WHERE r.name = p) THEN
+        RAISE EXCEPTION 'webhook_backfill: argument "provider": no provider "%" is registered', p
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT EXISTS (SELECT FROM webhook.providers r
+                    WHERE r.name = p AND c = ANY (coalesce(NULLIF(r.consumers, '{}'), '{default}'))) THEN
+        RAISE EXCEPTION 'webhook_backfill: argument "consumer": "%" is not a consumer of "%"', c, p
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Add it first: webhook_register_provider(provider, consumers => ARRAY[..., consumer]).';
+    END IF;
+    -- webhook_purge decides which archive rows may go from the events'
+    -- inbox rows; it must not decide while rows are added here.
+    PERFORM webhook._maintenance_lock('archive partitions');
+    INSERT INTO webhook.inbox AS i (provider, event_id, consumer, event_type, delivery_id, entity_key,
+                                    order_value, run_at)
+    SELECT e.provider, e.event_id, c, e.event_type, e.claim_id, e.entity_key, e.order_value,
+           pg_catalog.clock_timestamp()
+               + coalesce((pg_catalog.row_number() OVER (ORDER BY e.first_seen_at, e.event_id) - 1)
+                          / webhook_backfill.rate, 0) * interval '1 second'
+      FROM webhook.events e
+     WHERE e.provider = p AND e.status = 'queued'
+       AND e.first_seen_at >= webhook_backfill.since AND e.first_seen_at < upto
+       -- The archive row it was queued from is still there.
+       AND EXISTS (SELECT FROM webhook.delivery_log l WHERE l.id = e.claim_id)
+    ON CONFLICT ON CONSTRAINT inbox_pkey DO NOTHING;
+    GET DIAGNOSTICS queued = ROW_COUNT;
+    RETURN queued;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_replay(
+    provider       text DEFAULT NULL,
+    consumer       text DEFAULT NULL,
+    event_types    text[] DEFAULT NULL,
+    statuses       text[] DEFAULT '{processed}',
+    since          timestamptz DEFAULT NULL,
+    until          timestamptz DEFAULT NULL,
+    error_contains text DEFAULT NULL,
+    payload_path   jsonpath DEFAULT NULL,
+    reason         text DEFAULT NULL,
+    rate           double precision DEFAULT NULL,
+    dry_run        boolean DEFAULT true,
+    sample         integer DEFAULT 10
+) RETURNS webhook.replay_result
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p text := NULLIF(webhook._check_name('webhook_replay', 'provider', webhook_replay.provider, false), '');
+    c text := NULLIF(webhook._check_name('webhook_replay', 'consumer', webhook_replay.consumer, false), '');
+    request jsonb;
+    result webhook.replay_result;
+    started uuid;
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_replay');
+    END IF;
+    IF webhook_replay.statuses IS NULL OR pg_catalog.cardinality(webhook_replay.statuses) = 0
+       OR NOT webhook_replay.statuses <@ ARRAY['processed', 'dead', 'stale', 'filtered', 'failed']
+       OR array_position(webhook_replay.statuses, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'webhook_replay: argument "statuses" must list some of processed, dead, stale, filtered, failed'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.cardinality(webhook_replay.event_types) > 1000
+       OR array_position(webhook_replay.event_types, NULL) IS NOT NULL
+       OR EXISTS (SELECT FROM pg_catalog.unnest(webhook_replay.event_types) t
+                   WHERE t = '' OR pg_catalog.octet_length(t) > 255) THEN
+        RAISE EXCEPTION 'webhook_replay: argument "event_types" must hold at most 1000 types of 1 to 255 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF webhook_replay.until <= webhook_replay.since THEN
+        RAISE EXCEPTION 'webhook_replay: argument "until" must be later than "since"'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF webhook_replay.error_contains = '' OR pg_catalog.octet_length(webhook_replay.error_contains) > 2048 THEN
+        RAISE EXCEPTION 'webhook_replay: argument "error_contains" must be 1 to 2048 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.octet_length(webhook_replay.payload_path::text) > 4096 THEN
+        RAISE EXCEPTION 'webhook_replay: argument "payload_path" must be at most 4096 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT (webhook_replay.rate > 0 AND webhook_replay.rate <= 100000) THEN
+        RAISE EXCEPTION 'webhook_replay: argument "rate" must be more than 0 and at most 100000 (events a second)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF webhook_replay.dry_run IS NULL THEN
+        RAISE EXCEPTION 'webhook_replay: argument "dry_run" must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF webhook_replay.sample IS NULL OR webhook_replay.sample NOT BETWEEN 0 AND 1000 THEN
+        RAISE EXCEPTION 'webhook_replay: argument "sample" must be between 0 and 1000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p IS NOT NULL AND NOT EXISTS (SELECT FROM webhook.providers r WHERE r.name = p) THEN
+        RAISE EXCEPTION 'webhook_replay: argument "provider": no provider "%" is registered', p
+            USING ERRCODE = 'undefined_object';
+    END IF;
+
+    IF webhook_replay.dry_run THEN
+        SELECT NULL, true, false, pg_catalog.count(*),
+               coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                            'provider', m.provider, 'event_id', m.event_id, 'consumer', m.consumer,
+                            'event_type', m.event_type, 'status', m.status, 'queued_at', m.queued_at)
+                            ORDER BY m.queued_at, m.delivery_id)
+                        FILTER (WHERE m.n <= webhook_replay.sample), '[]')
+          INTO result
+          FROM (SELECT x.*, pg_catalog.row_number() OVER (ORDER BY x.queued_at, x.delivery_id) AS n
+                  FROM webhook._replay_matches(p, c, webhook_replay.event_types, webhook_replay.statuses,
+                                               webhook_replay.since, webhook_replay.until,
+                                               webhook_replay.error_contains, webhook_replay.payload_path) x) m;
+        RETURN result;
+    END IF;
+
+    IF webhook_replay.reason IS NULL THEN
+        RAISE EXCEPTION 'webhook_replay: argument "reason" must not be NULL for a run'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Say why (the fix deployed, the ticket): it names the replay, with its filter.';
+    END IF;
+    IF webhook_replay.reason = '' OR pg_catalog.octet_length(webhook_replay.reason) > 2048 THEN
+        RAISE EXCEPTION 'webhook_replay: argument "reason" must be 1 to 2048 bytes'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    request := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+        'provider', p, 'consumer', c, 'event_types', webhook_replay.event_types,
+        'statuses', webhook_replay.statuses, 'since', webhook_replay.since, 'until', webhook_replay.until,
+        'error_contains', webhook_replay.error_contains, 'payload_path', webhook_replay.payload_path::text));
+
+    -- The same request twice (a retry after a crash, a double click)
+    -- waits for the first, then finds it: replays start one at a time.
+    PERFORM webhook._maintenance_lock('replay');
+    SELECT r.id, false, false, r.events, NULL INTO result
+      FROM webhook.replays r
+     WHERE r.filter = request AND r.reason = webhook_replay.reason;
+    IF FOUND THEN
+        RAISE NOTICE 'webhook_replay: replay % with this filter and reason was started at %; not queued again',
+            result.replay_id, (SELECT r.requested_at FROM webhook.replays r WHERE r.id = result.replay_id)
+            USING HINT = 'To run it again, give another reason.';
+        RETURN result;
+    END IF;
+
+    -- webhook_purge decides which archive rows may go from the events'
+    -- inbox rows; it must not decide while finished rows become ready.
+    PERFORM webhook._maintenance_lock('archive partitions');
+    INSERT INTO webhook.replays (reason, filter, rate, events)
+    VALUES (webhook_replay.reason, request, webhook_replay.rate, 0)
+    RETURNING webhook.replays.id INTO started;
+    -- Row locks, no lock per event: a replay of any size fits the lock table.
+    INSERT INTO webhook.replay_items (replay_id, delivery_id, consumer, prior_status, prior_attempts,
+                                      prior_replay_id)
+    SELECT started, i.delivery_id, i.consumer, i.status, i.attempts, i.replay_id
+      FROM webhook.inbox i
+     WHERE (i.delivery_id, i.consumer) IN (
+               SELECT m.delivery_id, m.consumer
+                 FROM webhook._replay_matches(p, c, webhook_replay.event_types, webhook_replay.statuses,
+                                              webhook_replay.since, webhook_replay.until,
+                                              webhook_replay.error_contains, webhook_replay.payload_path) m)
+       -- Read again once locked: a row finished meanwhile, or queued by
+       -- another replay, is as it is now.
+       AND i.status::text IN ('processed', 'dead', 'stale', 'filtered')
+       FOR UPDATE OF i;
+    -- The metrics read a completion or a dead letter off its row, which
+    -- the replay's lease rewrites: keep what no rollup has counted yet.
+    PERFORM webhook._metrics_hold(h.outcome, ARRAY(
+                SELECT i.claim_id FROM webhook.replay_items t
+                  JOIN webhook.inbox i ON i.delivery_id = t.delivery_id AND i.consumer = t.consumer
+                 WHERE t.replay_id = started AND t.prior_status::text = h.status))
+       FROM (VALUES ('completion', 'processed'), ('dead_letter', 'dead')) AS h (outcome, status);
+    UPDATE webhook.inbox i
+       SET status = 'ready', attempts = 0, requeues = i.requeues + 1, replay_id = started,
+           run_at = webhook._due_in_turn((SELECT pg_catalog.clock_timestamp()), q.n,
+                                         coalesce(1 / webhook_replay.rate, 0) * interval '1 second')
+      FROM (SELECT t.delivery_id, t.consumer,
+                   pg_catalog.row_number() OVER (ORDER BY j.queued_at, j.order_value, t.delivery_id, t.consumer) AS n
+              FROM webhook.replay_items t
+              JOIN webhook.inbox j ON j.delivery_id = t.delivery_id AND j.consumer = t.consumer
+             WHERE t.replay_id = started) q
+     WHERE i.delivery_id = q.delivery_id AND i.consumer = q.consumer;
+    GET DIAGNOSTICS result.events = ROW_COUNT;
+    UPDATE webhook.replays r SET events = result.events WHERE r.id = started;
+    PERFORM pg_catalog.pg_notify('webhook_inbox', '');
+    SELECT started, false, true, result.events, NULL INTO result;
+    RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_metrics_rollup()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    since   timestamptz;
+    bound   timestamptz := pg_catalog.clock_timestamp();
+    counted bigint := 0;
+    retention interval;
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_metrics_rollup');
+    END IF;
+    -- One rollup at a time; whoever comes second has nothing to add.
+    IF NOT webhook._try_maintenance_lock('metrics') THEN
+        RETURN 0;
+    END IF;
+    IF NOT pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') THEN
+        RAISE EXCEPTION 'webhook_metrics_rollup: the extension''s owner (%) cannot see other sessions'' transactions', current_user
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('GRANT pg_read_all_stats TO %I; the rollup counts only what no running transaction can still write.', current_user);
+    END IF;
+    -- The row is made with the extension; were it deleted, counting
+    -- starts again from now.
+    INSERT INTO webhook.metric_marks (counted_until) VALUES (pg_catalog.now()) ON CONFLICT DO NOTHING;
+    SELECT counted_until INTO STRICT since FROM webhook.metric_marks FOR UPDATE;
+
+    -- The bound (see the top of this file): taken after the clock, so a
+    -- transaction that starts writing after this read writes above it.
+    SELECT LEAST(bound, pg_catalog.min(a.xact_start)) INTO bound
+      FROM pg_catalog.pg_stat_activity a
+     WHERE a.datname = pg_catalog.current_database()
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       AND a.backend_type IN ('client backend', 'background worker')
+       AND (a.backend_xid IS NOT NULL OR a.state IN ('active', 'fastpath function call'));
+    IF EXISTS (SELECT FROM pg_catalog.pg_prepared_xacts p WHERE p.database = pg_catalog.current_database()) THEN
+        bound := since;
+    END IF;
+    -- At most ten minutes of traffic per call, so that one call after a
+    -- long pause (nobody scraped for a day) is not one statement of hours;
+    -- the calls after it catch up, and the lag gauge shows how far.
+    bound := LEAST(GREATEST(bound, since), since + interval '10 minutes');
+
+    -- The deliveries since the last mark, read once: by what they were
+    -- answered, rejections by reason, and the claims among them (with
+    -- those still open from before).
+    counted := counted + webhook._metrics_add(
+        $q$arrived AS MATERIALIZED (
+               SELECT l.id, l.provider, l.event_id, l.claim_status, l.reject_reason, l.created_at, l.claim_completes
+                 FROM webhook.delivery_log l WHERE l.id >= $1 AND l.id < $2
+           ), failed_here AS (
+               SELECT f.delivery_id FROM webhook.delivery_failures f WHERE f.delivery_id >= $1 AND f.delivery_id < $2
+           ), seen AS (
+               -- A claim of a new event that completed on commit, and did
+               -- not fail before it, needs no look at its event (below).
+               SELECT a.id, a.provider, a.event_id, a.created_at AS started_at, e.status, e.processed_at,
+                      e.first_seen_at, e.attempts, e.claim_id = a.id AS owner
+                 FROM arrived a
+                 JOIN webhook.events e ON e.provider = a.provider AND e.event_id = a.event_id
+                WHERE a.claim_status IN ('claimed', 'retry')
+                  AND (a.claim_completes IS NOT TRUE OR a.id IN (SELECT delivery_id FROM failed_here))
+               UNION ALL
+               SELECT o.id, o.provider, o.event_id, o.started_at, e.status, e.processed_at,
+                      e.first_seen_at, e.attempts, e.claim_id = o.id
+                 FROM webhook.metric_open o
+                 JOIN webhook.events e ON e.provider = o.provider AND e.event_id = o.event_id
+                WHERE o.consumer = ''
+           ), closed AS (
+               DELETE FROM webhook.metric_open o USING seen s
+                WHERE o.id = s.id AND NOT (s.owner AND s.status = 'processing')
+           ), opened AS (
+               INSERT INTO webhook.metric_open (id, provider, event_id, consumer, started_at)
+               SELECT s.id, s.provider, s.event_id, '', s.started_at FROM seen s
+                WHERE s.owner AND s.status = 'processing'
+               ON CONFLICT (id) DO NOTHING
+           ), done AS (
+               SELECT s.processed_at AS at, s.provider, ''::text AS consumer, s.first_seen_at AS received_at,
+                      s.started_at, s.attempts
+                 FROM seen s WHERE s.owner AND s.status = 'processed'
+               UNION ALL
+               -- Its event was made processed, first seen and completed
+               -- at the start of the claim's transaction (now()), which
+               -- is the archive row's created_at: one attempt, no wait.
+               SELECT a.created_at, a.provider, '', a.created_at, a.created_at, 1
+                 FROM arrived a
+                WHERE a.claim_completes AND a.id NOT IN (SELECT delivery_id FROM failed_here)
+           )$q$,
+        webhook._completion_counts() || $q$
+           UNION ALL
+           SELECT d.minute, d.provider, '', o.metric, o.label, d.n, 0
+             FROM (SELECT webhook._minute(a.created_at) AS minute, a.provider, a.claim_status, a.reject_reason,
+                          count(*) AS n
+                     FROM arrived a GROUP BY 1, 2, 3, 4) d
+            CROSS JOIN LATERAL (VALUES
+                  ('deliveries', d.claim_status::text, true),
+                  ('rejections', coalesce(d.reject_reason, 'unknown'), d.claim_status = 'rejected')
+                  ) AS o (metric, label, counts)
+            WHERE o.counts$q$,
+        since, bound);
+
+    -- Inbox leases: those still held before, and those taken since.
+    counted := counted + webhook._metrics_add(
+        $q$attempts AS (
+               SELECT o.id FROM webhook.metric_open o WHERE o.consumer <> ''
+               UNION ALL
+               SELECT i.claim_id FROM webhook.inbox i WHERE i.claim_id >= $1 AND i.claim_id < $2
+           ), seen AS (
+               SELECT a.id, i.provider, i.event_id, i.consumer, i.status, i.processed_at, i.queued_at, i.attempts
+                 FROM attempts a LEFT JOIN webhook.inbox i ON i.claim_id = a.id
+           ), closed AS (
+               DELETE FROM webhook.metric_open o USING seen s
+                WHERE o.id = s.id AND s.status IS DISTINCT FROM 'leased'
+           ), opened AS (
+               INSERT INTO webhook.metric_open (id, provider, event_id, consumer, started_at)
+               SELECT s.id, s.provider, s.event_id, s.consumer, webhook._id_time(s.id) FROM seen s
+                WHERE s.status = 'leased'
+               ON CONFLICT (id) DO NOTHING
+           ), done AS (
+               SELECT s.processed_at AS at, s.provider, s.consumer, s.queued_at AS received_at,
+                      webhook._id_time(s.id) AS started_at, s.attempts
+                 FROM seen s WHERE s.status = 'processed'
+           )$q$,
+        webhook._completion_counts(), since, bound);
+
+    -- Failed attempts, of claims and of leases, and the dead letters they
+    -- made: a failure whose event (or inbox row) is parked under the same
+    -- claim or lease.
+    counted := counted + webhook._metrics_add(
+        $q$failed AS (
+               SELECT f.failed_at AS at, l.provider, ''::text AS consumer, l.created_at AS started_at,
+                      (e.status = 'dead' AND e.claim_id = f.delivery_id) AS parked
+                 FROM webhook.delivery_failures f
+                 JOIN webhook.delivery_log l ON l.id = f.delivery_id
+                 JOIN webhook.events e ON e.provider = l.provider AND e.event_id = l.event_id
+                WHERE f.failed_at >= $3 AND f.failed_at < $4
+               UNION ALL
+               SELECT f.failed_at, f.provider, f.consumer, webhook._id_time(f.claim_id),
+                      coalesce(i.status = 'dead', false)
+                 FROM webhook.inbox_failures f
+                 LEFT JOIN webhook.inbox i ON i.claim_id = f.claim_id
+                WHERE f.failed_at >= $3 AND f.failed_at < $4
+           )$q$,
+        webhook._failure_counts(), since, bound);
+
+    -- Outcomes a replay or requeue undid before they were counted: each
+    -- once, whenever it was held (its own minute, already passed or not).
+    counted := counted + webhook._metrics_add(
+        $q$held AS (
+               DELETE FROM webhook.metric_held h RETURNING h.*
+           ), done AS (
+               SELECT h.at, h.provider, h.consumer, h.received_at, h.started_at, h.attempts
+                 FROM held h WHERE h.outcome = 'completion'
+           )$q$,
+        webhook._completion_counts() || $q$
+           UNION ALL
+           SELECT webhook._minute(h.at), h.provider, h.consumer, 'dead_letters', '', count(*), 0
+             FROM held h WHERE h.outcome = 'dead_letter'
+            GROUP BY 1, 2, 3$q$,
+        since, bound);
+
+    UPDATE webhook.metric_marks SET counted_until = bound, rolled_up_at = pg_catalog.clock_timestamp();
+
+    -- In minutes, its unit, whatever unit it was set in; fourteen days
+    -- where nobody set it.
+    retention := pg_catalog.make_interval(
+        mins => webhook._setting_in('webhook.metrics_retention', 'min', 14 * 24 * 60)::integer);
+    DELETE FROM webhook.metric_minutes WHERE minute < pg_catalog.now() - retention;
+    -- A name no registered provider owns, quiet for the retention: its
+    -- series go (a counter Prometheus then sees end), and its place
+    -- under webhook.metrics_unregistered_providers is free again.
+    DELETE FROM webhook.metric_totals t
+     WHERE t.provider NOT IN ('', '(other)')
+       AND NOT EXISTS (SELECT FROM webhook.providers p WHERE p.name = t.provider)
+       AND NOT EXISTS (SELECT FROM webhook.metric_minutes m WHERE m.provider = t.provider)
+       AND NOT EXISTS (SELECT FROM webhook.metric_open o WHERE o.provider = t.provider);
+    RETURN counted;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.webhook_alerts_evaluate()
+RETURNS TABLE (id bigint, change text, rule text, provider text, consumer text, status webhook.alert_status, message text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        PERFORM webhook._refuse_on_standby('webhook_alerts_evaluate');
+    END IF;
+    -- Two evaluations at once would both open the same alert.
+    PERFORM webhook._maintenance_lock('alerts');
+    PERFORM @extschema@.webhook_metrics_rollup();
+    -- One statement, one snapshot: what fires is measured once, and each
+    -- unresolved alert is either still firing or resolved.
+    RETURN QUERY
+    WITH firing AS (
+        SELECT * FROM webhook._alert_conditions()
+    ), still AS (
+        UPDATE webhook.alerts x
+           SET value = f.value, threshold = f.threshold, message = f.message, last_seen_at = pg_catalog.now()
+          FROM firing f
+         WHERE x.status <> 'resolved' AND x.rule = f.rule AND x.provider = f.provider AND x.consumer = f.consumer
+    ), opened AS (
+        INSERT INTO webhook.alerts AS x (rule, kind, provider, consumer, value, threshold, message)
+        SELECT f.rule, f.kind, f.provider, f.consumer, f.value, f.threshold, f.message
+          FROM firing f
+         WHERE NOT EXISTS (SELECT FROM webhook.alerts y
+                            WHERE y.status <> 'resolved' AND y.rule = f.rule AND y.provider = f.provider
+                              AND y.consumer = f.consumer)
+        RETURNING x.*
+    ), resolved AS (
+        UPDATE webhook.alerts x SET status = 'resolved', resolved_at = pg_catalog.now()
+         WHERE x.status <> 'resolved'
+           AND NOT EXISTS (SELECT FROM firing f
+                            WHERE x.rule = f.rule AND x.provider = f.provider AND x.consumer = f.consumer)
+        RETURNING x.*
+    ), changed AS (
+        SELECT o::webhook.alerts AS a, 'opened' AS change FROM opened o
+        UNION ALL
+        SELECT r::webhook.alerts, 'resolved' FROM resolved r
+    )
+    SELECT (c.a).id, c.change, (c.a).rule, (c.a).provider, (c.a).consumer, (c.a).status, (c.a).message
+      FROM changed c, LATERAL webhook._alert_notify(c.a, c.change)
+     ORDER BY (c.a).id;
+END
+$$;
+
 -- The privilege rule (roles.sql) for what this script made.
 SELECT webhook._restrict_privileges();
 

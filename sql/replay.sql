@@ -256,9 +256,8 @@ BEGIN
         'error_contains', webhook_replay.error_contains, 'payload_path', webhook_replay.payload_path::text));
 
     -- The same request twice (a retry after a crash, a double click)
-    -- waits for the first, then finds it.
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox replay'),
-                                             pg_catalog.hashtext(request::text || webhook_replay.reason));
+    -- waits for the first, then finds it: replays start one at a time.
+    PERFORM webhook._maintenance_lock('replay');
     SELECT r.id, false, false, r.events, NULL INTO result
       FROM webhook.replays r
      WHERE r.filter = request AND r.reason = webhook_replay.reason;
@@ -271,7 +270,7 @@ BEGIN
 
     -- webhook_purge decides which archive rows may go from the events'
     -- inbox rows; it must not decide while finished rows become ready.
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg_webhook_inbox archive partitions'));
+    PERFORM webhook._maintenance_lock('archive partitions');
     INSERT INTO webhook.replays (reason, filter, rate, events)
     VALUES (webhook_replay.reason, request, webhook_replay.rate, 0)
     RETURNING webhook.replays.id INTO started;

@@ -840,6 +840,44 @@ COMMENT ON COLUMN webhook.app_scopes.consumers IS 'The inbox consumers it may le
 COMMENT ON COLUMN webhook.app_scopes.scoped_at IS 'When the scope was set';
 COMMENT ON COLUMN webhook.app_scopes.scoped_by IS 'Who set it (the session user)';
 
+-- A random key made at install, readable by the extension's owner only.
+-- The portable edition keeps what a transaction has done so far (the
+-- claims whose commit completes their event) in a setting, which any
+-- role can write; it seals the value with an HMAC under this key, bound
+-- to the backend and the transaction, and takes a value it did not seal
+-- for none (portable/plumbing.sql, webhook._state). The compiled
+-- edition keeps that state in its backend's memory and never reads it.
+-- Not dumped: a restore's install makes a key of its own, and a sealed
+-- value lives no longer than its transaction.
+CREATE TABLE webhook.state_key (
+    one boolean NOT NULL DEFAULT true CONSTRAINT state_key_pkey PRIMARY KEY
+        CONSTRAINT state_key_one_check CHECK (one),
+    key bytea   NOT NULL
+);
+INSERT INTO webhook.state_key (key)
+SELECT pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text,
+                                            '-', ''), 'hex');
+COMMENT ON TABLE webhook.state_key IS
+    'The key the portable edition seals a transaction''s state with; the extension owner''s alone';
+COMMENT ON COLUMN webhook.state_key.one IS 'Always true: the table holds one row';
+COMMENT ON COLUMN webhook.state_key.key IS 'Random bytes made at install';
+
+-- The locks of the extension's own maintenance: one run at a time of
+-- the archive's partitioning and purging (with the backfills and replays
+-- that add inbox rows while it decides), of the metrics' rollup, of alert
+-- evaluation, of replays. Each is a row here, locked FOR UPDATE by the
+-- run that holds it: a table only the extension's owner may touch, so no
+-- other role can take such a lock and stop the maintenance, as it could
+-- an advisory lock on a known key (pg_advisory_lock is PUBLIC's).
+CREATE TABLE webhook.maintenance_locks (
+    name text NOT NULL CONSTRAINT maintenance_locks_pkey PRIMARY KEY
+);
+INSERT INTO webhook.maintenance_locks (name)
+VALUES ('archive partitions'), ('metrics'), ('alerts'), ('replay');
+COMMENT ON TABLE webhook.maintenance_locks IS
+    'A row per kind of maintenance, locked by the one run of it at a time; the extension owner''s alone';
+COMMENT ON COLUMN webhook.maintenance_locks.name IS 'The kind of maintenance';
+
 -- Nobody but the extension's functions writes here. (New tables grant
 -- nothing to PUBLIC; these statements make that explicit for DBAs.)
 REVOKE ALL ON SCHEMA webhook FROM PUBLIC;

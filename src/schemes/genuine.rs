@@ -892,6 +892,35 @@ mod tests {
         }
     }
 
+    /// A form is read before its signature is checked: one of at most
+    /// MAX_FORM_FIELDS fields verifies, one of more is refused before any
+    /// is decoded, even signed.
+    #[test]
+    fn a_form_of_too_many_fields_is_refused_unread() {
+        use super::super::twilio::MAX_FORM_FIELDS;
+        let at = 1_800_000_000;
+        let sender = Sender::of("twilio");
+        let form = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|i| format!("F{i}=%41{i}"))
+                .collect::<Vec<_>>()
+                .join("&")
+                .into_bytes()
+        };
+        let most = sender.sign("evt_1", "thing.created", form(MAX_FORM_FIELDS), at);
+        assert_eq!(check(&sender, &most, at), Ok(()));
+        let more = sender.sign("evt_1", "thing.created", form(MAX_FORM_FIELDS + 1), at);
+        assert_eq!(
+            check(&sender, &more, at),
+            Err(super::super::Reason::BadSignature)
+        );
+        // Empty pairs are no fields: '&&' between the most fields.
+        let mut padded = form(MAX_FORM_FIELDS);
+        padded.extend_from_slice(&[b'&'; 5000]);
+        let padded = sender.sign("evt_1", "thing.created", padded, at);
+        assert_eq!(check(&sender, &padded, at), Ok(()));
+    }
+
     /// Every sender's delivery verifies, and so does the other body for
     /// exactly the schemes whose catalog entry says the body is not
     /// vouched for by a digest.

@@ -1032,6 +1032,8 @@ pub fn move_rows(source: &str, target: &str, extension: bool) {
         "--schema=webhook",
         "--load-via-partition-root",
         "--exclude-table-data=webhook.metric_marks",
+        "--exclude-table-data=webhook.state_key",
+        "--exclude-table-data=webhook.maintenance_locks",
     ];
     if extension {
         args.push("--extension=pg_webhook_inbox");
@@ -1067,7 +1069,7 @@ pub fn webhook_rows(client: &mut Client) -> String {
         .query(
             "SELECT c.relname::text FROM pg_class c
               WHERE c.relnamespace = 'webhook'::regnamespace AND c.relkind IN ('r', 'p')
-                AND NOT c.relispartition AND c.relname <> 'metric_marks'
+                AND NOT c.relispartition AND c.relname NOT IN ('metric_marks', 'state_key', 'maintenance_locks')
               ORDER BY 1",
             &[],
         )
