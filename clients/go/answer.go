@@ -104,6 +104,14 @@ func Unavailable() Answer {
 }
 
 // UnknownProvider: no provider of that name is registered.
+// TooLarge is the answer to a body larger than the handler or the
+// database takes.
+func TooLarge() Answer { return jsonAnswer(413, map[string]any{"status": "too_large"}) }
+
+// Refused is the answer to a delivery the database refused for a reason
+// that is no outage: logged, never sent; the provider retries.
+func Refused() Answer { return jsonAnswer(500, map[string]any{"status": "error"}) }
+
 func UnknownProvider(provider string) Answer {
 	return jsonAnswer(404, map[string]any{"status": "unknown_provider", "provider": provider})
 }

@@ -84,6 +84,11 @@ func receiveArgs(provider string, h http.Header, body []byte, o Options) []any {
 // ErrUnknownProvider: webhook_receive knows no provider of that name (42704).
 var ErrUnknownProvider = errors.New("no such provider is registered")
 
+// ErrPayloadTooLarge: the body is larger than the handler takes
+// (MaxBody), or than the database's webhook.max_payload_size (54000).
+// Answered 413.
+var ErrPayloadTooLarge = errors.New("request body too large")
+
 // Receive is webhook_receive in the caller's open transaction tx; the
 // caller commits, then sends d.Answer().
 func Receive[T any](ctx context.Context, drv Driver[T], tx T, provider string, h http.Header, body []byte, o Options) (Delivery, error) {
@@ -93,8 +98,11 @@ func Receive[T any](ctx context.Context, drv Driver[T], tx T, provider string, h
 		&d.ID, &d.Claimed, &status, &d.Attempts, &result, &d.HTTPStatus, &d.Reason, &d.EventID,
 		&d.EventType, &d.EventTypeSigned, &d.Response, &d.ResponseType)
 	if err != nil {
-		if SQLState(err) == unknownProviderState {
+		switch SQLState(err) {
+		case unknownProviderState:
 			return d, fmt.Errorf("%w: %q", ErrUnknownProvider, provider)
+		case tooLargeState:
+			return d, fmt.Errorf("%w: %v", ErrPayloadTooLarge, err)
 		}
 		return d, err
 	}
@@ -129,6 +137,9 @@ type Handler[T any] struct {
 // anything parsed it: the signature covers exactly those bytes) and the
 // path and query the provider called.
 func (h *Handler[T]) Handle(ctx context.Context, provider string, header http.Header, body []byte, pathAndQuery string, work Work[T]) Answer {
+	if len(body) > MaxBody {
+		return TooLarge()
+	}
 	o := Options{URL: PublicURL(h.PublicURL, pathAndQuery), Inbox: h.Inbox, CompleteOnCommit: true}
 	attempt := func() (Answer, error) {
 		var answer Answer
@@ -194,9 +205,11 @@ func Retrying(ctx context.Context, attempt func() (Answer, error), retrySeconds 
 			return answer
 		case errors.Is(err, ErrUnknownProvider):
 			return UnknownProvider(provider)
+		case errors.Is(err, ErrPayloadTooLarge):
+			return TooLarge()
 		case !IsOutage(err):
 			onError(err)
-			return jsonAnswer(500, map[string]any{"status": "error"})
+			return Refused()
 		case time.Now().Add(wait).After(deadline) || ctx.Err() != nil:
 			return Unavailable()
 		}

@@ -19,10 +19,15 @@ func (h *Handler[T]) HTTP(work Work[T], provider string) http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		// The raw bytes, before anything parses them: the signature covers exactly those.
+		// The raw bytes, before anything parses them: the signature covers
+		// exactly those. A declared length over the bound is refused unread.
+		if r.ContentLength > MaxBody {
+			write(w, TooLarge())
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 		if err != nil {
-			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			write(w, TooLarge())
 			return
 		}
 		name := provider

@@ -16,4 +16,5 @@ const (
 	RollbackToSQL = "ROLLBACK TO SAVEPOINT pg_webhook_inbox_work"
 
 	unknownProviderState = "42704" // webhook_receive: no such provider registered
+	tooLargeState        = "54000" // webhook_receive: larger than webhook.max_payload_size
 )

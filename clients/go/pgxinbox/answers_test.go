@@ -180,6 +180,14 @@ func TestEveryAnswerOfTheTable(t *testing.T) {
 			if got["status"] != want.Status || (want.Reason != "" && got["reason"] != want.Reason) {
 				t.Fatalf("%s: %s", c.Name, s.body)
 			}
+			if want.Keys != nil && len(got) != len(want.Keys) {
+				t.Fatalf("%s: keys of %s, not only %v", c.Name, s.body, want.Keys)
+			}
+			for _, k := range want.Keys {
+				if _, ok := got[k]; !ok {
+					t.Fatalf("%s: no %q in %s", c.Name, k, s.body)
+				}
+			}
 			if want.Result != nil {
 				r, _ := json.Marshal(got["result"])
 				var a, b any

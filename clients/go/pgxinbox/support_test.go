@@ -6,6 +6,7 @@ package pgxinbox_test
 // the server restart, and the worker child process.
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -37,6 +38,7 @@ type expect struct {
 	Result      json.RawMessage `json:"result"`
 	Body        *string         `json:"body"`
 	ContentType string          `json:"content_type"`
+	Keys        []string        `json:"keys"`
 }
 
 type testCase struct {
@@ -44,6 +46,7 @@ type testCase struct {
 	Provider string  `json:"provider"`
 	Event    string  `json:"event"`
 	RawBody  *string `json:"raw_body"`
+	BodySize int     `json:"body_bytes"`
 	Sign     string  `json:"sign"`
 	Fail     bool    `json:"fail"`
 	Expect   json.RawMessage
@@ -99,7 +102,9 @@ const stripeSecret = "whsec_clients_suite"
 // delivery is a case's provider, headers and body.
 func (c testCase) delivery(run string) (string, http.Header, []byte) {
 	var body []byte
-	if c.RawBody != nil {
+	if c.BodySize > 0 {
+		body = bytes.Repeat([]byte("x"), c.BodySize)
+	} else if c.RawBody != nil {
 		body = []byte(strings.ReplaceAll(*c.RawBody, "{run}", run))
 	} else {
 		body = stripeEvent(strings.ReplaceAll(c.Event, "{run}", run), run)

@@ -39,6 +39,8 @@ def test_every_answer_of_the_table(adapter, admin):
             continue
         answer = json.loads(body)
         assert answer["status"] == want["status"], (case["name"], answer)
+        if "keys" in want:
+            assert sorted(answer) == sorted(want["keys"]), (case["name"], answer)
         if "reason" in want:
             assert answer["reason"] == want["reason"], (case["name"], answer)
         if "result" in want:
@@ -91,6 +93,113 @@ def test_a_database_that_stays_away_is_answered_503_with_retry_after(cls):
         assert time.monotonic() - started < 6
     finally:
         a.close()
+
+
+def test_an_outage_is_answered_within_retry_seconds_whatever_the_pool_would_wait():
+    """psycopg_pool waits 30 s for a connection by default, longer than
+    GitHub waits for an answer: the handlers ask a pool for a connection
+    for no longer than their retry_seconds leave."""
+    import asyncio
+
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    from pg_webhook_inbox.psycopg import AsyncHandler, Handler
+
+    body = stripe_event("evt_away_pool", "away")
+    pool = ConnectionPool(adapters.AWAY, min_size=1, max_size=2, open=True)  # its own timeout: 30 s
+    try:
+        started = time.monotonic()
+        answer = Handler(pool, retry_seconds=2.0)("stripe", stripe_headers(body), body, lambda conn, d: None)
+        assert (answer.status, json.loads(answer.body)) == (503, {"status": "unavailable"})
+        assert time.monotonic() - started < 4
+    finally:
+        pool.close(timeout=1)
+
+    async def through_the_async_handler():
+        apool = AsyncConnectionPool(adapters.AWAY, min_size=1, max_size=2, open=False)
+        try:
+            started = time.monotonic()
+            handler = AsyncHandler(apool, retry_seconds=2.0)
+
+            async def work(conn, d):
+                return None
+            answer = await handler("stripe", stripe_headers(body), body, work)
+            return answer, time.monotonic() - started
+        finally:
+            await apool.close(timeout=1)
+
+    answer, took = asyncio.run(through_the_async_handler())
+    assert (answer.status, json.loads(answer.body)) == (503, {"status": "unavailable"})
+    assert took < 4, took
+
+
+def test_only_an_outage_is_tried_again(database_url):
+    """A statement timeout (57014) is no outage: answered 500 at once, its
+    words logged, not sent; a closed connection's error is one."""
+    from psycopg_pool import ConnectionPool
+
+    from pg_webhook_inbox.errors import connection_lost
+    from pg_webhook_inbox.psycopg import Handler
+
+    with ConnectionPool(database_url, min_size=1, max_size=1, open=True,
+                        kwargs={"options": "-c statement_timeout=1"}) as slow:
+        run = new_run()
+        body = stripe_event(f"evt_{run}_timeout", run)
+        started = time.monotonic()
+
+        def work(conn, delivery):
+            conn.execute("SELECT pg_sleep(0.1)")
+        answer = Handler(slow, retry_seconds=5.0)("stripe", stripe_headers(body), body, work)
+        assert time.monotonic() - started < 2, "tried again"
+        assert answer.status in (500,), answer
+        assert "57014" not in answer.body and "statement timeout" not in answer.body, answer.body
+    try:
+        psycopg.connect(adapters.AWAY)
+    except psycopg.OperationalError as exc:
+        assert connection_lost(exc)
+    with psycopg.connect(database_url) as conn:
+        try:
+            conn.execute("SET statement_timeout = 1; SELECT pg_sleep(0.1)")
+        except psycopg.errors.QueryCanceled as exc:
+            assert not connection_lost(exc)
+
+
+def test_a_header_sent_twice_reaches_the_extension_as_in_every_other_adapter(database_url):
+    """Starlette keeps each copy of a header, where WSGI servers, Node and
+    Rack join them: every adapter passes them joined with ", ", so that
+    the extension decides, alike whatever the framework."""
+    from starlette.datastructures import Headers
+
+    from pg_webhook_inbox.flow import headers_json
+
+    both = Headers(raw=[(b"stripe-signature", b"t=1,v1=a"), (b"stripe-signature", b"t=1,v1=b"), (b"x-a", b"y")])
+    assert json.loads(headers_json(both)) == {"stripe-signature": "t=1,v1=a, t=1,v1=b", "x-a": "y"}
+    run = new_run()
+    answers = []
+    fastapi, direct = adapters.FastApi(database_url, adapters.Trouble()), adapters.Direct(database_url, adapters.Trouble())
+    try:
+        for order in ("forged first", "genuine first"):
+            pair = []
+            for via in ("fastapi", "joined"):
+                body = stripe_event(f"evt_{run}_{order[0]}_{via}", run)
+                genuine = stripe_headers(body)["Stripe-Signature"]
+                forged = stripe_headers(body, "whsec_someone_else")["Stripe-Signature"]
+                copies = [forged, genuine] if order == "forged first" else [genuine, forged]
+                if via == "fastapi":
+                    r = fastapi.client.post("/webhooks/stripe", content=body,
+                                            headers=[("Content-Type", "application/json")]
+                                            + [("Stripe-Signature", c) for c in copies])
+                    pair.append((r.status_code, json.loads(r.text)["status"]))
+                else:
+                    status, _, text, _ = direct.send("stripe", {"Content-Type": "application/json",
+                                                                "Stripe-Signature": ", ".join(copies)}, body)
+                    pair.append((status, json.loads(text)["status"]))
+            assert pair[0] == pair[1], (order, pair)
+            answers.append(pair[0])
+    finally:
+        fastapi.close()
+        direct.close()
+    assert answers, answers
 
 
 def test_a_provider_nobody_registered_is_answered_404(adapter):

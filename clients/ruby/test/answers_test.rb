@@ -28,6 +28,7 @@ ADAPTERS.each do |adapter_class|
         end
         answer = JSON.parse(r.body)
         assert_equal want["status"], answer["status"], "#{c["name"]}: #{r.body}"
+        assert_equal want["keys"].sort, answer.keys.sort, "#{c["name"]}: #{r.body}" if want["keys"]
         assert_equal want["reason"], answer["reason"], c["name"] if want["reason"]
         assert_equal want["result"], answer["result"], c["name"] if want["result"]
       end

@@ -70,6 +70,12 @@ export const unavailable = (): Answer => ({
 export const unknownProvider = (provider: string): Answer =>
   json(404, { status: "unknown_provider", provider });
 
+/** The body is larger than the handler or the database takes. */
+export const tooLarge = (): Answer => json(413, { status: "too_large" });
+
+/** The database refused the delivery for a reason logged, never sent: the provider retries. */
+export const refusedAnswer = (): Answer => json(500, { status: "error" });
+
 type Row = Record<string, unknown>;
 
 /** A row of webhook_receive, as any driver returns it. */

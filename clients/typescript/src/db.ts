@@ -87,3 +87,38 @@ export function postgresJsClient(sql: PostgresJsTxLike): Queryable {
 export function postgresJs(sql: PostgresJsLike): Transact {
   return <T>(fn: (db: Queryable) => Promise<T>) => Promise.resolve(sql.begin((tx) => fn(postgresJsClient(tx)))) as Promise<T>;
 }
+
+/**
+ * A node-postgres client configuration from either form libpq takes: a
+ * URL (`postgresql://…`) or keyword/value pairs (`host=… dbname=…`, values
+ * in single quotes where they hold spaces), as every other package of this
+ * extension takes them.
+ */
+export function pgConfig(conninfo: string): Record<string, unknown> {
+  if (/^postgres(ql)?:\/\//.test(conninfo.trim())) return { connectionString: conninfo };
+  const names: Record<string, string> = {
+    host: "host",
+    hostaddr: "host",
+    port: "port",
+    dbname: "database",
+    user: "user",
+    password: "password",
+    application_name: "application_name",
+    options: "options",
+  };
+  const config: Record<string, unknown> = {};
+  const pair = /\s*([A-Za-z_]+)\s*=\s*(?:'((?:[^'\\]|\\.)*)'|([^\s']*))/y;
+  let at = 0;
+  while (at < conninfo.length && conninfo.slice(at).trim() !== "") {
+    pair.lastIndex = at;
+    const m = pair.exec(conninfo);
+    if (!m) throw new Error(`not a connection string: ${JSON.stringify(conninfo.slice(at, at + 40))}`);
+    const value = m[2] !== undefined ? m[2].replace(/\\(.)/g, "$1") : m[3];
+    if (m[1] === "connect_timeout") config.connectionTimeoutMillis = Number(value) * 1000;
+    else if (m[1] === "sslmode") config.ssl = value === "disable" ? false : value === "require" ? { rejectUnauthorized: false } : true;
+    else if (names[m[1]]) config[names[m[1]]] = m[1] === "port" ? Number(value) : value;
+    else throw new Error(`connection string: keyword "${m[1]}" is not supported here`);
+    at = pair.lastIndex;
+  }
+  return config;
+}

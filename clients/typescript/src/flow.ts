@@ -13,14 +13,31 @@
 // answered 503 with Retry-After. Trying again is safe: what the broken
 // attempt wrote was rolled back with it, and one that did commit is
 // answered as a duplicate the second time. Never a 500 for a delivery not
-// stored.
+// stored. Only a database that is away is tried again: anything else it
+// answers would be answered the same.
+//
+// A body over maxBody (10 MiB), or over the database's
+// webhook.max_payload_size, is answered 413. A database error never
+// reaches the response: it is logged (console.error) and answered 500.
 
-import { Answer, Delivery, answerFor, deliveryFrom, failed, unavailable, unknownProvider } from "./answers.js";
+import {
+  Answer,
+  Delivery,
+  answerFor,
+  deliveryFrom,
+  failed,
+  refusedAnswer,
+  tooLarge,
+  unavailable,
+  unknownProvider,
+} from "./answers.js";
 import { Queryable, Transact } from "./db.js";
-import { UnknownProvider, isOutage, sqlstate } from "./outage.js";
+import { PayloadTooLarge, UnknownProvider, isOutage, sqlstate } from "./outage.js";
 import * as sql from "./statements.js";
 
 export const RETRY_SECONDS = 8;
+/** The largest body a handler reads: 10 MiB. */
+export const MAX_BODY = 10 * 1024 * 1024;
 
 /** Request headers as frameworks hold them: fetch's `Headers`, or Node's object. */
 export type HeadersLike = Headers | Record<string, string | string[] | undefined>;
@@ -68,6 +85,7 @@ async function receiveWith(db: Queryable, params: unknown[]): Promise<Delivery> 
     return deliveryFrom(row);
   } catch (error) {
     if (sqlstate(error) === sql.UNKNOWN_PROVIDER) throw new UnknownProvider(String(params[0]));
+    if (sqlstate(error) === sql.PAYLOAD_TOO_LARGE) throw new PayloadTooLarge(String((error as Error).message));
     throw error;
   }
 }
@@ -110,7 +128,12 @@ export async function retrying(attempt: () => Promise<Answer>, retrySeconds = RE
       return await attempt();
     } catch (error) {
       if (error instanceof UnknownProvider) return unknownProvider(error.provider);
-      if (!isOutage(error)) throw error;
+      if (error instanceof PayloadTooLarge) return tooLarge();
+      if (!isOutage(error)) {
+        // Logged with the database's words, answered without them.
+        console.error("pg-webhook-inbox: webhook delivery failed:", error);
+        return refusedAnswer();
+      }
       if (Date.now() + wait >= deadline) return unavailable();
       await sleep(wait);
       wait = Math.min(wait * 2, 1000);
@@ -133,6 +156,8 @@ export interface HandlerOptions {
   publicUrl?: string;
   retrySeconds?: number;
   inbox?: boolean;
+  /** The largest body taken, in bytes (10 MiB); a larger one is answered 413. */
+  maxBody?: number;
 }
 
 /** Handles deliveries, each in a transaction of its own from `transact`. */
@@ -142,7 +167,12 @@ export class WebhookHandler {
     readonly options: HandlerOptions = {},
   ) {}
 
-  handle(provider: string, headers: HeadersLike, body: Uint8Array, work: Work, path = ""): Promise<Answer> {
+  get maxBody(): number {
+    return this.options.maxBody ?? MAX_BODY;
+  }
+
+  async handle(provider: string, headers: HeadersLike, body: Uint8Array, work: Work, path = ""): Promise<Answer> {
+    if (body.byteLength > this.maxBody) return tooLarge();
     const params = receiveParams(provider, headers, body, {
       url: publicUrl(this.options.publicUrl, path),
       inbox: this.options.inbox,

@@ -6,4 +6,4 @@
 export * from "./answers.js";
 export * from "./db.js";
 export * from "./flow.js";
-export { UnknownProvider, isOutage } from "./outage.js";
+export { PayloadTooLarge, UnknownProvider, isOutage } from "./outage.js";

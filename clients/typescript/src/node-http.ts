@@ -1,18 +1,39 @@
 // Express and Fastify, on Node's own request objects.
 
 import type { IncomingMessage } from "node:http";
-import { WebhookHandler, Work } from "./flow.js";
+import { Answer, refusedAnswer, tooLarge } from "./answers.js";
+import { MAX_BODY, WebhookHandler, Work } from "./flow.js";
+import { PayloadTooLarge } from "./outage.js";
 
-/** The raw bytes of a Node request that no body parser has read. */
-export async function readBody(req: IncomingMessage, limit = 10 * 1024 * 1024): Promise<Buffer> {
+/**
+ * The raw bytes of a Node request that no body parser has read, up to
+ * `limit`: PayloadTooLarge for a Content-Length over it, before anything
+ * is read, or for a stream that goes past it.
+ */
+export async function readBody(req: IncomingMessage, limit = MAX_BODY): Promise<Buffer> {
+  if (Number(req.headers["content-length"] ?? NaN) > limit) throw new PayloadTooLarge();
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req) {
     size += (chunk as Buffer).length;
-    if (size > limit) throw Object.assign(new Error("request body too large"), { status: 413 });
+    if (size > limit) {
+      req.destroy();
+      throw new PayloadTooLarge();
+    }
     chunks.push(chunk as Buffer);
   }
   return Buffer.concat(chunks);
+}
+
+/**
+ * The answer to what escaped a delivery: 413 for a body too large, else a
+ * 500 that says nothing of the database (logged here).
+ */
+function escaped(error: unknown): Answer {
+  if (error instanceof PayloadTooLarge || (error as { code?: unknown })?.code === "FST_ERR_CTP_BODY_TOO_LARGE")
+    return tooLarge();
+  console.error("pg-webhook-inbox: webhook delivery failed:", error);
+  return refusedAnswer();
 }
 
 type ExpressRequest = IncomingMessage & { body?: unknown; params?: Record<string, string>; originalUrl?: string };
@@ -31,26 +52,30 @@ type ExpressResponse = {
  */
 export function webhookExpress(handler: WebhookHandler, work: Work, provider?: string) {
   return async (req: ExpressRequest, res: ExpressResponse, next: (err?: unknown) => void) => {
+    let a: Answer;
     try {
       let body: Buffer;
       if (Buffer.isBuffer(req.body)) body = req.body;
       else if (req.body !== undefined && req.readableEnded)
-        throw new Error("webhookExpress: the body was parsed before the webhook route; mount it before express.json(), or behind express.raw()");
-      else body = await readBody(req);
+        return next(
+          new Error("webhookExpress: the body was parsed before the webhook route; mount it before express.json(), or behind express.raw()"),
+        );
+      else body = await readBody(req, handler.maxBody);
       const name = provider ?? req.params?.provider ?? "";
-      const a = await handler.handle(name, req.headers, body, work, req.originalUrl ?? req.url ?? "");
-      res.status(a.status).set(a.headers).type(a.contentType).send(a.body);
+      a = await handler.handle(name, req.headers, body, work, req.originalUrl ?? req.url ?? "");
     } catch (error) {
-      next(error);
+      a = escaped(error);
     }
+    res.status(a.status).set(a.headers).type(a.contentType).send(a.body);
   };
 }
 
 type FastifyLike = {
   removeAllContentTypeParsers(): void;
+  setErrorHandler(handler: (error: unknown, req: unknown, reply: FastifyReplyLike) => unknown): void;
   addContentTypeParser(
     type: string,
-    opts: { parseAs: "buffer" },
+    opts: { parseAs: "buffer"; bodyLimit: number },
     parser: (req: unknown, body: Buffer, done: (err: Error | null, body?: Buffer) => void) => void,
   ): void;
   post(path: string, handler: (req: FastifyRequestLike, reply: FastifyReplyLike) => Promise<unknown>): void;
@@ -66,17 +91,21 @@ type FastifyReplyLike = {
 /**
  * A Fastify plugin: `app.register(webhookFastify(handler, work))` serves
  * `POST /webhooks/:provider` (or `path`). Inside the plugin every body is
- * kept as its raw bytes; the application's other routes keep their parsers.
+ * kept as its raw bytes, up to the handler's maxBody (Fastify's own limit
+ * is 1 MiB), and an error is answered as every adapter answers it, never
+ * with Fastify's serialisation of it; the application's other routes keep
+ * their parsers and error handler.
  */
 export function webhookFastify(handler: WebhookHandler, work: Work, path = "/webhooks/:provider") {
   return async (app: FastifyLike) => {
+    const send = (reply: FastifyReplyLike, a: Answer) => reply.code(a.status).type(a.contentType).headers(a.headers).send(a.body);
     app.removeAllContentTypeParsers();
-    app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
+    app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: handler.maxBody }, (_req, body, done) => done(null, body));
+    app.setErrorHandler((error, _req, reply) => send(reply, escaped(error)));
     app.post(path, async (req, reply) => {
       const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
       const name = (req.params as { provider?: string }).provider ?? "";
-      const a = await handler.handle(name, req.headers, body, work, req.url);
-      return reply.code(a.status).type(a.contentType).headers(a.headers).send(a.body);
+      return send(reply, await handler.handle(name, req.headers, body, work, req.url));
     });
   };
 }

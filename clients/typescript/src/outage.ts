@@ -53,6 +53,18 @@ export function sqlstate(error: unknown, depth = 0): string | undefined {
   return sqlstate(e.cause, depth + 1);
 }
 
+/**
+ * The body is larger than the handler takes (`maxBody`), or than the
+ * database's webhook.max_payload_size (54000): answered 413.
+ */
+export class PayloadTooLarge extends Error {
+  readonly status = 413;
+  constructor(message = "request body too large") {
+    super(message);
+    this.name = "PayloadTooLarge";
+  }
+}
+
 /** webhook_receive knows no provider of this name: answered 404. */
 export class UnknownProvider extends Error {
   constructor(readonly provider: string) {

@@ -29,4 +29,5 @@ export const ROLLBACK_TO = "ROLLBACK TO SAVEPOINT pg_webhook_inbox_work";
 
 // SQLSTATEs the package acts on.
 export const UNKNOWN_PROVIDER = "42704"; // webhook_receive: no such provider registered
+export const PAYLOAD_TOO_LARGE = "54000"; // webhook_receive: larger than webhook.max_payload_size
 export const TAKEN_OVER = "55006"; // a lease ran out and another worker holds the event

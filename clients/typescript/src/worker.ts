@@ -18,7 +18,7 @@
 //   (needs a direct or session-pooled connection; `listen: false` polls).
 
 import pg from "pg";
-import { Queryable, pgClient } from "./db.js";
+import { Queryable, pgClient, pgConfig } from "./db.js";
 import { isOutage, sqlstate } from "./outage.js";
 import * as sql from "./statements.js";
 
@@ -36,6 +36,7 @@ export interface InboxEvent {
 }
 
 export interface WorkerOptions {
+  /** A URL (`postgresql://…`) or libpq's keyword/value form (`host=… dbname=…`). */
   connectionString: string;
   /** Runs in the batch's transaction: its writes on `db` commit with the event's completion. */
   work: (db: Queryable, event: InboxEvent) => Promise<void>;
@@ -131,8 +132,8 @@ export class Worker {
 
   private async runConnected(): Promise<void> {
     const { connectionString, listen = true, pollMs = 1000 } = this.options;
-    const conn = new pg.Client({ connectionString });
-    const listener = listen ? new pg.Client({ connectionString }) : null;
+    const conn = new pg.Client(pgConfig(connectionString));
+    const listener = listen ? new pg.Client(pgConfig(connectionString)) : null;
     // A lost connection also emits 'error'; the failing query reports it.
     conn.on("error", () => undefined);
     listener?.on("error", () => this.wake?.());

@@ -39,6 +39,7 @@ for (const make of ALL) {
           }
           const answer = JSON.parse(r.body);
           assert.equal(answer.status, want.status, `${c.name}: ${r.body}`);
+          if (want.keys !== undefined) assert.deepEqual(Object.keys(answer).sort(), [...want.keys].sort(), `${c.name}: ${r.body}`);
           if (want.reason !== undefined) assert.equal(answer.reason, want.reason, c.name);
           if (want.result !== undefined) assert.deepEqual(answer.result, want.result, c.name);
         }

@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import path from "node:path";
 import { it } from "node:test";
 import pg from "pg";
-import { pgClient, receive } from "../src/index.js";
+import { pgClient, pgConfig, receive } from "../src/index.js";
 import { Backoff, InboxEvent, Worker, WorkerOptions } from "../src/worker.js";
 import { ADMIN_URL, DATABASE_URL, newRun, orders, perEvent, restartServer, stripeEvent, stripeHeaders } from "./support.js";
 import type { Queryable } from "../src/db.js";
@@ -82,6 +82,31 @@ it("a pool of workers does every event once", async () => {
     await p.stop();
   }
   assert.equal(await onceEach(run), 60);
+});
+
+it("takes libpq's keyword/value connection strings as the other packages do", async () => {
+  const url = new URL(DATABASE_URL);
+  const conninfo = `host=${url.hostname} port=${url.port || 5432} dbname='${url.pathname.slice(1)}' user=${decodeURIComponent(url.username)} application_name='a worker'`;
+  assert.deepEqual(pgConfig("postgresql://u@h/d"), { connectionString: "postgresql://u@h/d" });
+  assert.deepEqual(pgConfig("host=h port=5433 dbname='my db' user=u password='it\\'s' connect_timeout=2"), {
+    host: "h",
+    port: 5433,
+    database: "my db",
+    user: "u",
+    password: "it's",
+    connectionTimeoutMillis: 2000,
+  });
+  assert.throws(() => pgConfig("host=h nonsense"), /not a connection string/);
+  assert.throws(() => pgConfig("host=h krbsrvname=x"), /keyword "krbsrvname" is not supported/);
+  const run = newRun();
+  await queue(run, 3);
+  const w = pool(1, { connectionString: conninfo });
+  try {
+    await waitFor(run, 3);
+  } finally {
+    await w.stop();
+  }
+  assert.equal(await onceEach(run), 3);
 });
 
 it("a failing event undoes its own work only", async () => {

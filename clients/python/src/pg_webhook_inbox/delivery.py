@@ -52,6 +52,17 @@ class Answer:
         return Answer(503, json.dumps({"status": "unavailable"}), headers={"Retry-After": "30"})
 
     @staticmethod
+    def too_large() -> "Answer":
+        """The body is larger than the handler or the database takes."""
+        return Answer.json(413, status="too_large")
+
+    @staticmethod
+    def error() -> "Answer":
+        """The database refused the delivery for a reason logged, never
+        sent: the provider retries."""
+        return Answer.json(500, status="error")
+
+    @staticmethod
     def unknown_provider(provider: str) -> "Answer":
         return Answer.json(404, status="unknown_provider", provider=provider)
 

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from . import flow
 from .delivery import Answer, Delivery
+from .errors import PayloadTooLarge
 
 OUTAGE: flow.Errors = (OperationalError, InterfaceError)
 
@@ -27,14 +28,21 @@ def response(answer: Answer) -> HttpResponse:
 
 def webhook_view(work: Callable[[Delivery], Any], *, using: str = DEFAULT_DB_ALIAS,
                  public_url: Optional[str] = None, retry_seconds: float = flow.RETRY_SECONDS,
-                 inbox: Optional[bool] = None):
+                 inbox: Optional[bool] = None, max_body: int = flow.MAX_BODY):
     """``work(delivery)`` runs in a savepoint of the delivery's transaction;
-    what it returns (JSON-able, optional) is stored for duplicates."""
+    what it returns (JSON-able, optional) is stored for duplicates. The
+    body is read up to ``max_body`` (10 MiB), a larger one answered 413.
+    Connections are Django's: give the database a ``connect_timeout``
+    under ``retry_seconds`` so that an outage is answered 503 in time."""
 
     @csrf_exempt
     @require_POST
     def view(request: HttpRequest, provider: str) -> HttpResponse:
-        call = flow.receive_call(provider, request.headers, request.body,
+        try:
+            body = flow.read_body(request.META.get("CONTENT_LENGTH") or None, request.read, max_body)
+        except PayloadTooLarge:
+            return response(Answer.too_large())
+        call = flow.receive_call(provider, request.headers, body,
                                  url=flow.public_url(public_url, request.get_full_path()),
                                      inbox=inbox, complete_on_commit=True, lease=None)
 

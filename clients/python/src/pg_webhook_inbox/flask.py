@@ -11,7 +11,9 @@ from typing import Any, Callable
 
 from flask import Response, request
 
+from . import flow
 from .delivery import Answer
+from .errors import PayloadTooLarge
 
 
 def response(answer: Answer) -> Response:
@@ -21,7 +23,13 @@ def response(answer: Answer) -> Response:
 
 def webhook_view(handler: Callable[..., Answer], work: Callable[..., Any], endpoint: str = "webhook"):
     def view(provider: str) -> Response:
-        body = request.get_data()  # the raw bytes, before any form or JSON parsing
+        # The raw bytes, before any form or JSON parsing, up to the
+        # handler's max_body (10 MiB): a larger body is answered 413.
+        try:
+            body = flow.read_body(request.headers.get("Content-Length"), request.stream.read,
+                                  getattr(handler, "max_body", flow.MAX_BODY))
+        except PayloadTooLarge:
+            return response(Answer.too_large())
         query = request.query_string.decode("latin-1")
         path = request.path + (f"?{query}" if query else "")
         return response(handler(provider, request.headers, body, work, path=path))

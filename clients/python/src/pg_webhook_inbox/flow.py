@@ -14,28 +14,82 @@ connection to give) the whole delivery is tried again for up to
 then answered 503 with Retry-After. Trying again is safe: what the broken
 attempt wrote was rolled back with it, and one that did commit is answered
 as a duplicate the second time. Never a 500 for a delivery not stored.
+Only a database that is away is tried again (``errors.connection_lost``):
+anything else it answers would be answered the same.
+
+A body is read up to ``MAX_BODY`` (10 MiB; ``Content-Length`` checked
+first), and a larger one answered 413, as is one larger than the
+database's ``webhook.max_payload_size``. A database error never reaches
+the response: it is logged (logger ``pg_webhook_inbox``) and answered 500.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple, Type
+from typing import Any, AsyncIterable, Awaitable, Callable, Mapping, Optional, Tuple, Type
 
 from . import statements
 from .delivery import Answer, Delivery
-from .errors import UnknownProvider, sqlstate
+from .errors import PayloadTooLarge, Refused, UnknownProvider, connection_lost, sqlstate
 
 RETRY_SECONDS = 8.0
+MAX_BODY = 10 * 1024 * 1024
+log = logging.getLogger("pg_webhook_inbox")
 _FIRST_WAIT, _LAST_WAIT = 0.1, 1.0
 
 Errors = Tuple[Type[BaseException], ...]
 
 
-def headers_json(headers: Mapping[str, str]) -> str:
-    """The request's headers as the JSON object webhook_receive reads."""
+def headers_json(headers: Any) -> str:
+    """The request's headers as the JSON object webhook_receive reads. A
+    header sent more than once is passed once, its values joined with ", "
+    (as HTTP combines them, and as Node, Rack, Werkzeug and Django pass
+    them), so that the extension decides what it means, whatever the
+    framework."""
+    if hasattr(headers, "getlist"):  # Starlette and Werkzeug keep each copy
+        return json.dumps({str(k): ", ".join(str(v) for v in headers.getlist(k)) for k in headers.keys()})
     return json.dumps({str(k): str(v) for k, v in headers.items()})
+
+
+def _declared_too_large(content_length: Optional[str], limit: int) -> None:
+    try:
+        declared = int(content_length) if content_length is not None else None
+    except ValueError:
+        declared = None
+    if declared is not None and declared > limit:
+        raise PayloadTooLarge(f"Content-Length {declared} is over {limit} bytes")
+
+
+def read_body(content_length: Optional[str], read: Callable[[int], bytes], limit: int = MAX_BODY) -> bytes:
+    """A request's body, read with ``read(n)`` up to ``limit`` bytes:
+    PayloadTooLarge for a ``Content-Length`` over it, before anything is
+    read, or for a stream that goes past it."""
+    _declared_too_large(content_length, limit)
+    chunks, size = [], 0
+    while True:
+        chunk = read(min(65536, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the body is over {limit} bytes")
+
+
+async def read_body_async(content_length: Optional[str], stream: AsyncIterable[bytes],
+                          limit: int = MAX_BODY) -> bytes:
+    """``read_body`` from an ASGI body stream."""
+    _declared_too_large(content_length, limit)
+    chunks, size = [], 0
+    async for chunk in stream:
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the body is over {limit} bytes")
+    return b"".join(chunks)
 
 
 def receive_call(provider: str, headers: Mapping[str, str], body: bytes, *, url: Optional[str],
@@ -53,8 +107,19 @@ def receive_call(provider: str, headers: Mapping[str, str], body: bytes, *, url:
 
 
 def refused(provider: str, exc: BaseException) -> BaseException:
-    """The error to raise for a failed webhook_receive."""
-    return UnknownProvider(provider) if sqlstate(exc) == statements.UNKNOWN_PROVIDER else exc
+    """The error to raise for a failed webhook_receive that is no outage."""
+    code = sqlstate(exc)
+    if code == statements.UNKNOWN_PROVIDER:
+        return UnknownProvider(provider)
+    if code == statements.PAYLOAD_TOO_LARGE:
+        return PayloadTooLarge(str(exc))
+    if connection_lost(exc):  # an outage stays what it is, for the outage rule
+        return exc
+    return Refused(f"webhook_receive for provider {provider!r} failed: {code}: {exc}")
+
+
+def _outage(exc: BaseException, outage: Errors) -> bool:
+    return isinstance(exc, outage) and connection_lost(exc)
 
 
 def deliver(execute: Callable[[str, tuple], Any], savepoint: Callable[[], AbstractContextManager],
@@ -63,9 +128,9 @@ def deliver(execute: Callable[[str, tuple], Any], savepoint: Callable[[], Abstra
     ``execute(sql, params)`` returns the statement's first row."""
     try:
         delivery = Delivery.from_row(execute(*call))
-    except outage:
-        raise
     except Exception as exc:  # noqa: BLE001
+        if _outage(exc, outage):
+            raise
         raise refused(call[1][0], exc) from exc
     if not delivery.owns_event:
         return delivery.answer()
@@ -74,9 +139,9 @@ def deliver(execute: Callable[[str, tuple], Any], savepoint: Callable[[], Abstra
             result = work(delivery)
             if result is not None:
                 execute(statements.COMPLETE, (delivery.id, json.dumps(result)))
-    except outage:
-        raise
     except Exception as exc:  # noqa: BLE001 - recorded; the next delivery retries it
+        if _outage(exc, outage):
+            raise
         execute(statements.FAIL, (delivery.id, str(exc) or type(exc).__name__))
         return Answer.failed()
     return delivery.answer()
@@ -88,9 +153,9 @@ async def deliver_async(execute: Callable[[str, tuple], Awaitable[Any]],
     """``deliver`` for asyncio: the same steps, awaited."""
     try:
         delivery = Delivery.from_row(await execute(*call))
-    except outage:
-        raise
     except Exception as exc:  # noqa: BLE001
+        if _outage(exc, outage):
+            raise
         raise refused(call[1][0], exc) from exc
     if not delivery.owns_event:
         return delivery.answer()
@@ -99,45 +164,70 @@ async def deliver_async(execute: Callable[[str, tuple], Awaitable[Any]],
             result = await work(delivery)
             if result is not None:
                 await execute(statements.COMPLETE, (delivery.id, json.dumps(result)))
-    except outage:
-        raise
     except Exception as exc:  # noqa: BLE001
+        if _outage(exc, outage):
+            raise
         await execute(statements.FAIL, (delivery.id, str(exc) or type(exc).__name__))
         return Answer.failed()
     return delivery.answer()
 
 
+def _settled(exc: BaseException) -> Optional[Answer]:
+    """The answer to an attempt that raised something other than an
+    outage: 404, 413, or a 500 that says nothing of the database (which
+    is logged)."""
+    if isinstance(exc, UnknownProvider):
+        return Answer.unknown_provider(exc.provider)
+    if isinstance(exc, PayloadTooLarge):
+        return Answer.too_large()
+    log.error("webhook delivery failed: %s", exc, exc_info=exc)
+    return Answer.error()
+
+
+class Deadline:
+    """When the outage rule answers 503: ``retry_seconds`` from the
+    delivery's start. A pool is asked for a connection for no longer than
+    what is left, whatever its own timeout, so that the 503 comes in time."""
+
+    def __init__(self, retry_seconds: float):
+        self.at = time.monotonic() + retry_seconds
+
+    def left(self) -> float:
+        return max(self.at - time.monotonic(), 0.05)
+
+
 def retrying(attempt: Callable[[], Answer], outage: Errors, retry_seconds: float = RETRY_SECONDS,
-             on_outage: Callable[[BaseException], None] = lambda exc: None) -> Answer:
+             on_outage: Callable[[BaseException], None] = lambda exc: None,
+             deadline: Optional[Deadline] = None) -> Answer:
     """Run ``attempt`` (a whole delivery, its own transaction) again while
     the database is away; 503 once ``retry_seconds`` have passed."""
-    deadline = time.monotonic() + retry_seconds
+    deadline = deadline or Deadline(retry_seconds)
     wait = _FIRST_WAIT
     while True:
         try:
             return attempt()
-        except UnknownProvider as exc:
-            return Answer.unknown_provider(exc.provider)
-        except outage as exc:
+        except Exception as exc:  # noqa: BLE001 - answered, never sent on
+            if not _outage(exc, outage):
+                return _settled(exc)
             on_outage(exc)
-            if time.monotonic() + wait >= deadline:
+            if time.monotonic() + wait >= deadline.at:
                 return Answer.unavailable()
             time.sleep(wait)
             wait = min(wait * 2, _LAST_WAIT)
 
 
 async def retrying_async(attempt: Callable[[], Awaitable[Answer]], outage: Errors,
-                         retry_seconds: float = RETRY_SECONDS) -> Answer:
+                         retry_seconds: float = RETRY_SECONDS, deadline: Optional[Deadline] = None) -> Answer:
     """``retrying`` for asyncio."""
-    deadline = time.monotonic() + retry_seconds
+    deadline = deadline or Deadline(retry_seconds)
     wait = _FIRST_WAIT
     while True:
         try:
             return await attempt()
-        except UnknownProvider as exc:
-            return Answer.unknown_provider(exc.provider)
-        except outage:
-            if time.monotonic() + wait >= deadline:
+        except Exception as exc:  # noqa: BLE001
+            if not _outage(exc, outage):
+                return _settled(exc)
+            if time.monotonic() + wait >= deadline.at:
                 return Answer.unavailable()
             await asyncio.sleep(wait)
             wait = min(wait * 2, _LAST_WAIT)

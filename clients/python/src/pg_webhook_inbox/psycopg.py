@@ -12,7 +12,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from . import flow
 from .delivery import Answer, Delivery
 
-# A connection that broke or could not be had: the database is away.
+# Where a connection that broke or could not be had is told: the database
+# is away when the error also says so (errors.connection_lost).
 OUTAGE: flow.Errors = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 
 
@@ -56,21 +57,28 @@ class Handler:
 
     The pool should check connections as they leave it
     (``check=ConnectionPool.check_connection``), so that one a restart
-    broke is replaced instead of costing an attempt.
+    broke is replaced instead of costing an attempt. A connection is
+    waited for no longer than the delivery's ``retry_seconds`` allow,
+    whatever the pool's own timeout.
     """
 
     def __init__(self, pool: ConnectionPool, *, public_url: Optional[str] = None,
-                 retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None):
+                 retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None,
+                 max_body: int = flow.MAX_BODY):
         self.pool, self.public_url, self.retry_seconds, self.inbox = pool, public_url, retry_seconds, inbox
+        self.max_body = max_body
 
     def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                  work: Callable[[psycopg.Connection, Delivery], Any], *, path: str = "") -> Answer:
+        if len(body) > self.max_body:
+            return Answer.too_large()
         call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
                                  inbox=self.inbox, complete_on_commit=True, lease=None)
-        return flow.retrying(lambda: self._once(call, work), OUTAGE, self.retry_seconds)
+        deadline = flow.Deadline(self.retry_seconds)
+        return flow.retrying(lambda: self._once(call, work, deadline), OUTAGE, deadline=deadline)
 
-    def _once(self, call: tuple, work) -> Answer:
-        with self.pool.connection() as conn, conn.transaction():
+    def _once(self, call: tuple, work, deadline: flow.Deadline) -> Answer:
+        with self.pool.connection(timeout=deadline.left()) as conn, conn.transaction():
             return flow.deliver(lambda sql, p: conn.execute(sql, p).fetchone(), conn.transaction, call,
                                 lambda delivery: work(conn, delivery), OUTAGE)
 
@@ -82,8 +90,10 @@ class AsyncHandler:
     application is opened by the first delivery."""
 
     def __init__(self, pool: AsyncConnectionPool, *, public_url: Optional[str] = None,
-                 retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None):
+                 retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None,
+                 max_body: int = flow.MAX_BODY):
         self.pool, self.public_url, self.retry_seconds, self.inbox = pool, public_url, retry_seconds, inbox
+        self.max_body = max_body
         self._opening = asyncio.Lock()
         self._opened = False
 
@@ -97,14 +107,17 @@ class AsyncHandler:
     async def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                        work: Callable[[psycopg.AsyncConnection, Delivery], Awaitable[Any]], *,
                        path: str = "") -> Answer:
+        if len(body) > self.max_body:
+            return Answer.too_large()
         call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
                                  inbox=self.inbox, complete_on_commit=True, lease=None)
-        return await flow.retrying_async(lambda: self._once(call, work), OUTAGE, self.retry_seconds)
+        deadline = flow.Deadline(self.retry_seconds)
+        return await flow.retrying_async(lambda: self._once(call, work, deadline), OUTAGE, deadline=deadline)
 
-    async def _once(self, call: tuple, work) -> Answer:
+    async def _once(self, call: tuple, work, deadline: flow.Deadline) -> Answer:
         if not self._opened:
             await self._open()
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self.pool.connection(timeout=deadline.left()) as conn, conn.transaction():
             async def execute(sql, p):
                 return await (await conn.execute(sql, p)).fetchone()
             return await flow.deliver_async(execute, conn.transaction, call,

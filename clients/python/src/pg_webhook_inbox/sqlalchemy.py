@@ -44,11 +44,15 @@ class SessionHandler:
     ``work(session, delivery)`` runs in a nested transaction (a savepoint)."""
 
     def __init__(self, sessions: sessionmaker, *, public_url: Optional[str] = None,
-                 retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None):
+                 retry_seconds: float = flow.RETRY_SECONDS, inbox: Optional[bool] = None,
+                 max_body: int = flow.MAX_BODY):
         self.sessions, self.public_url, self.retry_seconds, self.inbox = sessions, public_url, retry_seconds, inbox
+        self.max_body = max_body
 
     def __call__(self, provider: str, headers: Mapping[str, str], body: bytes,
                  work: Callable[[Session, Delivery], Any], *, path: str = "") -> Answer:
+        if len(body) > self.max_body:
+            return Answer.too_large()
         call = flow.receive_call(provider, headers, body, url=flow.public_url(self.public_url, path),
                                  inbox=self.inbox, complete_on_commit=True, lease=None)
         return flow.retrying(lambda: self._once(call, work), OUTAGE, self.retry_seconds)

@@ -6,6 +6,8 @@
 
 The body is read as bytes before anything parses it: signatures cover
 exactly those bytes, and a framework's JSON model re-serialised is not them.
+It is read up to the handler's ``max_body`` (10 MiB), a larger one
+answered 413 without reading the rest.
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from typing import Any, Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
+from . import flow
 from .delivery import Answer, Delivery
+from .errors import PayloadTooLarge
 from .psycopg import AsyncHandler
 
 
@@ -36,7 +40,11 @@ def webhook_endpoint(handler: AsyncHandler, work: Callable[[Any, Delivery], Awai
     given here for a route of one provider's own."""
 
     async def endpoint(request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await flow.read_body_async(request.headers.get("content-length"), request.stream(),
+                                              handler.max_body)
+        except PayloadTooLarge:
+            return response(Answer.too_large())
         name = provider or request.path_params["provider"]
         return response(await handler(name, request.headers, body, work, path=path_and_query(request)))
 

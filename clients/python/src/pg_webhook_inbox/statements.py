@@ -34,3 +34,4 @@ LISTEN = "LISTEN webhook_inbox"
 
 # SQLSTATEs the package acts on.
 UNKNOWN_PROVIDER = "42704"  # webhook_receive: no such provider registered
+PAYLOAD_TOO_LARGE = "54000"  # webhook_receive: larger than webhook.max_payload_size

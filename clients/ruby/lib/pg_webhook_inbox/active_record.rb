@@ -56,13 +56,19 @@ module PgWebhookInbox
         end
       end
 
-      # Receives the request's delivery (request.raw_post: the bytes before
-      # any parsing), runs the block as the work, and renders the answer.
+      # Receives the request's delivery (the bytes before any parsing, up to
+      # the handler's max_body), runs the block as the work, and renders
+      # the answer.
       # The provider is read from the path parameters: `params` would parse
       # the body, and an unreadable one must be answered by the database.
       def receive_webhook(provider = request.path_parameters[:provider], &work)
-        answer = self.class.webhook_handler.call(provider.to_s, PgWebhookInbox::Rack.headers(request.env),
-                                                 request.raw_post.to_s.b, path: request.fullpath, &work)
+        handler = self.class.webhook_handler
+        answer = begin
+          body = PgWebhookInbox::Rack.body(request.env, handler.max_body)
+          handler.call(provider.to_s, PgWebhookInbox::Rack.headers(request.env), body, path: request.fullpath, &work)
+        rescue PgWebhookInbox::PayloadTooLarge
+          Answer.too_large
+        end
         answer.headers.each { |k, v| response.set_header(k, v) }
         render body: answer.body, status: answer.status, content_type: answer.content_type
       end

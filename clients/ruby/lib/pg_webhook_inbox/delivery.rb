@@ -25,6 +25,13 @@ module PgWebhookInbox
 
     def self.unknown_provider(provider) = json(404, status: "unknown_provider", provider: provider)
 
+    # The body is larger than the handler or the database takes.
+    def self.too_large = json(413, status: "too_large")
+
+    # The database refused the delivery for a reason logged, never sent:
+    # the provider retries.
+    def self.error = json(500, status: "error")
+
     # [status, headers, [body]]
     def to_rack = [status, { "Content-Type" => content_type }.merge(headers), [body]]
   end

@@ -18,17 +18,26 @@ module PgWebhookInbox
   # then answered 503 with Retry-After. Trying again is safe: what the
   # broken attempt wrote was rolled back with it, and one that did commit
   # is answered as a duplicate the second time. Never a 500 for a delivery
-  # not stored.
+  # not stored. Only a database that is away is tried again: anything else
+  # it answers would be answered the same.
+  #
+  # A body over max_body (10 MiB), or over the database's
+  # webhook.max_payload_size, is answered 413. A database error never
+  # reaches the response: it is logged (to logger, $stderr by default)
+  # and answered 500.
   class Handler
     RETRY_SECONDS = 8.0
+    MAX_BODY = 10 * 1024 * 1024
 
-    attr_reader :database
+    attr_reader :database, :max_body
 
     # database: a Database or an ActiveRecordDatabase. public_url: the base
     # URL the providers are configured with, for the schemes that sign the
     # URL (Twilio, Square, HubSpot); never built from the Host header.
-    def initialize(database, public_url: nil, retry_seconds: RETRY_SECONDS, inbox: nil)
+    def initialize(database, public_url: nil, retry_seconds: RETRY_SECONDS, inbox: nil, max_body: MAX_BODY,
+                   logger: nil)
       @database, @public_url, @retry_seconds, @inbox = database, public_url, retry_seconds, inbox
+      @max_body, @logger = max_body, logger
     end
 
     # One delivery: its provider, headers, raw body (read before anything
@@ -37,6 +46,8 @@ module PgWebhookInbox
     # and the PG::Connection of its transaction; what it returns (JSON-able,
     # optional) is stored and answered to duplicates.
     def call(provider, headers, body, path: "", &work)
+      return Answer.too_large if body.bytesize > @max_body
+
       url = @public_url && (@public_url.sub(%r{/+\z}, "") + path)
       call = PgWebhookInbox.receive_call(provider, headers, body, url: url, inbox: @inbox, complete_on_commit: true)
       retrying(provider) { @database.transaction { |conn| deliver(conn, call, &work) } }
@@ -70,8 +81,10 @@ module PgWebhookInbox
         yield
       rescue UnknownProvider
         Answer.unknown_provider(provider)
+      rescue PayloadTooLarge
+        Answer.too_large
       rescue StandardError => e
-        raise unless Outage.outage?(e)
+        return refused(e) unless Outage.outage?(e)
 
         @database.after_outage
         return Answer.unavailable if Process.clock_gettime(Process::CLOCK_MONOTONIC) + wait >= deadline
@@ -80,6 +93,13 @@ module PgWebhookInbox
         wait = [wait * 2, 1.0].min
         retry
       end
+    end
+
+    # Logged with the database's words, answered without them.
+    def refused(error)
+      message = "pg_webhook_inbox: webhook delivery failed: #{error.class}: #{error.message}"
+      @logger ? @logger.error(message) : warn(message)
+      Answer.error
     end
   end
 
@@ -114,6 +134,7 @@ module PgWebhookInbox
     Delivery.from_row(conn.exec_params(sql, params).first)
   rescue PG::Error => e
     raise UnknownProvider, params[0] if Outage.sqlstate(e) == Statements::UNKNOWN_PROVIDER
+    raise PayloadTooLarge, e.message if Outage.sqlstate(e) == Statements::PAYLOAD_TOO_LARGE
 
     raise
   end

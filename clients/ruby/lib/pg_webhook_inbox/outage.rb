@@ -13,6 +13,10 @@ module PgWebhookInbox
     end
   end
 
+  # The body is larger than the handler takes (MAX_BODY), or than the
+  # database's webhook.max_payload_size (54000): answered 413.
+  class PayloadTooLarge < StandardError; end
+
   # Telling a database that is away from a delivery that went wrong.
   module Outage
     module_function

@@ -13,14 +13,20 @@ module PgWebhookInbox
       h
     end
 
-    # The raw bytes of the body, read before anything parses it.
-    def self.body(env)
+    # The raw bytes of the body, read before anything parses it, up to
+    # limit: PayloadTooLarge for a Content-Length over it, before anything
+    # is read, or for a stream that goes past it.
+    def self.body(env, limit = Handler::MAX_BODY)
+      raise PayloadTooLarge, "Content-Length over #{limit} bytes" if env["CONTENT_LENGTH"].to_i > limit
+
       input = env["rack.input"]
       return "".b unless input
 
       input.rewind if input.respond_to?(:rewind)
-      data = input.read.to_s.b
+      data = input.read(limit + 1).to_s.b
       input.rewind if input.respond_to?(:rewind)
+      raise PayloadTooLarge, "body over #{limit} bytes" if data.bytesize > limit
+
       data
     end
 
@@ -45,7 +51,12 @@ module PgWebhookInbox
         match = env["REQUEST_METHOD"] == "POST" && @path.match(env["PATH_INFO"].to_s)
         return @app.call(env) unless match
 
-        @handler.call(match[1], Rack.headers(env), Rack.body(env), path: Rack.path(env), &@work).to_rack
+        begin
+          body = Rack.body(env, @handler.max_body)
+        rescue PayloadTooLarge
+          return Answer.too_large.to_rack
+        end
+        @handler.call(match[1], Rack.headers(env), body, path: Rack.path(env), &@work).to_rack
       end
     end
   end

@@ -35,6 +35,7 @@ module PgWebhookInbox
     ROLLBACK_TO = "ROLLBACK TO SAVEPOINT pg_webhook_inbox_work"
 
     UNKNOWN_PROVIDER = "42704" # webhook_receive: no such provider registered
+    PAYLOAD_TOO_LARGE = "54000" # webhook_receive: larger than webhook.max_payload_size
     TAKEN_OVER = "55006" # a lease ran out and another worker holds the event
   end
 end
