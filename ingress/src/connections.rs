@@ -19,8 +19,19 @@
 //!
 //! A connection past its phase's bound is closed. A connection over a
 //! bound on open connections is answered `503` with `Retry-After` and
-//! closed at once, without reading it: every provider retries that.
+//! closed at once, without reading it: every provider retries that; the
+//! refusals are logged, a line a second at most (`source.rs`, Sampled).
+//!
+//! A source is a peer address cut to its prefix (an IPv6 /64: one host
+//! holds all of it). Only a delivery renews a connection's idle time: a
+//! health check, a scrape or a path that is no route answered on it
+//! leaves the idle clock running from the last delivery's answer (or the
+//! connection's opening), so that a connection polling `/healthz` is
+//! closed like any idle one. And no connection lives for ever: past
+//! `--max-connection-age` or `--max-connection-requests` its next answer
+//! says `Connection: close`.
 
+use crate::source::{Prefixes, Sampled};
 use axum::extract::ConnectInfo;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -44,9 +55,12 @@ use tower_service::Service;
 pub struct Bounds {
     pub max: usize,
     pub per_source: usize,
+    pub prefixes: Prefixes,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
     pub total_timeout: Duration,
+    pub max_age: Duration,
+    pub max_requests: usize,
 }
 
 /// Why a connection was closed or refused by the ingress; the label of
@@ -59,8 +73,12 @@ pub enum Closed {
     SourceShare,
     /// A request's headers not complete within `--header-timeout`.
     HeaderTimeout,
-    /// No new request within `--idle-timeout` of the last answer.
+    /// No new delivery within `--idle-timeout` of the last one's answer.
     IdleTimeout,
+    /// Open longer than `--max-connection-age`: closed after an answer.
+    MaxAge,
+    /// `--max-connection-requests` answered: closed after the last.
+    MaxRequests,
 }
 
 impl Closed {
@@ -70,6 +88,8 @@ impl Closed {
             Closed::SourceShare => "source_share",
             Closed::HeaderTimeout => "header_timeout",
             Closed::IdleTimeout => "idle_timeout",
+            Closed::MaxAge => "max_age",
+            Closed::MaxRequests => "max_requests",
         }
     }
 }
@@ -93,8 +113,10 @@ impl Open {
         self.count.load(Ordering::Relaxed)
     }
 
-    /// A place for a connection from `source`, unless a bound is reached.
-    pub fn admit(self: &Arc<Self>, source: IpAddr, bounds: &Bounds) -> Result<Place, Closed> {
+    /// A place for a connection from `peer`, unless a bound is reached:
+    /// the peer's share is its source's (its prefix's).
+    pub fn admit(self: &Arc<Self>, peer: IpAddr, bounds: &Bounds) -> Result<Place, Closed> {
+        let source = bounds.prefixes.source(peer);
         let mut by_source = self.by_source.lock().expect("the connections' lock");
         if self.count.load(Ordering::Relaxed) >= bounds.max {
             return Err(Closed::MaxConnections);
@@ -156,15 +178,22 @@ enum Phase {
 /// watched by its watchdog.
 struct Activity {
     phase: Mutex<Phase>,
+    /// Since when the connection has been idle as far as its idle bound
+    /// goes: its opening, then each delivery's answer.
+    idle_since: Mutex<Instant>,
+    opened: Instant,
+    answered: AtomicUsize,
     changed: Notify,
 }
 
 impl Activity {
     fn new() -> Self {
+        let now = Instant::now();
         Activity {
-            phase: Mutex::new(Phase::New {
-                since: Instant::now(),
-            }),
+            phase: Mutex::new(Phase::New { since: now }),
+            idle_since: Mutex::new(now),
+            opened: now,
+            answered: AtomicUsize::new(0),
             changed: Notify::new(),
         }
     }
@@ -194,11 +223,34 @@ impl Activity {
         started
     }
 
-    fn answered(&self) {
+    /// A request was answered; `delivery`: it was one (it renews the idle
+    /// time). Returns why the connection is to close after this answer.
+    fn answered(&self, delivery: bool, bounds: &Bounds) -> Option<Closed> {
+        let now = Instant::now();
+        let since = {
+            let mut idle_since = self.idle_since.lock().expect("the idle clock's lock");
+            if delivery {
+                *idle_since = now;
+            }
+            *idle_since
+        };
+        // Past its idle bound already (a slow answer that renewed
+        // nothing): closed once this answer is out, not cut in the middle.
+        let expired = now >= since + bounds.idle_timeout;
         *self.phase.lock().expect("the phase's lock") = Phase::Idle {
-            since: Instant::now(),
+            since: if expired { now } else { since },
         };
         self.changed.notify_one();
+        let answered = self.answered.fetch_add(1, Ordering::Relaxed) + 1;
+        if expired {
+            Some(Closed::IdleTimeout)
+        } else if answered >= bounds.max_requests {
+            Some(Closed::MaxRequests)
+        } else if now.duration_since(self.opened) >= bounds.max_age {
+            Some(Closed::MaxAge)
+        } else {
+            None
+        }
     }
 
     /// Resolves when the connection has outstayed its phase.
@@ -319,6 +371,7 @@ pub async fn serve(
     closed: impl Fn(Closed) + Clone + Send + Sync + 'static,
     mut stop: watch::Receiver<bool>,
 ) {
+    let refusals = Arc::new(Sampled::default());
     let mut http = http1::Builder::new();
     // The phases above bound the headers; hyper's own timer would count
     // an idle connection's wait as header time.
@@ -346,6 +399,18 @@ pub async fn serve(
             Ok(place) => place,
             Err(why) => {
                 closed(why);
+                refusals.log(|unlogged| {
+                    crate::log::event(
+                        "warn",
+                        "connection_refused",
+                        serde_json::json!({
+                            "reason": why.label(),
+                            "source": bounds.prefixes.source(peer.ip()).to_string(),
+                            "open": open.count(),
+                            "refused_unlogged": unlogged,
+                        }),
+                    )
+                });
                 tokio::spawn(refuse(stream));
                 continue;
             }
@@ -359,17 +424,31 @@ pub async fn serve(
         let service = {
             let activity = Arc::clone(&activity);
             let router = router.clone();
+            let closed = closed.clone();
             hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
                 let started = activity.begin();
+                let post = request.method() == hyper::Method::POST;
                 request.extensions_mut().insert(ConnectInfo(peer));
                 request
                     .extensions_mut()
                     .insert(RequestStarted(started.into_std()));
                 let activity = Arc::clone(&activity);
                 let mut router = router.clone();
+                let closed = closed.clone();
                 async move {
-                    let response = router.call(request).await;
-                    activity.answered();
+                    let mut response = router.call(request).await;
+                    // A delivery: a POST that reached a provider's route.
+                    let status = response.as_ref().map_or(404, |r| r.status().as_u16());
+                    let delivery = post && !matches!(status, 404 | 405);
+                    if let Some(why) = activity.answered(delivery, &bounds) {
+                        if let Ok(response) = response.as_mut() {
+                            response.headers_mut().insert(
+                                hyper::header::CONNECTION,
+                                hyper::header::HeaderValue::from_static("close"),
+                            );
+                        }
+                        closed(why);
+                    }
                     response
                 }
             })
@@ -410,9 +489,12 @@ mod tests {
         Bounds {
             max,
             per_source,
+            prefixes: Prefixes::default(),
             header_timeout: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(1),
             total_timeout: Duration::from_secs(1),
+            max_age: Duration::from_secs(3600),
+            max_requests: 1000,
         }
     }
 
@@ -459,17 +541,93 @@ mod tests {
         activity.begin();
         let busy = tokio::time::timeout(Duration::from_secs(60), activity.outstayed(&b)).await;
         assert!(busy.is_err(), "a request being answered is not closed");
-        activity.answered();
+        assert_eq!(activity.answered(true, &b), None);
         let answered = Instant::now();
         assert_eq!(activity.outstayed(&b).await, Closed::IdleTimeout);
         assert!(answered.elapsed() >= Duration::from_secs(5));
 
-        activity.answered();
+        activity.answered(true, &b);
         tokio::time::sleep(Duration::from_secs(4)).await;
         activity.read();
         let byte = Instant::now();
         assert_eq!(activity.outstayed(&b).await, Closed::HeaderTimeout);
         assert!(byte.elapsed() >= Duration::from_secs(2));
         assert!(byte.elapsed() < Duration::from_secs(3));
+    }
+
+    #[test]
+    fn an_ipv6_host_has_one_share_for_its_64() {
+        let open = Arc::new(Open::default());
+        let b = bounds(100, 2);
+        let _one = open.admit("2001:db8:1:2::1".parse().unwrap(), &b).unwrap();
+        let _two = open.admit("2001:db8:1:2::2".parse().unwrap(), &b).unwrap();
+        assert_eq!(
+            open.admit("2001:db8:1:2:ffff::9".parse().unwrap(), &b)
+                .err(),
+            Some(Closed::SourceShare),
+            "a third address of the same /64"
+        );
+        assert!(open.admit("2001:db8:1:3::1".parse().unwrap(), &b).is_ok());
+        let wide = Bounds {
+            prefixes: Prefixes { v4: 24, v6: 64 },
+            ..bounds(100, 1)
+        };
+        let _a = open.admit("198.51.100.1".parse().unwrap(), &wide).unwrap();
+        assert_eq!(
+            open.admit("198.51.100.200".parse().unwrap(), &wide).err(),
+            Some(Closed::SourceShare),
+            "an IPv4 prefix the DBA chose"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_delivery_renews_the_idle_time() {
+        let b = Bounds {
+            idle_timeout: Duration::from_secs(30),
+            ..bounds(1, 1)
+        };
+        let activity = Activity::new();
+        activity.begin();
+        activity.answered(true, &b);
+        let delivered = Instant::now();
+        // A health check every 25 s: the connection is still closed 30 s
+        // after the delivery's answer.
+        let polling = async {
+            loop {
+                tokio::time::sleep(Duration::from_secs(25)).await;
+                activity.read();
+                activity.begin();
+                activity.answered(false, &b);
+            }
+        };
+        let why = tokio::select! {
+            why = activity.outstayed(&b) => why,
+            _ = polling => unreachable!(),
+        };
+        assert_eq!(why, Closed::IdleTimeout);
+        assert!(delivered.elapsed() >= Duration::from_secs(30));
+        assert!(
+            delivered.elapsed() < Duration::from_secs(50),
+            "{:?}",
+            delivered.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_connection_lives_for_ever() {
+        let b = Bounds {
+            max_requests: 3,
+            max_age: Duration::from_secs(60),
+            ..bounds(1, 1)
+        };
+        let activity = Activity::new();
+        assert_eq!(activity.answered(true, &b), None);
+        assert_eq!(activity.answered(true, &b), None);
+        assert_eq!(activity.answered(true, &b), Some(Closed::MaxRequests));
+        let activity = Activity::new();
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert_eq!(activity.answered(true, &b), None);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(activity.answered(true, &b), Some(Closed::MaxAge));
     }
 }

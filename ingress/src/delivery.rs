@@ -40,10 +40,25 @@ pub async fn deliver(
         .map_or(started, |s| s.0)
         + app.config.total_timeout;
     let in_flight = app.in_flight();
-    let source = crate::limits::source(
+    let source = crate::source::sender(
         peer,
         request.headers(),
         app.config.client_ip_header.as_ref(),
+        |why| {
+            app.metrics.sender_unread(why);
+            app.unread_sender.log(|unlogged| {
+                log::event(
+                    "warn",
+                    "sender_unread",
+                    json!({
+                        "header": app.config.client_ip_header.as_ref().map(|h| h.as_str()),
+                        "why": why.label(),
+                        "taken_as": peer.ip().to_string(),
+                        "unlogged": unlogged,
+                    }),
+                )
+            });
+        },
     );
     // Bounded memory: at most --max-requests bodies of --max-body each.
     let outcome = if in_flight.count > app.config.max_requests {
@@ -59,18 +74,30 @@ pub async fn deliver(
         "-"
     };
     app.metrics.answered(label, status, started.elapsed());
-    if app.config.access_log || status >= 400 {
+    // Every request with --access-log; else the refusals and failures, a
+    // line a second at most, so that a flood of forgeries cannot fill the
+    // journal.
+    let line = |unlogged: Option<u64>| {
+        let mut fields = json!({
+            "provider": label,
+            "source": source.to_string(),
+            "http_status": status,
+            "outcome": outcome.what,
+            "ms": (started.elapsed().as_secs_f64() * 1000.0 * 100.0).round() / 100.0,
+        });
+        if let Some(unlogged) = unlogged {
+            fields["unlogged"] = json!(unlogged);
+        }
         log::event(
             if status >= 500 { "warn" } else { "info" },
             "delivery",
-            json!({
-                "provider": label,
-                "source": source.to_string(),
-                "http_status": status,
-                "outcome": outcome.what,
-                "ms": (started.elapsed().as_secs_f64() * 1000.0 * 100.0).round() / 100.0,
-            }),
+            fields,
         );
+    };
+    if app.config.access_log {
+        line(None);
+    } else if status >= 400 {
+        app.refusals_logged.log(|unlogged| line(Some(unlogged)));
     }
     outcome.response
 }
@@ -168,8 +195,14 @@ async fn take(
                 app,
                 "unknown_provider",
                 StatusCode::NOT_FOUND,
-                format!("no provider \"{provider}\" is registered for this ingress's role"),
-            )
+                // Echoed only as long as a provider's name may be: the
+                // path is the sender's to write.
+                if provider.len() <= 64 {
+                    format!("no provider \"{provider}\" is registered for this ingress's role")
+                } else {
+                    "no provider of that name is registered (a name has at most 64 bytes)".into()
+                },
+            );
         }
     }
     let (parts, body) = request.into_parts();

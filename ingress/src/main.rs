@@ -24,6 +24,7 @@ mod log;
 mod metrics;
 mod pool;
 mod providers;
+mod source;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -42,6 +43,12 @@ pub struct App {
     pub limit: Option<limits::RateLimit>,
     pub metrics: metrics::Metrics,
     pub bounds: connections::Bounds,
+    /// Requests whose proxy header named no address, logged sampled.
+    pub unread_sender: source::Sampled,
+    /// Refused or failed deliveries, logged sampled without --access-log.
+    pub refusals_logged: source::Sampled,
+    /// Why /readyz said not ready, logged sampled (the answer says less).
+    not_ready_logged: source::Sampled,
     open: Arc<connections::Open>,
     in_flight: Arc<AtomicUsize>,
     shutting_down: AtomicBool,
@@ -92,7 +99,18 @@ async fn healthz() -> Response {
 /// the extension there and its function granted to this role (the
 /// registry is read through it, and with it the providers served).
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    let not_ready = |reason: String| {
+    // Said in a word: anyone may ask, and the database's own error names
+    // roles and databases. The whole error goes to the log.
+    let not_ready = |reason: &str, error: Option<String>| {
+        if let Some(error) = error {
+            app.not_ready_logged.log(|unlogged| {
+                log::event(
+                    "warn",
+                    "not_ready",
+                    json!({ "reason": reason, "error": error, "unlogged": unlogged }),
+                )
+            });
+        }
         (
             StatusCode::SERVICE_UNAVAILABLE,
             [(header::CONTENT_TYPE, "application/json")],
@@ -101,26 +119,29 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
             .into_response()
     };
     if app.shutting_down.load(Ordering::Relaxed) {
-        return not_ready("shutting down".into());
+        return not_ready("shutting down", None);
     }
     let lent = match app.pool.get().await {
         Ok((lent, _)) => lent,
         Err(pool::Unavailable::Busy(why)) => {
-            return not_ready(format!("no free connection ({why})"))
+            return not_ready("no free database connection", Some(why.to_string()))
         }
         Err(pool::Unavailable::Database(err)) => {
             app.providers.unread();
-            return not_ready(format!("database unreachable: {}", away::message(&err)));
+            return not_ready("database unreachable", Some(away::message(&err)));
         }
     };
     if let Err(err) = app.providers.read(&lent.conn().client).await {
         if away::is_away(&err) {
             lent.discard();
         }
-        return not_ready(format!(
-            "webhook_receivable_providers(): {}",
-            away::message(&err)
-        ));
+        return not_ready(
+            "the registry could not be read",
+            Some(format!(
+                "webhook_receivable_providers(): {}",
+                away::message(&err)
+            )),
+        );
     }
     let (served, _) = app.providers.served();
     (
@@ -257,16 +278,22 @@ async fn main() {
     let app = Arc::new(App {
         limit: config
             .rate
-            .map(|(rate, burst)| limits::RateLimit::new(rate, burst)),
+            .map(|(rate, burst)| limits::RateLimit::new(rate, burst, config.source_prefixes)),
         providers: providers::Providers::new(config.providers_refresh),
         metrics: metrics::Metrics::default(),
         bounds: connections::Bounds {
             max: config.max_connections,
             per_source: config.max_connections_per_source,
+            prefixes: config.source_prefixes,
             header_timeout: config.header_timeout,
             idle_timeout: config.idle_timeout,
             total_timeout: config.total_timeout,
+            max_age: config.max_connection_age,
+            max_requests: config.max_connection_requests,
         },
+        unread_sender: source::Sampled::default(),
+        refusals_logged: source::Sampled::default(),
+        not_ready_logged: source::Sampled::default(),
         open: Arc::new(connections::Open::default()),
         pool,
         in_flight: Arc::new(AtomicUsize::new(0)),

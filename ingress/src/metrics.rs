@@ -66,6 +66,7 @@ struct Figures {
     pool_wait: Histogram,
     rejected: BTreeMap<&'static str, u64>,
     connections_closed: BTreeMap<&'static str, u64>,
+    senders_unread: BTreeMap<&'static str, u64>,
     database_errors: BTreeMap<String, u64>,
 }
 
@@ -139,6 +140,16 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    /// A request behind the proxy whose client-address header named no
+    /// address (`absent`, `unreadable`): taken as the proxy's.
+    pub fn sender_unread(&self, why: crate::source::Unread) {
+        *self
+            .figures()
+            .senders_unread
+            .entry(why.label())
+            .or_default() += 1;
+    }
+
     pub fn pool_wait(&self, waited: Duration) {
         self.figures().pool_wait.observe(waited.as_secs_f64());
     }
@@ -187,8 +198,14 @@ impl Metrics {
         by_reason(
             &mut out,
             "connections_closed_total",
-            "Connections refused at the door (max_connections, source_share) or closed for outstaying a timeout (header_timeout, idle_timeout).",
+            "Connections refused at the door (max_connections, source_share), closed for outstaying a timeout (header_timeout, idle_timeout), or closed after an answer for their age or requests (max_age, max_requests).",
             &f.connections_closed,
+        );
+        by_reason(
+            &mut out,
+            "sender_unread_total",
+            "Requests whose --client-ip-header named no address (absent, unreadable), taken as the proxy's.",
+            &f.senders_unread,
         );
         out.push_str("# HELP webhook_ingress_database_errors_total Deliveries not stored because of the database, by SQLSTATE (unreachable: no answer).\n");
         out.push_str("# TYPE webhook_ingress_database_errors_total counter\n");
@@ -299,9 +316,12 @@ mod tests {
             connections: crate::connections::Bounds {
                 max: 2048,
                 per_source: 64,
+                prefixes: crate::source::Prefixes::default(),
                 header_timeout: Duration::from_secs(10),
                 idle_timeout: Duration::from_millis(2500),
                 total_timeout: Duration::from_secs(30),
+                max_age: Duration::from_secs(600),
+                max_requests: 10000,
             },
             providers_served: 3,
             registry_read: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),

@@ -30,6 +30,9 @@ const RECEIVE: &str = "SELECT status, http_status, reason, response, response_ty
 pub struct Conn {
     pub client: Client,
     pub receive: Statement,
+    /// The task that drives the connection: it ends once the socket is
+    /// closed, after the client is dropped.
+    driver: tokio::task::JoinHandle<()>,
 }
 
 /// Why no connection was lent.
@@ -128,7 +131,7 @@ impl Pool {
             Lent {
                 conn: Some(conn),
                 pool: Arc::clone(self),
-                _permit: permit,
+                permit: Some(permit),
                 busy: false,
             },
             waited,
@@ -139,7 +142,7 @@ impl Pool {
         let (client, connection) = self.config.connect(NoTls).await?;
         let open = Arc::clone(&self.open);
         open.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
+        let driver = tokio::spawn(async move {
             let _ = connection.await;
         });
         let prepared = async {
@@ -156,7 +159,11 @@ impl Pool {
         }
         .await;
         match prepared {
-            Ok(receive) => Ok(Conn { client, receive }),
+            Ok(receive) => Ok(Conn {
+                client,
+                receive,
+                driver,
+            }),
             Err(err) => {
                 open.fetch_sub(1, Ordering::Relaxed);
                 Err(err)
@@ -195,7 +202,10 @@ impl Drop for Waiting<'_> {
 pub struct Lent {
     conn: Option<Conn>,
     pool: Arc<Pool>,
-    _permit: OwnedSemaphorePermit,
+    /// Its place among `--connections`: given back only once the
+    /// connection is back in the pool or closed, so that the server never
+    /// holds more connections of this pool than that.
+    permit: Option<OwnedSemaphorePermit>,
     busy: bool,
 }
 
@@ -234,11 +244,18 @@ impl Drop for Lent {
                 // one more connection than the pool holds. (A statement
                 // cancelled after it committed is answered as a duplicate
                 // when the provider retries.)
-                self.pool.open.fetch_sub(1, Ordering::Relaxed);
+                // Its place is given back once the socket is closed (or
+                // after a few seconds, should the server not answer).
                 let cancel = conn.client.cancel_token();
+                let open = Arc::clone(&self.pool.open);
+                let permit = self.permit.take();
                 tokio::spawn(async move {
                     let _ = cancel.cancel_query(NoTls).await;
-                    drop(conn);
+                    let Conn { client, driver, .. } = conn;
+                    drop(client);
+                    let _ = tokio::time::timeout(Duration::from_secs(5), driver).await;
+                    open.fetch_sub(1, Ordering::Relaxed);
+                    drop(permit);
                 });
             } else if conn.client.is_closed() {
                 self.pool.open.fetch_sub(1, Ordering::Relaxed);
