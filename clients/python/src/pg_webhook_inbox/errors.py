@@ -19,13 +19,6 @@ class PayloadTooLarge(Exception):
     Answered 413: every provider gives up on it, as it should."""
 
 
-class Refused(Exception):
-    """The database refused the delivery for a reason that is neither an
-    outage nor an unknown provider (a scope refusal, a statement timeout,
-    …). Logged with the database's words, answered 500 without them: the
-    provider retries, and learns nothing of the database."""
-
-
 # SQLSTATEs of a database that is away, besides class 08 (connection
 # exception): an administrator's shutdown, a crash's, the server still
 # starting (57P01-57P03), and too many connections (53300).

@@ -33,7 +33,7 @@ from typing import Any, AsyncIterable, Awaitable, Callable, Mapping, Optional, T
 
 from . import statements
 from .delivery import Answer, Delivery
-from .errors import PayloadTooLarge, Refused, UnknownProvider, connection_lost, sqlstate
+from .errors import PayloadTooLarge, UnknownProvider, connection_lost, sqlstate
 
 RETRY_SECONDS = 8.0
 MAX_BODY = 10 * 1024 * 1024
@@ -107,15 +107,15 @@ def receive_call(provider: str, headers: Mapping[str, str], body: bytes, *, url:
 
 
 def refused(provider: str, exc: BaseException) -> BaseException:
-    """The error to raise for a failed webhook_receive that is no outage."""
+    """The error to raise for a failed webhook_receive: an unknown provider
+    and an oversize body as this package's own, anything else as the
+    driver raised it."""
     code = sqlstate(exc)
     if code == statements.UNKNOWN_PROVIDER:
         return UnknownProvider(provider)
     if code == statements.PAYLOAD_TOO_LARGE:
         return PayloadTooLarge(str(exc))
-    if connection_lost(exc):  # an outage stays what it is, for the outage rule
-        return exc
-    return Refused(f"webhook_receive for provider {provider!r} failed: {code}: {exc}")
+    return exc
 
 
 def _outage(exc: BaseException, outage: Errors) -> bool:
