@@ -345,6 +345,7 @@ DECLARE
     attempts integer;
     ceiling  integer;
     noted    text;
+    sealing  bytea;  -- webhook.state_key's, read once for the lock and the seal
 BEGIN
     IF NOT webhook._setting_on('webhook.archive_duplicates', true) THEN
         -- Processed is final: answered without a lock, and nothing written.
@@ -366,7 +367,8 @@ BEGIN
         RETURN ROW(id, answer, e.attempts, CASE WHEN answer = 'duplicate' THEN e.result END, false)::webhook._outcome;
     END IF;
 
-    IF NOT webhook._try_lock(fn, webhook._lock_key(provider, event_id)) THEN
+    sealing := webhook._state_key();
+    IF NOT webhook._try_lock(fn, webhook._keyed_lock(sealing, provider, event_id)) THEN
         -- Another transaction is working on the event right now.
         SELECT x.status, x.attempts, x.result, x.payload_hash, x.lease_expires_at INTO e
           FROM webhook.events x WHERE x.provider = _claim.provider AND x.event_id = _claim.event_id;
@@ -432,7 +434,7 @@ BEGIN
     IF attempts > 0 THEN
         IF lease IS NULL THEN
             -- An assignment: PL/pgSQL evaluates it without running a query.
-            noted := webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value);
+            noted := webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value, sealing);
         END IF;
         RETURN ROW(id, 'claimed', 1, NULL, tie)::webhook._outcome;
     END IF;
@@ -475,10 +477,18 @@ BEGIN
     RETURNING x.attempts INTO attempts;
     PERFORM webhook._archive(id, provider, event_id, event_type, payload, raw_body, signature, headers,
                              'retry', coalesce(e.payload_hash <> digest, false), verified_by, NULL);
-    noted := webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value);
+    noted := webhook._owned(fn, id, provider, event_id, lease, entity_key, order_value, sealing);
     RETURN ROW(id, 'retry', attempts, NULL, tie)::webhook._outcome;
 END
 $$;
+
+-- The claims this transaction remembers, `id` added (webhook._owned). The
+-- transaction's first has nothing to check.
+CREATE FUNCTION webhook._remembered(id uuid) RETURNS text
+LANGUAGE sql STABLE
+RETURN CASE WHEN coalesce(current_setting('pg_webhook_inbox.completes_here', true), '') = '' THEN ''
+            ELSE coalesce(webhook._state('pg_webhook_inbox.completes_here'), '')
+       END || id::text || ',';
 
 -- The delivery `id` now owns its event. A claim that completes on commit
 -- wrote the event as processed: an ordered event moves its watermark now,
@@ -486,15 +496,16 @@ $$;
 -- (returned: the claims it remembers). An expression its caller takes in
 -- (inlined SQL).
 CREATE FUNCTION webhook._owned(fn text, id uuid, provider text, event_id text, lease interval,
-                               entity_key text, order_value text)
+                               entity_key text, order_value text, sealing bytea)
 RETURNS text
 LANGUAGE sql VOLATILE
 RETURN CASE WHEN lease IS NOT NULL THEN NULL
             WHEN CASE WHEN entity_key IS NULL THEN true
                       ELSE webhook._advance(fn, id, provider, 'default', event_id, entity_key, order_value) END
-                THEN webhook._set_state('pg_webhook_inbox.completes_here',
-                                        coalesce(webhook._state('pg_webhook_inbox.completes_here'), '')
-                                        || id::text || ',')
+                -- Sealed under the key the claim read for its lock.
+                THEN set_config('pg_webhook_inbox.completes_here',
+                                webhook._state_mac('pg_webhook_inbox.completes_here', webhook._remembered(id), sealing)
+                                    || ':' || webhook._remembered(id), true)
        END;
 
 -- A claim's complete_on_commit NULL, or true with a lease: refused.

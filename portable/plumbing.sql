@@ -367,29 +367,46 @@ $$;
 -- gives it anyway; the inbox's starting points (pg_webhook_inbox.heads,
 -- .turn) only order this session's own leases, and a lease that finds
 -- nothing after them looks again from the start.
-CREATE FUNCTION webhook._state_mac(name text, value text) RETURNS text
+--
+-- The key of webhook.state_key. Reading it is most of what sealing and
+-- locking cost (a statement: about 10 µs), so a claim reads it once and
+-- hands it to both (webhook._claim).
+CREATE FUNCTION webhook._state_key() RETURNS bytea
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN (SELECT k.key FROM webhook.state_key k);
+END
+$$;
+
+-- The seal of state `name` holding `value`, under `key`: written as
+-- `seal:value` (webhook._owned). SQL, inlined into its callers'
+-- expressions: a call of a function from PL/pgSQL costs more than the
+-- seal.
+CREATE FUNCTION webhook._state_mac(name text, value text, key bytea) RETURNS text
 LANGUAGE sql STABLE
 RETURN encode(substr(webhook._hmac(convert_to(concat_ws(chr(31), name, pg_backend_pid()::text,
                                                         extract(epoch FROM now())::text, value), 'UTF8'),
-                                   (SELECT k.key FROM webhook.state_key k), 'sha256'), 1, 16), 'hex');
+                                   key, 'sha256'), 1, 16), 'hex');
 
 -- The sealed state `name` of this transaction; NULL where the extension
 -- wrote none. A value it did not seal is taken for none, as the compiled
 -- edition, which keeps this state in memory, never sees the setting: the
 -- call is then answered as it would be there.
 CREATE FUNCTION webhook._state(name text) RETURNS text
-LANGUAGE sql STABLE
-RETURN CASE WHEN current_setting(name, true) ~ '^[0-9a-f]{32}:'
-                 AND webhook._same_mac(decode(left(current_setting(name, true), 32), 'hex'),
-                                       decode(webhook._state_mac(name, substr(current_setting(name, true), 34)), 'hex'))
-            THEN substr(current_setting(name, true), 34)
-       END;
-
--- Seal and write this transaction's state `name`; returns what was
--- written.
-CREATE FUNCTION webhook._set_state(name text, value text) RETURNS text
-LANGUAGE sql VOLATILE
-RETURN set_config(name, webhook._state_mac(name, value) || ':' || value, true);
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    held text := current_setting(name, true);
+BEGIN
+    IF held ~ '^[0-9a-f]{32}:'
+       AND webhook._same_mac(decode(left(held, 32), 'hex'),
+                             decode(webhook._state_mac(name, substr(held, 34), webhook._state_key()), 'hex')) THEN
+        RETURN substr(held, 34);
+    END IF;
+    RETURN NULL;
+END
+$$;
 
 -- A setting that protects a guarantee (sql/operations.sql): here, where
 -- the settings are placeholders, as webhook._setting takes it.
@@ -408,11 +425,19 @@ RETURN webhook._setting(name);
 -- event's deliveries (they would be answered in_progress for as long);
 -- 64 bits make a collision with an application's own keys as unlikely
 -- as it is in the compiled edition's space of its own.
-CREATE FUNCTION webhook._lock_key(VARIADIC parts text[]) RETURNS bigint
+-- STABLE, as convert_to is: an IMMUTABLE one would not be inlined.
+CREATE FUNCTION webhook._keyed_lock(key bytea, VARIADIC parts text[]) RETURNS bigint
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
-RETURN ('x' || encode(substr(webhook._hmac(convert_to(array_to_string(parts, chr(1)), 'UTF8'),
-                                           (SELECT k.key FROM webhook.state_key k), 'sha256'), 1, 8),
-                      'hex'))::bit(64)::bigint;
+RETURN ('x' || encode(substr(webhook._hmac(convert_to(array_to_string(parts, chr(1)), 'UTF8'), key, 'sha256'),
+                             1, 8), 'hex'))::bit(64)::bigint;
+
+CREATE FUNCTION webhook._lock_key(VARIADIC parts text[]) RETURNS bigint
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+AS $$
+BEGIN
+    RETURN webhook._keyed_lock(webhook._state_key(), VARIADIC parts);
+END
+$$;
 
 -- A transaction that holds as many event locks as its budget allows:
 -- refused with 54000.
@@ -464,8 +489,9 @@ REVOKE ALL ON FUNCTION webhook._hmac(bytea, bytea, text), webhook._same_mac(byte
     webhook._setting_text(text), webhook._setting_on(text, boolean),
     webhook._lease(text, text, interval), webhook._truncated(text, integer),
     webhook._lock_key(text[]), webhook._locks_held(text), webhook._lock_budget_spent(text),
-    webhook._try_lock(text, bigint), webhook._state_mac(text, text), webhook._state(text),
-    webhook._set_state(text, text), webhook._protected_setting(text)
+    webhook._try_lock(text, bigint), webhook._state_key(), webhook._state_mac(text, text, bytea),
+    webhook._state(text), webhook._keyed_lock(bytea, text[]),
+    webhook._protected_setting(text)
     FROM PUBLIC;
 
 SELECT pg_catalog.set_config('search_path', '@extschema@, pg_temp', true);
