@@ -5,7 +5,7 @@
 //! `webhook_grant_viewer` looks).
 //!
 //! ```text
-//! webhook-console [--listen 127.0.0.1:8480] [--database <conninfo>]
+//! webhook-console [--listen 127.0.0.1:8480 | --listen unix:PATH] [--database <conninfo>]
 //! ```
 //!
 //! The database comes from `--database`, else `WEBHOOK_CONSOLE_DATABASE`,
@@ -15,6 +15,12 @@
 //! `Host` is its listen address (and `localhost` on loopback) or one of
 //! `WEBHOOK_CONSOLE_HOSTS` (comma-separated, as a reverse proxy passes
 //! them), and holds at most `WEBHOOK_CONSOLE_CONNECTIONS` (4) connections.
+//!
+//! On loopback without a password, every process of the machine can act
+//! as the console's role. Where other users or services share it, listen
+//! on a Unix socket (`unix:PATH`, made readable and writable by the
+//! console's user and group only: a reverse proxy in that group reaches
+//! it, nobody else) or set the password.
 
 mod charts;
 mod db;
@@ -34,8 +40,36 @@ pub struct App {
 
 pub type State = axum::extract::State<Arc<App>>;
 
+/// Where it listens: an address and port, or a Unix socket's path.
+enum Listen {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(address) => write!(f, "http://{address}/"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    match text.strip_prefix("unix:") {
+        Some("") => Err(
+            "--listen: unix: needs the socket's path, like unix:/run/webhook-console/console.sock"
+                .into(),
+        ),
+        Some(path) => Ok(Listen::Unix(path.into())),
+        None => text.parse().map(Listen::Tcp).map_err(|e| {
+            format!("--listen: {e} (an address and port, like 127.0.0.1:8480, or unix:PATH)")
+        }),
+    }
+}
+
 struct Config {
-    listen: SocketAddr,
+    listen: Listen,
     database: String,
     basic: Option<(String, String)>,
     hosts: Vec<String>,
@@ -43,7 +77,7 @@ struct Config {
 }
 
 fn config() -> Result<Config, String> {
-    let mut listen: SocketAddr = "127.0.0.1:8480".parse().expect("a literal address");
+    let mut listen = Listen::Tcp("127.0.0.1:8480".parse().expect("a literal address"));
     let mut database = std::env::var("WEBHOOK_CONSOLE_DATABASE")
         .or_else(|_| std::env::var("DATABASE_URL"))
         .unwrap_or_default();
@@ -51,15 +85,11 @@ fn config() -> Result<Config, String> {
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
-            "--listen" => {
-                listen = value("--listen")?.parse().map_err(|e| {
-                    format!("--listen: {e} (an address and port, like 127.0.0.1:8480)")
-                })?
-            }
+            "--listen" => listen = parse_listen(&value("--listen")?)?,
             "--database" => database = value("--database")?,
             "-h" | "--help" => {
                 return Err(
-                    "usage: webhook-console [--listen 127.0.0.1:8480] [--database <conninfo>]"
+                    "usage: webhook-console [--listen 127.0.0.1:8480 | --listen unix:PATH] [--database <conninfo>]"
                         .into(),
                 )
             }
@@ -83,11 +113,17 @@ fn config() -> Result<Config, String> {
         }
         _ => None,
     };
-    if basic.is_none() && !listen.ip().is_loopback() {
-        eprintln!(
-            "webhook-console: listening on {listen} without basic authentication: \
+    match &listen {
+        Listen::Tcp(address) if basic.is_none() && !address.ip().is_loopback() => eprintln!(
+            "webhook-console: listening on {address} without basic authentication: \
              anyone who reaches it acts as the database role it connects as"
-        );
+        ),
+        Listen::Tcp(address) if basic.is_none() => eprintln!(
+            "webhook-console: listening on {address} without basic authentication: \
+             every process of this machine can act as the database role it connects as \
+             (listen on a Unix socket, --listen unix:PATH, or set WEBHOOK_CONSOLE_PASSWORD)"
+        ),
+        _ => {}
     }
     let hosts: Vec<String> = std::env::var("WEBHOOK_CONSOLE_HOSTS")
         .unwrap_or_default()
@@ -103,7 +139,12 @@ fn config() -> Result<Config, String> {
         Err(_) => 4,
     };
     Ok(Config {
-        hosts: security::hosts_for(listen, &hosts),
+        hosts: match &listen {
+            Listen::Tcp(address) => security::hosts_for(*address, &hosts),
+            // Through a socket, what the client calls it: localhost, or
+            // the names a reverse proxy passes.
+            Listen::Unix(_) => security::hosts_for_socket(&hosts),
+        },
         listen,
         database,
         basic,
@@ -170,19 +211,54 @@ async fn main() {
             std::process::exit(1);
         }
     }
-    let listener = match tokio::net::TcpListener::bind(config.listen).await {
-        Ok(listener) => listener,
-        Err(err) => {
-            eprintln!("webhook-console: cannot listen on {}: {err}", config.listen);
-            std::process::exit(1);
-        }
-    };
-    eprintln!("webhook-console: http://{}/", config.listen);
     let router = screens::router(app);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .expect("the server runs");
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let refused = |err: std::io::Error| -> ! {
+        eprintln!("webhook-console: cannot listen on {}: {err}", config.listen);
+        std::process::exit(1);
+    };
+    match &config.listen {
+        Listen::Tcp(address) => {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .unwrap_or_else(|e| refused(e));
+            eprintln!("webhook-console: {}", config.listen);
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+                .expect("the server runs");
+        }
+        Listen::Unix(path) => {
+            let listener = bind_socket(path).unwrap_or_else(|e| refused(e));
+            eprintln!("webhook-console: {}", config.listen);
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+                .expect("the server runs");
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A Unix socket at `path`, readable and writable by this user and its
+/// group only. A socket left by an earlier run is replaced; any other
+/// file there is not.
+fn bind_socket(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(found) = std::fs::symlink_metadata(path) {
+        if !found.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is there",
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    // Made as the umask allows (the packaged unit's UMask=0077: the user
+    // alone), then opened to the group.
+    let listener = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(listener)
 }

@@ -155,6 +155,19 @@ pub fn hosts_for(listen: std::net::SocketAddr, configured: &[String]) -> Vec<Str
     hosts
 }
 
+/// The `Host` values answered through a Unix socket: `localhost` (what
+/// a client on the machine calls it) and those configured.
+pub fn hosts_for_socket(configured: &[String]) -> Vec<String> {
+    let mut hosts = vec!["localhost".to_string()];
+    hosts.extend(
+        configured
+            .iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty()),
+    );
+    hosts
+}
+
 /// Headers on every answer: no script may run (the console has none), no
 /// other site may frame it, forms post only to it, nothing is sniffed and
 /// no referrer leaks an event id to another site. (`same-origin`, not

@@ -19,8 +19,11 @@ import base64
 import json
 import os
 import re
+import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -381,6 +384,37 @@ def main():
             except urllib.error.HTTPError as err:
                 code = err.code
             check(code == expected, f"basic authentication: {credentials or 'none'} -> {code}")
+
+        # On a Unix socket: reachable by the console's user and group
+        # only (0660), answered for localhost, not for another Host.
+        socket_path = os.path.join(tempfile.mkdtemp(prefix="console-"), "console.sock")
+        conninfo = f"host={os.environ['PGHOST']} port={os.environ['PGPORT']} dbname={DB} user=console_view"
+        on_socket = subprocess.Popen([BIN, "--listen", f"unix:{socket_path}", "--database", conninfo],
+                                     stderr=subprocess.PIPE, text=True)
+        consoles.append(on_socket)
+
+        def through_socket(host):
+            for _ in range(200):
+                try:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    sock.connect(socket_path)
+                    break
+                except (FileNotFoundError, ConnectionRefusedError):
+                    if on_socket.poll() is not None:
+                        raise SystemExit(f"the console on a socket exited: {on_socket.stderr.read()}")
+                    time.sleep(0.1)
+            with sock:
+                sock.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            return int(answer.split(b" ", 2)[1]), answer
+
+        code, page = through_socket("localhost")
+        check(code == 200 and b"Overview" in page, f"the console answers on a Unix socket ({code})")
+        check(stat.S_IMODE(os.stat(socket_path).st_mode) == 0o660, "its socket is the user's and group's only")
+        code, _ = through_socket("evil.example")
+        check(code != 200, f"another Host through the socket is refused ({code})")
 
         # The viewer sees everything but acts on nothing.
         browser.go(view + "/dead")
