@@ -503,6 +503,11 @@ RETURN CASE WHEN lease IS NOT NULL THEN NULL
             WHEN CASE WHEN entity_key IS NULL THEN true
                       ELSE webhook._advance(fn, id, provider, 'default', event_id, entity_key, order_value) END
                 -- Sealed under the key the claim read for its lock.
+                -- webhook._remembered appears twice, as an inlined
+                -- expression must: for a transaction's first claim (the
+                -- hot path) that is two looks at a setting; a later claim
+                -- checks the seal twice, still less than a call of a
+                -- PL/pgSQL function here would cost every claim.
                 THEN set_config('pg_webhook_inbox.completes_here',
                                 webhook._state_mac('pg_webhook_inbox.completes_here', webhook._remembered(id), sealing)
                                     || ':' || webhook._remembered(id), true)

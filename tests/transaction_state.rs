@@ -221,6 +221,45 @@ fn the_claim_s_own_transaction_may_still_finish_it() {
     refused_after(&mut db, &mut app, "e-own-2", &id, "SELECT 1");
 }
 
+/// Several claims of one transaction, each remembered beside the earlier
+/// ones under one seal: each may still be finished there, and a forgery
+/// added to the sealed value later takes nothing from them nor adds to
+/// them.
+#[test]
+fn every_claim_of_a_transaction_is_remembered() {
+    let db_name = "state_several";
+    let mut db = prepare(db_name);
+    let mut app = connect_as(db_name, APP);
+    let mut tx = app.transaction().unwrap();
+    let ids: Vec<String> = ["e-one", "e-two", "e-three"]
+        .iter()
+        .map(|event_id| {
+            tx.query_one(
+                "SELECT (webhook_claim('gh', $1, 'push', '{}'::jsonb, NULL, complete_on_commit => true)).id::text",
+                &[event_id],
+            )
+            .unwrap()
+            .get(0)
+        })
+        .collect();
+    tx.batch_execute(&format!(
+        "SELECT webhook_fail('{}', 'the first one failed')",
+        ids[0]
+    ))
+    .unwrap();
+    tx.batch_execute(&format!(
+        "SELECT webhook_complete('{}', '{{\"n\": 3}}')",
+        ids[2]
+    ))
+    .unwrap();
+    tx.commit().unwrap();
+    assert_eq!(state(&mut db, "e-one"), "failed");
+    assert_eq!(state(&mut db, "e-two"), "processed");
+    assert_eq!(state(&mut db, "e-three"), "processed");
+    // e-two, processed by that committed transaction: no right here.
+    refused_after(&mut db, &mut app, "e-two", &ids[1], "SELECT 1");
+}
+
 /// The settings that protect a guarantee and that the shared SQL reads
 /// itself: an operator's own value of webhook.maintenance_lock_timeout
 /// never reaches the archive's maintenance (the compiled edition refuses

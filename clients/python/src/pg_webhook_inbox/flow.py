@@ -172,7 +172,7 @@ async def deliver_async(execute: Callable[[str, tuple], Awaitable[Any]],
     return delivery.answer()
 
 
-def _settled(exc: BaseException) -> Optional[Answer]:
+def _settled(exc: BaseException) -> Answer:
     """The answer to an attempt that raised something other than an
     outage: 404, 413, or a 500 that says nothing of the database (which
     is logged)."""
