@@ -8,21 +8,31 @@ import { PayloadTooLarge } from "./outage.js";
 /**
  * The raw bytes of a Node request that no body parser has read, up to
  * `limit`: PayloadTooLarge for a Content-Length over it, before anything
- * is read, or for a stream that goes past it.
+ * is read, or for a stream that goes past it. Past the limit, the rest is
+ * drained, not kept, and the socket left open, so that the 413 reaches
+ * the sender (destroying the request would reset its connection instead).
  */
-export async function readBody(req: IncomingMessage, limit = MAX_BODY): Promise<Buffer> {
-  if (Number(req.headers["content-length"] ?? NaN) > limit) throw new PayloadTooLarge();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) {
-      req.destroy();
-      throw new PayloadTooLarge();
-    }
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
+export function readBody(req: IncomingMessage, limit = MAX_BODY): Promise<Buffer> {
+  if (Number(req.headers["content-length"] ?? NaN) > limit) return Promise.reject(new PayloadTooLarge());
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const data = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limit) {
+        chunks.push(chunk);
+        return;
+      }
+      req.off("data", data);
+      req.off("end", end);
+      req.resume();
+      reject(new PayloadTooLarge());
+    };
+    const end = () => resolve(Buffer.concat(chunks));
+    req.on("data", data);
+    req.on("end", end);
+    req.on("error", reject);
+  });
 }
 
 /**

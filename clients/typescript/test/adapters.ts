@@ -32,6 +32,8 @@ export interface Adapter {
   name: string;
   trouble: Trouble;
   send(provider: string, headers: Record<string, string>, body: Buffer): Promise<Sent>;
+  /** Where it serves HTTP, for the adapters that do. */
+  base?: string;
   close(): Promise<void>;
 }
 
@@ -98,6 +100,7 @@ export async function expressApp(url: string, retrySeconds = 8): Promise<Adapter
     name: "express",
     trouble,
     send: (p, h, b) => post(base, p, h, b),
+    base,
     close: async () => {
       server.close();
       await pool.end();
@@ -116,6 +119,7 @@ export async function fastifyApp(url: string, retrySeconds = 8): Promise<Adapter
     name: "fastify",
     trouble,
     send: (p, h, b) => post(base, p, h, b),
+    base,
     close: async () => {
       await app.close();
       await sql.end({ timeout: 1 });
@@ -136,6 +140,7 @@ export async function honoApp(url: string, retrySeconds = 8): Promise<Adapter> {
     name: "hono",
     trouble,
     send: (p, h, b) => post(base, p, h, b),
+    base,
     close: async () => {
       server.close();
       await pool.end();

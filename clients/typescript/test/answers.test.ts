@@ -45,6 +45,28 @@ for (const make of ALL) {
         }
       }));
 
+    it("answers 413 to a streamed body that goes past the bound, without reading it whole", () =>
+      using(make, async (a) => {
+        if (a.base === undefined) return; // called in-process: no stream to send
+        // No Content-Length: chunks of 64 KiB, 10 MiB and one more.
+        const chunk = new Uint8Array(64 * 1024).fill(120);
+        let sentChunks = 0;
+        const body = new ReadableStream<Uint8Array>({
+          pull(controller) {
+            if (sentChunks++ > 160) controller.close();
+            else controller.enqueue(chunk);
+          },
+        });
+        const r = await fetch(`${a.base}/webhooks/stripe`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body,
+          duplex: "half",
+        } as RequestInit);
+        assert.equal(r.status, 413, a.name);
+        assert.deepEqual(await r.json(), { status: "too_large" }, a.name);
+      }));
+
     it("answers 409 while an attempt elsewhere is live, and claims once it ends", () =>
       using(make, async (a) => {
         const run = newRun();
