@@ -958,6 +958,140 @@ fn a_database_restart_under_a_storm_loses_and_doubles_nothing() {
     let _ = &mut db;
 }
 
+/// `senders` threads each delivering `each` GitHub events `{prefix}-{s}-{i}`
+/// through `ingress`, each sent again until it is answered 2xx (or once
+/// only, `retry` false); the answers by status.
+fn senders(
+    ingress: &Arc<Ingress>,
+    prefix: &str,
+    senders: usize,
+    each: usize,
+    retry: bool,
+    done: &Arc<AtomicUsize>,
+) -> Vec<std::thread::JoinHandle<HashMap<u16, usize>>> {
+    (0..senders)
+        .map(|s| {
+            let (ingress, prefix, done) =
+                (Arc::clone(ingress), prefix.to_string(), Arc::clone(done));
+            std::thread::spawn(move || {
+                let mut answers: HashMap<u16, usize> = HashMap::new();
+                for i in 0..each {
+                    let (headers, body) = github(&format!("{prefix}-{s}-{i}"));
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    loop {
+                        assert!(Instant::now() < deadline, "{prefix}-{s}-{i} never stored");
+                        let status = http(ingress.addr, "POST", "/webhooks/gh", &headers, &body)
+                            .map_or(0, |a| a.status);
+                        *answers.entry(status).or_default() += 1;
+                        if (200..300).contains(&status) || !retry {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                answers
+            })
+        })
+        .collect()
+}
+
+fn merged(threads: Vec<std::thread::JoinHandle<HashMap<u16, usize>>>) -> HashMap<u16, usize> {
+    let mut all = HashMap::new();
+    for t in threads {
+        for (status, n) in t.join().unwrap() {
+            *all.entry(status).or_default() += n;
+        }
+    }
+    all
+}
+
+/// Behind PgBouncer in transaction mode (4 server connections shared by
+/// the ingress's 12), as on a managed host's pooled endpoint: with
+/// `--pooler transaction`, a storm of deliveries through two restarts of
+/// the pooler and one of the database is stored once each, and nothing is
+/// refused: no delivery fails on a statement or a setting the pooler
+/// moved, and the pooler's own errors while the database is away are
+/// ridden out as the database's are. With `--pooler none` through the same
+/// pooler, deliveries fail on their prepared statement, and the log says
+/// which setting is missing: the hazard is real, and found.
+#[test]
+fn through_a_transaction_pooler_nothing_is_refused_lost_or_doubled() {
+    let _serial = one_at_a_time();
+    let mut db = prepare("ingress_pooled");
+    let pooler = common::pooler::Pooler::start(&[APP, "postgres"]);
+    let conninfo = pooler.conninfo("ingress_pooled", APP);
+    let ingress = Arc::new(Ingress::start_with(
+        &conninfo,
+        &[
+            "--pooler",
+            "transaction",
+            "--connections",
+            "12",
+            "--request-timeout",
+            "5",
+        ],
+    ));
+    const SENDERS: usize = 12;
+    const EACH: usize = 50;
+    let done = Arc::new(AtomicUsize::new(0));
+    let storm = senders(&ingress, "pooled", SENDERS, EACH, true, &done);
+    let progress = |what: &str| {
+        let before = done.load(Ordering::Relaxed);
+        wait_for(what, || done.load(Ordering::Relaxed) >= before + 100);
+    };
+    progress("deliveries before the pooler's first restart");
+    pooler.restart(0.0);
+    progress("deliveries before the pooler's second restart");
+    pooler.restart(0.5);
+    progress("deliveries before the database's restart");
+    crash_server();
+    std::thread::sleep(Duration::from_millis(500));
+    start_server();
+    let answers = merged(storm);
+    let mut db_again = connect("ingress_pooled");
+    let events = stored(&mut db_again, "gh");
+    let distinct = count(
+        &mut db_again,
+        "SELECT count(DISTINCT event_id) FROM webhook.events WHERE provider = 'gh'",
+    );
+    let queued = count(
+        &mut db_again,
+        "SELECT count(*) FROM webhook.inbox WHERE provider = 'gh'",
+    );
+    let logs = ingress.logs();
+    eprintln!(
+        "through the pooler: {} events sent, answers by status {answers:?}",
+        SENDERS * EACH
+    );
+    assert_eq!(events, (SENDERS * EACH) as i64, "every event stored");
+    assert_eq!(distinct, events, "none doubled");
+    assert_eq!(queued, events, "each queued once");
+    assert!(
+        !logs.contains("not_stored"),
+        "a delivery failed on the database's answer, not an outage:\n{logs}"
+    );
+    // Each outage is shorter than a request's deadline: ridden out.
+    assert!(
+        answers.keys().all(|s| (200..300).contains(s)),
+        "nothing refused: {answers:?}"
+    );
+    drop(ingress);
+
+    let unaware = Arc::new(Ingress::start_with(&conninfo, &["--connections", "12"]));
+    let answers = merged(senders(&unaware, "unaware", 8, 10, false, &Arc::default()));
+    let logs = unaware.logs();
+    assert!(
+        answers.get(&503).copied().unwrap_or(0) > 0,
+        "with --pooler none, the pooler's server connections lose the prepared statement: {answers:?}"
+    );
+    assert!(
+        logs.contains("Set --pooler transaction"),
+        "the log names the setting:\n{logs}"
+    );
+    let _ = &mut db;
+}
+
 /// One connection, held by a delivery waiting on its event's lock: the
 /// next request waits its turn and is answered 503 when the pool's timeout
 /// passes, one more than the queue holds at once; when the lock goes,

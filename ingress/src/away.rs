@@ -1,6 +1,6 @@
 //! Whether a database error means the database is away (restarting,
-//! failing over, out of connections, or this connection is to a standby
-//! now) rather than an answer about the delivery: the first is retried on
+//! failing over, out of connections, unreachable from a pooler, or this
+//! connection is to a standby now) rather than an answer about the delivery: the first is retried on
 //! another connection until the request's deadline, the second is not.
 
 use tokio_postgres::error::SqlState;
@@ -11,6 +11,11 @@ pub fn is_away(err: &tokio_postgres::Error) -> bool {
         return true;
     }
     match err.code() {
+        // Class 08, a connection exception: the link to the server is what
+        // failed. A pooler says so with it when its server is away
+        // (PgBouncer: 08P01 "server login has been failing", "server conn
+        // crashed?", "query_wait_timeout").
+        Some(code) if code.code().starts_with("08") => true,
         Some(code) => [
             SqlState::ADMIN_SHUTDOWN,
             SqlState::CRASH_SHUTDOWN,
@@ -37,4 +42,15 @@ pub fn message(err: &tokio_postgres::Error) -> String {
         Some(db) => db.message().to_string(),
         None => err.to_string(),
     }
+}
+
+/// What a prepared statement's error says when a transaction pooler is
+/// between this process and the database but `--pooler` does not say so:
+/// the statement was prepared on one server connection and run on another.
+pub fn pooler_hint(err: &tokio_postgres::Error) -> Option<&'static str> {
+    let code = err.code()?;
+    (*code == SqlState::INVALID_SQL_STATEMENT_NAME || *code == SqlState::DUPLICATE_PSTATEMENT)
+        .then_some(
+        "a transaction pooler between webhook-ingress and the database? Set --pooler transaction",
+    )
 }

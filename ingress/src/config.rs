@@ -37,6 +37,7 @@ const SETTINGS: &[Setting] = &[
     Setting { flag: "read-timeout", default: "5", help: "seconds a sender has to send its whole body (408 after)" },
     Setting { flag: "request-timeout", default: "9", help: "seconds a delivery may take in all, database retries included (GitHub gives up at 10); 503 after" },
     Setting { flag: "connections", default: "8", help: "database connections at most" },
+    Setting { flag: "pooler", default: "none", help: "what --database reaches: the server, or a session pooler (none); a transaction pooler (transaction: PgBouncer's pool_mode=transaction, Supavisor's or Neon's pooled endpoint, RDS Proxy), through which no statement is named and nothing is set for the session" },
     Setting { flag: "pool-timeout", default: "2", help: "seconds a request waits for a free connection (503 after)" },
     Setting { flag: "queue", default: "256", help: "requests waiting for a connection at most; one more is answered 503 at once" },
     Setting { flag: "rate", default: "0", help: "deliveries per second allowed from one source (0: no limit); 429 beyond, before the database" },
@@ -71,6 +72,7 @@ pub struct Config {
     pub read_timeout: Duration,
     pub request_timeout: Duration,
     pub connections: usize,
+    pub pooler: crate::pool::Pooler,
     pub pool_timeout: Duration,
     pub queue: usize,
     /// Deliveries per second and burst per source; None: no limit.
@@ -253,6 +255,15 @@ fn checked(value: &dyn Fn(&'static str) -> String) -> Result<Config, String> {
              --max-connections ({max_connections})"
         ));
     }
+    let pooler = match value("pooler").trim() {
+        "none" | "session" => crate::pool::Pooler::None,
+        "transaction" => crate::pool::Pooler::Transaction,
+        other => {
+            return Err(format!(
+                "--pooler: {other:?} is not none or transaction (a session pooler is none)"
+            ))
+        }
+    };
     let access_log = match value("access-log").trim() {
         "true" | "on" | "1" | "yes" => true,
         "false" | "off" | "0" | "no" => false,
@@ -279,6 +290,7 @@ fn checked(value: &dyn Fn(&'static str) -> String) -> Result<Config, String> {
         read_timeout: seconds("read-timeout", 3600.0)?,
         request_timeout: seconds("request-timeout", 3600.0)?,
         connections: number("connections", 1.0, 1000.0)? as usize,
+        pooler,
         pool_timeout: seconds("pool-timeout", 3600.0)?,
         queue: number("queue", 0.0, 1e6)? as usize,
         rate: (rate > 0.0).then_some((rate, if burst > 0.0 { burst } else { rate.max(1.0) })),
@@ -305,6 +317,9 @@ mod tests {
         assert_eq!(c.listen.to_string(), "127.0.0.1:8490");
         assert_eq!(c.max_body, 1_048_576);
         assert!(c.rate.is_none());
+        assert_eq!(c.pooler, crate::pool::Pooler::None);
+        let pooled = load_with(&["--pooler", "transaction"]).unwrap();
+        assert_eq!(pooled.pooler, crate::pool::Pooler::Transaction);
         assert_eq!(
             (c.max_connections, c.max_connections_per_source),
             (2048, 64)
@@ -347,6 +362,7 @@ mod tests {
             ),
             (vec!["--prefix", "webhooks"], "--prefix"),
             (vec!["--access-log", "maybe"], "--access-log"),
+            (vec!["--pooler", "statement"], "--pooler"),
             (vec!["--nonsense", "1"], "--nonsense"),
             (vec!["--rate"], "--rate"),
             (vec!["--max-connections", "0"], "--max-connections"),

@@ -385,7 +385,13 @@ async fn store(
             let (mut lent, waited) = app.pool.get().await?;
             app.metrics.pool_wait(waited);
             let row = lent
-                .receive(&[&provider, headers, &body, &url, &traceparent])
+                .receive(&crate::pool::Delivery {
+                    provider,
+                    headers,
+                    body,
+                    url,
+                    traceparent,
+                })
                 .await;
             match row {
                 Ok(row) => Ok(row),
@@ -408,11 +414,11 @@ async fn store(
                 let code = err.code().map_or("unreachable", |c| c.code()).to_string();
                 app.metrics.database_error(&code);
                 if !crate::away::is_away(&err) {
-                    log::event(
-                        "error",
-                        "not_stored",
-                        json!({ "provider": provider, "sqlstate": code, "error": crate::away::message(&err) }),
-                    );
+                    let mut fields = json!({ "provider": provider, "sqlstate": code, "error": crate::away::message(&err) });
+                    if let Some(hint) = crate::away::pooler_hint(&err) {
+                        fields["hint"] = hint.into();
+                    }
+                    log::event("error", "not_stored", fields);
                     return unavailable(format!("error {code}"));
                 }
             }

@@ -274,6 +274,7 @@ async fn main() {
         config.pool_timeout,
         config.queue,
         config.request_timeout,
+        config.pooler,
     ));
     let app = Arc::new(App {
         limit: config

@@ -1,5 +1,6 @@
 //! The database connections: never more than `--connections`, each kept
-//! open between deliveries with `webhook_receive` prepared on it. A
+//! open between deliveries with `webhook_receive` prepared on it (or,
+//! behind a transaction pooler, nothing prepared: see `Pooler`). A
 //! request waits for one in a queue bounded in length (`--queue`) and in
 //! time (`--pool-timeout`); past either it is answered 503 at once, so a
 //! burst larger than the database can take queues in the providers'
@@ -14,7 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, NoTls, Row, Statement};
 
 /// The one statement a delivery runs: verified, archived and queued, or
 /// refused, in one call that commits on its own (autocommit), so that the
@@ -26,10 +28,31 @@ const RECEIVE: &str = "SELECT status, http_status, reason, response, response_ty
                          FROM webhook_receive($1, $2::jsonb, $3::bytea, inbox => true,
                                               url => $4, traceparent => $5)";
 
-/// An open connection and its prepared statement.
+/// What `--database` reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooler {
+    /// The server itself, or a pooler that lends a client one server
+    /// connection for as long as it is connected (a session pooler): the
+    /// statement is prepared once per connection and the backstop timeout
+    /// set for the session.
+    None,
+    /// A pooler that lends a server connection for one transaction at a
+    /// time (PgBouncer's pool_mode=transaction, Supavisor's and Neon's
+    /// pooled endpoints, RDS Proxy): the next statement of the same client
+    /// connection may run on another server connection, where a statement
+    /// prepared on the first does not exist (or another of the same name
+    /// does), and a session setting lands on whichever server connection
+    /// ran it, for its next clients. So nothing is named and nothing is
+    /// set for the session: each delivery is one transaction, sent in one
+    /// round trip, its statement unnamed and its timeout `SET LOCAL`.
+    Transaction,
+}
+
+/// An open connection and, unless behind a transaction pooler, its
+/// prepared statement.
 pub struct Conn {
     pub client: Client,
-    pub receive: Statement,
+    pub receive: Option<Statement>,
     /// The task that drives the connection: it ends once the socket is
     /// closed, after the client is dropped.
     driver: tokio::task::JoinHandle<()>,
@@ -55,7 +78,17 @@ pub struct Pool {
     /// Connections open now (idle or lent).
     open: Arc<AtomicUsize>,
     statement_timeout: Duration,
+    pooler: Pooler,
     pub size: usize,
+}
+
+/// One delivery, as `webhook_receive` takes it.
+pub struct Delivery<'a> {
+    pub provider: &'a str,
+    pub headers: &'a serde_json::Value,
+    pub body: &'a [u8],
+    pub url: Option<&'a str>,
+    pub traceparent: Option<&'a str>,
 }
 
 impl Pool {
@@ -65,7 +98,15 @@ impl Pool {
         timeout: Duration,
         queue: usize,
         statement_timeout: Duration,
+        pooler: Pooler,
     ) -> Self {
+        let mut config = config;
+        // In the startup packet, which every pooler passes on, rather than
+        // a SET, which a transaction pooler would leave on a server
+        // connection of its own. A name the connection string gives wins.
+        if config.get_application_name().is_none() {
+            config.application_name("webhook-ingress");
+        }
         Pool {
             config,
             permits: Arc::new(Semaphore::new(size)),
@@ -75,8 +116,16 @@ impl Pool {
             waiting: AtomicUsize::new(0),
             open: Arc::new(AtomicUsize::new(0)),
             statement_timeout,
+            pooler,
             size,
         }
+    }
+
+    /// The backstop: a statement of a request that gave up is cancelled
+    /// then (see Lent's drop), and if the cancel is lost, the server gives
+    /// up on it at twice the request's deadline.
+    fn backstop_ms(&self) -> u128 {
+        self.statement_timeout.as_millis().max(1) * 2
     }
 
     pub fn open_connections(&self) -> usize {
@@ -146,16 +195,15 @@ impl Pool {
             let _ = connection.await;
         });
         let prepared = async {
-            // A backstop: a statement of a request that gave up is
-            // cancelled then (see Lent's drop), and if the cancel is lost,
-            // the server gives up on it at twice the request's deadline.
-            client
-                .batch_execute(&format!(
-                    "SET application_name = 'webhook-ingress'; SET statement_timeout = {}",
-                    self.statement_timeout.as_millis().max(1) * 2
-                ))
-                .await?;
-            client.prepare(RECEIVE).await
+            match self.pooler {
+                Pooler::None => {
+                    client
+                        .batch_execute(&format!("SET statement_timeout = {}", self.backstop_ms()))
+                        .await?;
+                    client.prepare(RECEIVE).await.map(Some)
+                }
+                Pooler::Transaction => Ok(None),
+            }
         }
         .await;
         match prepared {
@@ -169,6 +217,46 @@ impl Pool {
                 Err(err)
             }
         }
+    }
+}
+
+impl Pool {
+    /// Behind a transaction pooler: BEGIN with the backstop timeout, the
+    /// delivery as an unnamed statement, COMMIT, sent together and read
+    /// back in order (the client sends each request as it is first polled,
+    /// and `join!` polls them in order), so a delivery costs one round
+    /// trip here too. The pooler keeps the three on one server connection:
+    /// a transaction is open from the first to the last. The row counts
+    /// only once COMMIT succeeded.
+    async fn receive_in_transaction(
+        &self,
+        client: &Client,
+        d: &Delivery<'_>,
+    ) -> Result<Row, tokio_postgres::Error> {
+        let begin = format!(
+            "BEGIN; SET LOCAL statement_timeout = {}",
+            self.backstop_ms()
+        );
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&d.provider, Type::TEXT),
+            (d.headers, Type::JSONB),
+            (&d.body, Type::BYTEA),
+            (&d.url, Type::TEXT),
+            (&d.traceparent, Type::TEXT),
+        ];
+        let (begun, rows, committed) = tokio::join!(
+            client.batch_execute(&begin),
+            client.query_typed(RECEIVE, &params),
+            client.batch_execute("COMMIT"),
+        );
+        begun?;
+        let rows = rows?;
+        committed?;
+        // A function of one composite result in FROM: always one row.
+        Ok(rows
+            .into_iter()
+            .next()
+            .expect("webhook_receive returns one row"))
     }
 }
 
@@ -214,18 +302,25 @@ impl Lent {
         self.conn.as_ref().expect("a lent connection holds one")
     }
 
-    /// Receive one delivery on this connection.
-    pub async fn receive(
-        &mut self,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+    /// Receive one delivery on this connection: its row once it is
+    /// committed.
+    pub async fn receive(&mut self, d: &Delivery<'_>) -> Result<Row, tokio_postgres::Error> {
         self.busy = true;
         let conn = self.conn.as_ref().expect("a lent connection holds one");
-        let row = conn.client.query_one(&conn.receive, params).await;
+        let row = match &conn.receive {
+            Some(statement) => {
+                conn.client
+                    .query_one(
+                        statement,
+                        &[&d.provider, d.headers, &d.body, &d.url, &d.traceparent],
+                    )
+                    .await
+            }
+            None => self.pool.receive_in_transaction(&conn.client, d).await,
+        };
         self.busy = false;
         row
     }
-
     /// Close it instead of keeping it: it failed in a way that leaves its
     /// state unknown.
     pub fn discard(mut self) {

@@ -76,7 +76,8 @@ impl Providers {
     /// Read the registry from `client`.
     pub async fn read(&self, client: &tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
         let read = client
-            .query(
+            // Unnamed: the same through a transaction pooler.
+            .query_typed(
                 "SELECT provider, scheme, inbox FROM webhook_receivable_providers()",
                 &[],
             )

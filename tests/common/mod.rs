@@ -278,6 +278,7 @@ pub fn scheme_matrix() -> Vec<serde_json::Value> {
 pub mod cluster;
 pub mod examples;
 pub mod ingress;
+pub mod pooler;
 pub mod traffic;
 
 /// Deliveries signed the way each provider signs them.
