@@ -424,6 +424,25 @@ if len(ingress_lines) > 2 and examples_present:
             for c in ["ingress"] + examples_present
         ]
         ingress_lines.append(f"| {senders} | " + " | ".join(cells) + " |")
+pooled_present = [c for c in ("ingress-transaction", "ingress-pgbouncer") if any(r[0] == c for r in ingress_runs)]
+if len(ingress_lines) > 2 and pooled_present:
+    ingress_lines += [
+        "",
+        "Behind a transaction pooler: the ingress with `--pooler transaction` (each delivery an unnamed "
+        "statement, nothing set for the session), to the server and through PgBouncer in transaction mode "
+        "(8 server connections), deliveries/s (× the ingress with its defaults):",
+        "",
+        "| concurrent senders | webhook-ingress | --pooler transaction | through PgBouncer |",
+        "|---:|---:|---:|---:|",
+    ]
+    for senders in ("4", "16"):
+        base = ingress_median("ingress", senders, 3)
+        cells = [
+            f"{fmt(ingress_median(c, senders, 3))} ({ingress_median(c, senders, 3) / base:.2f})"
+            if base and ingress_median(c, senders, 3) else ""
+            for c in ("ingress-transaction", "ingress-pgbouncer")
+        ]
+        ingress_lines.append(f"| {senders} | {fmt(base)} | " + " | ".join(cells) + " |")
 ingress_table = "\n".join(ingress_lines) if len(ingress_lines) > 2 else ""
 
 machine = f"{os.cpu_count()} cores, {platform.machine()}, PostgreSQL {pg_version}; {settings}"

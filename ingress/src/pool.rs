@@ -43,8 +43,7 @@ pub enum Pooler {
     /// prepared on the first does not exist (or another of the same name
     /// does), and a session setting lands on whichever server connection
     /// ran it, for its next clients. So nothing is named and nothing is
-    /// set for the session: each delivery is one transaction, sent in one
-    /// round trip, its statement unnamed and its timeout `SET LOCAL`.
+    /// set for the session: each delivery is one unnamed statement.
     Transaction,
 }
 
@@ -221,22 +220,18 @@ impl Pool {
 }
 
 impl Pool {
-    /// Behind a transaction pooler: BEGIN with the backstop timeout, the
-    /// delivery as an unnamed statement, COMMIT, sent together and read
-    /// back in order (the client sends each request as it is first polled,
-    /// and `join!` polls them in order), so a delivery costs one round
-    /// trip here too. The pooler keeps the three on one server connection:
-    /// a transaction is open from the first to the last. The row counts
-    /// only once COMMIT succeeded.
-    async fn receive_in_transaction(
+    /// Behind a transaction pooler: the delivery as an unnamed statement
+    /// (parsed, bound and run in one round trip, and in one transaction of
+    /// its own, which the pooler keeps on one server connection). No
+    /// backstop timeout is set: a SET would stay on the server connection
+    /// for its next clients, and a transaction around the statement for a
+    /// SET LOCAL costs a tenth of the throughput (docs/ingress.md); the
+    /// role's own statement_timeout is the backstop there.
+    async fn receive_unnamed(
         &self,
         client: &Client,
         d: &Delivery<'_>,
     ) -> Result<Row, tokio_postgres::Error> {
-        let begin = format!(
-            "BEGIN; SET LOCAL statement_timeout = {}",
-            self.backstop_ms()
-        );
         let params: [(&(dyn ToSql + Sync), Type); 5] = [
             (&d.provider, Type::TEXT),
             (d.headers, Type::JSONB),
@@ -244,14 +239,7 @@ impl Pool {
             (&d.url, Type::TEXT),
             (&d.traceparent, Type::TEXT),
         ];
-        let (begun, rows, committed) = tokio::join!(
-            client.batch_execute(&begin),
-            client.query_typed(RECEIVE, &params),
-            client.batch_execute("COMMIT"),
-        );
-        begun?;
-        let rows = rows?;
-        committed?;
+        let rows = client.query_typed(RECEIVE, &params).await?;
         // A function of one composite result in FROM: always one row.
         Ok(rows
             .into_iter()
@@ -316,7 +304,7 @@ impl Lent {
                     )
                     .await
             }
-            None => self.pool.receive_in_transaction(&conn.client, d).await,
+            None => self.pool.receive_unnamed(&conn.client, d).await,
         };
         self.busy = false;
         row

@@ -12,21 +12,35 @@ package pgxinbox
 //     the others still commit.
 //   - Stop (or the context's end, or SIGTERM with signal.NotifyContext): the
 //     event in hand is finished, the rest of the batch handed back at once.
-//   - The database away: reconnect, waiting 0.5 s doubling to 30 s, each wait
-//     drawn from its upper half so that workers one restart dropped do not
-//     all return at once. What the lost connection held rolled back with it;
-//     its leases run out and are taken again.
+//   - Anything else that goes wrong in an iteration (the database away, any
+//     database error, a bug): logged (Logf, log.Printf by default), counted
+//     (Errors, ConsecutiveErrors, LastError), passed to OnError, and the loop
+//     goes on after a wait of 0.5 s doubling to 30 s, each drawn from its
+//     upper half so that workers one restart dropped do not all return at
+//     once. Run never returns on its own, only by Stop or its context's end.
+//     What a lost connection held rolled back with it; its leases run out
+//     and are taken again.
 //   - Idle: LISTEN webhook_inbox wakes it as soon as something is queued
 //     (needs a direct or session-pooled connection; NoListen polls).
+//   - Connections: from ConnString or the application's Connect. Those from
+//     ConnString describe each statement rather than prepare it (pgx's
+//     statement_cache_mode=describe, unless the string says otherwise), so
+//     behind a transaction pooler (PgBouncer in transaction mode, Supavisor's
+//     or Neon's pooled endpoint) the worker works with NoListen.
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log"
 	"math/rand"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgconn/stmtcache"
 	"github.com/jackc/pgx/v4"
 
 	webhookinbox "pg_webhook_inbox/clients/go"
@@ -76,6 +90,9 @@ func (b *Backoff) Next() time.Duration {
 // Worker runs Work for every event of Consumer (optionally one Provider's).
 type Worker struct {
 	ConnString string
+	// Connect, when set, opens the worker's connections instead (and the
+	// listener's): the application's own settings.
+	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Work runs in the batch's transaction: its writes on tx commit with
 	// the event's completion; an error records a failure.
 	Work     func(ctx context.Context, tx pgx.Tx, e Event) error
@@ -86,9 +103,30 @@ type Worker struct {
 	Poll     time.Duration
 	NoListen bool
 	OnError  func(error)
-	Backoff  Backoff
+	// Logf writes a failed iteration: log.Printf by default.
+	Logf    func(format string, args ...any)
+	Backoff Backoff
 
-	stopping atomic.Bool
+	stopping    atomic.Bool
+	errors      atomic.Int64
+	consecutive atomic.Int64
+	lastMu      sync.Mutex
+	lastError   error
+}
+
+// Errors is how many iterations failed since the worker started; a worker
+// that keeps failing shows here and in the log, not as a process gone.
+func (w *Worker) Errors() int64 { return w.errors.Load() }
+
+// ConsecutiveErrors is how many iterations in a row failed (0 once one
+// works).
+func (w *Worker) ConsecutiveErrors() int64 { return w.consecutive.Load() }
+
+// LastError is the last iteration's failure, nil before the first.
+func (w *Worker) LastError() error {
+	w.lastMu.Lock()
+	defer w.lastMu.Unlock()
+	return w.lastError
 }
 
 // Stop asks the worker to finish the event in hand and return.
@@ -113,24 +151,60 @@ func (w *Worker) defaults() {
 	if w.OnError == nil {
 		w.OnError = func(error) {}
 	}
+	if w.Logf == nil {
+		w.Logf = log.Printf
+	}
 }
 
-// Run works until Stop or ctx's end.
+// Run works until Stop or ctx's end, and returns nil then: nothing else
+// ends it.
 func (w *Worker) Run(ctx context.Context) error {
 	w.defaults()
 	go func() { <-ctx.Done(); w.Stop() }()
 	for !w.stopping.Load() {
-		err := w.runConnected()
-		if err == nil {
-			continue
+		if err := w.runConnected(); err != nil {
+			w.failed(err)
+			w.sleep(w.Backoff.Next())
 		}
-		if !webhookinbox.IsOutage(err) {
-			return err
-		}
-		w.OnError(err)
-		w.sleep(w.Backoff.Next())
 	}
 	return nil
+}
+
+func (w *Worker) failed(err error) {
+	w.errors.Add(1)
+	n := w.consecutive.Add(1)
+	w.lastMu.Lock()
+	w.lastError = err
+	w.lastMu.Unlock()
+	if webhookinbox.IsOutage(err) {
+		w.Logf("inbox worker: the database is away (%v); trying again", err)
+	} else {
+		w.Logf("inbox worker: an iteration failed (error %d in a row): %v; trying again", n, err)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			w.Logf("inbox worker: OnError panicked: %v", r)
+		}
+	}()
+	w.OnError(err)
+}
+
+// connect opens a connection: the application's Connect, or one from
+// ConnString that names no statement.
+func (w *Worker) connect(ctx context.Context) (*pgx.Conn, error) {
+	if w.Connect != nil {
+		return w.Connect(ctx)
+	}
+	cfg, err := pgx.ParseConfig(w.ConnString)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(w.ConnString, "statement_cache_mode") {
+		cfg.BuildStatementCache = func(conn *pgconn.PgConn) stmtcache.Cache {
+			return stmtcache.New(conn, stmtcache.ModeDescribe, 512)
+		}
+	}
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // sleep waits d, or until Stop.
@@ -152,14 +226,14 @@ func (w *Worker) runConnected() error {
 	// The work's context is not the caller's: a stop lets the event in
 	// hand finish and commit.
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, w.ConnString)
+	conn, err := w.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
 	var listener *pgx.Conn
 	if !w.NoListen {
-		if listener, err = pgx.Connect(ctx, w.ConnString); err != nil {
+		if listener, err = w.connect(ctx); err != nil {
 			return err
 		}
 		defer listener.Close(ctx)
@@ -167,12 +241,13 @@ func (w *Worker) runConnected() error {
 			return err
 		}
 	}
-	w.Backoff.Connected()
 	for !w.stopping.Load() {
 		n, err := w.RunOnce(ctx, conn)
 		if err != nil {
 			return err
 		}
+		w.Backoff.Connected()
+		w.consecutive.Store(0)
 		if n == 0 {
 			if err := w.idle(listener); err != nil {
 				return err

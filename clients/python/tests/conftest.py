@@ -86,3 +86,16 @@ def orders(admin: str, run: str, handler: str) -> int:
 
 def restart_server(seconds_down: float = 0):
     subprocess.run([str(TESTING / "restart-server"), str(seconds_down)], check=True)
+
+
+@pytest.fixture(scope="session")
+def pooler_url():
+    """The application role's URL through PgBouncer in transaction mode
+    (.ci/clients-test starts it in front of the server)."""
+    return os.environ["POOLER_URL"]
+
+
+def restart_pooler(seconds_down: float = 0.0) -> None:
+    """PgBouncer stopped at once (every client connection cut) and started
+    again, as a redeploy of the pooler looks to its clients."""
+    subprocess.run([str(TESTING / "pooler"), "restart", os.environ["POOLER_DIR"], str(seconds_down)], check=True)

@@ -78,6 +78,16 @@ module Support
     system(File.join(TESTING, "restart-server"), "0.3", exception: true)
   end
 
+  # The application role's URL through PgBouncer in transaction mode
+  # (.ci/clients-test starts it).
+  def pooler_url = ENV.fetch("POOLER_URL")
+
+  # PgBouncer stopped at once (every client connection cut) and started
+  # again, as a redeploy of the pooler.
+  def restart_pooler(seconds_down = 0)
+    system(File.join(TESTING, "pooler"), "restart", ENV.fetch("POOLER_DIR"), seconds_down.to_s, exception: true)
+  end
+
   # What goes wrong in the work, per event id: restart (before it writes), fail (after).
   class Trouble
     attr_reader :fail, :restart

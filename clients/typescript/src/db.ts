@@ -28,7 +28,7 @@ interface PgPoolLike {
   >;
 }
 interface PostgresJsTxLike {
-  unsafe(text: string, params?: never[]): PromiseLike<unknown>;
+  unsafe(text: string, params?: never[], options?: { prepare?: boolean }): PromiseLike<unknown>;
 }
 interface PostgresJsLike extends PostgresJsTxLike {
   begin(fn: (tx: PostgresJsTxLike) => Promise<unknown>): PromiseLike<unknown>;
@@ -78,9 +78,18 @@ export function hearLostConnections(pool: { on(event: "connect", f: (c: { on(e: 
   pool.on("connect", (client) => client.on("error", () => undefined));
 }
 
-/** A postgres.js `sql` or transaction `tx`. */
+/**
+ * A postgres.js `sql` or transaction `tx`. The package's statements are
+ * never prepared, whatever the `sql`'s `prepare` option: behind a
+ * transaction pooler (PgBouncer in transaction mode, Supavisor's or Neon's
+ * pooled endpoint) a statement prepared on one server connection is not
+ * there on the next. (node-postgres prepares only statements given a
+ * name, which the package never gives.)
+ */
 export function postgresJsClient(sql: PostgresJsTxLike): Queryable {
-  return { query: async (text, params) => [...((await sql.unsafe(text, (params ?? []) as never[])) as Row[])] };
+  return {
+    query: async (text, params) => [...((await sql.unsafe(text, (params ?? []) as never[], { prepare: false })) as Row[])],
+  };
 }
 
 /** postgres.js: each call is one `sql.begin`. */

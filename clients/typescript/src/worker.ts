@@ -10,12 +10,21 @@
 //   the others still commit.
 // - stop() (SIGTERM, SIGINT with handleSignals): the event in hand is
 //   finished, the rest of the batch handed back at once.
-// - The database away: reconnect, waiting 0.5 s doubling to 30 s, each wait
-//   drawn from its upper half so that workers one restart dropped do not
-//   all return at once. What the lost connection held rolled back with it;
-//   its leases run out and are taken again.
+// - Anything else that goes wrong in an iteration (the database away, any
+//   database error, a bug): logged (`log`, console.error by default),
+//   counted (`errors`, `consecutiveErrors`, `lastError`), passed to
+//   onError, and the loop goes on after a wait of 0.5 s doubling to 30 s,
+//   each drawn from its upper half so that workers one restart dropped do
+//   not all return at once. run() never ends on its own, only by stop().
+//   What a lost connection held rolled back with it; its leases run out
+//   and are taken again.
 // - Idle: LISTEN webhook_inbox wakes it as soon as something is queued
 //   (needs a direct or session-pooled connection; `listen: false` polls).
+// - Connections: from a connection string, the application's `connect`
+//   function, or its node-postgres `pool` (LISTEN off by default then).
+//   No statement is named, so behind a transaction pooler (PgBouncer in
+//   transaction mode, Supavisor's or Neon's pooled endpoint) it works
+//   with `listen: false`.
 
 import pg from "pg";
 import { Queryable, pgClient, pgConfig } from "./db.js";
@@ -35,9 +44,19 @@ export interface InboxEvent {
   origin: string;
 }
 
+/** A connection the worker holds while it works: a client of its own, or one of a pool's. */
+interface Held {
+  client: pg.ClientBase;
+  done(error?: Error): Promise<void>;
+}
+
 export interface WorkerOptions {
   /** A URL (`postgresql://…`) or libpq's keyword/value form (`host=… dbname=…`). */
-  connectionString: string;
+  connectionString?: string;
+  /** Or: a new connected client each time the worker needs one (and one for LISTEN). */
+  connect?: () => Promise<pg.Client>;
+  /** Or: the application's pool, a client of which the worker holds while it works. */
+  pool?: pg.Pool;
   /** Runs in the batch's transaction: its writes on `db` commit with the event's completion. */
   work: (db: Queryable, event: InboxEvent) => Promise<void>;
   consumer?: string;
@@ -45,8 +64,11 @@ export interface WorkerOptions {
   batch?: number;
   lease?: string;
   pollMs?: number;
+  /** LISTEN on a connection of its own: on for a connection string or `connect`, off for a pool. */
   listen?: boolean;
   onError?: (error: unknown) => void;
+  /** Where failures are written: console.error by default. */
+  log?: (message: string, error: unknown) => void;
 }
 
 /** Reconnect waits: doubling from 0.5 s to 30 s, each drawn from the upper half of its step. */
@@ -84,8 +106,16 @@ export class Worker {
   private stopping = false;
   private wake: (() => void) | null = null;
   backoff = new Backoff();
+  /** For the application's metrics: a worker that keeps failing shows here (and in the log), not as a process that is gone. */
+  errors = 0;
+  consecutiveErrors = 0;
+  lastError: unknown = undefined;
 
-  constructor(readonly options: WorkerOptions) {}
+  constructor(readonly options: WorkerOptions) {
+    const sources = [options.connectionString, options.connect, options.pool].filter((s) => s !== undefined);
+    if (sources.length !== 1) throw new TypeError("Worker: give one of connectionString, connect or pool");
+    if (options.pool && options.listen) throw new TypeError("Worker: listen needs a connectionString or connect, not a pool");
+  }
 
   get stopped(): boolean {
     return this.stopping;
@@ -103,16 +133,33 @@ export class Worker {
     return this;
   }
 
-  /** Work until stop(). */
+  /** Work until stop(); nothing else ends it. */
   async run(): Promise<void> {
     while (!this.stopping) {
       try {
         await this.runConnected();
       } catch (error) {
-        if (!isOutage(error)) throw error;
-        this.options.onError?.(error);
+        this.failed(error);
         await this.pause(this.backoff.next());
       }
+    }
+  }
+
+  private failed(error: unknown): void {
+    this.errors += 1;
+    this.consecutiveErrors += 1;
+    this.lastError = error;
+    const log = this.options.log ?? ((message: string, e: unknown) => console.error(message, e));
+    try {
+      log(
+        isOutage(error)
+          ? "inbox worker: the database is away; trying again"
+          : `inbox worker: an iteration failed (error ${this.consecutiveErrors} in a row); trying again`,
+        error,
+      );
+      this.options.onError?.(error);
+    } catch (callbackError) {
+      console.error("inbox worker: onError or log threw", callbackError);
     }
   }
 
@@ -130,32 +177,70 @@ export class Worker {
     });
   }
 
-  private async runConnected(): Promise<void> {
-    const { connectionString, listen = true, pollMs = 1000 } = this.options;
-    const conn = new pg.Client(pgConfig(connectionString));
-    const listener = listen ? new pg.Client(pgConfig(connectionString)) : null;
+  private async client(): Promise<pg.Client> {
+    const { connectionString, connect } = this.options;
+    if (connect) return connect();
+    const client = new pg.Client(pgConfig(connectionString!));
     // A lost connection also emits 'error'; the failing query reports it.
-    conn.on("error", () => undefined);
-    listener?.on("error", () => this.wake?.());
-    listener?.on("notification", () => this.wake?.());
+    client.on("error", () => undefined);
     try {
-      await conn.connect();
-      if (listener) {
-        await listener.connect();
+      await client.connect();
+    } catch (error) {
+      await client.end().catch(() => undefined);
+      throw error;
+    }
+    return client;
+  }
+
+  private async hold(): Promise<Held> {
+    const { pool } = this.options;
+    if (pool) {
+      const client = await pool.connect();
+      const heard = () => undefined;
+      client.on("error", heard);
+      return {
+        client,
+        done: async (error) => {
+          client.off("error", heard);
+          client.release(error !== undefined && isOutage(error) ? error : undefined);
+        },
+      };
+    }
+    const client = await this.client();
+    client.on("error", () => undefined);
+    return { client, done: () => client.end().catch(() => undefined) };
+  }
+
+  private async runConnected(): Promise<void> {
+    const { pool, pollMs = 1000 } = this.options;
+    const listen = this.options.listen ?? !pool;
+    const held = await this.hold();
+    let listener: pg.Client | null = null;
+    let failure: Error | undefined;
+    try {
+      if (listen) {
+        listener = await this.client();
+        listener.on("error", () => this.wake?.());
+        listener.on("notification", () => this.wake?.());
         await listener.query(sql.LISTEN);
       }
-      this.backoff.connected();
       while (!this.stopping) {
-        if ((await this.runOnce(conn)) === 0) await this.pause(pollMs);
+        const leased = await this.runOnce(held.client);
+        this.backoff.connected();
+        this.consecutiveErrors = 0;
+        if (leased === 0) await this.pause(pollMs);
       }
+    } catch (error) {
+      failure = error instanceof Error ? error : new Error(String(error));
+      throw error;
     } finally {
-      await conn.end().catch(() => undefined);
+      await held.done(failure);
       await listener?.end().catch(() => undefined);
     }
   }
 
   /** One batch on `conn`; returns how many events were leased. The lease commits on its own. */
-  async runOnce(conn: pg.Client): Promise<number> {
+  async runOnce(conn: pg.ClientBase): Promise<number> {
     const { batch = 10, consumer = "default", provider = null, lease = "1 minute" } = this.options;
     const events = (await conn.query(sql.NEXT, [batch, consumer, provider, lease])).rows.map(eventFrom);
     try {
@@ -173,7 +258,7 @@ export class Worker {
     return events.length;
   }
 
-  private async finish(conn: pg.Client, events: InboxEvent[]): Promise<void> {
+  private async finish(conn: pg.ClientBase, events: InboxEvent[]): Promise<void> {
     if (events.length === 0) return;
     const db = pgClient(conn);
     await conn.query("BEGIN");

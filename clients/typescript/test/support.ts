@@ -114,3 +114,11 @@ export class Trouble {
     if (eventId && this.fail.has(eventId)) throw new Error(`${eventId} fails`);
   }
 }
+
+/** The application role's URL through PgBouncer in transaction mode (.ci/clients-test starts it). */
+export const POOLER_URL = process.env.POOLER_URL!;
+
+/** PgBouncer stopped at once (every client connection cut) and started again, as a redeploy of the pooler. */
+export async function restartPooler(secondsDown = 0): Promise<void> {
+  await promisify(execFile)(path.join(TESTING, "pooler"), ["restart", process.env.POOLER_DIR!, String(secondsDown)]);
+}

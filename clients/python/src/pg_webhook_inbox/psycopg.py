@@ -1,6 +1,13 @@
 """psycopg 3, blocking and asyncio: ``receive`` in the caller's
 transaction, and ``Handler`` / ``AsyncHandler``, which own the transaction
-and the outage rule for a framework's route."""
+and the outage rule for a framework's route.
+
+The package's statements are never prepared (``prepare=False``), whatever
+the pool's ``prepare_threshold``: behind a transaction pooler (PgBouncer in
+transaction mode, Supavisor's or Neon's pooled endpoint) a statement
+prepared on one server connection is not there on the next. The work's own
+statements are the application's: behind such a pooler, make the pool with
+``kwargs={"prepare_threshold": None}``."""
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +32,7 @@ def receive(conn: psycopg.Connection, provider: str, headers: Mapping[str, str],
     sql, params = flow.receive_call(provider, headers, body, url=url, inbox=inbox,
                                     complete_on_commit=complete_on_commit, lease=lease)
     try:
-        return Delivery.from_row(conn.execute(sql, params).fetchone())
+        return Delivery.from_row(conn.execute(sql, params, prepare=False).fetchone())
     except psycopg.Error as exc:
         raise flow.refused(provider, exc) from exc
 
@@ -37,7 +44,7 @@ async def areceive(conn: psycopg.AsyncConnection, provider: str, headers: Mappin
     sql, params = flow.receive_call(provider, headers, body, url=url, inbox=inbox,
                                     complete_on_commit=complete_on_commit, lease=lease)
     try:
-        return Delivery.from_row(await (await conn.execute(sql, params)).fetchone())
+        return Delivery.from_row(await (await conn.execute(sql, params, prepare=False)).fetchone())
     except psycopg.Error as exc:
         raise flow.refused(provider, exc) from exc
 
@@ -79,7 +86,7 @@ class Handler:
 
     def _once(self, call: tuple, work, deadline: flow.Deadline) -> Answer:
         with self.pool.connection(timeout=deadline.left()) as conn, conn.transaction():
-            return flow.deliver(lambda sql, p: conn.execute(sql, p).fetchone(), conn.transaction, call,
+            return flow.deliver(lambda sql, p: conn.execute(sql, p, prepare=False).fetchone(), conn.transaction, call,
                                 lambda delivery: work(conn, delivery), OUTAGE)
 
 
@@ -119,6 +126,6 @@ class AsyncHandler:
             await self._open()
         async with self.pool.connection(timeout=deadline.left()) as conn, conn.transaction():
             async def execute(sql, p):
-                return await (await conn.execute(sql, p)).fetchone()
+                return await (await conn.execute(sql, p, prepare=False)).fetchone()
             return await flow.deliver_async(execute, conn.transaction, call,
                                             lambda delivery: work(conn, delivery), OUTAGE)

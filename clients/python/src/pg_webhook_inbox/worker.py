@@ -10,26 +10,43 @@ event's work commits exactly once.
   others still commit.
 - ``stop()`` (SIGTERM, SIGINT with ``handle_signals``): the event in hand
   is finished, the rest of the batch handed back at once.
-- The database away: reconnect, waiting 0.5 s doubling to 30 s, each wait
-  drawn from its upper half so that workers one restart dropped do not all
-  return at once. What the lost connection held rolled back with it; its
-  leases run out and are taken again.
+- Anything else that goes wrong in an iteration (the database away, any
+  database error, a bug): logged (logger ``pg_webhook_inbox``), counted
+  (``errors``, ``consecutive_errors``, ``last_error``), passed to
+  ``on_error``, and the loop goes on after a wait of 0.5 s doubling to 30 s,
+  each drawn from its upper half so that workers one restart dropped do not
+  all return at once. It never ends on its own: only ``stop()`` ends it.
+  What a lost connection held rolled back with it; its leases run out and
+  are taken again.
 - Idle: LISTEN webhook_inbox wakes it as soon as something is queued
   (needs a direct or session-pooled connection; ``listen=False`` polls).
+- Connections: from a conninfo string (opened without prepared
+  statements), a function that returns a connection, or the application's
+  ``ConnectionPool``. The package's statements are never prepared, so
+  behind a transaction pooler (PgBouncer in transaction mode, Supavisor's
+  or Neon's pooled endpoint) it works with ``listen=False``.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
 import signal
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, ContextManager, List, Optional, Union
 
 import psycopg
 import psycopg.errors
+from psycopg_pool import ConnectionPool
 
-from . import statements
+from . import errors, statements
+
+log = logging.getLogger("pg_webhook_inbox")
+
+# Where the worker's connections come from.
+Source = Union[str, Callable[[], psycopg.Connection], ConnectionPool]
 
 RECONNECT_FIRST, RECONNECT_LAST = 0.5, 30.0
 
@@ -70,20 +87,36 @@ class Backoff:
 
 
 class Worker:
-    """``Worker(conninfo, work).run()``: ``work(conn, event)`` for every
+    """``Worker(source, work).run()``: ``work(conn, event)`` for every
     event of ``consumer`` (optionally one ``provider``'s), until ``stop()``.
     ``work`` raising records a failure; its writes on ``conn`` commit with
-    the event's completion."""
+    the event's completion.
 
-    def __init__(self, conninfo: str, work: Callable[[psycopg.Connection, Event], None], *,
+    ``source``: a conninfo string, a function returning a new connection,
+    or a ``ConnectionPool``. ``listen`` (LISTEN on a connection of its
+    own) is on for a conninfo or a function, off for a pool."""
+
+    def __init__(self, source: Source, work: Callable[[psycopg.Connection, Event], None], *,
                  consumer: str = "default", provider: Optional[str] = None, batch: int = 10,
-                 lease: str = "1 minute", poll_seconds: float = 1.0, listen: bool = True,
+                 lease: str = "1 minute", poll_seconds: float = 1.0, listen: Optional[bool] = None,
                  on_error: Callable[[BaseException], None] = lambda exc: None):
-        self.conninfo, self.work = conninfo, work
+        self.source, self.work = source, work
         self.consumer, self.provider, self.batch, self.lease = consumer, provider, batch, lease
-        self.poll_seconds, self.listen, self.on_error = poll_seconds, listen, on_error
+        self.poll_seconds, self.on_error = poll_seconds, on_error
+        self.listen = not isinstance(source, ConnectionPool) if listen is None else listen
+        if self.listen and isinstance(source, ConnectionPool):
+            raise ValueError("listen=True needs a conninfo or a connection function, not a pool")
         self._stopping = threading.Event()
         self.backoff = Backoff()
+        # For the application's metrics: a worker that keeps failing shows
+        # here (and in the log), not as a process that is gone.
+        self.errors = 0
+        self.consecutive_errors = 0
+        self.last_error: Optional[BaseException] = None
+
+    @property
+    def conninfo(self) -> Optional[str]:
+        return self.source if isinstance(self.source, str) else None
 
     @property
     def stopping(self) -> bool:
@@ -99,22 +132,55 @@ class Worker:
         return self
 
     def run(self) -> None:
+        """Work until ``stop()``; nothing else ends it."""
         while not self.stopping:
             try:
                 self._run_connected()
-            except psycopg.OperationalError as exc:
-                self.on_error(exc)
+            except Exception as exc:  # noqa: BLE001 - logged, counted, waited out
+                self._failed(exc)
                 self._stopping.wait(self.backoff.next())
 
+    def _failed(self, exc: Exception) -> None:
+        self.errors += 1
+        self.consecutive_errors += 1
+        self.last_error = exc
+        if errors.connection_lost(exc):
+            log.warning("inbox worker: the database is away (%s); trying again", exc)
+        else:
+            log.error("inbox worker: an iteration failed (%s error %d in a row); trying again",
+                      type(exc).__name__, self.consecutive_errors, exc_info=exc)
+        try:
+            self.on_error(exc)
+        except Exception:  # noqa: BLE001 - the application's callback must not end the loop
+            log.exception("inbox worker: on_error raised")
+
+    def _connection(self) -> ContextManager[psycopg.Connection]:
+        source = self.source
+        if isinstance(source, ConnectionPool):
+            return source.connection()
+        if isinstance(source, str):
+            return psycopg.connect(source, prepare_threshold=None)
+        return contextlib.closing(source())
+
+    def _listener(self) -> Optional[psycopg.Connection]:
+        if not self.listen:
+            return None
+        conn = (psycopg.connect(self.source, autocommit=True) if isinstance(self.source, str)
+                else self.source())
+        conn.autocommit = True
+        return conn
+
     def _run_connected(self) -> None:
-        with psycopg.connect(self.conninfo) as conn:
-            listener = psycopg.connect(self.conninfo, autocommit=True) if self.listen else None
+        with self._connection() as conn:
+            listener = self._listener()
             try:
                 if listener is not None:
                     listener.execute(statements.LISTEN)
-                self.backoff.connected()
                 while not self.stopping:
-                    if self.run_once(conn) == 0:
+                    leased = self.run_once(conn)
+                    self.backoff.connected()
+                    self.consecutive_errors = 0
+                    if leased == 0:
                         self._idle(listener)
             finally:
                 if listener is not None:
@@ -131,7 +197,8 @@ class Worker:
         """One batch on ``conn``; returns how many events were leased.
         The lease commits on its own, so operators see the events leased."""
         with conn.transaction():
-            rows = conn.execute(statements.NEXT, (self.batch, self.consumer, self.provider, self.lease)).fetchall()
+            rows = conn.execute(statements.NEXT, (self.batch, self.consumer, self.provider, self.lease),
+                                prepare=False).fetchall()
         events = [Event.from_row(row) for row in rows]
         try:
             self._finish(conn, events)
@@ -148,7 +215,7 @@ class Worker:
             done = []
             for event in events:
                 if self.stopping:
-                    conn.execute(statements.HAND_BACK, (event.id,))
+                    conn.execute(statements.HAND_BACK, (event.id,), prepare=False)
                     continue
                 try:
                     with conn.transaction():  # a savepoint: a failure undoes this event's work only
@@ -158,14 +225,14 @@ class Worker:
                     raise
                 except Exception as exc:  # noqa: BLE001 - recorded, retried after the backoff
                     self.on_error(exc)
-                    conn.execute(statements.FAIL, (event.id, str(exc) or type(exc).__name__))
+                    conn.execute(statements.FAIL, (event.id, str(exc) or type(exc).__name__), prepare=False)
             if done:
-                conn.execute(statements.COMPLETE_BATCH, (done,))
+                conn.execute(statements.COMPLETE_BATCH, (done,), prepare=False)
 
 
 def outbound_key(conn: psycopg.Connection, lease: uuid.UUID, operation: str) -> str:
     """The Idempotency-Key to send with a side effect of this event: the
     same on every attempt, whichever lease runs it."""
-    return conn.execute(statements.OUTBOUND_KEY, (lease, operation)).fetchone()[0]
+    return conn.execute(statements.OUTBOUND_KEY, (lease, operation), prepare=False).fetchone()[0]
 
 

@@ -5,10 +5,15 @@ require "pg"
 module PgWebhookInbox
   # A small pool of connections of the pg gem: each transaction takes one,
   # BEGIN … COMMIT, and gives it back; one a lost connection broke is
-  # closed, not pooled again.
+  # closed, not pooled again. Opened from a conninfo string, or by the
+  # application's own callable returning a PG::Connection (its settings).
+  # No statement is named (exec_params only): behind a transaction pooler
+  # (PgBouncer in transaction mode, Supavisor's or Neon's pooled endpoint)
+  # it works as it does on the server.
   class Database
-    def initialize(conninfo, size: 5, checkout_timeout: 1.0)
-      @conninfo, @size, @checkout_timeout = conninfo, size, checkout_timeout
+    def initialize(source, size: 5, checkout_timeout: 1.0)
+      @connect = source.respond_to?(:call) ? source : -> { PG.connect(source) }
+      @size, @checkout_timeout = size, checkout_timeout
       @idle = []
       @open = 0
       @lock = Mutex.new
@@ -65,7 +70,7 @@ module PgWebhookInbox
         @open += 1
       end
       begin
-        PG.connect(@conninfo)
+        @connect.call
       rescue StandardError
         @lock.synchronize { @open -= 1; @available.signal }
         raise

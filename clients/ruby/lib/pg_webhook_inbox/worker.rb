@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "logger"
 require "pg"
 
 module PgWebhookInbox
@@ -36,23 +37,39 @@ module PgWebhookInbox
   #   so the others still commit.
   # - stop (SIGTERM, SIGINT with handle_signals): the event in hand is
   #   finished, the rest of the batch handed back at once.
-  # - The database away: reconnect with jittered backoff, 0.5 s to 30 s.
-  #   What the lost connection held rolled back with it; its leases run out
-  #   and are taken again.
-  # - Idle: LISTEN webhook_inbox wakes it as soon as something is queued.
+  # - Anything else that goes wrong in an iteration (the database away,
+  #   any database error, a bug): logged (logger:, to standard error by
+  #   default), counted (errors, consecutive_errors, last_error), passed to
+  #   on_error, and the loop goes on after a wait of 0.5 s doubling to
+  #   30 s, jittered. run never ends on its own, only by stop. What a lost
+  #   connection held rolled back with it; its leases run out and are taken
+  #   again.
+  # - Idle: LISTEN webhook_inbox wakes it as soon as something is queued
+  #   (needs a direct or session-pooled connection; listen: false polls).
+  # - Connections: from a conninfo string, or from the application's own
+  #   (a callable returning a PG::Connection). No statement is named
+  #   (exec_params only), so behind a transaction pooler (PgBouncer in
+  #   transaction mode, Supavisor's or Neon's pooled endpoint) it works
+  #   with listen: false.
   #
   #   PgWebhookInbox::Worker.new(ENV["DATABASE_URL"]) { |event, conn| … }.handle_signals.run
   class Worker
     attr_accessor :backoff
+    # For the application's metrics: a worker that keeps failing shows
+    # here (and in the log), not as a process that is gone.
+    attr_reader :errors, :consecutive_errors, :last_error
 
-    def initialize(conninfo, consumer: "default", provider: nil, batch: 10, lease: "1 minute", poll_seconds: 1.0,
-                   listen: true, on_error: nil, &work)
+    def initialize(source, consumer: "default", provider: nil, batch: 10, lease: "1 minute", poll_seconds: 1.0,
+                   listen: true, on_error: nil, logger: Logger.new($stderr, progname: "pg_webhook_inbox"), &work)
       raise ArgumentError, "the work is the block" unless work
 
-      @conninfo, @consumer, @provider, @batch, @lease = conninfo, consumer, provider, batch, lease
-      @poll_seconds, @listen, @on_error, @work = poll_seconds, listen, on_error, work
+      @connect = source.respond_to?(:call) ? source : -> { PG.connect(source) }
+      @consumer, @provider, @batch, @lease = consumer, provider, batch, lease
+      @poll_seconds, @listen, @on_error, @logger, @work = poll_seconds, listen, on_error, logger, work
       @stopping = false
       @backoff = Backoff.new
+      @errors = @consecutive_errors = 0
+      @last_error = nil
     end
 
     def stop = @stopping = true
@@ -64,15 +81,13 @@ module PgWebhookInbox
       self
     end
 
-    # Works until stop.
+    # Works until stop; nothing else ends it.
     def run
       until @stopping
         begin
           run_connected
         rescue StandardError => e
-          raise unless Outage.outage?(e)
-
-          @on_error&.call(e)
+          failed(e)
           pause(@backoff.next_wait)
         end
       end
@@ -102,18 +117,35 @@ module PgWebhookInbox
 
     private
 
+    def failed(error)
+      @errors += 1
+      @consecutive_errors += 1
+      @last_error = error
+      if Outage.outage?(error)
+        @logger&.warn("inbox worker: the database is away (#{error.message.strip}); trying again")
+      else
+        @logger&.error("inbox worker: an iteration failed (error #{@consecutive_errors} in a row): " \
+                       "#{error.class}: #{error.message.strip}; trying again")
+      end
+      @on_error&.call(error)
+    rescue StandardError => e
+      @logger&.error("inbox worker: on_error raised #{e.class}: #{e.message}")
+    end
+
     def pause(seconds)
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
       sleep 0.05 while !@stopping && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
     end
 
     def run_connected
-      conn = PG.connect(@conninfo)
-      listener = @listen ? PG.connect(@conninfo) : nil
+      conn = @connect.call
+      listener = @listen ? @connect.call : nil
       listener&.exec(Statements::LISTEN)
-      @backoff.connected!
       until @stopping
-        next unless run_once(conn).zero?
+        leased = run_once(conn)
+        @backoff.connected!
+        @consecutive_errors = 0
+        next unless leased.zero?
 
         listener ? idle(listener) : pause(@poll_seconds)
       end
