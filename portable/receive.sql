@@ -82,6 +82,9 @@ RETURN CASE (s).kind
     WHEN 'paddle' THEN '{paddle-signature}'
     WHEN 'shopify' THEN '{x-shopify-hmac-sha256}'
     WHEN 'slack' THEN '{x-slack-signature}'
+    WHEN 'discord' THEN '{x-signature-ed25519}'
+    WHEN 'sendgrid' THEN '{x-twilio-email-event-webhook-signature}'
+    WHEN 'paypal' THEN '{paypal-transmission-sig}'
     WHEN 'twilio' THEN '{x-twilio-signature}'
     WHEN 'square' THEN '{x-square-hmacsha256-signature}'
     WHEN 'zoom' THEN '{x-zm-signature}'
@@ -255,6 +258,9 @@ BEGIN
         END IF;
     ELSIF (s).kind = 'twitch' AND document ? 'subscription' AND NOT document ? 'event' THEN
         RETURN ROW('revocation', '', 'text/plain')::webhook._handshake;
+    ELSIF (s).kind = 'discord' AND jsonb_typeof(document -> 'type') = 'number' AND document ->> 'type' = '1' THEN
+        -- A PING (type 1, an integer) is answered with a PONG.
+        RETURN ROW('ping', '{"type":1}', 'application/json')::webhook._handshake;
     END IF;
     RETURN NULL;
 END

@@ -4,10 +4,10 @@
 -- The catalog below is the compiled edition's (src/schemes/catalog.rs),
 -- row for row: the differential tests compare webhook_schemes() of both
 -- editions, so a scheme added to one and not the other fails them. Every
--- HMAC scheme is verified here as there, answering the same reasons; the
--- schemes that sign with a private key (Discord's Ed25519, SendGrid's
--- ECDSA, PayPal's RSA, Standard Webhooks' v1a) need public-key
--- cryptography pgcrypto does not have, and are refused with 0A000.
+-- scheme is verified here as there, answering the same reasons: the HMACs
+-- with pgcrypto, the schemes that sign with a private key (Discord's
+-- Ed25519, SendGrid's ECDSA, PayPal's RSA, Standard Webhooks' v1a) with
+-- public_keys.sql.
 --
 -- The functions of the schemes read no table, and anyone may call those
 -- the compiled edition lets anyone call; here they are SECURITY DEFINER
@@ -99,19 +99,6 @@ BEGIN ATOMIC
       FROM unnest(string_to_array(source, '|')) AS alternative;
 END;
 
--- The public-key schemes: what a database without the compiled edition
--- cannot verify, and says so.
-CREATE FUNCTION webhook._public_key_refused(fn text, what text) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    PERFORM webhook._raise('0A000',
-        format('%s: %s needs public-key signatures, which only the compiled edition of pg_webhook_inbox verifies', fn, what),
-        'This is the portable edition, in SQL and PL/pgSQL on pgcrypto: pgcrypto computes HMACs, not Ed25519, ECDSA or RSA signatures.',
-        'Where the database can load extensions, install the compiled edition; docs/managed.md says how to move to it, keeping every row.');
-END
-$$;
-
 -- A scheme as webhook_receive and webhook_verify use it: its catalog
 -- name, what it is verified as (`kind`), and the generic HMAC's options.
 CREATE TYPE webhook._scheme AS (
@@ -124,7 +111,8 @@ CREATE TYPE webhook._scheme AS (
     tolerance   integer, -- the catalog's window, seconds; NULL: none signed
     body_covered text,
     headers_covered text[],
-    body        text
+    body        text,
+    webhook_id  text     -- paypal: the webhook's id, which it signs
 );
 
 -- "stripe, github, standard (aliases svix, clerk, …), …" for messages.
@@ -172,7 +160,7 @@ BEGIN
         -- A provider verified exactly as another scheme, under its own name.
         result := webhook._parse_scheme(fn, arg, entry.make);
     ELSE
-        result := ROW(entry.scheme, entry.make, NULL, 'sha256', false, '', NULL, NULL, NULL, NULL);
+        result := ROW(entry.scheme, entry.make, NULL, 'sha256', false, '', NULL, NULL, NULL, NULL, NULL);
     END IF;
     result.name := entry.scheme;
     result.tolerance := entry.tolerance;
@@ -180,9 +168,23 @@ BEGIN
     result.headers_covered := entry.headers_covered;
     result.body := entry.body;
     IF entry.make = 'paypal' THEN
-        PERFORM webhook._public_key_refused(fn, 'scheme "paypal"');
-    ELSIF entry.make IN ('discord', 'sendgrid') THEN
-        PERFORM webhook._public_key_refused(fn, format('scheme "%s"', entry.make));
+        FOREACH option IN ARRAY (string_to_array(trimmed, ';'))[2:] LOOP
+            IF strpos(option, '=') > 0 AND lower(btrim(split_part(option, '=', 1))) = 'webhook_id' THEN
+                value := btrim(substr(option, strpos(option, '=') + 1));
+                IF value = '' OR strpos(value, '|') > 0 THEN
+                    PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+                        format('webhook_id "%s" is not a PayPal webhook id', value), bad_hint);
+                END IF;
+                result.webhook_id := value;
+            ELSE
+                PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+                    format('unknown option "%s"', option), bad_hint);
+            END IF;
+        END LOOP;
+        IF result.webhook_id IS NULL THEN
+            PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
+                'PayPal signs with the webhook''s id: write the scheme as paypal;webhook_id=<id>', bad_hint);
+        END IF;
     ELSIF entry.make = 'hmac' AND result.header IS NULL THEN
         FOREACH option IN ARRAY (string_to_array(trimmed, ';'))[2:] LOOP
             IF strpos(option, '=') = 0 THEN
@@ -233,6 +235,120 @@ BEGIN ATOMIC
     END;
 END;
 
+-- A registered secret as a scheme reads it (src/schemes/keys.rs,
+-- Registered): an HMAC key, or a provider's public key, checked once
+-- read: an Ed25519 point (raw, as verify_strict hashes it), a P-256
+-- point {x, y}, or an RSA key {n, e} with the certificate's name (the URL
+-- PayPal names it by). NULL when the secret is no key of the scheme.
+CREATE TYPE webhook._key AS (
+    kind   text,       -- hmac, ed25519, p256 or rsa
+    bytes  bytea,      -- hmac: the key; ed25519: the point's encoding
+    nums   numeric[],  -- p256: {x, y}; rsa: {n, e}
+    name   text        -- rsa: the certificate's URL
+);
+
+CREATE FUNCTION webhook._scheme_key(s webhook._scheme, secret text) RETURNS webhook._key
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    k     webhook._key;
+    raw   bytea;
+    start integer;
+BEGIN
+    CASE s.kind
+    WHEN 'standard' THEN
+        IF secret LIKE 'whpk\_%' THEN
+            raw := webhook._base64_any(substr(secret, 6));
+            IF octet_length(raw) = 32 AND webhook._ed25519_point(raw) IS NOT NULL THEN
+                k := ROW('ed25519', raw, NULL, NULL);
+            END IF;
+        ELSIF webhook._hmac_key(s, secret) IS NOT NULL THEN
+            k := ROW('hmac', webhook._hmac_key(s, secret), NULL, NULL);
+        END IF;
+    WHEN 'discord' THEN
+        raw := webhook._hex(btrim(secret, E' \t\n\r\f\u000b'), 32);
+        IF raw IS NOT NULL AND webhook._ed25519_point(raw) IS NOT NULL THEN
+            k := ROW('ed25519', raw, NULL, NULL);
+        END IF;
+    WHEN 'sendgrid' THEN
+        k := ROW('p256', NULL, webhook._p256_key(webhook._pem_or_base64(secret, 'PUBLIC KEY')), NULL);
+        IF k.nums IS NULL THEN
+            k := NULL;
+        END IF;
+    WHEN 'paypal' THEN
+        -- The certificate's URL on the first line, then its PEM.
+        start := strpos(secret, '-----BEGIN');
+        IF start > 0 AND btrim(substr(secret, 1, start - 1), E' \t\n\r\f\u000b') <> '' THEN
+            k := ROW('rsa', NULL,
+                     webhook._rsa_certificate_key(webhook._pem_or_base64(substr(secret, start), 'CERTIFICATE')),
+                     btrim(substr(secret, 1, start - 1), E' \t\n\r\f\u000b'));
+            IF k.nums IS NULL THEN
+                k := NULL;
+            END IF;
+        END IF;
+    ELSE
+        k := ROW('hmac', webhook._hmac_key(s, secret), NULL, NULL);
+    END CASE;
+    RETURN k;
+END
+$$;
+
+-- Whether a key verifies a candidate signature of the signed bytes. The
+-- public-key candidates are marked by their first byte (1 Ed25519, 2 a DER
+-- ECDSA signature, 3 RSA), which an HMAC's is not read by.
+CREATE FUNCTION webhook._key_verifies(k webhook._key, candidates bytea[], signed bytea, algorithm text)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    candidate bytea;
+BEGIN
+    IF k.kind = 'hmac' THEN
+        RETURN EXISTS (SELECT FROM unnest(candidates) c
+                        WHERE webhook._same_mac(c, webhook._hmac(signed, k.bytes, algorithm)));
+    END IF;
+    FOREACH candidate IN ARRAY candidates LOOP
+        IF k.kind = 'ed25519' AND octet_length(candidate) = 65 AND get_byte(candidate, 0) = 1 THEN
+            IF webhook._ed25519_verify(k.bytes, substr(candidate, 2), signed) THEN
+                RETURN true;
+            END IF;
+        ELSIF k.kind = 'p256' AND get_byte(candidate, 0) = 2 THEN
+            IF webhook._p256_verify(k.nums, substr(candidate, 2), signed) THEN
+                RETURN true;
+            END IF;
+        ELSIF k.kind = 'rsa' AND get_byte(candidate, 0) = 3 THEN
+            IF webhook._rsa_verify(k.nums, substr(candidate, 2), signed) THEN
+                RETURN true;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN false;
+END
+$$;
+
+-- CRC32 (IEEE) of the body, as PayPal signs it; linear in its length.
+CREATE FUNCTION webhook._crc32(body bytea) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+DECLARE
+    t bigint[] := '{}';
+    c bigint;
+BEGIN
+    FOR n IN 0 .. 255 LOOP
+        c := n;
+        FOR k IN 1 .. 8 LOOP
+            c := CASE WHEN c & 1 = 1 THEN 3988292384 # (c >> 1) ELSE c >> 1 END;
+        END LOOP;
+        t := t || c;
+    END LOOP;
+    c := 4294967295;
+    FOR i IN 0 .. octet_length(body) - 1 LOOP
+        c := t[((c # get_byte(body, i)) & 255) + 1] # (c >> 8);
+    END LOOP;
+    RETURN c # 4294967295;
+END
+$$;
+
 -- Headers as a handler passes them, read as the compiled edition reads
 -- them (src/schemes/headers.rs): names in ASCII lower case; a value that
 -- is not a string, longer than 8 kB, or given twice under names that
@@ -268,7 +384,8 @@ CREATE TYPE webhook._signed AS (
     body_signed boolean,  -- false: the body is covered inside the prefix
     suffix      bytea,
     signed_at   bigint,   -- Unix seconds
-    covered     text[]    -- headers this delivery's signature covers
+    covered     text[],   -- headers this delivery's signature covers
+    key_name    text      -- the key the request says signed it (PayPal's certificate URL)
 );
 
 -- A Unix timestamp in whole seconds; NULL for anything else.
@@ -343,7 +460,7 @@ BEGIN
         result.reason := 'malformed_header';
         RETURN result;
     END IF;
-    RETURN ROW(NULL, 'sha256', candidates, NULL, true, '\x', ts, '{}')::webhook._signed;
+    RETURN ROW(NULL, 'sha256', candidates, NULL, true, '\x', ts, '{}', NULL)::webhook._signed;
 END
 $$;
 
@@ -644,6 +761,57 @@ BEGIN
         SELECT array_agg(convert_to(u.form, 'UTF8') || fields ORDER BY u.n) INTO r.prefixes
           FROM unnest(webhook._url_forms(url)) WITH ORDINALITY AS u(form, n);
         r.body_signed := false;
+    WHEN 'discord' THEN
+        IF NOT h ? 'x-signature-ed25519' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._hex(h ->> 'x-signature-ed25519', 64);
+        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF NOT h ? 'x-signature-timestamp' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        ts := h ->> 'x-signature-timestamp';
+        IF webhook._unix_seconds(ts) IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.candidates := ARRAY['\x01'::bytea || digest];
+        r.prefixes := ARRAY[convert_to(ts, 'UTF8')];
+        r.signed_at := webhook._unix_seconds(ts);
+        r.covered := ARRAY['x-signature-timestamp'];
+        RETURN r;
+    WHEN 'sendgrid' THEN
+        FOREACH entry IN ARRAY ARRAY['x-twilio-email-event-webhook-signature', 'x-twilio-email-event-webhook-timestamp'] LOOP
+            IF NOT h ? entry THEN r.reason := 'missing_header'; RETURN r; END IF;
+            IF h ->> entry IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        END LOOP;
+        ts := h ->> 'x-twilio-email-event-webhook-timestamp';
+        sig := h ->> 'x-twilio-email-event-webhook-signature';
+        -- A DER P-256 signature is at most 72 bytes, 96 base64 characters.
+        IF webhook._unix_seconds(ts) IS NULL OR length(sig) > 96 THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        digest := webhook._base64_any(sig);
+        IF digest IS NULL OR octet_length(digest) < 8 THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.candidates := ARRAY['\x02'::bytea || digest];
+        r.prefixes := ARRAY[convert_to(ts, 'UTF8')];
+        r.signed_at := webhook._unix_seconds(ts);
+        r.covered := ARRAY['x-twilio-email-event-webhook-timestamp'];
+        RETURN r;
+    WHEN 'paypal' THEN
+        FOREACH entry IN ARRAY ARRAY['paypal-transmission-id', 'paypal-transmission-time', 'paypal-transmission-sig',
+                                      'paypal-cert-url', 'paypal-auth-algo'] LOOP
+            IF NOT h ? entry THEN r.reason := 'missing_header'; RETURN r; END IF;
+            IF h ->> entry IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        END LOOP;
+        id := h ->> 'paypal-transmission-id';
+        ts := h ->> 'paypal-transmission-time';
+        sig := h ->> 'paypal-transmission-sig';
+        -- An RSA-4096 signature is 512 bytes, 684 base64 characters.
+        IF lower(h ->> 'paypal-auth-algo') <> 'sha256withrsa' OR webhook._rfc3339(ts) IS NULL
+           OR id = '' OR strpos(id, '|') > 0 OR h ->> 'paypal-cert-url' = '' OR length(sig) > 700 THEN
+            r.reason := 'malformed_header'; RETURN r;
+        END IF;
+        digest := webhook._base64_any(sig);
+        IF digest IS NULL OR digest = '\x' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.candidates := ARRAY['\x03'::bytea || digest];
+        r.prefixes := ARRAY[convert_to(id || '|' || ts || '|' || s.webhook_id || '|' || webhook._crc32(body), 'UTF8')];
+        r.body_signed := false;
+        r.signed_at := webhook._rfc3339(ts);
+        r.covered := ARRAY['paypal-transmission-id', 'paypal-transmission-time'];
+        r.key_name := h ->> 'paypal-cert-url';
+        RETURN r;
     ELSE
         -- The generic HMAC of the body in one header.
         IF NOT h ? lower(s.header) THEN r.reason := 'missing_header'; RETURN r; END IF;
@@ -699,11 +867,13 @@ DECLARE
     h       jsonb := webhook._headers(headers);
     signed  webhook._signed;
     v       webhook._verdict;
-    keys    bytea[] := '{}';
+    keys    webhook._key[] := '{}';
     indexes integer[] := '{}';
     given   integer := 0;
     i       integer;
-    key     bytea;
+    key     webhook._key;
+    named   webhook._key[];
+    named_at integer[];
     prefix  bytea;
     signed_body bytea;
 BEGIN
@@ -722,11 +892,8 @@ BEGIN
         CONTINUE WHEN secrets[i] IS NULL OR secrets[i] = '';
         given := given + 1;
         IF given <= 16 THEN
-            IF s.kind = 'standard' AND secrets[i] LIKE 'whpk\_%' THEN
-                PERFORM webhook._public_key_refused(fn, 'a Standard Webhooks public key (whpk_)');
-            END IF;
-            key := webhook._hmac_key(s, secrets[i]);
-            IF key IS NOT NULL THEN
+            key := webhook._scheme_key(s, secrets[i]);
+            IF key.kind IS NOT NULL THEN
                 keys := keys || key;
                 indexes := indexes || i;
             END IF;
@@ -744,13 +911,37 @@ BEGIN
         v.reason := 'invalid_secret';
         RETURN v;
     END IF;
+    IF signed.key_name IS NOT NULL THEN
+        -- Only the certificates of the name the request gives.
+        named := '{}';
+        named_at := '{}';
+        FOR i IN 1 .. cardinality(keys) LOOP
+            IF (keys[i]).name = signed.key_name THEN
+                named := named || keys[i];
+                named_at := named_at || indexes[i];
+            END IF;
+        END LOOP;
+        keys := named;
+        indexes := named_at;
+        IF cardinality(keys) = 0 THEN
+            v.reason := 'unknown_certificate';
+            RETURN v;
+        END IF;
+    END IF;
+    -- A public-key check costs a hundred HMACs: at most 16 of them.
+    IF (SELECT count(*) FROM unnest(signed.candidates) c
+         WHERE s.kind IN ('discord', 'sendgrid', 'paypal') OR octet_length(c) = 65 AND get_byte(c, 0) = 1)
+       * (SELECT count(*) FROM unnest(keys) k WHERE k.kind <> 'hmac')
+       * greatest(cardinality(signed.prefixes), 1) > 16 THEN
+        v.reason := 'malformed_header';
+        RETURN v;
+    END IF;
     signed_body := CASE WHEN signed.body_signed THEN body ELSE '\x' END;
     <<search>>
     FOREACH prefix IN ARRAY signed.prefixes LOOP
         FOR i IN 1 .. cardinality(keys) LOOP
-            IF EXISTS (SELECT FROM unnest(signed.candidates) c
-                        WHERE webhook._same_mac(c, webhook._hmac(prefix || signed_body || signed.suffix,
-                                                                 keys[i], signed.algorithm))) THEN
+            IF webhook._key_verifies(keys[i], signed.candidates, prefix || signed_body || signed.suffix,
+                                     signed.algorithm) THEN
                 v.secret := indexes[i];
                 v.prefix := prefix;
                 EXIT search;
@@ -892,13 +1083,16 @@ AS $$
 DECLARE
     s webhook._scheme := webhook._parse_scheme('webhook_check_key', 'scheme', scheme);
 BEGIN
-    IF s.kind = 'standard' AND key LIKE 'whpk\_%' THEN
-        PERFORM webhook._public_key_refused('webhook_check_key', 'a Standard Webhooks public key (whpk_)');
+    IF (webhook._scheme_key(s, key)).kind IS NOT NULL THEN
+        RETURN NULL;
     END IF;
-    IF webhook._hmac_key(s, key) IS NULL THEN
-        RETURN 'a Standard Webhooks key is whsec_ + base64 of the secret, or whpk_ + base64 of a 32-byte Ed25519 public key';
-    END IF;
-    RETURN NULL;
+    RETURN CASE s.kind
+        WHEN 'standard' THEN 'a Standard Webhooks key is whsec_ + base64 of the secret, or whpk_ + base64 of a 32-byte Ed25519 public key'
+        WHEN 'discord' THEN 'a Discord key is the application''s public key, 64 hex digits'
+        WHEN 'sendgrid' THEN 'a SendGrid key is the verification key it shows (base64 of a DER P-256 public key), or that key in PEM'
+        WHEN 'paypal' THEN 'a PayPal key is the certificate''s URL (as PAYPAL-CERT-URL names it) on the first line, then the PEM certificate'
+        ELSE 'not a key for this scheme'
+    END;
 END
 $$;
 
