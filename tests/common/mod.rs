@@ -177,21 +177,6 @@ pub fn portable() -> bool {
     std::env::var("WEBHOOK_EDITION").is_ok_and(|e| e == "portable")
 }
 
-/// Whether this edition verifies deliveries under `scheme`: the portable
-/// edition refuses the schemes signed with a public key (Discord,
-/// SendGrid, PayPal), which pgcrypto cannot check.
-pub fn edition_verifies(scheme: &str) -> bool {
-    let base = scheme.split(';').next().unwrap_or(scheme);
-    !portable() || !["discord", "sendgrid", "twilio-sendgrid", "paypal"].contains(&base)
-}
-
-/// Whether this edition verifies deliveries under `scheme` with `key`:
-/// nor does the portable edition take a Standard Webhooks public key
-/// (whpk_, for v1a Ed25519 signatures).
-pub fn edition_verifies_with(scheme: &str, key: &str) -> bool {
-    edition_verifies(scheme) && !(portable() && key.starts_with("whpk_"))
-}
-
 /// The portable edition's plain script (portable/build), built once per
 /// test binary into the target directory.
 pub fn portable_script() -> &'static std::path::Path {
