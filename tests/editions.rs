@@ -1288,3 +1288,344 @@ fn the_portable_checks_refuse_bad_values_only_whatever_their_callers_pass_as_con
         assert_eq!(sql_state(&err), Some(state), "{bad}: {}", message(&err));
     }
 }
+
+/// The public-key checks' acceptance rules, decided by the compiled
+/// edition's RustCrypto implementations and held to in the portable
+/// edition's PL/pgSQL: each case is verified by both through
+/// webhook_verify_detail and answered alike, and the decisive ones are
+/// asserted. Ed25519 (Discord): strict verification: S at or past the
+/// group order, small-order keys and R, malleated or tampered signatures
+/// refused. ECDSA P-256 (SendGrid): strict DER only (no padding, no
+/// trailing bytes, no raw r‖s), r and s in [1, n), both halves of s;
+/// keys uncompressed or compressed, in base64 or PEM. RSA (PayPal):
+/// the signature exactly as long as the modulus and below it.
+#[test]
+fn public_key_acceptance_rules_are_the_same() {
+    use ed25519_dalek::Signer as _;
+    if !portable_installable("public_key_acceptance_rules_are_the_same") {
+        return;
+    }
+    let (mut c, mut p) = pair("public_keys");
+    let sql = "SELECT v.valid::text, v.reason FROM webhook_verify_detail($1, $2::text::jsonb, $3::bytea,
+                                                                      ARRAY[$4::text], interval '100 years') v";
+    let mut judged =
+        |case: &str, scheme: &str, headers: serde_json::Value, body: &[u8], key: &str| {
+            let args: [&(dyn postgres::types::ToSql + Sync); 4] =
+                [&scheme, &headers.to_string(), &body, &key];
+            let compiled = answer(c.query(sql, &args));
+            let portable = answer(p.query(sql, &args));
+            assert_eq!(compiled, portable, "{case}");
+            compiled
+        };
+    let ts = "1796032805";
+    let body = br#"{"id":"1110000000000000001","type":2}"#;
+    let message = [ts.as_bytes(), body].concat();
+
+    // Ed25519, as Discord signs.
+    let l: [u8; 32] =
+        hex::decode("edd3f55c1a631258d69cf7a2def9de1400000000000000000000000000000010")
+            .unwrap()
+            .try_into()
+            .unwrap();
+    let signer = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+    let key = hex::encode(signer.verifying_key().to_bytes());
+    let sig = signer.sign(&message).to_bytes();
+    let discord = |sig: &[u8]| serde_json::json!({ "X-Signature-Ed25519": hex::encode(sig), "X-Signature-Timestamp": ts });
+    assert_eq!(
+        judged("ed25519 genuine", "discord", discord(&sig), body, &key),
+        "true|ok"
+    );
+    // S + L: the same point, a malleated signature.
+    let mut malleated = sig;
+    let mut carry = 0u16;
+    for i in 0..32 {
+        let sum = malleated[32 + i] as u16 + l[i] as u16 + carry;
+        malleated[32 + i] = sum as u8;
+        carry = sum >> 8;
+    }
+    assert_eq!(
+        judged("ed25519 S + L", "discord", discord(&malleated), body, &key),
+        "false|bad_signature"
+    );
+    let mut high = sig;
+    high[63] |= 0xe0;
+    assert_eq!(
+        judged(
+            "ed25519 S's top bits",
+            "discord",
+            discord(&high),
+            body,
+            &key
+        ),
+        "false|bad_signature"
+    );
+    let mut flipped = sig;
+    flipped[5] ^= 1;
+    assert_eq!(
+        judged(
+            "ed25519 R changed",
+            "discord",
+            discord(&flipped),
+            body,
+            &key
+        ),
+        "false|bad_signature"
+    );
+    // Small-order keys (the identity, and the point of order 2): keys of a
+    // point, refused by every signature.
+    let identity = format!("01{}", "00".repeat(31));
+    let order_two = format!("ec{}7f", "ff".repeat(30));
+    for small in [&identity, &order_two] {
+        assert_eq!(
+            judged(
+                "ed25519 small-order key",
+                "discord",
+                discord(&sig),
+                body,
+                small
+            ),
+            "false|bad_signature"
+        );
+    }
+    // A signature whose R is the identity, whatever S.
+    let mut small_r = [0u8; 64];
+    small_r[0] = 1;
+    small_r[32..].copy_from_slice(&sig[32..]);
+    assert_eq!(
+        judged(
+            "ed25519 small-order R",
+            "discord",
+            discord(&small_r),
+            body,
+            &key
+        ),
+        "false|bad_signature"
+    );
+    // Not a point: y = 2 has no x.
+    let off_curve = format!("02{}", "00".repeat(31));
+    assert_eq!(
+        judged(
+            "ed25519 no point",
+            "discord",
+            discord(&sig),
+            body,
+            &off_curve
+        ),
+        "false|invalid_secret"
+    );
+    // The key's encoding with its sign bit flipped: the negated point.
+    let mut negated = signer.verifying_key().to_bytes();
+    negated[31] ^= 0x80;
+    judged(
+        "ed25519 negated key",
+        "discord",
+        discord(&sig),
+        body,
+        &hex::encode(negated),
+    );
+
+    // ECDSA P-256, as SendGrid signs.
+    let secret = p256::ecdsa::SigningKey::from_slice(&[9; 32]).unwrap();
+    let public = p256::ecdsa::VerifyingKey::from(&secret);
+    let spki = {
+        use p256::pkcs8::EncodePublicKey;
+        public.to_public_key_der().unwrap().as_bytes().to_vec()
+    };
+    let b64 =
+        |bytes: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+    let key = b64(&spki);
+    let signature: p256::ecdsa::Signature = secret.sign(&message);
+    let der = signature.to_der().as_bytes().to_vec();
+    let sendgrid = |sig: &[u8]| {
+        serde_json::json!({
+            "X-Twilio-Email-Event-Webhook-Signature": b64(sig),
+            "X-Twilio-Email-Event-Webhook-Timestamp": ts,
+        })
+    };
+    assert_eq!(
+        judged("p256 genuine", "sendgrid", sendgrid(&der), body, &key),
+        "true|ok"
+    );
+    let pem = format!(
+        "-----BEGIN PUBLIC KEY-----\n{}\n{}\n-----END PUBLIC KEY-----\n",
+        &key[..64],
+        &key[64..]
+    );
+    assert_eq!(
+        judged("p256 PEM key", "sendgrid", sendgrid(&der), body, &pem),
+        "true|ok"
+    );
+    let compressed = {
+        let point = public.to_encoded_point(true);
+        let mut spki = hex::decode("3039301306072a8648ce3d020106082a8648ce3d030107032200").unwrap();
+        spki.extend_from_slice(point.as_bytes());
+        b64(&spki)
+    };
+    assert_eq!(
+        judged(
+            "p256 compressed key",
+            "sendgrid",
+            sendgrid(&der),
+            body,
+            &compressed
+        ),
+        "true|ok"
+    );
+    let (r, s) = (signature.r().to_bytes(), signature.s().to_bytes());
+    let der_of = |r: &[u8], s: &[u8]| {
+        let int = |v: &[u8]| {
+            let mut out = vec![2, v.len() as u8];
+            out.extend_from_slice(v);
+            out
+        };
+        let (r, s) = (int(r), int(s));
+        let mut out = vec![0x30, (r.len() + s.len()) as u8];
+        out.extend(r);
+        out.extend(s);
+        out
+    };
+    let minimal = |v: &[u8]| {
+        let v = &v[v.iter().position(|&b| b != 0).unwrap_or(v.len() - 1)..];
+        if v[0] >= 0x80 {
+            [&[0u8][..], v].concat()
+        } else {
+            v.to_vec()
+        }
+    };
+    // n - s: the other half, which p256 accepts.
+    let n_minus_s = {
+        let s = p256::NonZeroScalar::try_from(&s[..]).unwrap();
+        (-*s).to_bytes()
+    };
+    judged(
+        "p256 high s",
+        "sendgrid",
+        sendgrid(&der_of(&minimal(&r), &minimal(&n_minus_s))),
+        body,
+        &key,
+    );
+    // A zero byte DER does not need (refused; past 96 base64 characters,
+    // before it is even read).
+    let padded = [&[0u8, 0][..], &minimal(&r)].concat();
+    let answer = judged(
+        "p256 padded r",
+        "sendgrid",
+        sendgrid(&der_of(&padded, &minimal(&s))),
+        body,
+        &key,
+    );
+    assert!(answer.starts_with("false|"), "{answer}");
+    let mut trailing = der.clone();
+    trailing.push(0);
+    assert_eq!(
+        judged(
+            "p256 trailing byte",
+            "sendgrid",
+            sendgrid(&trailing),
+            body,
+            &key
+        ),
+        "false|bad_signature"
+    );
+    let raw = [&r[..], &s[..]].concat();
+    assert_eq!(
+        judged("p256 raw r||s", "sendgrid", sendgrid(&raw), body, &key),
+        "false|bad_signature"
+    );
+    let n =
+        hex::decode("ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551").unwrap();
+    for (what, bad_r) in [("r = 0", vec![0u8]), ("r = n", [&[0u8][..], &n].concat())] {
+        assert_eq!(
+            judged(
+                &format!("p256 {what}"),
+                "sendgrid",
+                sendgrid(&der_of(&bad_r, &minimal(&s))),
+                body,
+                &key
+            ),
+            "false|bad_signature"
+        );
+    }
+    let mut off_curve = spki.clone();
+    let last = off_curve.len() - 1;
+    off_curve[last] ^= 1;
+    assert_eq!(
+        judged(
+            "p256 key off the curve",
+            "sendgrid",
+            sendgrid(&der),
+            body,
+            &b64(&off_curve)
+        ),
+        "false|invalid_secret"
+    );
+
+    // RSA, as PayPal signs (the suite's test signer and its certificate).
+    use rsa::pkcs8::DecodePrivateKey;
+    use rsa::signature::SignatureEncoding;
+    let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(
+        rsa::RsaPrivateKey::from_pkcs8_der(include_bytes!(
+            "../src/schemes/testdata/paypal-test-signer.key.der"
+        ))
+        .unwrap(),
+    );
+    let url = "https://api.paypal.com/v1/notifications/certs/CERT-rules";
+    let certificate = format!(
+        "{url}\n{}",
+        include_str!("../src/schemes/testdata/paypal-test-signer.pem")
+    );
+    let time = "2026-11-30T10:00:05Z";
+    let crc = {
+        let mut h = crc32fast::Hasher::new();
+        h.update(body);
+        h.finalize()
+    };
+    let signed = format!("tx-1|{time}|WH-1|{crc}");
+    let sig = signer.sign(signed.as_bytes()).to_vec();
+    let paypal = |sig: &[u8]| {
+        serde_json::json!({
+            "PAYPAL-TRANSMISSION-ID": "tx-1", "PAYPAL-TRANSMISSION-TIME": time,
+            "PAYPAL-AUTH-ALGO": "SHA256withRSA", "PAYPAL-CERT-URL": url,
+            "PAYPAL-TRANSMISSION-SIG": b64(sig),
+        })
+    };
+    let scheme = "paypal;webhook_id=WH-1";
+    assert_eq!(
+        judged("rsa genuine", scheme, paypal(&sig), body, &certificate),
+        "true|ok"
+    );
+    assert_eq!(
+        judged("rsa short", scheme, paypal(&sig[1..]), body, &certificate),
+        "false|bad_signature"
+    );
+    assert_eq!(
+        judged(
+            "rsa long",
+            scheme,
+            paypal(&[&[0u8][..], &sig].concat()),
+            body,
+            &certificate
+        ),
+        "false|bad_signature"
+    );
+    assert_eq!(
+        judged(
+            "rsa at or past n",
+            scheme,
+            paypal(&vec![0xff; sig.len()]),
+            body,
+            &certificate
+        ),
+        "false|bad_signature"
+    );
+    assert_eq!(
+        judged(
+            "rsa tampered body",
+            scheme,
+            paypal(&sig),
+            &body[1..],
+            &certificate
+        ),
+        "false|bad_signature"
+    );
+}
