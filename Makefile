@@ -379,7 +379,7 @@ scale-test: install
 	.ci/scale-test $(STATE_DIR)/scale $(call port,500)
 
 # The matrix of every scheme, signed for the URL the example receivers
-# are reached at, for the run of every HMAC scheme through them.
+# are reached at, for the run of every scheme through them.
 examples-test: install
 	@mkdir -p $(STATE_DIR)/examples
 	SCHEME_MATRIX=$(STATE_DIR)/examples/scheme-matrix.jsonl SCHEME_MATRIX_URL='https://hooks.example.com/webhooks/{scheme}' \

@@ -1,10 +1,10 @@
-// Every HMAC scheme of the catalog, end to end through the example
+// Every scheme of the catalog, end to end through the example
 // receivers, on a database where only the portable edition can be
 // installed: a "managed host" (.ci/managed-host) whose installing role is
 // no superuser. For each way in (the plain script, and pg_tle where the
 // host has it) and each receiver (Python, Node, Rust), a database of its
 // own: the portable edition installed by that role, an application role
-// that may only execute, one provider per HMAC scheme. Each scheme's
+// that may only execute, one provider per scheme. Each scheme's
 // genuine delivery (src/schemes/genuine.rs, signed for the URL the
 // receivers are reached at) is answered 200 and makes one business row;
 // the same delivery again is answered 200 as a duplicate and makes none;
@@ -33,10 +33,10 @@ const scripts = {
   pg_tle: `${process.env.PORTABLE_DIR}/pg_webhook_inbox-pgtle--${version}.sql`,
 };
 
-// The matrix's lines per scheme, HMAC schemes only: what pgcrypto verifies.
+// The matrix's lines per scheme: the HMAC schemes and the public-key ones.
 const matrix = readFileSync(process.env.SCHEME_MATRIX, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
 const schemes = new Map();
-for (const line of matrix.filter((l) => !l.public_key)) {
+for (const line of matrix) {
   const provider = line.scheme.split(';')[0];
   if (!schemes.has(provider)) schemes.set(provider, { provider, lines: {} });
   schemes.get(provider).lines[line.change] = line;
