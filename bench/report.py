@@ -445,6 +445,30 @@ if len(ingress_lines) > 2 and pooled_present:
         ingress_lines.append(f"| {senders} | {fmt(base)} | " + " | ".join(cells) + " |")
 ingress_table = "\n".join(ingress_lines) if len(ingress_lines) > 2 else ""
 
+# public_keys.tsv: cell, edition, round, per second.
+pk_runs = defaultdict(list)
+for cell, edition, _round, rate in rows("public_keys.tsv"):
+    pk_runs[(cell, edition)].append(num(rate))
+PK_CELLS = [
+    ("verify-ed25519", "Ed25519 verification (Discord, Standard Webhooks `v1a`)", 25),
+    ("verify-p256", "ECDSA P-256 verification (SendGrid)", 25),
+    ("verify-rsa2048", "RSA-2048 verification (PayPal, its certificate read)", 3),
+    ("receive-discord", "`webhook_receive` of a new Discord interaction", None),
+    ("receive-sendgrid", "`webhook_receive` of a new SendGrid batch", None),
+]
+pk_lines = [
+    "| cell | compiled (per second) | portable (per second) | portable, ms each | target (portable) |",
+    "|---|---:|---:|---:|---:|",
+]
+for cell, label, target in PK_CELLS:
+    compiled = statistics.median(pk_runs[(cell, "compiled")]) if pk_runs[(cell, "compiled")] else None
+    portable = statistics.median(pk_runs[(cell, "portable")]) if pk_runs[(cell, "portable")] else None
+    if not compiled or not portable:
+        continue
+    pk_lines.append(f"| {label} | {fmt(compiled)} | {fmt(portable)} | {1000 / portable:.1f} | "
+                    f"{f'≤ {target} ms' if target else ''} |")
+pk_table = "\n".join(pk_lines) if len(pk_lines) > 2 else ""
+
 machine = f"{os.cpu_count()} cores, {platform.machine()}, PostgreSQL {pg_version}; {settings}"
 rounds = max((len(v) for v in runs.values()), default=0)
 
@@ -504,6 +528,20 @@ if os.path.exists(doc):
     start, end = text.find("<!-- figures:start -->"), text.find("<!-- figures:end -->")
     if start >= 0 and end >= 0:
         text = text[:start] + block + text[end + len("<!-- figures:end -->"):]
+        with open(doc, "w") as f:
+            f.write(text)
+
+# The public-key checks, in a block of their own (bench/public_keys may
+# run alone).
+if pk_table and os.path.exists(doc):
+    with open(doc) as f:
+        text = f.read()
+    start, end = text.find("<!-- public-keys:start -->"), text.find("<!-- public-keys:end -->")
+    if start >= 0 and end >= 0:
+        text = (text[:start] + "<!-- public-keys:start -->\n"
+                + f"Produced by bench/public_keys on {date.today().isoformat()} ({machine}), one client, "
+                f"{os.environ.get('BENCH_SECONDS', '10')} s per verification run, medians of "
+                f"{max((len(v) for v in pk_runs.values()), default=0)} rounds:\n\n" + pk_table + "\n" + text[end:])
         with open(doc, "w") as f:
             f.write(text)
 
