@@ -456,14 +456,16 @@ $$;
 -- ---------------------------------------------------------------------
 -- RSASSA-PKCS1-v1_5 with SHA-256, as the rsa crate accepts it.
 
--- Whether sig is the signature of SHA-256(message) under the key {n, e}:
+-- Whether sig is the signature of SHA-256(message) under the key {n, e,
+-- the length of n in bytes}:
 -- as long as the modulus, below it, and s^e mod n exactly the encoding
 -- 00 01 FF…FF 00 DigestInfo(SHA-256) hash.
 CREATE FUNCTION webhook._rsa_verify(key numeric[], sig bytea, message bytea) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 DECLARE
-    k CONSTANT integer := (length(ltrim(webhook._bits(key[1], 4096), '0')) + 7) / 8;
+    -- The modulus's length in bytes, as the key was read with it.
+    k CONSTANT integer := key[3];
     s numeric;
 BEGIN
     IF octet_length(sig) <> k OR k < 62 THEN
@@ -525,7 +527,8 @@ RETURN CASE WHEN octet_length(content) > 0 AND get_byte(content, 0) < 128
              AND webhook._int(content) > 0
             THEN webhook._int(content) END;
 
--- The RSA public key {n, e} of an X.509 certificate in DER: the walk from
+-- The RSA public key {n, e, n's length in bytes} of an X.509 certificate
+-- in DER: the walk from
 -- the certificate to its subjectPublicKeyInfo, rsaEncryption, a modulus
 -- of at most 4096 bits and an exponent from 2 to 2^33 - 1 (the rsa
 -- crate's bounds). NULL for anything else.
@@ -600,7 +603,8 @@ BEGIN
     IF n IS NULL OR e IS NULL OR n >= 2 ^ 4096::numeric OR e < 2 OR e > 8589934591 THEN
         RETURN NULL;
     END IF;
-    RETURN ARRAY[n, e];
+    -- n's length in bytes: its DER content, less the zero a high bit needs.
+    RETURN ARRAY[n, e, n_el[3] - CASE WHEN get_byte(der, n_el[2] - 1) = 0 THEN 1 ELSE 0 END];
 END
 $$;
 

@@ -243,7 +243,7 @@ END;
 CREATE TYPE webhook._key AS (
     kind   text,       -- hmac, ed25519, p256 or rsa
     bytes  bytea,      -- hmac: the key; ed25519: the point's encoding
-    nums   numeric[],  -- p256: {x, y}; rsa: {n, e}
+    nums   numeric[],  -- p256: {x, y}; rsa: {n, e, n's length in bytes}
     name   text        -- rsa: the certificate's URL
 );
 
