@@ -157,3 +157,88 @@ fn pem_or_base64(text: &str, label: &str) -> Option<Vec<u8>> {
         .ok()
         .filter(|der| !der.is_empty())
 }
+
+/// Project Wycheproof's vectors through `Key::verifies`, the check every
+/// public-key delivery takes: each valid signature verified, each invalid
+/// one refused. The portable edition is held to the same vectors, and to
+/// this code's answer on the acceptable ones (tests/public_key_vectors.rs).
+#[cfg(test)]
+mod wycheproof_vectors {
+    use super::*;
+    use wycheproof::TestResult;
+
+    fn expect(what: String, result: TestResult, verified: bool) {
+        match result {
+            TestResult::Valid => assert!(verified, "{what}: a valid signature refused"),
+            TestResult::Invalid => assert!(!verified, "{what}: an invalid signature accepted"),
+            TestResult::Acceptable => {}
+        }
+    }
+
+    fn verifies(key: Option<&Key>, method: Method, signature: &[u8], message: &[u8]) -> bool {
+        key.is_some_and(|key| {
+            key.verifies(
+                &[Candidate {
+                    method,
+                    signature: signature.to_vec(),
+                }],
+                &[message],
+            )
+        })
+    }
+
+    #[test]
+    fn ed25519_strict() {
+        let set = wycheproof::eddsa::TestSet::load(wycheproof::eddsa::TestName::Ed25519).unwrap();
+        for group in &set.test_groups {
+            let key = super::ed25519(&group.key.pk);
+            for t in &group.tests {
+                let ok = verifies(key.as_ref(), Method::Ed25519, &t.sig, &t.msg);
+                expect(
+                    format!("Ed25519 #{} ({})", t.tc_id, t.comment),
+                    t.result,
+                    ok,
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ecdsa_p256_sha256() {
+        use wycheproof::ecdsa::{TestName, TestSet};
+        let set = TestSet::load(TestName::EcdsaSecp256r1Sha256).unwrap();
+        for group in &set.test_groups {
+            let der = base64::engine::general_purpose::STANDARD.encode(&group.der[..]);
+            let key = p256_public_key(&der);
+            assert!(key.is_some(), "every group's key is read");
+            for t in &group.tests {
+                let ok = verifies(key.as_ref(), Method::EcdsaP256, &t.sig, &t.msg);
+                expect(
+                    format!("ECDSA P-256 #{} ({})", t.tc_id, t.comment),
+                    t.result,
+                    ok,
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rsa_pkcs1v15_2048_sha256() {
+        use rsa::pkcs8::DecodePublicKey;
+        use wycheproof::rsa_pkcs1_verify::{TestName, TestSet};
+        let set = TestSet::load(TestName::Rsa2048Sha256).unwrap();
+        for group in &set.test_groups {
+            let key = rsa::RsaPublicKey::from_public_key_der(&group.der)
+                .ok()
+                .map(|key| Key::Rsa(rsa::pkcs1v15::VerifyingKey::new(key)));
+            for t in &group.tests {
+                let ok = verifies(key.as_ref(), Method::RsaSha256, &t.sig, &t.msg);
+                expect(
+                    format!("RSA-2048 #{} ({})", t.tc_id, t.comment),
+                    t.result,
+                    ok,
+                );
+            }
+        }
+    }
+}

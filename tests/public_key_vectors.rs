@@ -1,0 +1,141 @@
+#![cfg(feature = "client-tests")]
+//! Project Wycheproof's vectors for the three public-key checks (Ed25519,
+//! ECDSA P-256 with SHA-256 in DER, RSASSA-PKCS1-v1_5 with SHA-256 and a
+//! 2048-bit key), every one, through the portable edition's PL/pgSQL:
+//! each answered as Wycheproof expects it (valid: verified; invalid:
+//! refused), and every one, the "acceptable" ones included, answered as
+//! the compiled edition's RustCrypto implementations answer it, called
+//! here the way src/schemes/keys.rs calls them. The compiled edition's
+//! own run of the same vectors is src/schemes/keys.rs's unit test.
+//!
+//! The checks are called directly, as the extension's owner: a scheme's
+//! delivery signs bytes of its own shape (a timestamp, then the body),
+//! which arbitrary vectors do not have.
+
+mod common;
+
+use common::*;
+use wycheproof::TestResult;
+
+/// Whether Wycheproof's expectation allows `verified`, and what the
+/// compiled edition's implementation said is what the portable one says.
+fn judge(what: &str, expected: TestResult, compiled: bool, portable: bool) {
+    assert_eq!(
+        portable, compiled,
+        "{what}: the portable edition against the compiled one"
+    );
+    match expected {
+        TestResult::Valid => assert!(portable, "{what}: a valid signature refused"),
+        TestResult::Invalid => assert!(!portable, "{what}: an invalid signature accepted"),
+        TestResult::Acceptable => {}
+    }
+}
+
+fn verified(
+    db: &mut postgres::Client,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> bool {
+    let answer: Option<bool> = db.query_one(sql, params).unwrap().get(0);
+    answer.unwrap_or(false)
+}
+
+#[test]
+fn every_wycheproof_vector_is_judged_as_the_compiled_edition_judges_it() {
+    if !portable() {
+        eprintln!("NOT CHECKED here: the compiled edition runs these vectors as a unit test (src/schemes/keys.rs)");
+        return;
+    }
+    let mut db = installed_database("public_key_vectors");
+    let mut counted = [0usize; 3];
+
+    let set = wycheproof::eddsa::TestSet::load(wycheproof::eddsa::TestName::Ed25519).unwrap();
+    for group in &set.test_groups {
+        let pk: &[u8] = &group.key.pk;
+        for test in &group.tests {
+            let compiled = <[u8; 32]>::try_from(pk)
+                .ok()
+                .and_then(|pk| ed25519_dalek::VerifyingKey::from_bytes(&pk).ok())
+                .is_some_and(|key| {
+                    ed25519_dalek::Signature::from_slice(&test.sig)
+                        .is_ok_and(|sig| key.verify_strict(&test.msg, &sig).is_ok())
+                });
+            let portable = verified(
+                &mut db,
+                "SELECT webhook._ed25519_verify($1, $2, $3)",
+                &[&pk, &&test.sig[..], &&test.msg[..]],
+            );
+            judge(
+                &format!("Ed25519 #{} ({})", test.tc_id, test.comment),
+                test.result,
+                compiled,
+                portable,
+            );
+            counted[0] += 1;
+        }
+    }
+
+    let set = wycheproof::ecdsa::TestSet::load(wycheproof::ecdsa::TestName::EcdsaSecp256r1Sha256)
+        .unwrap();
+    for group in &set.test_groups {
+        use p256::ecdsa::signature::Verifier;
+        use p256::pkcs8::DecodePublicKey;
+        let der: &[u8] = &group.der;
+        let key = p256::ecdsa::VerifyingKey::from_public_key_der(der).ok();
+        for test in &group.tests {
+            let compiled = key.as_ref().is_some_and(|key| {
+                p256::ecdsa::Signature::from_der(&test.sig)
+                    .is_ok_and(|sig| key.verify(&test.msg, &sig).is_ok())
+            });
+            let portable = verified(
+                &mut db,
+                "SELECT webhook._p256_verify(webhook._p256_key($1), $2, $3)",
+                &[&der, &&test.sig[..], &&test.msg[..]],
+            );
+            judge(
+                &format!("ECDSA P-256 #{} ({})", test.tc_id, test.comment),
+                test.result,
+                compiled,
+                portable,
+            );
+            counted[1] += 1;
+        }
+    }
+
+    let set = wycheproof::rsa_pkcs1_verify::TestSet::load(
+        wycheproof::rsa_pkcs1_verify::TestName::Rsa2048Sha256,
+    )
+    .unwrap();
+    for group in &set.test_groups {
+        use rsa::pkcs8::DecodePublicKey;
+        use rsa::signature::Verifier;
+        let key = rsa::RsaPublicKey::from_public_key_der(&group.der)
+            .ok()
+            .map(rsa::pkcs1v15::VerifyingKey::<sha2::Sha256>::new);
+        let strip = |v: &[u8]| v[v.iter().position(|&b| b != 0).unwrap_or(v.len())..].to_vec();
+        let (n, e) = (strip(&group.key.n), strip(&group.key.e));
+        for test in &group.tests {
+            let compiled = key.as_ref().is_some_and(|key| {
+                rsa::pkcs1v15::Signature::try_from(&test.sig[..])
+                    .is_ok_and(|sig| key.verify(&test.msg, &sig).is_ok())
+            });
+            let portable = verified(
+                &mut db,
+                "SELECT webhook._rsa_verify(ARRAY[webhook._int($1), webhook._int($2), octet_length($1)], $3, $4)",
+                &[&n, &e, &&test.sig[..], &&test.msg[..]],
+            );
+            judge(
+                &format!("RSA-2048 #{} ({})", test.tc_id, test.comment),
+                test.result,
+                compiled,
+                portable,
+            );
+            counted[2] += 1;
+        }
+    }
+    eprintln!(
+        "Wycheproof: {} Ed25519, {} ECDSA P-256 and {} RSA-2048 vectors judged alike",
+        counted[0], counted[1], counted[2]
+    );
+    assert!(counted.iter().all(|&n| n > 100), "{counted:?}");
+}
