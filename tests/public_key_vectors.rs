@@ -139,3 +139,25 @@ fn every_wycheproof_vector_is_judged_as_the_compiled_edition_judges_it() {
     );
     assert!(counted.iter().all(|&n| n > 100), "{counted:?}");
 }
+
+/// A check in the middle of its arithmetic is stopped by
+/// statement_timeout, as any statement is: a hostile delivery cannot hold
+/// a connection past it.
+#[test]
+fn statement_timeout_stops_a_check() {
+    if !portable() {
+        eprintln!("NOT CHECKED here: the compiled edition's checks take microseconds");
+        return;
+    }
+    let mut db = installed_database("public_key_timeout");
+    let set = wycheproof::eddsa::TestSet::load(wycheproof::eddsa::TestName::Ed25519).unwrap();
+    let (group, test) = (&set.test_groups[0], &set.test_groups[0].tests[0]);
+    db.batch_execute("SET statement_timeout = '2ms'").unwrap();
+    let err = db
+        .query_one(
+            "SELECT webhook._ed25519_verify($1, $2, $3) FROM generate_series(1, 50)",
+            &[&&group.key.pk[..], &&test.sig[..], &&test.msg[..]],
+        )
+        .expect_err("stopped by statement_timeout");
+    assert_eq!(sql_state(&err), Some("57014"), "{}", message(&err));
+}
