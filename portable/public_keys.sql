@@ -69,22 +69,28 @@ CREATE FUNCTION webhook._bits(v numeric, n integer) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN right((('x' || encode(webhook._bytes(v, (n + 7) / 8), 'hex'))::bit varying)::text, n);
 
--- base^exp mod m, exp >= 0.
+-- base^exp mod m, exp >= 0: left to right over exp's bits, so that
+-- RSA's 65537 costs sixteen squarings and one multiplication.
 CREATE FUNCTION webhook._modpow(base numeric, exp numeric, m numeric) RETURNS numeric
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
 DECLARE
-    r numeric := 1;
-    b numeric := mod(base, m);
+    b numeric := mod(mod(base, m) + m, m);
+    r numeric;
+    bits text;
 BEGIN
-    WHILE exp > 0 LOOP
-        IF mod(exp, 2) = 1 THEN
+    IF exp = 0 THEN
+        RETURN mod(1, m);
+    END IF;
+    bits := ltrim(webhook._bits(exp, (length(trunc(exp)::text) * 10 + 2) / 3 + 1), '0');
+    r := b;
+    FOR i IN 2 .. length(bits) LOOP
+        r := mod(r * r, m);
+        IF substr(bits, i, 1) = '1' THEN
             r := mod(r * b, m);
         END IF;
-        b := mod(b * b, m);
-        exp := div(exp, 2);
     END LOOP;
-    RETURN mod(mod(r, m) + m, m);
+    RETURN r;
 END
 $$;
 
@@ -475,9 +481,11 @@ BEGIN
     IF s >= key[1] THEN
         RETURN false;
     END IF;
-    RETURN webhook._bytes(webhook._modpow(s, key[2], key[1]), k)
-         = '\x0001'::bytea || decode(repeat('ff', k - 54), 'hex')
-           || '\x003031300d060960864801650304020105000420'::bytea || sha256(message);
+    -- Compared as integers: reading 256 bytes into one costs a quarter of
+    -- writing one out as bytes.
+    RETURN webhook._modpow(s, key[2], key[1])
+         = webhook._int('\x0001'::bytea || decode(repeat('ff', k - 54), 'hex')
+                        || '\x003031300d060960864801650304020105000420'::bytea || sha256(message));
 END
 $$;
 
