@@ -412,6 +412,9 @@ BEGIN
     END IF;
     b1 := webhook._bits(u1, 256);
     b2 := webhook._bits(u2, 256);
+    -- The doubling is written out here and again below, where a point
+    -- meets itself: a function call per step would cost a quarter of the
+    -- check.
     FOR i IN 1 .. 256 LOOP
         IF z <> 0 THEN
             -- Double (a = -3).

@@ -99,6 +99,17 @@ BEGIN ATOMIC
       FROM unnest(string_to_array(source, '|')) AS alternative;
 END;
 
+-- A scheme string whose options are wrong: 42601, naming the argument,
+-- the scheme as given and what is wrong with it.
+CREATE FUNCTION webhook._bad_scheme(fn text, arg text, given text, detail text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given), detail,
+        'Options are for the generic hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>] and for paypal;webhook_id=<id>; other schemes take none.');
+END
+$$;
+
 -- A scheme as webhook_receive and webhook_verify use it: its catalog
 -- name, what it is verified as (`kind`), and the generic HMAC's options.
 CREATE TYPE webhook._scheme AS (
@@ -142,7 +153,6 @@ DECLARE
     option  text;
     key     text;
     value   text;
-    bad_hint CONSTANT text := 'Options are for the generic hmac;header=<name>[;algorithm=sha256|sha1|sha512][;encoding=hex|base64][;prefix=<text>] and for paypal;webhook_id=<id>; other schemes take none.';
 BEGIN
     SELECT c.* INTO entry FROM webhook._catalog() c
      WHERE lower(c.scheme) = lower(base) OR lower(base) = ANY (c.aliases)
@@ -153,8 +163,7 @@ BEGIN
                    webhook._known_schemes()));
     END IF;
     IF strpos(given, ';') > 0 AND entry.make NOT IN ('paypal', 'hmac') THEN
-        PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-            format('Scheme "%s" takes no options.', entry.scheme), bad_hint);
+        PERFORM webhook._bad_scheme(fn, arg, given, format('Scheme "%s" takes no options.', entry.scheme));
     END IF;
     IF entry.make LIKE 'hmac;%' OR entry.make = 'standard' AND entry.scheme <> 'standard' THEN
         -- A provider verified exactly as another scheme, under its own name.
@@ -172,24 +181,20 @@ BEGIN
             IF strpos(option, '=') > 0 AND lower(btrim(split_part(option, '=', 1))) = 'webhook_id' THEN
                 value := btrim(substr(option, strpos(option, '=') + 1));
                 IF value = '' OR strpos(value, '|') > 0 THEN
-                    PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-                        format('webhook_id "%s" is not a PayPal webhook id', value), bad_hint);
+                    PERFORM webhook._bad_scheme(fn, arg, given, format('webhook_id "%s" is not a PayPal webhook id', value));
                 END IF;
                 result.webhook_id := value;
             ELSE
-                PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-                    format('unknown option "%s"', option), bad_hint);
+                PERFORM webhook._bad_scheme(fn, arg, given, format('unknown option "%s"', option));
             END IF;
         END LOOP;
         IF result.webhook_id IS NULL THEN
-            PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-                'PayPal signs with the webhook''s id: write the scheme as paypal;webhook_id=<id>', bad_hint);
+            PERFORM webhook._bad_scheme(fn, arg, given, 'PayPal signs with the webhook''s id: write the scheme as paypal;webhook_id=<id>');
         END IF;
     ELSIF entry.make = 'hmac' AND result.header IS NULL THEN
         FOREACH option IN ARRAY (string_to_array(trimmed, ';'))[2:] LOOP
             IF strpos(option, '=') = 0 THEN
-                PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-                    format('option "%s" is not key=value', option), bad_hint);
+                PERFORM webhook._bad_scheme(fn, arg, given, format('option "%s" is not key=value', option));
             END IF;
             key := lower(btrim(split_part(option, '=', 1)));
             value := substr(option, strpos(option, '=') + 1);
@@ -197,26 +202,22 @@ BEGIN
                 result.header := btrim(value);
             ELSIF key = 'algorithm' THEN
                 IF webhook._algorithm(btrim(value)) IS NULL THEN
-                    PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-                        format('unknown algorithm "%s"', value), bad_hint);
+                    PERFORM webhook._bad_scheme(fn, arg, given, format('unknown algorithm "%s"', value));
                 END IF;
                 result.algorithm := webhook._algorithm(btrim(value));
             ELSIF key = 'encoding' THEN
                 IF lower(btrim(value)) NOT IN ('hex', 'base64') THEN
-                    PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-                        format('unknown encoding "%s"', lower(btrim(value))), bad_hint);
+                    PERFORM webhook._bad_scheme(fn, arg, given, format('unknown encoding "%s"', lower(btrim(value))));
                 END IF;
                 result.base64 := lower(btrim(value)) = 'base64';
             ELSIF key = 'prefix' THEN
                 result.prefix := value;
             ELSE
-                PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-                    format('unknown option "%s"', key), bad_hint);
+                PERFORM webhook._bad_scheme(fn, arg, given, format('unknown option "%s"', key));
             END IF;
         END LOOP;
         IF result.header IS NULL THEN
-            PERFORM webhook._raise('42601', format('%s: argument "%s": invalid scheme "%s"', fn, arg, given),
-                'the header option is required', bad_hint);
+            PERFORM webhook._bad_scheme(fn, arg, given, 'the header option is required');
         END IF;
     END IF;
     RETURN result;
@@ -254,6 +255,7 @@ DECLARE
     k     webhook._key;
     raw   bytea;
     start integer;
+    name  text;
 BEGIN
     CASE s.kind
     WHEN 'standard' THEN
@@ -262,8 +264,11 @@ BEGIN
             IF octet_length(raw) = 32 AND webhook._ed25519_point(raw) IS NOT NULL THEN
                 k := ROW('ed25519', raw, NULL, NULL);
             END IF;
-        ELSIF webhook._hmac_key(s, secret) IS NOT NULL THEN
-            k := ROW('hmac', webhook._hmac_key(s, secret), NULL, NULL);
+        ELSE
+            raw := webhook._hmac_key(s, secret);
+            IF raw IS NOT NULL THEN
+                k := ROW('hmac', raw, NULL, NULL);
+            END IF;
         END IF;
     WHEN 'discord' THEN
         raw := webhook._hex(btrim(secret, E' \t\n\r\f\u000b'), 32);
@@ -278,10 +283,11 @@ BEGIN
     WHEN 'paypal' THEN
         -- The certificate's URL on the first line, then its PEM.
         start := strpos(secret, '-----BEGIN');
-        IF start > 0 AND btrim(substr(secret, 1, start - 1), E' \t\n\r\f\u000b') <> '' THEN
+        name := CASE WHEN start > 0 THEN btrim(left(secret, start - 1), E' \t\n\r\f\u000b') END;
+        IF name <> '' THEN
             k := ROW('rsa', NULL,
                      webhook._rsa_certificate_key(webhook._pem_or_base64(substr(secret, start), 'CERTIFICATE')),
-                     btrim(substr(secret, 1, start - 1), E' \t\n\r\f\u000b'));
+                     name);
             IF k.nums IS NULL THEN
                 k := NULL;
             END IF;
@@ -302,10 +308,12 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 DECLARE
     candidate bytea;
+    mac bytea;
 BEGIN
     IF k.kind = 'hmac' THEN
-        RETURN EXISTS (SELECT FROM unnest(candidates) c
-                        WHERE webhook._same_mac(c, webhook._hmac(signed, k.bytes, algorithm)));
+        -- One MAC of the signed bytes, compared with each candidate.
+        mac := webhook._hmac(signed, k.bytes, algorithm);
+        RETURN EXISTS (SELECT FROM unnest(candidates) c WHERE webhook._same_mac(c, mac));
     END IF;
     FOREACH candidate IN ARRAY candidates LOOP
         IF k.kind = 'ed25519' AND octet_length(candidate) = 65 AND get_byte(candidate, 0) = 1 THEN
@@ -874,6 +882,7 @@ DECLARE
     key     webhook._key;
     named   webhook._key[];
     named_at integer[];
+    public_keys integer := 0;
     prefix  bytea;
     signed_body bytea;
 BEGIN
@@ -897,6 +906,9 @@ BEGIN
                 keys := keys || key;
                 indexes := indexes || i;
             END IF;
+            IF key.kind <> 'hmac' THEN
+                public_keys := public_keys + 1;
+            END IF;
         END IF;
     END LOOP;
     IF given = 0 THEN
@@ -915,10 +927,12 @@ BEGIN
         -- Only the certificates of the name the request gives.
         named := '{}';
         named_at := '{}';
+        public_keys := 0;
         FOR i IN 1 .. cardinality(keys) LOOP
             IF (keys[i]).name = signed.key_name THEN
                 named := named || keys[i];
                 named_at := named_at || indexes[i];
+                public_keys := public_keys + 1;
             END IF;
         END LOOP;
         keys := named;
@@ -928,11 +942,12 @@ BEGIN
             RETURN v;
         END IF;
     END IF;
-    -- A public-key check costs a hundred HMACs: at most 16 of them.
-    IF (SELECT count(*) FROM unnest(signed.candidates) c
-         WHERE s.kind IN ('discord', 'sendgrid', 'paypal') OR octet_length(c) = 65 AND get_byte(c, 0) = 1)
-       * (SELECT count(*) FROM unnest(keys) k WHERE k.kind <> 'hmac')
-       * greatest(cardinality(signed.prefixes), 1) > 16 THEN
+    -- A public-key check costs a hundred HMACs: at most 16 of them, counted
+    -- once PayPal's certificates are narrowed to the one named.
+    IF public_keys > 0
+       AND (SELECT count(*) FROM unnest(signed.candidates) c
+             WHERE s.kind IN ('discord', 'sendgrid', 'paypal') OR octet_length(c) = 65 AND get_byte(c, 0) = 1)
+           * public_keys * greatest(cardinality(signed.prefixes), 1) > 16 THEN
         v.reason := 'malformed_header';
         RETURN v;
     END IF;

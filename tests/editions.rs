@@ -1561,34 +1561,11 @@ fn public_key_acceptance_rules_are_the_same() {
     );
 
     // RSA, as PayPal signs (the suite's test signer and its certificate).
-    use rsa::pkcs8::DecodePrivateKey;
-    use rsa::signature::SignatureEncoding;
-    let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(
-        rsa::RsaPrivateKey::from_pkcs8_der(include_bytes!(
-            "../src/schemes/testdata/paypal-test-signer.key.der"
-        ))
-        .unwrap(),
-    );
     let url = "https://api.paypal.com/v1/notifications/certs/CERT-rules";
-    let certificate = format!(
-        "{url}\n{}",
-        include_str!("../src/schemes/testdata/paypal-test-signer.pem")
-    );
+    let certificate = sign::paypal_secret(url);
     let time = "2026-11-30T10:00:05Z";
-    let crc = {
-        let mut h = crc32fast::Hasher::new();
-        h.update(body);
-        h.finalize()
-    };
-    let signed = format!("tx-1|{time}|WH-1|{crc}");
-    let sig = signer.sign(signed.as_bytes()).to_vec();
-    let paypal = |sig: &[u8]| {
-        serde_json::json!({
-            "PAYPAL-TRANSMISSION-ID": "tx-1", "PAYPAL-TRANSMISSION-TIME": time,
-            "PAYPAL-AUTH-ALGO": "SHA256withRSA", "PAYPAL-CERT-URL": url,
-            "PAYPAL-TRANSMISSION-SIG": b64(sig),
-        })
-    };
+    let sig = sign::paypal_signature("tx-1", time, "WH-1", body);
+    let paypal = |sig: &[u8]| sign::paypal("tx-1", time, url, sig);
     let scheme = "paypal;webhook_id=WH-1";
     assert_eq!(
         judged("rsa genuine", scheme, paypal(&sig), body, &certificate),

@@ -355,40 +355,22 @@ fn cases(size: usize) -> Vec<Case> {
     cases.push(Case {
         family: "RSA over the transmission and the body's CRC32 (PayPal)",
         scheme: "paypal;webhook_id=WH-1",
-        secret: format!(
-            "{PAYPAL_URL}\n{}",
-            include_str!("../src/schemes/testdata/paypal-test-signer.pem")
-        ),
+        secret: sign::paypal_secret(PAYPAL_URL),
         url: None,
         signed_with: Box::new(move |key| {
-            use rsa::pkcs8::DecodePrivateKey;
-            use rsa::signature::{SignatureEncoding, Signer};
             let body = format!(r#"{{"id":"WH-x","pad":"{}"}}"#, "x".repeat(size - 20)).into_bytes();
-            let time = rfc3339(now);
-            let line = format!("tx-1|{time}|WH-1|{}", crc32fast::hash(&body));
+            let time = sign::rfc3339(now);
             // The suite's signer for its key; for any other key, a
             // signature of the same length that the certificate's key
             // did not make.
             let sig = if key.starts_with(PAYPAL_URL.as_bytes()) {
-                rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(
-                    rsa::RsaPrivateKey::from_pkcs8_der(include_bytes!(
-                        "../src/schemes/testdata/paypal-test-signer.key.der"
-                    ))
-                    .unwrap(),
-                )
-                .sign(line.as_bytes())
-                .to_vec()
+                sign::paypal_signature("tx-1", &time, "WH-1", &body)
             } else {
                 let mut sig = vec![0x5a; 256];
                 sig[..key.len().min(256)].copy_from_slice(&key[..key.len().min(256)]);
                 sig
             };
-            let headers = serde_json::json!({
-                "PAYPAL-TRANSMISSION-ID": "tx-1", "PAYPAL-TRANSMISSION-TIME": time.as_str(),
-                "PAYPAL-AUTH-ALGO": "SHA256withRSA", "PAYPAL-CERT-URL": PAYPAL_URL,
-                "PAYPAL-TRANSMISSION-SIG": b64(&sig),
-            });
-            (headers, body)
+            (sign::paypal("tx-1", &time, PAYPAL_URL, &sig), body)
         }),
     });
     cases
@@ -396,26 +378,6 @@ fn cases(size: usize) -> Vec<Case> {
 
 const DISCORD_SEED: &[u8] = b"a discord key";
 
-/// Unix seconds as an RFC 3339 UTC timestamp (days to a civil date, as in
-/// Howard Hinnant's algorithm).
-fn rfc3339(secs: i64) -> String {
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
 const PAYPAL_URL: &str = "https://api.paypal.com/v1/notifications/certs/CERT-hostile";
 
 /// An Ed25519 signing key made from any bytes.

@@ -86,6 +86,22 @@ fn deliver_later(ingress: &Arc<Ingress>, id: &str) -> std::thread::JoinHandle<An
     })
 }
 
+/// `gh`'s `sent` events, each stored once and queued once.
+fn assert_each_stored_once(db: &mut Client, sent: usize) {
+    let events = stored(db, "gh");
+    let distinct = count(
+        db,
+        "SELECT count(DISTINCT event_id) FROM webhook.events WHERE provider = 'gh'",
+    );
+    let queued = count(
+        db,
+        "SELECT count(*) FROM webhook.inbox WHERE provider = 'gh'",
+    );
+    assert_eq!(events, sent as i64, "every event stored");
+    assert_eq!(distinct, events, "none doubled");
+    assert_eq!(queued, events, "each queued once");
+}
+
 fn stored(db: &mut Client, provider: &str) -> i64 {
     db.query_one(
         "SELECT count(*) FROM webhook.events WHERE provider = $1",
@@ -925,23 +941,12 @@ fn a_database_restart_under_a_storm_loses_and_doubles_nothing() {
         s.join().unwrap();
     }
     let mut db_again = connect("ingress_storm");
-    let events = stored(&mut db_again, "gh");
-    let queued = count(
-        &mut db_again,
-        "SELECT count(*) FROM webhook.inbox WHERE provider = 'gh'",
-    );
-    let distinct = count(
-        &mut db_again,
-        "SELECT count(DISTINCT event_id) FROM webhook.events WHERE provider = 'gh'",
-    );
     let answers = answers.lock().unwrap().clone();
     eprintln!(
         "storm: {} events sent, answers by status {answers:?}",
         SENDERS * EACH
     );
-    assert_eq!(events, (SENDERS * EACH) as i64, "every event stored");
-    assert_eq!(distinct, events, "none doubled");
-    assert_eq!(queued, events, "each queued once");
+    assert_each_stored_once(&mut db_again, SENDERS * EACH);
     assert!(
         answers.get(&503).copied().unwrap_or(0) > 0,
         "the stops were seen: {answers:?}"
@@ -1050,23 +1055,12 @@ fn through_a_transaction_pooler_nothing_is_refused_lost_or_doubled() {
     start_server();
     let answers = merged(storm);
     let mut db_again = connect("ingress_pooled");
-    let events = stored(&mut db_again, "gh");
-    let distinct = count(
-        &mut db_again,
-        "SELECT count(DISTINCT event_id) FROM webhook.events WHERE provider = 'gh'",
-    );
-    let queued = count(
-        &mut db_again,
-        "SELECT count(*) FROM webhook.inbox WHERE provider = 'gh'",
-    );
     let logs = ingress.logs();
     eprintln!(
         "through the pooler: {} events sent, answers by status {answers:?}",
         SENDERS * EACH
     );
-    assert_eq!(events, (SENDERS * EACH) as i64, "every event stored");
-    assert_eq!(distinct, events, "none doubled");
-    assert_eq!(queued, events, "each queued once");
+    assert_each_stored_once(&mut db_again, SENDERS * EACH);
     assert!(
         !logs.contains("not_stored"),
         "a delivery failed on the database's answer, not an outage:\n{logs}"

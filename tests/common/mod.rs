@@ -311,6 +311,75 @@ pub mod sign {
         ));
         serde_json::json!({ "svix-id": msg_id, "svix-timestamp": ts.to_string(), "svix-signature": format!("v1,{sig}") })
     }
+
+    /// The suite's PayPal test signer's certificate (src/schemes/testdata),
+    /// registered as PayPal keys are: under the URL deliveries name it by.
+    pub fn paypal_secret(url: &str) -> String {
+        format!(
+            "{url}\n{}",
+            include_str!("../../src/schemes/testdata/paypal-test-signer.pem")
+        )
+    }
+
+    /// The test signer's RSA-SHA256 signature of what PayPal signs: the
+    /// transmission id and time, the webhook id and the body's CRC32.
+    pub fn paypal_signature(
+        transmission: &str,
+        time: &str,
+        webhook_id: &str,
+        body: &[u8],
+    ) -> Vec<u8> {
+        use rsa::pkcs8::DecodePrivateKey;
+        use rsa::signature::{SignatureEncoding, Signer};
+        let key = rsa::RsaPrivateKey::from_pkcs8_der(include_bytes!(
+            "../../src/schemes/testdata/paypal-test-signer.key.der"
+        ))
+        .unwrap();
+        let line = format!(
+            "{transmission}|{time}|{webhook_id}|{}",
+            crc32fast::hash(body)
+        );
+        rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key)
+            .sign(line.as_bytes())
+            .to_vec()
+    }
+
+    /// PayPal's headers for a delivery carrying `signature`, naming the
+    /// certificate at `url`.
+    pub fn paypal(
+        transmission: &str,
+        time: &str,
+        url: &str,
+        signature: &[u8],
+    ) -> serde_json::Value {
+        use base64::Engine;
+        serde_json::json!({
+            "PAYPAL-TRANSMISSION-ID": transmission, "PAYPAL-TRANSMISSION-TIME": time,
+            "PAYPAL-AUTH-ALGO": "SHA256withRSA", "PAYPAL-CERT-URL": url,
+            "PAYPAL-TRANSMISSION-SIG": base64::engine::general_purpose::STANDARD.encode(signature),
+        })
+    }
+
+    /// Unix seconds as an RFC 3339 UTC timestamp (days to a civil date by
+    /// Howard Hinnant's algorithm).
+    pub fn rfc3339(secs: i64) -> String {
+        let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+            rest / 3600,
+            rest % 3600 / 60,
+            rest % 60
+        )
+    }
 }
 
 /// What a database that lived through something (an upgrade, a dump and

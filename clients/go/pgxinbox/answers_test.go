@@ -201,6 +201,25 @@ func TestEveryAnswerOfTheTable(t *testing.T) {
 	})
 }
 
+// A body sent without Content-Length (chunked) past the bound: 413.
+func TestStreamedBodyPastTheBoundIsAnswered413(t *testing.T) {
+	each(t, os.Getenv("DATABASE_URL"), 8, func(t *testing.T, a *adapter) {
+		body := io.MultiReader(bytes.NewReader(make([]byte, webhookinbox.MaxBody)), strings.NewReader("x"))
+		req, _ := http.NewRequest(http.MethodPost, a.server.URL+"/webhooks/stripe", io.NopCloser(body))
+		req.ContentLength = -1
+		req.Header.Set("Content-Type", "application/json")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		got, _ := io.ReadAll(r.Body)
+		if r.StatusCode != http.StatusRequestEntityTooLarge || strings.TrimSpace(string(got)) != `{"status":"too_large"}` {
+			t.Fatalf("%d %s", r.StatusCode, got)
+		}
+	})
+}
+
 func TestLiveAttemptElsewhereIsAnswered409UntilItEnds(t *testing.T) {
 	each(t, os.Getenv("DATABASE_URL"), 8, func(t *testing.T, a *adapter) {
 		ctx := context.Background()

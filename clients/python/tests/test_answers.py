@@ -2,6 +2,7 @@
 and what surrounds it: a live attempt elsewhere, a database restarted
 in the middle of the work, a database that stays away, a provider nobody
 registered."""
+import io
 import json
 import time
 
@@ -10,6 +11,8 @@ import pytest
 
 import adapters
 from conftest import CASES, delivery, expected, new_run, orders, restart_server, stripe_event, stripe_headers
+from pg_webhook_inbox import flow
+from pg_webhook_inbox.errors import PayloadTooLarge
 from pg_webhook_inbox.psycopg import receive
 
 
@@ -200,6 +203,23 @@ def test_a_header_sent_twice_reaches_the_extension_as_in_every_other_adapter(dat
         fastapi.close()
         direct.close()
     assert answers, answers
+
+
+def test_a_streamed_body_past_the_bound_is_answered_413(database_url):
+    """Without Content-Length, as a chunked request arrives: the ASGI reader
+    stops past the bound; the WSGI one reads no more than one byte past it."""
+    chunk = b"x" * 65536
+    app = adapters.FastApi(database_url, adapters.Trouble())
+    try:
+        r = app.client.post("/webhooks/stripe", content=(chunk for _ in range(161)),
+                            headers={"Content-Type": "application/json"})
+    finally:
+        app.close()
+    assert (r.status_code, r.json()) == (413, {"status": "too_large"})
+    stream = io.BytesIO(b"x" * (flow.MAX_BODY + 65536))
+    with pytest.raises(PayloadTooLarge):
+        flow.read_body(None, stream.read)
+    assert stream.tell() == flow.MAX_BODY + 1
 
 
 def test_a_provider_nobody_registered_is_answered_404(adapter):

@@ -15,11 +15,14 @@ INSERT = "INSERT INTO orders (provider, event_id, event_type, handler) VALUES ('
 # A sent request's answer.
 Sent = Struct.new(:status, :content_type, :body, :headers)
 
-def mock_post(app, provider, headers, body)
+# streamed: sent without Content-Length, as a chunked request arrives.
+def mock_post(app, provider, headers, body, streamed: false)
   env = headers.to_h do |k, v|
     k.casecmp?("content-type") ? ["CONTENT_TYPE", v] : ["HTTP_#{k.upcase.tr("-", "_")}", v]
   end
-  r = Rack::MockRequest.new(app).post("/webhooks/#{provider}", env.merge(input: body))
+  request = Rack::MockRequest.env_for("/webhooks/#{provider}", env.merge(method: "POST", input: body))
+  request.delete("CONTENT_LENGTH") if streamed
+  r = Rack::MockResponse.new(*app.call(request))
   Sent.new(r.status, r.headers["Content-Type"].to_s.split(";").first, r.body, r.headers)
 end
 
@@ -44,7 +47,7 @@ class RackAdapter
     end
   end
 
-  def send_delivery(provider, headers, body) = mock_post(@app, provider, headers, body)
+  def send_delivery(provider, headers, body, streamed: false) = mock_post(@app, provider, headers, body, streamed:)
   def close = @database.close
 end
 
@@ -97,7 +100,7 @@ class RailsAdapter
     @routes.draw { post "/webhooks/:provider", to: "webhooks#create" }
   end
 
-  def send_delivery(provider, headers, body) = mock_post(@routes, provider, headers, body)
+  def send_delivery(provider, headers, body, streamed: false) = mock_post(@routes, provider, headers, body, streamed:)
   def close = nil
 end
 

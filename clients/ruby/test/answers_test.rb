@@ -34,6 +34,13 @@ ADAPTERS.each do |adapter_class|
       end
     end
 
+    define_method(:test_a_streamed_body_past_the_bound_is_answered_413) do
+      body = "x" * (PgWebhookInbox::Handler::MAX_BODY + 1)
+      r = adapter.send_delivery("stripe", { "Content-Type" => "application/json" }, body, streamed: true)
+      assert_equal 413, r.status, r.body
+      assert_equal({ "status" => "too_large" }, JSON.parse(r.body))
+    end
+
     define_method(:test_a_live_attempt_elsewhere_is_answered_409_until_it_ends) do
       run = Support.new_run
       body = Support.stripe_event("evt_#{run}_live", run)
