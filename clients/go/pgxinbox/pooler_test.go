@@ -86,7 +86,10 @@ func TestHandlerAndWorkersThroughATransactionPooler(t *testing.T) {
 	var alive atomic.Int32
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {
+		// A batch a restart took the connection of is leased until its
+		// lease runs out: a short one, so that the test does not wait.
 		w := &pgxinbox.Worker{ConnString: os.Getenv("POOLER_URL"), NoListen: true, Poll: 100 * time.Millisecond, Batch: 5,
+			Lease:   "5 seconds",
 			Backoff: pgxinbox.Backoff{First: 100 * time.Millisecond, Last: 500 * time.Millisecond},
 			Logf:    func(string, ...any) {},
 			Work: func(ctx context.Context, tx pgx.Tx, e pgxinbox.Event) error {

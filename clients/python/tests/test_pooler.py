@@ -40,7 +40,10 @@ def test_handler_and_workers_through_a_transaction_pooler(pooler_url, admin):
     run = new_run()
     pool = ConnectionPool(pooler_url, min_size=6, max_size=6, check=ConnectionPool.check_connection)
     handler = Handler(pool)
-    workers = [Worker(pooler_url, record("pooled_worker"), listen=False, poll_seconds=0.1, batch=5)
+    # A batch a restart took the connection of is leased until its lease
+    # runs out: a short one, so that the test does not wait a minute.
+    workers = [Worker(pooler_url, record("pooled_worker"), listen=False, poll_seconds=0.1, batch=5,
+                      lease="5 seconds")
                for _ in range(2)]
     for w in workers:
         w.backoff = Backoff(first=0.1, last=0.5)

@@ -28,8 +28,10 @@ class PoolerTest < Minitest::Test
     database = PgWebhookInbox::Database.new(Support.pooler_url, size: 6)
     handler = PgWebhookInbox::Handler.new(database, logger: Logger.new(nil))
     workers = Array.new(2) do
+      # A batch a restart took the connection of is leased until its lease
+      # runs out: a short one, so that the test does not wait a minute.
       PgWebhookInbox::Worker.new(Support.pooler_url, listen: false, poll_seconds: 0.1, batch: 5,
-                                                     logger: nil) do |event, conn|
+                                                     lease: "5 seconds", logger: nil) do |event, conn|
         conn.exec_params(INSERT, [event.provider, event.event_id, event.event_type, "pooled_worker"])
       end.tap { |w| w.backoff = PgWebhookInbox::Backoff.new(first: 0.1, last: 0.5) }
     end

@@ -48,6 +48,9 @@ it("handlers and workers through a transaction pooler: nothing refused for it, l
         listen: false,
         pollMs: 100,
         batch: 5,
+        // A batch a restart took the connection of is leased until its
+        // lease runs out: a short one, so that the test does not wait.
+        lease: "5 seconds",
         log: () => undefined,
         work: async (db: Queryable, e: InboxEvent) => {
           await db.query(INSERT, [e.provider, e.eventId, e.eventType, "pooled_worker"]);
