@@ -1,8 +1,8 @@
 // Signs what bench/public_keys measures, as the providers sign it: one
 // Discord (Ed25519), SendGrid (ECDSA P-256) and PayPal (RSA-2048, the
 // suite's test signer and its certificate) delivery for the verification
-// cells, and N Discord interactions and N SendGrid batches, each a new
-// event, for webhook_receive end to end. Writes JSON lines to stdout:
+// cells, and N Discord interactions, N SendGrid batches and N PayPal
+// events, each a new event, for webhook_receive end to end. Writes JSON lines to stdout:
 // {cell, scheme, key, headers, body (hex)}.
 import crypto from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -66,4 +66,5 @@ line("verify-rsa2048", "paypal;webhook_id=WH-BENCH", paypalKey, paypal("WH-1"));
 for (let i = 0; i < n; i++) {
   line("receive-discord", "discord", edKey, discord(String(1_000_000 + i)));
   line("receive-sendgrid", "sendgrid", ecKey, sendgrid(`sg-${i}`));
+  line("receive-paypal", "paypal;webhook_id=WH-BENCH", paypalKey, paypal(`WH-R${i}`));
 }

@@ -25,13 +25,15 @@ END
 $$;
 
 -- A provider as webhook_receive reads it: the registry's row, its scheme
--- parsed, its window, and its active keys newest first.
+-- parsed, its window, and its active keys newest first, each public one
+-- as read when it was registered (webhook._public_keys).
 CREATE TYPE webhook._registered AS (
     scheme          webhook._scheme,
     tolerance       bigint,
     event_id_from   text,
     event_type_from text,
     secrets         text[],
+    keys            webhook._key[],
     fingerprints    text[],
     inbox           boolean,
     entity_key_from text,
@@ -48,10 +50,17 @@ BEGIN
     SELECT x.scheme, date_part('epoch', x.tolerance)::int8 AS tolerance, x.event_id_from, x.event_type_from,
            x.inbox, x.entity_key_from, x.order_from,
            array_agg(s.secret ORDER BY s.added_at DESC) FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL) AS secrets,
+           array_agg(k.key ORDER BY s.added_at DESC) FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL) AS keys,
            array_agg(s.fingerprint ORDER BY s.added_at DESC) FILTER (WHERE s.secret IS NOT NULL AND s.retired_at IS NULL) AS fingerprints
       INTO r
       FROM webhook.providers x
       LEFT JOIN webhook.provider_secrets s ON s.provider = x.name
+      -- Read for the scheme the provider has now (a copy a restore left
+      -- is the same row again).
+      LEFT JOIN LATERAL (SELECT ROW(pk.kind, pk.bytes, pk.nums, pk.name)::webhook._key AS key
+                           FROM webhook._public_keys pk
+                          WHERE pk.provider = s.provider AND pk.fingerprint = s.fingerprint AND pk.scheme = x.scheme
+                          LIMIT 1) k ON true
      WHERE x.name = _registered.name
      GROUP BY x.name;
     IF NOT FOUND THEN
@@ -63,6 +72,7 @@ BEGIN
     p.event_id_from := r.event_id_from;
     p.event_type_from := r.event_type_from;
     p.secrets := coalesce(r.secrets, '{}');
+    p.keys := coalesce(r.keys, '{}');
     p.fingerprints := coalesce(r.fingerprints, '{}');
     p.inbox := coalesce(r.inbox, false);
     p.entity_key_from := r.entity_key_from;
@@ -430,7 +440,7 @@ BEGIN
     archived := webhook._archived_headers(headers);
 
     -- Verify.
-    verdict := webhook._authenticate(fn, p.scheme, headers, body, url, p.secrets, p.tolerance,
+    verdict := webhook._authenticate(fn, p.scheme, headers, body, url, p.secrets, p.keys, p.tolerance,
                                      floor(extract(epoch FROM clock_timestamp()))::bigint);
     IF verdict.reason <> 'ok' THEN
         RETURN webhook._reject(provider, body, signature, archived, verdict.reason, 401);

@@ -238,13 +238,15 @@ END;
 
 -- A registered secret as a scheme reads it (src/schemes/keys.rs,
 -- Registered): an HMAC key, or a provider's public key, checked once
--- read: an Ed25519 point (raw, as verify_strict hashes it), a P-256
--- point {x, y}, or an RSA key {n, e} with the certificate's name (the URL
--- PayPal names it by). NULL when the secret is no key of the scheme.
+-- read: an Ed25519 point (its encoding, as verify_strict hashes it, and
+-- the point {x, y}), a P-256 point {x, y}, or an RSA key {n, e} with the
+-- certificate's name (the URL PayPal names it by). NULL when the secret
+-- is no key of the scheme. A registered public key is read once, when it
+-- is registered (webhook._public_keys, registry.sql).
 CREATE TYPE webhook._key AS (
     kind   text,       -- hmac, ed25519, p256 or rsa
     bytes  bytea,      -- hmac: the key; ed25519: the point's encoding
-    nums   numeric[],  -- p256: {x, y}; rsa: {n, e, n's length in bytes}
+    nums   numeric[],  -- ed25519, p256: {x, y}; rsa: {n, e, n's length in bytes}
     name   text        -- rsa: the certificate's URL
 );
 
@@ -254,6 +256,7 @@ AS $$
 DECLARE
     k     webhook._key;
     raw   bytea;
+    point numeric[];
     start integer;
     name  text;
 BEGIN
@@ -261,8 +264,9 @@ BEGIN
     WHEN 'standard' THEN
         IF secret LIKE 'whpk\_%' THEN
             raw := webhook._base64_any(substr(secret, 6));
-            IF octet_length(raw) = 32 AND webhook._ed25519_point(raw) IS NOT NULL THEN
-                k := ROW('ed25519', raw, NULL, NULL);
+            point := CASE WHEN octet_length(raw) = 32 THEN webhook._ed25519_point(raw) END;
+            IF point IS NOT NULL THEN
+                k := ROW('ed25519', raw, point, NULL);
             END IF;
         ELSE
             raw := webhook._hmac_key(s, secret);
@@ -272,8 +276,9 @@ BEGIN
         END IF;
     WHEN 'discord' THEN
         raw := webhook._hex(btrim(secret, E' \t\n\r\f\u000b'), 32);
-        IF raw IS NOT NULL AND webhook._ed25519_point(raw) IS NOT NULL THEN
-            k := ROW('ed25519', raw, NULL, NULL);
+        point := webhook._ed25519_point(raw);
+        IF point IS NOT NULL THEN
+            k := ROW('ed25519', raw, point, NULL);
         END IF;
     WHEN 'sendgrid' THEN
         k := ROW('p256', NULL, webhook._p256_key(webhook._pem_or_base64(secret, 'PUBLIC KEY')), NULL);
@@ -317,7 +322,7 @@ BEGIN
     END IF;
     FOREACH candidate IN ARRAY candidates LOOP
         IF k.kind = 'ed25519' AND octet_length(candidate) = 65 AND get_byte(candidate, 0) = 1 THEN
-            IF webhook._ed25519_verify(k.bytes, substr(candidate, 2), signed) THEN
+            IF webhook._ed25519_verify(k.bytes, substr(candidate, 2), signed, k.nums) THEN
                 RETURN true;
             END IF;
         ELSIF k.kind = 'p256' AND get_byte(candidate, 0) = 2 THEN
@@ -866,8 +871,10 @@ CREATE TYPE webhook._verdict AS (
 -- Verify a request: the engine every scheme shares (src/schemes/mod.rs,
 -- authenticate). Every signature the request carries is tried against
 -- every usable key, the MACs compared in constant time; then the window.
+-- read holds, for each secret, its public key as read at registration
+-- (webhook._public_keys), or NULL where the secret is read here.
 CREATE FUNCTION webhook._authenticate(fn text, s webhook._scheme, headers jsonb, body bytea, url text,
-                                      secrets text[], tolerance bigint, now bigint)
+                                      secrets text[], read webhook._key[], tolerance bigint, now bigint)
 RETURNS webhook._verdict
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
 AS $$
@@ -901,7 +908,7 @@ BEGIN
         CONTINUE WHEN secrets[i] IS NULL OR secrets[i] = '';
         given := given + 1;
         IF given <= 16 THEN
-            key := webhook._scheme_key(s, secrets[i]);
+            key := CASE WHEN (read[i]).kind IS NOT NULL THEN read[i] ELSE webhook._scheme_key(s, secrets[i]) END;
             IF key.kind IS NOT NULL THEN
                 keys := keys || key;
                 indexes := indexes || i;
@@ -1007,7 +1014,7 @@ BEGIN
     ELSE
         secs := floor(extract(epoch FROM tolerance))::bigint;
     END IF;
-    RETURN webhook._authenticate(fn, s, headers, body, url, secrets, secs,
+    RETURN webhook._authenticate(fn, s, headers, body, url, secrets, NULL, secs,
                                  floor(extract(epoch FROM clock_timestamp()))::bigint);
 END
 $$;

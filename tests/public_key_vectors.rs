@@ -11,6 +11,10 @@
 //! The checks are called directly, as the extension's owner: a scheme's
 //! delivery signs bytes of its own shape (a timestamp, then the body),
 //! which arbitrary vectors do not have.
+//!
+//! And the registry's public keys, which the portable edition reads once,
+//! when they are registered (webhook._public_keys): a delivery verifies
+//! with the key as read then, and the stored keys follow the registry.
 
 mod common;
 
@@ -160,4 +164,159 @@ fn statement_timeout_stops_a_check() {
         )
         .expect_err("stopped by statement_timeout");
     assert_eq!(sql_state(&err), Some("57014"), "{}", message(&err));
+}
+
+/// A PayPal delivery of a new transmission, signed for `webhook_id` by the
+/// suites' test signer named at `url`: (headers, body).
+fn paypal_delivery(n: u32, webhook_id: &str, url: &str) -> (serde_json::Value, Vec<u8>) {
+    let body =
+        format!(r#"{{"id":"WH-EVT-{n}","event_type":"PAYMENT.CAPTURE.COMPLETED"}}"#).into_bytes();
+    let (transmission, time) = (
+        format!("tx-{n}"),
+        common::sign::rfc3339(common::sign::now()),
+    );
+    let signature = common::sign::paypal_signature(&transmission, &time, webhook_id, &body);
+    (
+        common::sign::paypal(&transmission, &time, url, &signature),
+        body,
+    )
+}
+
+/// What webhook_receive says of a delivery: its reason, and its status
+/// where the signature was good ("ok claimed", "ok in_progress").
+fn receive_reason(db: &mut postgres::Client, delivery: &(serde_json::Value, Vec<u8>)) -> String {
+    db.query_one(
+        "SELECT reason || CASE WHEN reason = 'ok' THEN ' ' || status ELSE '' END
+           FROM webhook_receive('paypal', $1::text::jsonb, $2::bytea)",
+        &[&delivery.0.to_string(), &delivery.1],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// The portable edition reads a registered public key once: the stored
+/// row (its scheme, its numbers) is what a delivery verifies with, a
+/// scheme changed reads the key again, a row missing or of another scheme
+/// means the secret is read at the delivery, a copy (as a restore of the
+/// plain script's database leaves) changes nothing, and the row goes with
+/// its provider. The compiled edition answers every delivery the same.
+#[test]
+fn registered_public_keys_are_read_once_and_follow_the_registry() {
+    const URL: &str = "https://api.paypal.com/v1/notifications/certs/CERT-keys";
+    let mut db = installed_database("public_key_registry");
+    let stored = |db: &mut postgres::Client| -> Vec<(String, String, String)> {
+        db.query(
+            "SELECT scheme, kind, nums[2]::text || ' ' || name FROM webhook._public_keys ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+    };
+    db.execute(
+        "SELECT webhook_register_provider('paypal', scheme => 'paypal;webhook_id=WH-1', secret => $1)",
+        &[&common::sign::paypal_secret(URL)],
+    )
+    .unwrap();
+    assert_eq!(
+        receive_reason(&mut db, &paypal_delivery(1, "WH-1", URL)),
+        "ok claimed"
+    );
+    if portable() {
+        let read = vec![(
+            "paypal;webhook_id=WH-1".to_string(),
+            "rsa".to_string(),
+            format!("65537 {URL}"),
+        )];
+        assert_eq!(stored(&mut db), read);
+        // The stored modulus is what verifies: changed, the genuine
+        // delivery no longer does.
+        db.batch_execute("UPDATE webhook._public_keys SET nums[1] = nums[1] + 2")
+            .unwrap();
+        assert_eq!(
+            receive_reason(&mut db, &paypal_delivery(2, "WH-1", URL)),
+            "bad_signature"
+        );
+        // Missing: the secret is read at the delivery.
+        db.batch_execute("DELETE FROM webhook._public_keys")
+            .unwrap();
+        assert_eq!(
+            receive_reason(&mut db, &paypal_delivery(3, "WH-1", URL)),
+            "ok claimed"
+        );
+    }
+    // Another webhook id: the key is read again for the new scheme.
+    db.execute(
+        "SELECT webhook_register_provider('paypal', scheme => 'paypal;webhook_id=WH-2')",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        receive_reason(&mut db, &paypal_delivery(4, "WH-2", URL)),
+        "ok claimed"
+    );
+    assert_eq!(
+        receive_reason(&mut db, &paypal_delivery(5, "WH-1", URL)),
+        "bad_signature"
+    );
+    if portable() {
+        let read = vec![(
+            "paypal;webhook_id=WH-2".to_string(),
+            "rsa".to_string(),
+            format!("65537 {URL}"),
+        )];
+        assert_eq!(stored(&mut db), read);
+        // A row of another scheme is not used, even a wrong one.
+        db.batch_execute(
+            "UPDATE webhook._public_keys SET scheme = 'paypal;webhook_id=WH-9', nums[1] = nums[1] + 2",
+        )
+        .unwrap();
+        assert_eq!(
+            receive_reason(&mut db, &paypal_delivery(6, "WH-2", URL)),
+            "ok claimed"
+        );
+        db.batch_execute("SELECT webhook._read_public_keys('paypal', NULL)")
+            .unwrap();
+        // A copy of the row: one key still, one claim per delivery.
+        db.batch_execute("INSERT INTO webhook._public_keys SELECT * FROM webhook._public_keys")
+            .unwrap();
+        let delivery = paypal_delivery(7, "WH-2", URL);
+        assert_eq!(receive_reason(&mut db, &delivery), "ok claimed");
+        assert_eq!(receive_reason(&mut db, &delivery), "ok in_progress");
+        // A second certificate: its own row, under its own URL.
+        db.execute(
+            "SELECT webhook_add_secret('paypal', $1)",
+            &[&common::sign::paypal_secret(
+                "https://api.paypal.com/v1/notifications/certs/CERT-next",
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            count(
+                &mut db,
+                "SELECT count(DISTINCT fingerprint) FROM webhook._public_keys"
+            ),
+            2
+        );
+        // HMAC secrets have no row.
+        db.batch_execute(
+            "SELECT webhook_register_provider('stripe', secret => 'whsec_not_a_public_key')",
+        )
+        .unwrap();
+        assert_eq!(
+            count(
+                &mut db,
+                "SELECT count(*) FROM webhook._public_keys WHERE provider = 'stripe'"
+            ),
+            0
+        );
+        // The provider gone, its keys go.
+        db.batch_execute("DELETE FROM webhook.providers WHERE name = 'paypal'")
+            .unwrap();
+        assert_eq!(
+            count(&mut db, "SELECT count(*) FROM webhook._public_keys"),
+            0
+        );
+    }
 }

@@ -1089,6 +1089,7 @@ pub fn move_rows(source: &str, target: &str, extension: bool) {
         "--exclude-table-data=webhook.metric_marks",
         "--exclude-table-data=webhook.state_key",
         "--exclude-table-data=webhook.maintenance_locks",
+        "--exclude-table-data=webhook._public_keys",
     ];
     if extension {
         args.push("--extension=pg_webhook_inbox");
@@ -1124,7 +1125,7 @@ pub fn webhook_rows(client: &mut Client) -> String {
         .query(
             "SELECT c.relname::text FROM pg_class c
               WHERE c.relnamespace = 'webhook'::regnamespace AND c.relkind IN ('r', 'p')
-                AND NOT c.relispartition AND c.relname NOT IN ('metric_marks', 'state_key', 'maintenance_locks')
+                AND NOT c.relispartition AND c.relname NOT IN ('metric_marks', 'state_key', 'maintenance_locks', '_public_keys')
               ORDER BY 1",
             &[],
         )
