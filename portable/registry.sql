@@ -68,7 +68,7 @@ BEGIN
     -- refuse, by its name, when a delivery comes.
     BEGIN
         s := webhook._parse_scheme('webhook_register_provider', 'scheme', scheme);
-    EXCEPTION WHEN invalid_parameter_value THEN
+    EXCEPTION WHEN undefined_object OR syntax_error OR invalid_parameter_value THEN
         RETURN;
     END;
     INSERT INTO webhook._public_keys (provider, fingerprint, scheme, kind, bytes, nums, name)

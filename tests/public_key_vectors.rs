@@ -311,6 +311,16 @@ fn registered_public_keys_are_read_once_and_follow_the_registry() {
             ),
             0
         );
+        // A registry row written by hand with no scheme's name: its
+        // secrets are still stored (webhook_receive refuses its deliveries
+        // by the scheme's name).
+        db.batch_execute(
+            "INSERT INTO webhook.providers (name, scheme, event_id_from, event_type_from)
+             VALUES ('by_hand', 'nonesuch', 'body:id', 'body:type');
+             INSERT INTO webhook.provider_secrets (provider, secret, fingerprint)
+             VALUES ('by_hand', 'a secret', 'f00d');",
+        )
+        .unwrap();
         // The provider gone, its keys go.
         db.batch_execute("DELETE FROM webhook.providers WHERE name = 'paypal'")
             .unwrap();
