@@ -284,7 +284,11 @@ fn registered_public_keys_are_read_once_and_follow_the_registry() {
         let delivery = paypal_delivery(7, "WH-2", URL);
         assert_eq!(receive_reason(&mut db, &delivery), "ok claimed");
         assert_eq!(receive_reason(&mut db, &delivery), "ok in_progress");
-        // A second certificate: its own row, under its own URL.
+        // A second certificate: its own row, under its own URL, read even
+        // as a restore or a logical replication apply adds it
+        // (session_replication_role = replica).
+        db.batch_execute("SET session_replication_role = replica")
+            .unwrap();
         db.execute(
             "SELECT webhook_add_secret('paypal', $1)",
             &[&common::sign::paypal_secret(
@@ -292,6 +296,7 @@ fn registered_public_keys_are_read_once_and_follow_the_registry() {
             )],
         )
         .unwrap();
+        db.batch_execute("RESET session_replication_role").unwrap();
         assert_eq!(
             count(
                 &mut db,

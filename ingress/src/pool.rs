@@ -219,32 +219,42 @@ impl Pool {
     }
 }
 
-impl Pool {
-    /// Behind a transaction pooler: the delivery as an unnamed statement
-    /// (parsed, bound and run in one round trip, and in one transaction of
-    /// its own, which the pooler keeps on one server connection). No
-    /// backstop timeout is set: a SET would stay on the server connection
-    /// for its next clients, and a transaction around the statement for a
-    /// SET LOCAL costs a tenth of the throughput (docs/ingress.md); the
-    /// role's own statement_timeout is the backstop there.
-    async fn receive_unnamed(
-        &self,
-        client: &Client,
-        d: &Delivery<'_>,
-    ) -> Result<Row, tokio_postgres::Error> {
-        let params: [(&(dyn ToSql + Sync), Type); 5] = [
-            (&d.provider, Type::TEXT),
-            (d.headers, Type::JSONB),
-            (&d.body, Type::BYTEA),
-            (&d.url, Type::TEXT),
-            (&d.traceparent, Type::TEXT),
-        ];
-        let rows = client.query_typed(RECEIVE, &params).await?;
-        // A function of one composite result in FROM: always one row.
-        Ok(rows
-            .into_iter()
-            .next()
-            .expect("webhook_receive returns one row"))
+impl Conn {
+    /// Receive one delivery: its row once it is committed. On the
+    /// statement prepared for the connection; or, behind a transaction
+    /// pooler, as an unnamed statement (parsed, bound and run in one round
+    /// trip, and in one transaction of its own, which the pooler keeps on
+    /// one server connection). No backstop timeout is set there: a SET
+    /// would stay on the server connection for its next clients, and a
+    /// transaction around the statement for a SET LOCAL costs a tenth of
+    /// the throughput (docs/ingress.md); the role's own statement_timeout
+    /// is the backstop.
+    async fn receive(&self, d: &Delivery<'_>) -> Result<Row, tokio_postgres::Error> {
+        match &self.receive {
+            Some(statement) => {
+                self.client
+                    .query_one(
+                        statement,
+                        &[&d.provider, d.headers, &d.body, &d.url, &d.traceparent],
+                    )
+                    .await
+            }
+            None => {
+                let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                    (&d.provider, Type::TEXT),
+                    (d.headers, Type::JSONB),
+                    (&d.body, Type::BYTEA),
+                    (&d.url, Type::TEXT),
+                    (&d.traceparent, Type::TEXT),
+                ];
+                let rows = self.client.query_typed(RECEIVE, &params).await?;
+                // A function of one composite result in FROM: always one row.
+                Ok(rows
+                    .into_iter()
+                    .next()
+                    .expect("webhook_receive returns one row"))
+            }
+        }
     }
 }
 
@@ -294,21 +304,11 @@ impl Lent {
     /// committed.
     pub async fn receive(&mut self, d: &Delivery<'_>) -> Result<Row, tokio_postgres::Error> {
         self.busy = true;
-        let conn = self.conn.as_ref().expect("a lent connection holds one");
-        let row = match &conn.receive {
-            Some(statement) => {
-                conn.client
-                    .query_one(
-                        statement,
-                        &[&d.provider, d.headers, &d.body, &d.url, &d.traceparent],
-                    )
-                    .await
-            }
-            None => self.pool.receive_unnamed(&conn.client, d).await,
-        };
+        let row = self.conn().receive(d).await;
         self.busy = false;
         row
     }
+
     /// Close it instead of keeping it: it failed in a way that leaves its
     /// state unknown.
     pub fn discard(mut self) {
