@@ -202,7 +202,7 @@ mod tests {
         );
         // No default source: the DBA names one, and it is judged then.
         assert_eq!(find("zoom").2, None);
-        assert_eq!(rows.len(), crate::schemes::catalog::CATALOG.len());
+        assert_eq!(rows.len(), crate::schemes::catalog::catalog().len());
     }
 
     /// A binding made by a release that bound ids only (Twilio's) keeps

@@ -1,9 +1,10 @@
 -- pg_webhook_inbox, portable edition: the signature schemes (the compiled
 -- edition's src/schemes/ and src/verify.rs), in PL/pgSQL on pgcrypto.
 --
--- The catalog below is the compiled edition's (src/schemes/catalog.rs),
--- row for row: the differential tests compare webhook_schemes() of both
--- editions, so a scheme added to one and not the other fails them. Every
+-- The catalog is sql/schemes.catalog, the file the compiled edition
+-- embeds (src/schemes/catalog.rs): portable/build writes its entries into
+-- webhook._catalog() below, and the differential tests compare
+-- webhook_schemes() of both editions. Every
 -- scheme is verified here as there, answering the same reasons: the HMACs
 -- with pgcrypto, the schemes that sign with a private key (Discord's
 -- Ed25519, SendGrid's ECDSA, PayPal's RSA, Standard Webhooks' v1a) with
@@ -17,9 +18,10 @@
 -- Bound to pg_catalog while this file runs (see schema.sql).
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 
--- The catalog: webhook_schemes()'s columns, then how the scheme is made
--- (`make`: a kind of its own, paypal, the generic hmac, or the scheme
--- string it is verified as) and what its bodies are.
+-- The catalog (sql/schemes.catalog): webhook_schemes()'s columns, then
+-- how the scheme is made (`make`: its own name, for a kind of its own,
+-- paypal or the generic hmac; else the scheme string it is verified as)
+-- and what its bodies are.
 CREATE FUNCTION webhook._catalog()
 RETURNS TABLE (scheme text, aliases text[], event_id_from text, event_type_from text,
                tolerance integer, signs text, entity_key_from text, order_from text,
@@ -27,59 +29,7 @@ RETURNS TABLE (scheme text, aliases text[], event_id_from text, event_type_from 
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT * FROM (VALUES
-    ('stripe', '{}'::text[], 'body:id', 'body:type', 300, 'timestamp and body',
-     'body:data.object.id', 'body:created', 'digest', '{}'::text[], 'stripe', 'event'),
-    ('github', '{}', 'header:X-GitHub-Delivery', 'header:X-GitHub-Event', NULL, 'body only',
-     NULL, 'body:pull_request.updated_at|body:issue.updated_at', 'digest', '{}', 'github', 'event'),
-    ('standard', '{svix,clerk,resend,standardwebhooks,standard-webhooks}',
-     'header:webhook-id|header:svix-id', 'body:type', 300, 'id, timestamp and body',
-     NULL, 'body:timestamp', 'digest', '{webhook-id,webhook-timestamp,svix-id,svix-timestamp}',
-     'standard', 'event'),
-    ('paddle', '{}', 'body:event_id', 'body:event_type', 300, 'timestamp and body',
-     'body:data.id', 'body:occurred_at', 'digest', '{}', 'paddle', 'event'),
-    ('shopify', '{}', 'header:X-Shopify-Event-Id', 'header:X-Shopify-Topic', NULL, 'body only',
-     NULL, 'body:updated_at', 'digest', '{}', 'shopify', 'event'),
-    ('slack', '{}', 'body:event_id|body:trigger_id|header:X-Slack-Signature',
-     'body:event.type|body:command|body:type', 300, 'timestamp and body',
-     NULL, 'body:event_time', 'digest', '{x-slack-request-timestamp}', 'slack', 'form_or_payload'),
-    ('typeform', '{}', 'body:event_id', 'body:event_type', NULL, 'body only',
-     NULL, NULL, 'digest', '{}', 'hmac;header=Typeform-Signature;encoding=base64;prefix=sha256=', 'event'),
-    ('supabase', '{}', 'header:webhook-id', 'body:type|body:email_data.email_action_type', 300,
-     'id, timestamp and body', NULL, NULL, 'digest',
-     '{webhook-id,webhook-timestamp,svix-id,svix-timestamp}', 'standard', 'event'),
-    ('discord', '{}', 'body:id', 'body:type', 300, 'timestamp and body, Ed25519',
-     NULL, NULL, 'digest', '{x-signature-timestamp}', 'discord', 'event'),
-    ('sendgrid', '{twilio-sendgrid}', 'body:0.sg_event_id', 'body:0.event', 300,
-     'timestamp and body, ECDSA P-256', NULL, NULL, 'digest',
-     '{x-twilio-email-event-webhook-timestamp}', 'sendgrid', 'batch'),
-    ('paypal', '{}', 'body:id', 'body:event_type', 300,
-     'transmission id and time, webhook id, CRC32 of the body; RSA-SHA256',
-     'body:resource.id', 'body:create_time', 'checksum',
-     '{paypal-transmission-id,paypal-transmission-time}', 'paypal', 'event'),
-    ('twilio', '{}', 'header:I-Twilio-Idempotency-Token|header:X-Twilio-Signature',
-     'body:MessageStatus|body:SmsStatus|body:CallStatus|body:EventType|body:type', NULL,
-     'URL and form fields (or URL with the body''s SHA-256)', NULL, NULL, 'fields_unframed', '{}',
-     'twilio', 'form'),
-    ('square', '{}', 'body:event_id', 'body:type', NULL, 'URL and body',
-     'body:data.id', 'body:created_at', 'digest', '{}', 'square', 'event'),
-    ('zoom', '{}', NULL, 'body:event', 300, 'timestamp and body',
-     NULL, 'body:event_ts', 'digest', '{x-zm-request-timestamp}', 'zoom', 'event'),
-    ('twitch', '{eventsub}', 'header:Twitch-Eventsub-Message-Id', 'body:subscription.type', 600,
-     'message id, timestamp and body', NULL, NULL, 'digest',
-     '{twitch-eventsub-message-id,twitch-eventsub-message-timestamp}', 'twitch', 'event'),
-    ('mailgun', '{}', 'body:event-data.id', 'body:event-data.event', 300,
-     'timestamp and token in the body, not the event', NULL, NULL, 'none', '{}', 'mailgun', 'event'),
-    ('linear', '{}', 'header:Linear-Delivery', 'body:type', 60,
-     'body only (its webhookTimestamp in it)', 'body:data.id', 'body:webhookTimestamp', 'digest', '{}',
-     'linear', 'event'),
-    ('hubspot', '{}', 'body:0.eventId', 'body:0.subscriptionType', 300,
-     'method, URL, body and timestamp (v3)', NULL, NULL, 'digest', '{x-hubspot-request-timestamp}',
-     'hubspot', 'batch'),
-    ('calendly', '{}', NULL, 'body:event', 180, 'timestamp and body', NULL, NULL, 'digest', '{}',
-     'calendly', 'event'),
-    ('woocommerce', '{}', 'header:X-WC-Webhook-Delivery-ID', 'header:X-WC-Webhook-Topic', NULL,
-     'body only', NULL, NULL, 'digest', '{}', 'hmac;header=X-WC-Webhook-Signature;encoding=base64', 'event'),
-    ('hmac', '{}', NULL, NULL, NULL, 'body only', NULL, NULL, 'digest', '{}', 'hmac', 'event')
+    -- sql/schemes.catalog, written here by portable/build
     ) AS catalog (scheme, aliases, event_id_from, event_type_from, tolerance, signs,
                   entity_key_from, order_from, body_covered, headers_covered, make, body);
 END;

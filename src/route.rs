@@ -262,7 +262,7 @@ mod tests {
                 }));
             }
         }
-        assert!(lines.len() > schemes::catalog::CATALOG.len());
+        assert!(lines.len() > schemes::catalog::catalog().len());
         if let Ok(path) = std::env::var("ROUTE_VECTORS") {
             let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
             std::fs::write(&path, text).expect("write the route vectors");

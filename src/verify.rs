@@ -150,7 +150,7 @@ pub(crate) fn scheme_catalog() -> TableIterator<
         name!(headers_covered, Vec<&'static str>),
     ),
 > {
-    TableIterator::new(catalog::CATALOG.iter().map(|entry| {
+    TableIterator::new(catalog::catalog().iter().map(|entry| {
         (
             entry.name.to_string(),
             entry.aliases.iter().map(|a| a.to_string()).collect(),

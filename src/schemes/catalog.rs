@@ -1,9 +1,13 @@
 //! The one list of signature schemes: their names, their aliases, where
 //! their providers put the event id and type, and whether the signature
-//! covers those. Rust parses scheme names from it, SQL reads it through
-//! `webhook_schemes()` (the provider registry takes its defaults from
-//! there), and the reference's table (docs/reference.md) is checked
-//! against it by a test.
+//! covers those. It is sql/schemes.catalog, which this module embeds and
+//! the portable edition's build writes into its own `webhook._catalog()`:
+//! both editions read the same file. Rust parses scheme names from it,
+//! SQL reads it through `webhook_schemes()` (the provider registry takes
+//! its defaults from there), and the reference's table
+//! (docs/reference.md) is checked against it by a test.
+
+use std::sync::OnceLock;
 
 /// One scheme as the registry and the docs know it.
 pub struct Entry {
@@ -169,399 +173,148 @@ pub enum Body {
     FormOrPayload,
 }
 
-/// Five minutes, the window Stripe's and the Standard Webhooks libraries
-/// use by default.
-const FIVE_MINUTES: Option<i64> = Some(300);
+impl Kind {
+    /// The kind a scheme of its own is, by its name in the catalog.
+    fn named(name: &str) -> Option<Kind> {
+        Some(match name {
+            "stripe" => Kind::Stripe,
+            "github" => Kind::Github,
+            "standard" => Kind::Standard,
+            "paddle" => Kind::Paddle,
+            "shopify" => Kind::Shopify,
+            "slack" => Kind::Slack,
+            "discord" => Kind::Discord,
+            "sendgrid" => Kind::SendGrid,
+            "twilio" => Kind::Twilio,
+            "square" => Kind::Square,
+            "zoom" => Kind::Zoom,
+            "twitch" => Kind::Twitch,
+            "mailgun" => Kind::Mailgun,
+            "linear" => Kind::Linear,
+            "hubspot" => Kind::HubSpot,
+            "calendly" => Kind::Calendly,
+            _ => return None,
+        })
+    }
+}
 
-/// What a Standard Webhooks signature covers besides the body, in either
-/// header family (`webhook-*`, or Svix's `svix-*`).
-const STANDARD_SIGNED_HEADERS: &[&str] = &[
-    "webhook-id",
-    "webhook-timestamp",
-    "svix-id",
-    "svix-timestamp",
-];
+/// The catalog's file, as both editions read it.
+const TEXT: &str = include_str!("../../sql/schemes.catalog");
 
-pub const CATALOG: &[Entry] = &[
-    Entry {
-        name: "stripe",
-        aliases: &[],
-        event_id_from: Some("body:id"),
-        event_type_from: Some("body:type"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "timestamp and body",
-        entity_key_from: Some("body:data.object.id"),
-        // Unix seconds: events of the same second tie.
-        order_from: Some("body:created"),
-        make: Make::Plain(Kind::Stripe),
-        body: Body::Event,
-    },
-    Entry {
-        name: "github",
-        aliases: &[],
-        event_id_from: Some("header:X-GitHub-Delivery"),
-        event_type_from: Some("header:X-GitHub-Event"),
-        tolerance: None,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "body only",
-        entity_key_from: None,
-        // The resource's own updated_at; which resource depends on the event.
-        order_from: Some("body:pull_request.updated_at|body:issue.updated_at"),
-        make: Make::Plain(Kind::Github),
-        body: Body::Event,
-    },
-    Entry {
-        name: "standard",
-        aliases: &[
-            "svix",
-            "clerk",
-            "resend",
-            "standardwebhooks",
-            "standard-webhooks",
-        ],
-        // The id of whichever header family was verified (see receive.rs:
-        // a signed source is always preferred over an unsigned one).
-        event_id_from: Some("header:webhook-id|header:svix-id"),
-        event_type_from: Some("body:type"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: STANDARD_SIGNED_HEADERS,
-        },
-        signs: "id, timestamp and body",
-        entity_key_from: None,
-        // The payload's own timestamp: webhook-timestamp changes on every retry.
-        order_from: Some("body:timestamp"),
-        make: Make::Plain(Kind::Standard),
-        body: Body::Event,
-    },
-    Entry {
-        name: "paddle",
-        aliases: &[],
-        event_id_from: Some("body:event_id"),
-        event_type_from: Some("body:event_type"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "timestamp and body",
-        entity_key_from: Some("body:data.id"),
-        order_from: Some("body:occurred_at"),
-        make: Make::Plain(Kind::Paddle),
-        body: Body::Event,
-    },
-    Entry {
-        name: "shopify",
-        aliases: &[],
-        // One delivery per subscription, all with the same event id:
-        // deduplicating on it processes the event once.
-        event_id_from: Some("header:X-Shopify-Event-Id"),
-        event_type_from: Some("header:X-Shopify-Topic"),
-        tolerance: None,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "body only",
-        entity_key_from: None,
-        order_from: Some("body:updated_at"),
-        make: Make::Plain(Kind::Shopify),
-        body: Body::Event,
-    },
-    Entry {
-        name: "slack",
-        aliases: &[],
-        // Events carry an event id; slash commands and interactions a
-        // trigger id (Slack retries neither). What has neither (a
-        // view_closed, an app_rate_limited) is one request, known by its
-        // signature, which is unique to its timestamp and body.
-        event_id_from: Some("body:event_id|body:trigger_id|header:X-Slack-Signature"),
-        event_type_from: Some("body:event.type|body:command|body:type"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &["x-slack-request-timestamp"],
-        },
-        signs: "timestamp and body",
-        entity_key_from: None,
-        order_from: Some("body:event_time"),
-        make: Make::Plain(Kind::Slack),
-        body: Body::FormOrPayload,
-    },
-    Entry {
-        name: "typeform",
-        aliases: &[],
-        event_id_from: Some("body:event_id"),
-        event_type_from: Some("body:event_type"),
-        tolerance: None,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "body only",
-        entity_key_from: None,
-        order_from: None,
-        // `sha256=` and the base64 of HMAC-SHA256 of the raw body, keyed
-        // with the webhook's secret as it is.
-        make: Make::VerifiedAs("hmac;header=Typeform-Signature;encoding=base64;prefix=sha256="),
-        body: Body::Event,
-    },
-    Entry {
-        name: "supabase",
-        aliases: &[],
-        // Supabase's Auth hooks follow Standard Webhooks (`v1,whsec_…`
-        // secrets); the payload names the action in different places.
-        event_id_from: Some("header:webhook-id"),
-        event_type_from: Some("body:type|body:email_data.email_action_type"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: STANDARD_SIGNED_HEADERS,
-        },
-        signs: "id, timestamp and body",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::VerifiedAs("standard"),
-        body: Body::Event,
-    },
-    Entry {
-        name: "discord",
-        aliases: &[],
-        event_id_from: Some("body:id"),
-        event_type_from: Some("body:type"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &["x-signature-timestamp"],
-        },
-        signs: "timestamp and body, Ed25519",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::Plain(Kind::Discord),
-        body: Body::Event,
-    },
-    Entry {
-        name: "sendgrid",
-        aliases: &["twilio-sendgrid"],
-        event_id_from: Some("body:0.sg_event_id"),
-        event_type_from: Some("body:0.event"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &["x-twilio-email-event-webhook-timestamp"],
-        },
-        signs: "timestamp and body, ECDSA P-256",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::Plain(Kind::SendGrid),
-        body: Body::Batch,
-    },
-    Entry {
-        name: "paypal",
-        aliases: &[],
-        event_id_from: Some("body:id"),
-        event_type_from: Some("body:event_type"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Checksum,
-            headers: &["paypal-transmission-id", "paypal-transmission-time"],
-        },
-        signs: "transmission id and time, webhook id, CRC32 of the body; RSA-SHA256",
-        entity_key_from: Some("body:resource.id"),
-        order_from: Some("body:create_time"),
-        make: Make::PayPal,
-        body: Body::Event,
-    },
-    Entry {
-        name: "twilio",
-        aliases: &[],
-        // One token per callback, the same on every retry. Where Twilio
-        // sends none, the callback's signature: a retry is the same
-        // request, signed alike, and another callback signs other fields.
-        event_id_from: Some("header:I-Twilio-Idempotency-Token|header:X-Twilio-Signature"),
-        event_type_from: Some(
-            "body:MessageStatus|body:SmsStatus|body:CallStatus|body:EventType|body:type",
+/// Every scheme of the catalog, in its order, read from the file once.
+pub fn catalog() -> &'static [Entry] {
+    static ENTRIES: OnceLock<Vec<Entry>> = OnceLock::new();
+    // The file is part of the build, and a test reads it: a malformed one
+    // never gets this far.
+    ENTRIES.get_or_init(|| read(TEXT).unwrap_or_else(|e| panic!("sql/schemes.catalog: {e}")))
+}
+
+/// The entries of a catalog file: blocks apart by a blank line, each line
+/// a field's name and its value, `#` lines comments (the file says more).
+fn read(text: &'static str) -> Result<Vec<Entry>, String> {
+    let mut entries = Vec::new();
+    let mut fields: Vec<(&'static str, &'static str)> = Vec::new();
+    for line in text.lines().chain([""]) {
+        let line = line.trim();
+        if line.starts_with('#') {
+            continue;
+        }
+        if line.is_empty() {
+            if !fields.is_empty() {
+                entries.push(entry(&fields)?);
+                fields.clear();
+            }
+            continue;
+        }
+        let (field, value) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        if fields.iter().any(|(f, _)| *f == field) {
+            return Err(format!("field {field} given twice"));
+        }
+        fields.push((field, value.trim()));
+    }
+    Ok(entries)
+}
+
+/// One block's entry.
+fn entry(fields: &[(&'static str, &'static str)]) -> Result<Entry, String> {
+    const KNOWN: &[&str] = &[
+        "scheme",
+        "aliases",
+        "event_id_from",
+        "event_type_from",
+        "tolerance",
+        "signs",
+        "body_covered",
+        "headers_covered",
+        "entity_key_from",
+        "order_from",
+        "verified_as",
+        "body",
+    ];
+    if let Some((field, _)) = fields.iter().find(|(f, _)| !KNOWN.contains(f)) {
+        return Err(format!("unknown field {field}"));
+    }
+    let get = |field: &str| {
+        fields
+            .iter()
+            .find(|(f, _)| *f == field)
+            .map(|(_, v)| *v)
+            .filter(|v| !v.is_empty())
+    };
+    // Slices of the file, kept for the backend's life with the entries.
+    let words = |field: &str| -> &'static [&'static str] {
+        Box::leak(get(field).unwrap_or("").split_whitespace().collect())
+    };
+    let name = get("scheme").ok_or("an entry without a scheme")?;
+    let make = match (get("verified_as"), name) {
+        (Some(scheme), _) => Make::VerifiedAs(scheme),
+        (None, "paypal") => Make::PayPal,
+        (None, "hmac") => Make::Hmac,
+        (None, other) => Make::Plain(
+            Kind::named(other).ok_or(format!("{other}: a scheme of its own no code verifies"))?,
         ),
-        tolerance: None,
+    };
+    Ok(Entry {
+        name,
+        aliases: words("aliases"),
+        event_id_from: get("event_id_from"),
+        event_type_from: get("event_type_from"),
+        tolerance: get("tolerance")
+            .map(|t| {
+                t.parse::<i64>()
+                    .map_err(|_| format!("{name}: tolerance {t}"))
+            })
+            .transpose()?,
         covers: Covers {
-            body: BodyCover::Unframed,
-            headers: &[],
+            body: match get("body_covered") {
+                Some("digest") => BodyCover::Digest,
+                Some("fields_unframed") => BodyCover::Unframed,
+                Some("checksum") => BodyCover::Checksum,
+                Some("none") => BodyCover::Nothing,
+                other => return Err(format!("{name}: body_covered {other:?}")),
+            },
+            headers: words("headers_covered"),
         },
-        signs: "URL and form fields (or URL with the body's SHA-256)",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::Plain(Kind::Twilio),
-        body: Body::Form,
-    },
-    Entry {
-        name: "square",
-        aliases: &[],
-        event_id_from: Some("body:event_id"),
-        event_type_from: Some("body:type"),
-        tolerance: None,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
+        signs: get("signs").unwrap_or(""),
+        entity_key_from: get("entity_key_from"),
+        order_from: get("order_from"),
+        make,
+        body: match get("body") {
+            Some("event") => Body::Event,
+            Some("batch") => Body::Batch,
+            Some("form") => Body::Form,
+            Some("form_or_payload") => Body::FormOrPayload,
+            other => return Err(format!("{name}: body {other:?}")),
         },
-        signs: "URL and body",
-        entity_key_from: Some("body:data.id"),
-        order_from: Some("body:created_at"),
-        make: Make::Plain(Kind::Square),
-        body: Body::Event,
-    },
-    Entry {
-        name: "zoom",
-        aliases: &[],
-        // Zoom's events carry no id of their own: the DBA names one.
-        event_id_from: None,
-        event_type_from: Some("body:event"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &["x-zm-request-timestamp"],
-        },
-        signs: "timestamp and body",
-        entity_key_from: None,
-        order_from: Some("body:event_ts"),
-        make: Make::Plain(Kind::Zoom),
-        body: Body::Event,
-    },
-    Entry {
-        name: "twitch",
-        aliases: &["eventsub"],
-        event_id_from: Some("header:Twitch-Eventsub-Message-Id"),
-        event_type_from: Some("body:subscription.type"),
-        // Twitch: refuse messages more than 10 minutes old.
-        tolerance: Some(600),
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[
-                "twitch-eventsub-message-id",
-                "twitch-eventsub-message-timestamp",
-            ],
-        },
-        signs: "message id, timestamp and body",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::Plain(Kind::Twitch),
-        body: Body::Event,
-    },
-    Entry {
-        name: "mailgun",
-        aliases: &[],
-        event_id_from: Some("body:event-data.id"),
-        event_type_from: Some("body:event-data.event"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Nothing,
-            headers: &[],
-        },
-        signs: "timestamp and token in the body, not the event",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::Plain(Kind::Mailgun),
-        body: Body::Event,
-    },
-    Entry {
-        name: "linear",
-        aliases: &[],
-        event_id_from: Some("header:Linear-Delivery"),
-        event_type_from: Some("body:type"),
-        // Linear: refuse a webhookTimestamp more than a minute away.
-        tolerance: Some(60),
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "body only (its webhookTimestamp in it)",
-        entity_key_from: Some("body:data.id"),
-        order_from: Some("body:webhookTimestamp"),
-        make: Make::Plain(Kind::Linear),
-        body: Body::Event,
-    },
-    Entry {
-        name: "hubspot",
-        aliases: &[],
-        event_id_from: Some("body:0.eventId"),
-        event_type_from: Some("body:0.subscriptionType"),
-        tolerance: FIVE_MINUTES,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &["x-hubspot-request-timestamp"],
-        },
-        signs: "method, URL, body and timestamp (v3)",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::Plain(Kind::HubSpot),
-        body: Body::Batch,
-    },
-    Entry {
-        name: "calendly",
-        aliases: &[],
-        // Calendly's payloads carry no event id: the DBA names one.
-        event_id_from: None,
-        event_type_from: Some("body:event"),
-        tolerance: Some(180),
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "timestamp and body",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::Plain(Kind::Calendly),
-        body: Body::Event,
-    },
-    Entry {
-        name: "woocommerce",
-        aliases: &[],
-        event_id_from: Some("header:X-WC-Webhook-Delivery-ID"),
-        event_type_from: Some("header:X-WC-Webhook-Topic"),
-        tolerance: None,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "body only",
-        entity_key_from: None,
-        order_from: None,
-        // The base64 of HMAC-SHA256 of the raw body, keyed with the
-        // webhook's secret as it is.
-        make: Make::VerifiedAs("hmac;header=X-WC-Webhook-Signature;encoding=base64"),
-        body: Body::Event,
-    },
-    Entry {
-        name: "hmac",
-        aliases: &[],
-        event_id_from: None,
-        event_type_from: None,
-        tolerance: None,
-        covers: Covers {
-            body: BodyCover::Digest,
-            headers: &[],
-        },
-        signs: "body only",
-        entity_key_from: None,
-        order_from: None,
-        make: Make::Hmac,
-        body: Body::Event,
-    },
-];
+    })
+}
 
 /// The entry a scheme name or alias means, case-insensitively. The generic
 /// form's options (`hmac;header=…`) are not part of its name.
 pub fn lookup(name: &str) -> Option<&'static Entry> {
     let name = name.trim();
     let base = name.split(';').next().unwrap_or(name).trim();
-    CATALOG.iter().find(|entry| {
+    catalog().iter().find(|entry| {
         entry.name.eq_ignore_ascii_case(base)
             || entry.aliases.iter().any(|a| a.eq_ignore_ascii_case(base))
     })
@@ -569,7 +322,7 @@ pub fn lookup(name: &str) -> Option<&'static Entry> {
 
 /// "stripe, github, standard (aliases svix, clerk, …), …" for messages.
 pub fn known() -> String {
-    CATALOG
+    catalog()
         .iter()
         .map(|entry| match (entry.name, entry.aliases) {
             ("hmac", _) => "hmac;header=<name>[;algorithm=…][;encoding=…][;prefix=…]".to_string(),
@@ -651,7 +404,7 @@ mod tests {
             assert_eq!(aliases, entry.aliases, "documented aliases of {name}");
             seen.push(entry.name);
         }
-        let all: Vec<&str> = CATALOG.iter().map(|e| e.name).collect();
+        let all: Vec<&str> = catalog().iter().map(|e| e.name).collect();
         assert_eq!(seen, all, "the docs' table lists every scheme, in order");
     }
 
@@ -675,6 +428,44 @@ mod tests {
             0,
         );
         assert_eq!(verdict.reason, Reason::Ok);
+    }
+
+    /// The file reads, each name and alias means one scheme, and every
+    /// scheme of its own the code verifies has its entry.
+    #[test]
+    fn the_catalog_file_reads_and_names_each_scheme_once() {
+        let entries = read(TEXT).unwrap();
+        assert_eq!(entries.len(), catalog().len());
+        let mut names: Vec<&str> = entries
+            .iter()
+            .flat_map(|e| std::iter::once(e.name).chain(e.aliases.iter().copied()))
+            .collect();
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "a name or alias given twice");
+        for e in &entries {
+            if let Make::Plain(kind) = e.make {
+                assert_eq!(Kind::named(e.name), Some(kind));
+            }
+        }
+        let plain = entries
+            .iter()
+            .filter(|e| matches!(e.make, Make::Plain(_)))
+            .count();
+        assert_eq!(plain, 16, "every Kind has its entry");
+        for (broken, why) in [
+            ("scheme stripe\nbody event\n", "body_covered"),
+            (
+                "scheme nosuch\nbody_covered digest\nbody event\n",
+                "no code verifies",
+            ),
+            ("scheme stripe\nscheme github\n", "twice"),
+            ("scheme stripe\ncolour blue\n", "unknown field"),
+        ] {
+            let err = read(broken).err().unwrap();
+            assert!(err.contains(why), "{broken:?}: {err}");
+        }
     }
 
     #[test]

@@ -317,7 +317,7 @@ impl Scheme {
     /// The scheme's entry in the catalog: every scheme has one, since
     /// `parse` makes them from it.
     pub fn entry(&self) -> &'static catalog::Entry {
-        catalog::CATALOG
+        catalog::catalog()
             .iter()
             .find(|entry| match (self, entry.make) {
                 (Scheme::Plain(kind), Make::Plain(made)) => *kind == made,
