@@ -255,6 +255,11 @@ impl Sender {
             }
             "hubspot" => json!([{"eventId": id, "subscriptionType": kind}]),
             "calendly" => json!({"event": kind, "payload": {"uri": id}}),
+            "vercel" => json!({"id": id, "type": kind, "createdAt": at * 1000, "payload": {}}),
+            "razorpay" => json!({"entity": "event", "event": kind, "contains": ["payment"],
+                                 "payload": {}, "created_at": at}),
+            "coinbase" => json!({"id": format!("delivery-{id}"), "scheduled_for": rfc3339(at),
+                                 "event": {"id": id, "type": kind, "data": {}}}),
             "hmac" => json!({"type": kind}),
             other => unsent(other),
         };
@@ -366,6 +371,14 @@ impl Sender {
                     &[b"POST", signed.as_bytes(), &body, millis.as_bytes()],
                 ));
                 json!({ "X-HubSpot-Signature-v3": sig, "X-HubSpot-Request-Timestamp": millis })
+            }
+            "vercel" => json!({ "x-vercel-signature": hex::encode(hmac_sha1(key, &[&body])) }),
+            "razorpay" => json!({
+                "X-Razorpay-Event-Id": id,
+                "X-Razorpay-Signature": hex::encode(hmac_sha256(key, &[&body])),
+            }),
+            "coinbase" => {
+                json!({ "X-CC-Webhook-Signature": hex::encode(hmac_sha256(key, &[&body])) })
             }
             "hmac" => json!({
                 "X-Event-Id": id,
