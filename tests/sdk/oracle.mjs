@@ -22,6 +22,7 @@ import { WebhooksHelper as Square } from 'square';
 import { LinearWebhookClient } from '@linear/sdk/webhooks';
 import sendgrid from '@sendgrid/eventwebhook';
 import { verifyKey as discordVerifyKey } from 'discord-interactions';
+import Razorpay from 'razorpay';
 
 const now = () => Math.floor(Date.now() / 1000);
 const hmac = (algorithm, key, text) => crypto.createHmac(algorithm, key).update(text).digest();
@@ -209,6 +210,26 @@ const EVENT = '{"id":"evt_1","object":"event","type":"invoice.paid","created":17
     'body changed': d(sig(), body.replace('sq_1', 'sq_2')),
     'another URL': d(sig(), body, url + '/other'),
     'another secret': d(sig(), body, url, secret()),
+  });
+}
+
+// Razorpay: hex HMAC-SHA256 of the body, keyed with the webhook's secret,
+// in X-Razorpay-Signature; the event id in X-Razorpay-Event-Id. Judged by
+// Razorpay's Node SDK (validateWebhookSignature).
+{
+  const key = secret();
+  const body = '{"entity":"event","account_id":"acc_1","event":"payment.captured","contains":["payment"],"payload":{"payment":{"entity":{"id":"pay_1"}}},"created_at":1700000000}';
+  const sig = (b = body, k = key) => hex(hmac('sha256', k, b));
+  const d = (headers, b = body, k = key) => ({ headers: { 'X-Razorpay-Event-Id': 'evt_' + crypto.randomBytes(7).toString('hex'), ...headers }, body: b, secret: k });
+  await scheme('razorpay', 'razorpay (Node) 2.9.8', (x) => Razorpay.validateWebhookSignature(x.body, x.headers['X-Razorpay-Signature'], x.secret), {
+    'genuine': d({ 'X-Razorpay-Signature': sig() }),
+    'body changed': d({ 'X-Razorpay-Signature': sig() }, body.replace('pay_1', 'pay_2')),
+    'body with a trailing newline': d({ 'X-Razorpay-Signature': sig() }, body + '\n'),
+    'another secret': d({ 'X-Razorpay-Signature': sig() }, body, secret()),
+    'upper-case hex': d({ 'X-Razorpay-Signature': upper(sig()) }),
+    'truncated': d({ 'X-Razorpay-Signature': sig().slice(0, -2) }),
+    'behind a sha256= prefix': d({ 'X-Razorpay-Signature': 'sha256=' + sig() }),
+    'no signature header': d({}),
   });
 }
 
