@@ -321,7 +321,8 @@ mod tests {
                 }
             }
         }
-        // Slack's four, Zoom's, Twitch's two, Discord's and Twilio's, in both modes.
-        assert_eq!(kinds, 2 * 9);
+        // Slack's five, Zoom's, Twitch's two, Discord's, Twilio's three,
+        // Shopify's two and Supabase's five, in both modes.
+        assert_eq!(kinds, 2 * 19);
     }
 }

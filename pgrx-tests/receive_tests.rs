@@ -29,7 +29,7 @@ mod tests {
             ("stripe", "stripe", "body:id"),
             ("clerk", "standard", "header:webhook-id|header:svix-id"),
             ("paddle", "paddle", "body:event_id"),
-            ("shopify", "shopify", "header:X-Shopify-Event-Id"),
+            ("shopify", "shopify", "header:X-Shopify-Event-Id|header:Shopify-Event-Id|header:X-Shopify-Webhook-Id|header:Shopify-Webhook-Id"),
             (
                 "slack",
                 "slack",

@@ -90,7 +90,7 @@ RETURN CASE (s).kind
     WHEN 'github' THEN '{x-hub-signature-256}'
     WHEN 'standard' THEN '{webhook-signature,svix-signature}'
     WHEN 'paddle' THEN '{paddle-signature}'
-    WHEN 'shopify' THEN '{x-shopify-hmac-sha256}'
+    WHEN 'shopify' THEN '{x-shopify-hmac-sha256,shopify-hmac-sha256}'
     WHEN 'slack' THEN '{x-slack-signature}'
     WHEN 'discord' THEN '{x-signature-ed25519}'
     WHEN 'sendgrid' THEN '{x-twilio-email-event-webhook-signature}'
@@ -251,6 +251,9 @@ BEGIN
             RETURN ROW('url_verification', '{"challenge":' || to_json(document ->> 'challenge') || '}',
                        'application/json')::webhook._handshake;
         END IF;
+    ELSIF (s).kind = 'slack' AND jsonb_typeof(document -> 'ssl_check') = 'string' AND document ->> 'ssl_check' = '1' THEN
+        -- Slack's SSL check (a form): a 200 is all it wants. No event.
+        RETURN ROW('ssl_check', '', 'text/plain')::webhook._handshake;
     ELSIF (s).kind = 'zoom' AND jsonb_typeof(document -> 'event') = 'string'
           AND document ->> 'event' = 'endpoint.url_validation' THEN
         plain := CASE WHEN jsonb_typeof(document #> '{payload,plainToken}') = 'string'

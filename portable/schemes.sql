@@ -175,14 +175,16 @@ END
 $$;
 
 -- How a registered secret becomes an HMAC key under a scheme; NULL when
--- it cannot be one. Standard Webhooks' keys are whsec_ and base64; every
--- other scheme's secret is used as the bytes of the string.
+-- it cannot be one. Standard Webhooks' keys are whsec_ and base64 (with
+-- v1, in front as Supabase's dashboard shows them); every other scheme's
+-- secret is used as the bytes of the string.
 CREATE FUNCTION webhook._hmac_key(s webhook._scheme, secret text) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT CASE
         WHEN (s).kind <> 'standard' THEN convert_to(secret, 'UTF8')
         WHEN secret LIKE 'whsec\_%' THEN nullif(webhook._base64_any(substr(secret, 7)), '\x'::bytea)
+        WHEN secret LIKE 'v1,whsec\_%' THEN nullif(webhook._base64_any(substr(secret, 10)), '\x'::bytea)
     END;
 END;
 
@@ -642,8 +644,11 @@ BEGIN
                           ELSE ARRAY[family || 'id', family || 'timestamp'] END;
         RETURN r;
     WHEN 'shopify' THEN
-        IF NOT h ? 'x-shopify-hmac-sha256' THEN r.reason := 'missing_header'; RETURN r; END IF;
-        digest := webhook._base64(h ->> 'x-shopify-hmac-sha256', 32);
+        -- Webhooks' header, else Events' (the same HMAC, without the X-).
+        sig := CASE WHEN h ? 'x-shopify-hmac-sha256' OR NOT h ? 'shopify-hmac-sha256'
+                    THEN 'x-shopify-hmac-sha256' ELSE 'shopify-hmac-sha256' END;
+        IF NOT h ? sig THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._base64(h ->> sig, 32);
     WHEN 'slack', 'zoom' THEN
         family := CASE s.kind WHEN 'slack' THEN 'x-slack-' ELSE 'x-zm-' END;
         sig := CASE s.kind WHEN 'slack' THEN 'x-slack-signature' ELSE 'x-zm-signature' END;
@@ -722,10 +727,24 @@ BEGIN
         r.body_signed := false;
     WHEN 'twilio' THEN
         IF NOT h ? 'x-twilio-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
-        digest := webhook._base64(h ->> 'x-twilio-signature', 20);
+        -- A Webhook Setting's shared key: the first algorithm its settings
+        -- header names (src/schemes/twilio.rs); none, the auth token's.
+        r.algorithm := 'sha1';
+        IF h ? 'x-twilio-webhooks-signature-settings' THEN
+            IF h ->> 'x-twilio-webhooks-signature-settings' IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+            SELECT translate(btrim(substr(p.part, strpos(p.part, '=') + 1), E' \t'),  -- ASCII letters only, as Rust's
+                             'abcdefghijklmnopqrstuvwxyz', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ') INTO method
+              FROM regexp_split_to_table(h ->> 'x-twilio-webhooks-signature-settings', ',') WITH ORDINALITY AS p(part, n)
+             WHERE strpos(p.part, '=') > 0
+               AND btrim(substr(p.part, 1, strpos(p.part, '=') - 1), E' \t') = 'algorithm'
+               AND btrim(substr(p.part, strpos(p.part, '=') + 1), E' \t') <> ''
+             ORDER BY p.n LIMIT 1;
+            r.algorithm := CASE coalesce(method, 'HMAC_SHA1') WHEN 'HMAC_SHA1' THEN 'sha1' WHEN 'HMAC_SHA256' THEN 'sha256' END;
+            IF r.algorithm IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        END IF;
+        digest := webhook._base64(h ->> 'x-twilio-signature', CASE r.algorithm WHEN 'sha1' THEN 20 ELSE 32 END);
         IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
         IF url IS NULL THEN r.reason := 'missing_url'; RETURN r; END IF;
-        r.algorithm := 'sha1';
         sig := substring(split_part(url, '#', 1) FROM '[?&]bodySHA256=([^&]*)');
         IF strpos(split_part(url, '#', 1), '?') > 0 AND sig IS NOT NULL THEN
             -- Public data against public data: no secret to time.
@@ -1073,7 +1092,7 @@ BEGIN
         RETURN NULL;
     END IF;
     RETURN CASE s.kind
-        WHEN 'standard' THEN 'a Standard Webhooks key is whsec_ + base64 of the secret, or whpk_ + base64 of a 32-byte Ed25519 public key'
+        WHEN 'standard' THEN 'a Standard Webhooks key is whsec_ + base64 of the secret (or v1,whsec_…, as Supabase shows it), or whpk_ + base64 of a 32-byte Ed25519 public key'
         WHEN 'discord' THEN 'a Discord key is the application''s public key, 64 hex digits'
         WHEN 'sendgrid' THEN 'a SendGrid key is the verification key it shows (base64 of a DER P-256 public key), or that key in PEM'
         WHEN 'paypal' THEN 'a PayPal key is the certificate''s URL (as PAYPAL-CERT-URL names it) on the first line, then the PEM certificate'

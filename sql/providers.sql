@@ -197,7 +197,7 @@ BEGIN
            ties = excluded.ties, fifo = excluded.fifo;
 
     IF webhook_register_provider.secret IS NOT NULL THEN
-        PERFORM @extschema@.webhook_add_secret(p_name, webhook_register_provider.secret);
+        PERFORM webhook._add_secret('webhook_register_provider', p_name, webhook_register_provider.secret);
     END IF;
     RETURN QUERY SELECT * FROM webhook.provider_summary s WHERE s.name = p_name;
 EXCEPTION
@@ -235,10 +235,12 @@ $$;
 COMMENT ON FUNCTION @extschema@.webhook_register_provider(text, text, text, interval, text, text, boolean, text[], boolean, text, text, text, boolean, boolean) IS
     'Create or update a provider: scheme (default: its name or alias), tolerance, where the event id and type are, inbox mode and consumers, ordering (entity key, order value, ties, FIFO), and optionally a secret; in an intake tier, a change of its route for a provider with events needs reroute => true';
 
--- Add a signing secret (or re-activate a retired one). Returns its fingerprint.
-CREATE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)
+-- Add a signing secret (or re-activate a retired one). Returns its
+-- fingerprint. Its errors name the function the caller called
+-- (webhook_add_secret, or webhook_register_provider's secret).
+CREATE FUNCTION webhook._add_secret(caller text, provider text, secret text)
 RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -247,46 +249,55 @@ DECLARE
     problem  text;
 BEGIN
     IF pg_catalog.pg_is_in_recovery() THEN
-        PERFORM webhook._refuse_on_standby('webhook_add_secret');
+        PERFORM webhook._refuse_on_standby(caller);
     END IF;
-    IF webhook_add_secret.secret IS NULL OR webhook_add_secret.secret = '' THEN
-        RAISE EXCEPTION 'webhook_add_secret: argument "secret" must not be empty'
+    IF _add_secret.secret IS NULL OR _add_secret.secret = '' THEN
+        RAISE EXCEPTION '%: argument "secret" must not be empty', caller
             USING ERRCODE = 'zero_length_character_string';
     END IF;
-    SELECT p.scheme INTO v_scheme FROM webhook.providers p WHERE p.name = webhook_add_secret.provider;
+    SELECT p.scheme INTO v_scheme FROM webhook.providers p WHERE p.name = _add_secret.provider;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'webhook_add_secret: argument "provider": no provider "%" is registered', webhook_add_secret.provider
+        RAISE EXCEPTION '%: argument "provider": no provider "%" is registered', caller, _add_secret.provider
             USING ERRCODE = 'undefined_object';
     END IF;
     -- A public key or certificate in the wrong format would only show up
     -- later, as every delivery refused: say so now. (The message never
     -- echoes the secret.)
-    problem := @extschema@.webhook_check_key(v_scheme, webhook_add_secret.secret);
+    problem := @extschema@.webhook_check_key(v_scheme, _add_secret.secret);
     IF problem IS NOT NULL THEN
-        RAISE EXCEPTION 'webhook_add_secret: argument "secret" is not a key for scheme "%"', v_scheme
+        RAISE EXCEPTION '%: argument "secret" is not a key for scheme "%"', caller, v_scheme
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = problem || '.';
     END IF;
     -- Each delivery is checked against every active secret: keep them few.
     IF (SELECT pg_catalog.count(*) FROM webhook.provider_secrets s
-         WHERE s.provider = webhook_add_secret.provider AND s.retired_at IS NULL
-           AND s.secret <> webhook_add_secret.secret) >= 16 THEN
-        RAISE EXCEPTION 'webhook_add_secret: argument "provider": "%" has 16 active secrets already', webhook_add_secret.provider
+         WHERE s.provider = _add_secret.provider AND s.retired_at IS NULL
+           AND s.secret <> _add_secret.secret) >= 16 THEN
+        RAISE EXCEPTION '%: argument "provider": "%" has 16 active secrets already', caller, _add_secret.provider
             USING ERRCODE = 'program_limit_exceeded',
                   HINT = 'Retire the secrets the provider no longer signs with: webhook_retire_secret(provider, fingerprint).';
     END IF;
-    fp := webhook._fingerprint(webhook_add_secret.secret);
+    fp := webhook._fingerprint(_add_secret.secret);
     INSERT INTO webhook.provider_secrets AS s (provider, secret, fingerprint)
-    VALUES (webhook_add_secret.provider, webhook_add_secret.secret, fp)
+    VALUES (_add_secret.provider, _add_secret.secret, fp)
     ON CONFLICT ON CONSTRAINT provider_secrets_pkey DO UPDATE SET retired_at = NULL;
     -- Its use row, made now: deliveries then only ever update it, and skip
     -- it while another holds it (src/receive/secrets.rs).
     INSERT INTO webhook.secret_uses (provider, fingerprint)
-    VALUES (webhook_add_secret.provider, fp)
+    VALUES (_add_secret.provider, fp)
     ON CONFLICT ON CONSTRAINT secret_uses_pkey DO NOTHING;
     RETURN fp;
 END
 $$;
+
+COMMENT ON FUNCTION webhook._add_secret(text, text, text) IS
+    'Add a signing secret for webhook_add_secret and webhook_register_provider, its errors in the caller''s name';
+
+CREATE FUNCTION @extschema@.webhook_add_secret(provider text, secret text)
+RETURNS text
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN webhook._add_secret('webhook_add_secret', provider, secret);
 COMMENT ON FUNCTION @extschema@.webhook_add_secret(text, text) IS
     'Add a signing secret to a provider (several may be active while rotating); returns its fingerprint';
 

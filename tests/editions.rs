@@ -1606,3 +1606,88 @@ fn public_key_acceptance_rules_are_the_same() {
         "false|bad_signature"
     );
 }
+
+/// A secret refused at registration is refused in the name of the
+/// function called (webhook_register_provider or webhook_add_secret), with
+/// the same SQLSTATE, message and hint in both editions; Supabase's
+/// dashboard form of a Standard Webhooks secret (v1,whsec_…) is a key
+/// under both of its schemes, and the same key as without its v1,.
+#[test]
+fn secrets_are_refused_in_the_name_of_the_function_called() {
+    if !portable_installable("secrets_are_refused_in_the_name_of_the_function_called") {
+        return;
+    }
+    let (mut c, mut p) = pair("secret_names");
+    let mut both = |sql: &str| {
+        let with_hint = |client: &mut Client| match client.query(sql, &[]) {
+            Err(e) if e.as_db_error().is_some() => {
+                let db = e.as_db_error().unwrap();
+                format!(
+                    "ERROR {}: {} HINT {}",
+                    db.code().code(),
+                    db.message(),
+                    db.hint().unwrap_or("")
+                )
+            }
+            other => answer(other),
+        };
+        let (compiled, portable) = (with_hint(&mut c), with_hint(&mut p));
+        assert_eq!(compiled, portable, "{sql}");
+        compiled
+    };
+    let refused = both(
+        "SELECT name FROM webhook_register_provider('sb-bad', scheme => 'supabase', secret => 'not-a-key')",
+    );
+    assert!(
+        refused.starts_with(
+            "ERROR 22023: webhook_register_provider: argument \"secret\" is not a key for scheme \"supabase\""
+        ) && refused.contains("v1,whsec_"),
+        "{refused}"
+    );
+    assert_eq!(
+        both("SELECT count(*)::text FROM webhook.providers WHERE name = 'sb-bad'"),
+        "0",
+        "nothing half-written"
+    );
+    both("SELECT name FROM webhook_register_provider('sb', scheme => 'supabase')");
+    let refused = both("SELECT webhook_add_secret('sb', 'whsec_')");
+    assert!(
+        refused.starts_with("ERROR 22023: webhook_add_secret: argument \"secret\""),
+        "{refused}"
+    );
+    let refused = both("SELECT webhook_add_secret('nobody', 'whsec_a2V5')");
+    assert!(
+        refused.starts_with("ERROR 42704: webhook_add_secret: argument \"provider\""),
+        "{refused}"
+    );
+    let refused = both("SELECT name FROM webhook_register_provider('sb', secret => '')");
+    assert!(
+        refused.starts_with("ERROR 22023: webhook_register_provider")
+            || refused.starts_with("ERROR 2200F: webhook_register_provider"),
+        "{refused}"
+    );
+    // The dashboard's form and the bare form: one key, both schemes.
+    for scheme in ["supabase", "standard"] {
+        assert_eq!(
+            both(&format!(
+                "SELECT webhook_check_key('{scheme}', 'v1,whsec_c3VwYWJhc2Uta2V5')"
+            )),
+            "NULL",
+            "{scheme}"
+        );
+    }
+    let sig = {
+        use hmac::Mac as _;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"supabase-key").unwrap();
+        mac.update(b"msg_1.1796032805.{}");
+        hex::encode(mac.finalize().into_bytes())
+    };
+    let signed = both(&format!(
+        "SELECT v.valid::text || '|' || v.reason
+           FROM webhook_verify_detail('supabase',
+                  jsonb_build_object('webhook-id', 'msg_1', 'webhook-timestamp', '1796032805',
+                                     'webhook-signature', 'v1,' || encode(decode('{sig}', 'hex'), 'base64')),
+                  '{{}}'::bytea, ARRAY['v1,whsec_c3VwYWJhc2Uta2V5'], interval '100 years') v"
+    ));
+    assert_eq!(signed, "true|ok");
+}

@@ -166,7 +166,9 @@ impl Sender {
 
     pub fn registration(&self) -> Registration {
         let (scheme, secret) = match self.name() {
-            "standard" | "supabase" => (self.name().to_string(), STANDARD_SECRET.to_string()),
+            "standard" => (self.name().to_string(), STANDARD_SECRET.to_string()),
+            // As Supabase's dashboard shows it.
+            "supabase" => (self.name().to_string(), format!("v1,{STANDARD_SECRET}")),
             "discord" => (
                 "discord".into(),
                 hex::encode(ed25519().verifying_key().to_bytes()),
@@ -288,6 +290,7 @@ impl Sender {
             }),
             "shopify" => json!({
                 "X-Shopify-Event-Id": id, "X-Shopify-Topic": kind,
+                "X-Shopify-Webhook-Id": format!("whk-{id}"),
                 "X-Shopify-Hmac-Sha256": b64(&hmac_sha256(key, &[&body])),
             }),
             "woocommerce" => json!({
@@ -459,9 +462,13 @@ fn form_value(text: &str) -> String {
 
 impl Sender {
     /// Every other kind of request the scheme's provider sends, signed at
-    /// `at`: endpoint checks (Slack, Zoom, Twitch, Discord), Slack's slash
-    /// commands and interactions, Twilio's callbacks without an
-    /// idempotency token. Empty for the schemes that send only events.
+    /// `at`: endpoint checks (Slack's URL verification and SSL check,
+    /// Zoom, Twitch, Discord), Slack's slash commands and interactions,
+    /// Twilio's callbacks without an idempotency token or signed with a
+    /// shared key, Shopify's Events
+    /// deliveries and deliveries without an event id, Supabase Auth's
+    /// hooks other than Send Email. Empty for the schemes that send only
+    /// events.
     pub fn other_kinds(&self, at: i64) -> Vec<OtherKind> {
         let event = |what, delivery: Delivery, id: String, kind: &str| OtherKind {
             what,
@@ -522,6 +529,11 @@ impl Sender {
                         "view_closed",
                     ),
                     handshake(
+                        "an SSL check",
+                        form("ssl_check=1&token=gIkuvaNzQIHg97ATvDxqgjtO".to_string()),
+                        "ssl_check",
+                    ),
+                    handshake(
                         "a URL verification",
                         signed(
                             json!({"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl", "type": "url_verification",
@@ -530,6 +542,85 @@ impl Sender {
                         "url_verification",
                     ),
                 ]
+            }
+            "shopify" => {
+                let key = SECRET.as_bytes();
+                let events = json!({"topic": "Product", "action": "update",
+                                    "handle": "product-updates",
+                                    "product": {"id": "gid://shopify/Product/9554194432293"}})
+                .to_string()
+                .into_bytes();
+                let older = json!({"id": 9554194432293_u64, "title": "T-Shirt"})
+                    .to_string()
+                    .into_bytes();
+                vec![
+                    event(
+                        "an Events delivery (its headers without X-)",
+                        Delivery {
+                            headers: json!({
+                                "Shopify-Event-Id": "c2e1a0d4-3b5f-4e8a-9a61-0d6f2b7c1e90",
+                                "Shopify-Webhook-Id": "7f0b9c1e-2d4a-4b6e-8c3f-5a1d9e2b4c70",
+                                "Shopify-Topic": "Product",
+                                "Shopify-Hmac-Sha256": b64(&hmac_sha256(key, &[&events])),
+                            }),
+                            body: events,
+                            url: None,
+                        },
+                        "c2e1a0d4-3b5f-4e8a-9a61-0d6f2b7c1e90".into(),
+                        "Product",
+                    ),
+                    event(
+                        "a delivery without an event id",
+                        Delivery {
+                            headers: json!({
+                                "X-Shopify-Webhook-Id": "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043",
+                                "X-Shopify-Topic": "products/update",
+                                "X-Shopify-Hmac-Sha256": b64(&hmac_sha256(key, &[&older])),
+                            }),
+                            body: older,
+                            url: None,
+                        },
+                        "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043".into(),
+                        "products/update",
+                    ),
+                ]
+            }
+            "supabase" => {
+                // Supabase Auth's other hooks: no type field, no email
+                // data; each names itself in its metadata.
+                let user = "8ccaa7af-909f-44e7-84cb-67cdccb56be6";
+                let hook = |n: usize, name: &str, fields: Value| {
+                    let id = format!("msg_2mVb8KVo3yJ7cQZ1oWLq0Rn{n}");
+                    let mut body = json!({"metadata": {
+                        "uuid": format!("8b34dcdd-5bf2-4f0b-a2c4-0a2ab0f6a31{n}"),
+                        "time": rfc3339(at), "name": name, "ip_address": "203.0.113.7"}});
+                    body.as_object_mut()
+                        .unwrap()
+                        .extend(fields.as_object().unwrap().clone());
+                    let delivery = self.sign(&id, "", body.to_string().into_bytes(), at);
+                    (delivery, id)
+                };
+                [
+                    ("a Send SMS hook", "send-sms",
+                     json!({"user": {"id": user, "phone": "15551234567"}, "sms": {"otp": "561166"}})),
+                    ("a Custom Access Token hook", "customize-access-token",
+                     json!({"user_id": user, "claims": {"sub": user, "role": "authenticated", "aal": "aal1"},
+                            "authentication_method": "password"})),
+                    ("an MFA Verification Attempt hook", "mfa-verification",
+                     json!({"user_id": user, "factor_id": "6f1a4dbe-3b1c-4ad3-9bd4-1d3a7c4a3f10",
+                            "factor_type": "totp", "valid": false})),
+                    ("a Password Verification Attempt hook", "password-verification",
+                     json!({"user_id": user, "valid": true})),
+                    ("a Before User Created hook", "before-user-created",
+                     json!({"user": {"id": user, "email": "new@example.com"}})),
+                ]
+                .into_iter()
+                .enumerate()
+                .map(|(n, (what, name, fields))| {
+                    let (delivery, id) = hook(n, name, fields);
+                    event(what, delivery, id, name)
+                })
+                .collect()
             }
             "zoom" => vec![handshake(
                 "a URL validation",
@@ -594,12 +685,47 @@ impl Sender {
                     .as_str()
                     .unwrap()
                     .to_string();
-                vec![event(
-                    "a callback without an idempotency token",
-                    delivery,
-                    id,
-                    "completed",
-                )]
+                // Under a Webhook Setting: signed with a shared key (here
+                // the registered secret), the hash the settings header names.
+                let shared = |n: u32, algorithm: &str| {
+                    let body = format!("MessageSid=SM{at}{n}&MessageStatus=delivered").into_bytes();
+                    let url = public_url("twilio");
+                    let signed = [url.as_bytes(), &sorted_fields(&body)].concat();
+                    let sig = match algorithm {
+                        "HMAC_SHA256" => hmac_sha256(SECRET.as_bytes(), &[&signed]),
+                        _ => hmac_sha1(SECRET.as_bytes(), &[&signed]),
+                    };
+                    Delivery {
+                        headers: json!({
+                            "I-Twilio-Idempotency-Token": format!("shared-key-{n}"),
+                            "X-Twilio-Signature": b64(&sig),
+                            "X-Twilio-Webhooks-Signature-Settings":
+                                format!("key=KS0000000000000000000000000000000{n},algorithm={algorithm}"),
+                        }),
+                        body,
+                        url: Some(url),
+                    }
+                };
+                vec![
+                    event(
+                        "a callback without an idempotency token",
+                        delivery,
+                        id,
+                        "completed",
+                    ),
+                    event(
+                        "a callback signed with a shared key, HMAC-SHA256",
+                        shared(1, "HMAC_SHA256"),
+                        "shared-key-1".into(),
+                        "delivered",
+                    ),
+                    event(
+                        "a callback signed with a shared key, HMAC-SHA1",
+                        shared(2, "HMAC_SHA1"),
+                        "shared-key-2".into(),
+                        "delivered",
+                    ),
+                ]
             }
             _ => Vec::new(),
         }
@@ -683,9 +809,18 @@ impl Sender {
             .iter()
             .find(|f| object.keys().any(|k| k.eq_ignore_ascii_case(f)))?;
         let other = families.iter().find(|f| *f != present)?;
-        let prefix_of =
-            |h: &str| h[..h.to_ascii_lowercase().find("signature").unwrap()].to_string();
-        let (from, to) = (prefix_of(present), prefix_of(other));
+        // What the two names differ by in front (webhook-/svix-, X-/none).
+        let common = present
+            .to_ascii_lowercase()
+            .bytes()
+            .rev()
+            .zip(other.to_ascii_lowercase().bytes().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let (from, to) = (
+            present[..present.len() - common].to_string(),
+            other[..other.len() - common].to_string(),
+        );
         let mut moved = serde_json::Map::new();
         for (key, value) in object {
             let renamed = if key.eq_ignore_ascii_case(present) {

@@ -24,6 +24,20 @@ const JSON: &str = "application/json";
 pub fn recognise(scheme: &Scheme, body: &Value, hmac_key: Option<&[u8]>) -> Option<Handshake> {
     let text = |value: &Value| value.as_str().filter(|s| !s.is_empty()).map(str::to_string);
     match scheme {
+        // Slack's SSL check (a form: ssl_check=1&token=…), sent when a
+        // slash command's URL is saved and now and then after: a 200 is
+        // all it wants, as Slack's Bolt answers it. No event. (Its guard
+        // reads without `?`: a `?` in a guard ends the whole match, and
+        // the arms after it would never be tried.)
+        Scheme::Plain(Kind::Slack)
+            if body.get("ssl_check").and_then(Value::as_str) == Some("1") =>
+        {
+            Some(Handshake {
+                kind: "ssl_check",
+                response: String::new(),
+                content_type: "text/plain",
+            })
+        }
         // Slack's Events API: echo the challenge.
         Scheme::Plain(Kind::Slack) if body.get("type")?.as_str()? == "url_verification" => {
             Some(Handshake {

@@ -372,7 +372,7 @@ impl Scheme {
             Scheme::Plain(Kind::Github) => vec!["X-Hub-Signature-256"],
             Scheme::Plain(Kind::Standard) => vec!["webhook-signature", "svix-signature"],
             Scheme::Plain(Kind::Paddle) => vec!["Paddle-Signature"],
-            Scheme::Plain(Kind::Shopify) => vec!["X-Shopify-Hmac-Sha256"],
+            Scheme::Plain(Kind::Shopify) => shopify::SIGNATURES.to_vec(),
             Scheme::Plain(Kind::Slack) => vec!["X-Slack-Signature"],
             Scheme::Plain(Kind::Discord) => vec!["X-Signature-Ed25519"],
             Scheme::Plain(Kind::SendGrid) => vec![sendgrid::SIGNATURE],
@@ -416,7 +416,7 @@ impl Scheme {
         }
         Some(match self {
             Scheme::Plain(Kind::Standard) => {
-                "a Standard Webhooks key is whsec_ + base64 of the secret, or whpk_ + base64 of a 32-byte Ed25519 public key"
+                "a Standard Webhooks key is whsec_ + base64 of the secret (or v1,whsec_…, as Supabase shows it), or whpk_ + base64 of a 32-byte Ed25519 public key"
             }
             Scheme::Plain(Kind::Discord) => "a Discord key is the application's public key, 64 hex digits",
             Scheme::Plain(Kind::SendGrid) => {

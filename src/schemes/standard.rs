@@ -83,7 +83,12 @@ pub fn key(secret: &str) -> Option<Registered> {
     // Only in its whsec_ form: a bare base64 key could be a public key
     // pasted without its whpk_, and an HMAC keyed with a public key is a
     // signature anyone can make.
-    let encoded = secret.strip_prefix("whsec_")?;
+    // Supabase's dashboard shows the secret with its version in front
+    // (v1,whsec_…), as its hooks are configured; the key is the same.
+    let encoded = secret
+        .strip_prefix("v1,")
+        .unwrap_or(secret)
+        .strip_prefix("whsec_")?;
     decode_base64_any(encoded)
         .filter(|k| !k.is_empty())
         .map(|k| Key::Hmac(k).into())

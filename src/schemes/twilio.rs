@@ -1,5 +1,7 @@
 //! Twilio: `X-Twilio-Signature: <base64>`, HMAC-SHA1 keyed with the
-//! account's auth token over the full URL Twilio called, then:
+//! account's auth token (or, under a Webhook Setting, HMAC-SHA256 or
+//! HMAC-SHA1 keyed with a shared key, as `SETTINGS` says) over the full
+//! URL Twilio called, then:
 //!
 //! - for a form body (`application/x-www-form-urlencoded`, most callbacks):
 //!   every field's name and value, decoded, sorted by name (then value),
@@ -15,9 +17,38 @@ use super::{Reason, Request, Signed};
 use crate::signature::{decode_base64, Algorithm};
 use sha2::{Digest, Sha256};
 
+/// Sent when a Webhook Setting signs with a shared key instead of the
+/// auth token: `key=<the key's sid>,algorithm=HMAC_SHA256` (or
+/// `HMAC_SHA1`). The signed string is the same; only the key and the
+/// hash change. Not signed itself, and needs not be: it picks between two
+/// HMACs, each under a secret the sender must have.
+const SETTINGS: &str = "X-Twilio-Webhooks-Signature-Settings";
+
+/// The HMAC the request is signed with, read as Twilio's library reads
+/// the settings header: its first non-empty `algorithm` (names and values
+/// trimmed, any case); none, or no header, is the auth token's SHA-1. An
+/// algorithm it does not know refuses the request.
+fn algorithm(headers: &super::Headers<'_>) -> Result<Algorithm, Reason> {
+    if !headers.has(SETTINGS) {
+        return Ok(Algorithm::Sha1);
+    }
+    let blank: &[char] = &[' ', '\t'];
+    let named = headers.get(SETTINGS)?.split(',').find_map(|part| {
+        let (name, value) = part.split_once('=')?;
+        let value = value.trim_matches(blank);
+        (name.trim_matches(blank) == "algorithm" && !value.is_empty()).then_some(value)
+    });
+    match named.map(str::to_ascii_uppercase).as_deref() {
+        None | Some("HMAC_SHA1") => Ok(Algorithm::Sha1),
+        Some("HMAC_SHA256") => Ok(Algorithm::Sha256),
+        Some(_) => Err(Reason::MalformedHeader),
+    }
+}
+
 pub fn read(request: &Request<'_, '_>) -> Result<Signed, Reason> {
-    let digest = decode_base64(request.headers.get("X-Twilio-Signature")?, 20)
-        .ok_or(Reason::MalformedHeader)?;
+    let header = request.headers.get("X-Twilio-Signature")?;
+    let algorithm = algorithm(request.headers)?;
+    let digest = decode_base64(header, algorithm.digest_len()).ok_or(Reason::MalformedHeader)?;
     let url = request.url()?;
     let signed_fields: Vec<u8> = match query_value(url, "bodySHA256") {
         Some(expected) => {
@@ -43,7 +74,7 @@ pub fn read(request: &Request<'_, '_>) -> Result<Signed, Reason> {
                 .collect()
         }
     };
-    let mut signed = Signed::hmac(Algorithm::Sha1, vec![digest]).without_body();
+    let mut signed = Signed::hmac(algorithm, vec![digest]).without_body();
     signed.prefixes = url_forms(url)
         .into_iter()
         .map(|url| [url.as_bytes(), &signed_fields].concat())

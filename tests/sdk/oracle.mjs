@@ -183,9 +183,19 @@ const EVENT = '{"id":"evt_1","object":"event","type":"invoice.paid","created":17
   const jsonUrl = `https://hooks.example.com/twilio/events?bodySHA256=${crypto.createHash('sha256').update(json).digest('hex')}`;
   const judge = (x) => {
     if (x.url.includes('bodySHA256=')) return twilio.validateRequestWithBody(x.secret, x.headers['X-Twilio-Signature'], x.url, x.body);
-    return twilio.validateRequest(x.secret, x.headers['X-Twilio-Signature'], x.url, Object.fromEntries(new URLSearchParams(x.body)));
+    // Under a Webhook Setting, the algorithm its settings header names.
+    const algorithm = twilio.getSignatureAlgorithm(x.headers[twilio.SIGNATURE_SETTINGS_HEADER]);
+    return twilio.validateRequest(x.secret, x.headers['X-Twilio-Signature'], x.url, Object.fromEntries(new URLSearchParams(x.body)), algorithm);
   };
   const sign = (u, p = params) => twilio.getExpectedTwilioSignature(token, u, p);
+  // A Webhook Setting's shared key signs instead of the auth token, with
+  // the hash its settings header names.
+  const shared = crypto.randomBytes(24).toString('base64url');
+  const setting = (algorithm) => `key=KS${crypto.randomBytes(16).toString('hex')},algorithm=${algorithm}`;
+  const s = (settings, algorithm, k = shared) => ({
+    headers: { 'X-Twilio-Signature': twilio.getExpectedTwilioSignature(k, url, params, algorithm),
+               [twilio.SIGNATURE_SETTINGS_HEADER]: settings },
+    body: form, url, secret: shared });
   await scheme('twilio', 'twilio (Node) 6.3.1', judge, {
     'genuine': d(form, url, sign(url)),
     'a field changed': d(form.replace('delivered', 'failed'), url, sign(url)),
@@ -195,6 +205,16 @@ const EVENT = '{"id":"evt_1","object":"event","type":"invoice.paid","created":17
     'the fields in another order': d(new URLSearchParams(Object.entries(params).reverse()).toString(), url, sign(url)),
     'a JSON body': d(json, jsonUrl, sign(jsonUrl, {})),
     'a JSON body changed': d(json.replace('SM1', 'SM2'), jsonUrl, sign(jsonUrl, {})),
+    'a shared key, HMAC-SHA256': s(setting('HMAC_SHA256'), 'HMAC_SHA256'),
+    'a shared key, HMAC-SHA1': s(setting('HMAC_SHA1'), 'HMAC_SHA1'),
+    'a shared key, the algorithm in lower case': s(setting('hmac_sha256'), 'HMAC_SHA256'),
+    'a shared key, spaces around the algorithm': s('key=KS1 , algorithm = HMAC_SHA256 ', 'HMAC_SHA256'),
+    'a shared key, the settings without an algorithm': s('key=KS1', 'HMAC_SHA1'),
+    'a shared key, the first algorithm of two': s('algorithm=HMAC_SHA256,algorithm=HMAC_SHA1', 'HMAC_SHA256'),
+    'a shared key, SHA-256 named, SHA-1 signed': s(setting('HMAC_SHA256'), 'HMAC_SHA1'),
+    'a shared key, SHA-1 named, SHA-256 signed': s(setting('HMAC_SHA1'), 'HMAC_SHA256'),
+    'a shared key, an algorithm Twilio does not have': s(setting('HMAC_SHA512'), 'HMAC_SHA256'),
+    'a shared key, signed with another key': s(setting('HMAC_SHA256'), 'HMAC_SHA256', crypto.randomBytes(24).toString('base64url')),
   });
 }
 
