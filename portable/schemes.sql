@@ -644,9 +644,11 @@ BEGIN
                           ELSE ARRAY[family || 'id', family || 'timestamp'] END;
         RETURN r;
     WHEN 'shopify' THEN
-        -- Webhooks' header, else Events' (the same HMAC, without the X-).
-        sig := CASE WHEN h ? 'x-shopify-hmac-sha256' OR NOT h ? 'shopify-hmac-sha256'
-                    THEN 'x-shopify-hmac-sha256' ELSE 'shopify-hmac-sha256' END;
+        -- Webhooks' header, else Events' (the same HMAC, without the X-):
+        -- the first of the scheme's signature headers that is present.
+        sig := coalesce((SELECT x.name FROM unnest(webhook._signature_headers(s)) WITH ORDINALITY AS x(name, n)
+                          WHERE h ? x.name ORDER BY x.n LIMIT 1),
+                        'x-shopify-hmac-sha256');
         IF NOT h ? sig THEN r.reason := 'missing_header'; RETURN r; END IF;
         digest := webhook._base64(h ->> sig, 32);
     WHEN 'slack', 'zoom' THEN

@@ -279,6 +279,8 @@ fn every_kept_published_release_upgrades_to_what_a_fresh_install_is() {
         // the DBA's choice stays.
         old.batch_execute(
             "SELECT webhook_register_provider('upgrade-slack', secret => 's', scheme => 'slack');
+             SELECT webhook_register_provider('upgrade-shopify', secret => 's', scheme => 'shopify');
+             SELECT webhook_register_provider('upgrade-supabase', secret => 'whsec_c2VjcmV0', scheme => 'supabase');
              SELECT webhook_register_provider('upgrade-twilio', secret => 't', scheme => 'twilio');
              SELECT webhook_register_provider('upgrade-twilio-own', secret => 't', scheme => 'twilio',
                                               event_id_from => 'body:MessageSid');",
@@ -300,10 +302,10 @@ fn every_kept_published_release_upgrades_to_what_a_fresh_install_is() {
             .map(|r| r.get(0))
             .collect();
         assert!(
-            sources.len() == 3 && sources.iter().all(|s| s.ends_with("true true")),
+            sources.len() == 5 && sources.iter().all(|s| s.ends_with("true true")),
             "{version}: {sources:?}"
         );
-        assert!(sources[2].contains(" body:MessageSid "), "{sources:?}");
+        assert!(sources[4].contains(" body:MessageSid "), "{sources:?}");
         // Functions the update makes anew (an argument or a result column
         // added) keep who may call them, before any grant is run again.
         for remade in [
