@@ -103,6 +103,8 @@ RETURN CASE (s).kind
     WHEN 'linear' THEN '{linear-signature}'
     WHEN 'hubspot' THEN '{x-hubspot-signature-v3}'
     WHEN 'calendly' THEN '{calendly-webhook-signature}'
+    WHEN 'workos' THEN '{workos-signature}'
+    WHEN 'zendesk' THEN '{x-zendesk-webhook-signature}'
     ELSE ARRAY[lower((s).header)]
 END;
 

@@ -591,6 +591,36 @@ BEGIN
             r.prefixes := ARRAY[convert_to(r.signed_at || '.', 'UTF8')];
         END IF;
         RETURN r;
+    WHEN 'workos' THEN
+        -- Items trimmed of ASCII whitespace, the first t and the first v1;
+        -- t in milliseconds, signed as sent (src/schemes/workos.rs).
+        IF NOT h ? 'workos-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        IF h ->> 'workos-signature' IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        FOREACH entry IN ARRAY string_to_array(h ->> 'workos-signature', ',') LOOP
+            entry := btrim(entry, E' \t\n\r\f');
+            IF ts IS NULL AND entry LIKE 't=%' THEN
+                ts := substr(entry, 3);
+            ELSIF sig IS NULL AND entry LIKE 'v1=%' THEN
+                sig := substr(entry, 4);
+            END IF;
+        END LOOP;
+        IF ts IS NULL OR ts !~ '^[0-9]{1,15}$' OR webhook._signature_hex(sig, 32) IS NULL THEN
+            r.reason := 'malformed_header'; RETURN r;
+        END IF;
+        r.candidates := ARRAY[webhook._signature_hex(sig, 32)];
+        r.signed_at := ts::bigint / 1000;
+        r.prefixes := ARRAY[convert_to(ts || '.', 'UTF8')];
+        RETURN r;
+    WHEN 'zendesk' THEN
+        IF NOT h ? 'x-zendesk-webhook-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._base64(h ->> 'x-zendesk-webhook-signature', 32);
+        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF NOT h ? 'x-zendesk-webhook-signature-timestamp' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        ts := h ->> 'x-zendesk-webhook-signature-timestamp';
+        r.signed_at := webhook._rfc3339(ts);
+        IF r.signed_at IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.prefixes := ARRAY[convert_to(ts, 'UTF8')];
+        r.covered := ARRAY['x-zendesk-webhook-signature-timestamp'];
     WHEN 'github' THEN
         -- SHA-256 only, as GitHub's own library: the legacy SHA-1 header
         -- is not read (src/schemes/github.rs).

@@ -351,6 +351,8 @@ const TYPE_UNSIGNED: &[&str] = &[
     "twilio",
     "mailgun",
     "woocommerce",
+    "bitbucket",
+    "lemonsqueezy",
 ];
 const BODY_UNVOUCHED: &[&str] = &["paypal", "twilio", "mailgun"];
 

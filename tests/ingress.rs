@@ -236,6 +236,7 @@ fn every_scheme_of_the_catalog_through_the_ingress_as_webhook_receive_answers() 
     let mut direct = connect_as("ingress_matrix_twin", APP);
 
     let mut per_scheme: HashMap<String, Vec<(String, u16)>> = HashMap::new();
+    let mut genuine_ids: HashMap<String, String> = HashMap::new();
     for line in &lines {
         let provider = line["scheme"].as_str().unwrap().split(';').next().unwrap();
         let change = line["change"].as_str().unwrap();
@@ -248,7 +249,7 @@ fn every_scheme_of_the_catalog_through_the_ingress_as_webhook_receive_answers() 
         );
         let row = direct
             .query_one(
-                "SELECT status, http_status, reason, response, response_type
+                "SELECT status, http_status, reason, response, response_type, event_id
                    FROM webhook_receive($1, $2::text::jsonb, $3::bytea, inbox => true, url => $4)",
                 &[&provider, &line["headers"].to_string(), &body, &url],
             )
@@ -258,6 +259,14 @@ fn every_scheme_of_the_catalog_through_the_ingress_as_webhook_receive_answers() 
             row.get::<_, i32>(1) as u16,
             row.get::<_, String>(2),
         );
+        if change == "the genuine delivery" {
+            // Where the provider sends no id, the scheme's own (a
+            // signature, a digest): what webhook_receive stored it under.
+            genuine_ids.insert(
+                provider.to_string(),
+                row.get::<_, Option<String>>(5).unwrap_or_default(),
+            );
+        }
         if expected.0 == "handshake" {
             // An endpoint check is answered with what its provider expects.
             let response: String = row.get(3);
@@ -313,8 +322,8 @@ fn every_scheme_of_the_catalog_through_the_ingress_as_webhook_receive_answers() 
         // changes that were refused or answered as duplicates.
         let queued: i64 = front
             .query_one(
-                "SELECT count(*) FROM webhook.inbox WHERE provider = $1 AND event_id = 'evt-genuine'",
-                &[provider],
+                "SELECT count(*) FROM webhook.inbox WHERE provider = $1 AND event_id = $2",
+                &[provider, &genuine_ids[provider]],
             )
             .unwrap()
             .get(0);

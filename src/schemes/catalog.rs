@@ -153,6 +153,8 @@ pub enum Kind {
     Linear,
     HubSpot,
     Calendly,
+    WorkOs,
+    Zendesk,
 }
 
 /// What a provider's request bodies are, as `webhook_receive` reads them.
@@ -193,6 +195,8 @@ impl Kind {
             "linear" => Kind::Linear,
             "hubspot" => Kind::HubSpot,
             "calendly" => Kind::Calendly,
+            "workos" => Kind::WorkOs,
+            "zendesk" => Kind::Zendesk,
             _ => return None,
         })
     }
@@ -453,7 +457,7 @@ mod tests {
             .iter()
             .filter(|e| matches!(e.make, Make::Plain(_)))
             .count();
-        assert_eq!(plain, 16, "every Kind has its entry");
+        assert_eq!(plain, 18, "every Kind has its entry");
         for (broken, why) in [
             ("scheme stripe\nbody event\n", "body_covered"),
             (

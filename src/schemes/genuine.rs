@@ -262,6 +262,17 @@ impl Sender {
                                  "payload": {}, "created_at": at}),
             "coinbase" => json!({"id": format!("delivery-{id}"), "scheduled_for": rfc3339(at),
                                  "event": {"id": id, "type": kind, "data": {}}}),
+            "bitbucket" => json!({"repository": {"full_name": "team/repo"}, "push": {"ref": id}}),
+            "intercom" => json!({"type": "notification_event", "id": id, "topic": kind,
+                                 "data": {"item": {}}, "delivery_attempts": 1, "created_at": at}),
+            "lemonsqueezy" => json!({"meta": {"event_name": kind, "test_mode": true},
+                                     "data": {"id": id, "type": "orders"}}),
+            "workos" => {
+                json!({"id": id, "event": kind, "data": {"id": "user_01", "object": "user"},
+                               "created_at": rfc3339(at)})
+            }
+            "zendesk" => json!({"type": kind, "id": id, "account_id": 123456,
+                                "subject": "zen:user:1", "time": rfc3339(at), "detail": {"id": "1"}}),
             "hmac" => json!({"type": kind}),
             other => unsent(other),
         };
@@ -382,6 +393,29 @@ impl Sender {
             }),
             "coinbase" => {
                 json!({ "X-CC-Webhook-Signature": hex::encode(hmac_sha256(key, &[&body])) })
+            }
+            "bitbucket" => json!({
+                "X-Request-UUID": id, "X-Event-Key": kind, "X-Attempt-Number": "1",
+                "X-Hub-Signature": format!("sha256={}", hex::encode(hmac_sha256(key, &[&body]))),
+            }),
+            "intercom" => json!({
+                "X-Hub-Signature": format!("sha1={}", hex::encode(hmac_sha1(key, &[&body]))),
+            }),
+            "lemonsqueezy" => json!({
+                "X-Event-Name": kind,
+                "X-Signature": hex::encode(hmac_sha256(key, &[&body])),
+            }),
+            "workos" => {
+                // Milliseconds, with a space after the comma, as WorkOS sends it.
+                let millis = (at * 1000 + 250).to_string();
+                let sig = hex::encode(hmac_sha256(key, &[format!("{millis}.").as_bytes(), &body]));
+                json!({ "WorkOS-Signature": format!("t={millis}, v1={sig}") })
+            }
+            "zendesk" => {
+                let sent = rfc3339(at);
+                json!({ "X-Zendesk-Webhook-Signature": b64(&hmac_sha256(key, &[sent.as_bytes(), &body])),
+                        "X-Zendesk-Webhook-Signature-Timestamp": sent,
+                        "X-Zendesk-Webhook-Invocation-Id": format!("inv-{id}") })
             }
             "hmac" => json!({
                 "X-Event-Id": id,

@@ -34,6 +34,8 @@ mod standard;
 mod stripe;
 mod twilio;
 mod twitch;
+mod workos;
+mod zendesk;
 mod zoom;
 
 pub use catalog::Kind;
@@ -359,6 +361,8 @@ impl Scheme {
             Scheme::Plain(Kind::Linear) => linear::read(request),
             Scheme::Plain(Kind::HubSpot) => hubspot::read(request),
             Scheme::Plain(Kind::Calendly) => calendly::read(headers),
+            Scheme::Plain(Kind::WorkOs) => workos::read(headers),
+            Scheme::Plain(Kind::Zendesk) => zendesk::read(headers),
             Scheme::Preset(_, inner) => inner.read(request),
             Scheme::Hmac(generic) => generic.read(headers),
         }
@@ -386,6 +390,8 @@ impl Scheme {
             Scheme::Plain(Kind::Linear) => vec!["Linear-Signature"],
             Scheme::Plain(Kind::HubSpot) => vec!["X-HubSpot-Signature-v3"],
             Scheme::Plain(Kind::Calendly) => vec!["Calendly-Webhook-Signature"],
+            Scheme::Plain(Kind::WorkOs) => vec![workos::SIGNATURE],
+            Scheme::Plain(Kind::Zendesk) => vec![zendesk::SIGNATURE],
             Scheme::Preset(_, inner) => inner.signature_headers(),
             Scheme::Hmac(generic) => vec![generic.header()],
         }

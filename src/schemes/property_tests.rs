@@ -32,6 +32,8 @@ fn all_schemes() -> Vec<Scheme> {
         Scheme::Plain(Kind::Linear),
         Scheme::Plain(Kind::HubSpot),
         Scheme::Plain(Kind::Calendly),
+        Scheme::Plain(Kind::WorkOs),
+        Scheme::Plain(Kind::Zendesk),
         Scheme::parse("t", "scheme", "hmac;header=X-Signature;prefix=sha256=").unwrap(),
         Scheme::parse(
             "t",
@@ -81,6 +83,9 @@ fn header_name() -> impl Strategy<Value = String> {
         Just("X-HubSpot-Signature-v3".to_string()),
         Just("X-HubSpot-Request-Timestamp".to_string()),
         Just("Calendly-Webhook-Signature".to_string()),
+        Just("WorkOS-Signature".to_string()),
+        Just("X-Zendesk-Webhook-Signature".to_string()),
+        Just("X-Zendesk-Webhook-Signature-Timestamp".to_string()),
         Just("X-Signature".to_string()),
         Just("X-Sig".to_string()),
         "[A-Za-z-]{1,20}",
@@ -212,6 +217,20 @@ fn signed_request(scheme: &str, secret: &str, body: &[u8], ts: i64) -> serde_jso
             ));
             json!({ "Calendly-Webhook-Signature": format!("t={ts},v1={sig}") })
         }
+        "workos" => {
+            let millis = ts * 1000 + 417;
+            let sig = hex::encode(hmac_sha256(
+                secret.as_bytes(),
+                &[format!("{millis}.").as_bytes(), body],
+            ));
+            json!({ "WorkOS-Signature": format!("t={millis}, v1={sig}") })
+        }
+        "zendesk" => {
+            let sent = rfc3339(ts);
+            let sig = b64(&hmac_sha256(secret.as_bytes(), &[sent.as_bytes(), body]));
+            json!({ "X-Zendesk-Webhook-Signature": sig,
+                    "X-Zendesk-Webhook-Signature-Timestamp": sent })
+        }
         "square" => {
             json!({ "x-square-hmacsha256-signature": b64(&hmac_sha256(secret.as_bytes(), &[URL.as_bytes(), body])) })
         }
@@ -227,7 +246,7 @@ fn signed_request(scheme: &str, secret: &str, body: &[u8], ts: i64) -> serde_jso
     }
 }
 
-const SIGNED_SCHEMES: [&str; 13] = [
+const SIGNED_SCHEMES: [&str; 15] = [
     "stripe",
     "github",
     "standard",
@@ -239,11 +258,13 @@ const SIGNED_SCHEMES: [&str; 13] = [
     "zoom",
     "twitch",
     "calendly",
+    "workos",
+    "zendesk",
     "square",
     "hubspot",
 ];
-const TIMESTAMPED: [&str; 7] = [
-    "stripe", "standard", "paddle", "slack", "zoom", "twitch", "hubspot",
+const TIMESTAMPED: [&str; 9] = [
+    "stripe", "standard", "paddle", "slack", "zoom", "twitch", "hubspot", "workos", "zendesk",
 ];
 
 proptest! {

@@ -23,6 +23,7 @@ import { LinearWebhookClient } from '@linear/sdk/webhooks';
 import sendgrid from '@sendgrid/eventwebhook';
 import { verifyKey as discordVerifyKey } from 'discord-interactions';
 import Razorpay from 'razorpay';
+import { WorkOS } from '@workos-inc/node';
 
 const now = () => Math.floor(Date.now() / 1000);
 const hmac = (algorithm, key, text) => crypto.createHmac(algorithm, key).update(text).digest();
@@ -250,6 +251,36 @@ const EVENT = '{"id":"evt_1","object":"event","type":"invoice.paid","created":17
     'truncated': d({ 'X-Razorpay-Signature': sig().slice(0, -2) }),
     'behind a sha256= prefix': d({ 'X-Razorpay-Signature': 'sha256=' + sig() }),
     'no signature header': d({}),
+  });
+}
+
+// WorkOS: `t=<milliseconds>, v1=<hex>` over `<t>.<body>`, the secret as
+// the key; judged by @workos-inc/node's webhooks.verifyHeader (the raw body
+// as a string: given an object, it signs JSON.stringify of it instead).
+{
+  const key = secret();
+  const body = '{"id":"event_01HZ","event":"user.created","data":{"id":"user_01","object":"user"},"created_at":"2026-01-01T00:00:00.000Z"}';
+  const sig = (t, b = body, k = key) => hex(hmac('sha256', k, `${t}.${b}`));
+  const d = (header, b = body, k = key) => ({ headers: { 'WorkOS-Signature': header }, body: b, secret: k });
+  const workos = new WorkOS('sk_test_not_used_offline');
+  const t = Date.now();
+  await scheme('workos', '@workos-inc/node 12.3.0', (x) => workos.webhooks.verifyHeader({ payload: x.body, sigHeader: x.headers['WorkOS-Signature'], secret: x.secret }), {
+    'genuine': d(`t=${t}, v1=${sig(t)}`),
+    'without the space': d(`t=${t},v1=${sig(t)}`),
+    'body changed': d(`t=${t}, v1=${sig(t)}`, body.replace('user_01', 'user_02')),
+    'body with a trailing newline': d(`t=${t}, v1=${sig(t)}`, body + '\n'),
+    'another secret': d(`t=${t}, v1=${sig(t)}`, body, secret()),
+    'upper-case hex': d(`t=${t}, v1=${upper(sig(t))}`),
+    'the timestamp changed': d(`t=${t + 1}, v1=${sig(t)}`),
+    'the timestamp in seconds': d(`t=${Math.floor(t / 1000)}, v1=${sig(Math.floor(t / 1000))}`),
+    'signed ten minutes ago': d(`t=${t - 600_000}, v1=${sig(t - 600_000)}`),
+    'signed a minute ago': d(`t=${t - 60_000}, v1=${sig(t - 60_000)}`),
+    'signed ten minutes ahead': d(`t=${t + 600_000}, v1=${sig(t + 600_000)}`),
+    'v1 before t': d(`v1=${sig(t)}, t=${t}`),
+    'v0 instead of v1': d(`t=${t}, v0=${sig(t)}`),
+    'two v1, the second genuine': d(`t=${t}, v1=${sig(t, body, secret())}, v1=${sig(t)}`),
+    'no timestamp': d(`v1=${sig(t)}`),
+    'no signature header': { headers: {}, body, secret: key },
   });
 }
 
