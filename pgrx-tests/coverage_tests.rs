@@ -98,9 +98,11 @@ mod tests {
         // The schemes whose signature does not vouch for the body verify the
         // other body, and refuse it by its binding: PayPal, Twilio, Mailgun,
         // in both modes.
+        // A shared token binds nothing: another body under its id is a
+        // duplicate of the event, not a replay of signed bytes.
         let unvouched = Sender::all()
             .iter()
-            .filter(|s| !s.entry.covers.body.vouches())
+            .filter(|s| !s.entry.covers.body.vouches() && !s.signs_nothing())
             .count();
         assert_eq!(refused_bodies, 2 * unvouched);
         assert!(unvouched >= 3);

@@ -105,6 +105,8 @@ RETURN CASE (s).kind
     WHEN 'calendly' THEN '{calendly-webhook-signature}'
     WHEN 'workos' THEN '{workos-signature}'
     WHEN 'zendesk' THEN '{x-zendesk-webhook-signature}'
+    -- The token is the secret: never archived as the signature.
+    WHEN 'token' THEN '{}'
     ELSE ARRAY[lower((s).header)]
 END;
 
@@ -443,6 +445,13 @@ BEGIN
         RETURN webhook._reject(provider, body, signature, NULL, 'malformed_header', 401);
     END IF;
     archived := webhook._archived_headers(headers);
+    IF (p.scheme).kind = 'token' AND jsonb_typeof(archived) = 'object'
+       AND EXISTS (SELECT FROM jsonb_object_keys(archived) k WHERE lower(k) = lower((p.scheme).header)) THEN
+        -- The shared token's header holds the secret itself (src/receive/headers.rs).
+        archived := (SELECT jsonb_object_agg(a.key, CASE WHEN lower(a.key) = lower((p.scheme).header)
+                                                         THEN to_jsonb('[redacted]'::text) ELSE a.value END)
+                       FROM jsonb_each(archived) a);
+    END IF;
 
     -- Verify.
     verdict := webhook._authenticate(fn, p.scheme, headers, body, url, p.secrets, p.keys, p.tolerance,
@@ -485,9 +494,10 @@ BEGIN
         unordered := order_at IS NULL;
     END IF;
 
-    -- Bind the signed bytes to the one delivery they may vouch for.
+    -- Bind the signed bytes to the one delivery they may vouch for; a
+    -- shared token signs nothing, and has none (src/receive/mod.rs).
     body_digest := CASE WHEN (p.scheme).body_covered <> 'digest' THEN sha256(body) END;
-    IF NOT event_id.signed OR body_digest IS NOT NULL THEN
+    IF (p.scheme).kind <> 'token' AND (NOT event_id.signed OR body_digest IS NOT NULL) THEN
         bound := webhook._bind(fn, provider,
                                sha256(verdict.prefix || CASE WHEN verdict.body_signed THEN body ELSE '\x' END
                                       || verdict.suffix),

@@ -82,6 +82,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT string_agg(CASE
                WHEN c.scheme = 'hmac' THEN 'hmac;header=<name>[;algorithm=…][;encoding=…][;prefix=…]'
+               WHEN c.scheme = 'token' THEN 'token;header=<name>'
                WHEN cardinality(c.aliases) = 0 THEN c.scheme
                ELSE c.scheme || ' (aliases ' || array_to_string(c.aliases, ', ') || ')'
            END, ', ' ORDER BY c.ord)
@@ -112,10 +113,11 @@ BEGIN
             format('%s: argument "%s": unknown signature scheme "%s"; known: %s', fn, arg, given,
                    webhook._known_schemes()));
     END IF;
-    IF strpos(given, ';') > 0 AND entry.make NOT IN ('paypal', 'hmac') THEN
+    IF strpos(given, ';') > 0 AND entry.make NOT IN ('paypal', 'hmac', 'token') THEN
         PERFORM webhook._bad_scheme(fn, arg, given, format('Scheme "%s" takes no options.', entry.scheme));
     END IF;
-    IF entry.make LIKE 'hmac;%' OR entry.make = 'standard' AND entry.scheme <> 'standard' THEN
+    IF entry.make LIKE 'hmac;%' OR entry.make LIKE 'token;%'
+       OR entry.make = 'standard' AND entry.scheme <> 'standard' THEN
         -- A provider verified exactly as another scheme, under its own name.
         result := webhook._parse_scheme(fn, arg, entry.make);
     ELSE
@@ -162,6 +164,23 @@ BEGIN
                 result.base64 := lower(btrim(value)) = 'base64';
             ELSIF key = 'prefix' THEN
                 result.prefix := value;
+            ELSE
+                PERFORM webhook._bad_scheme(fn, arg, given, format('unknown option "%s"', key));
+            END IF;
+        END LOOP;
+        IF result.header IS NULL THEN
+            PERFORM webhook._bad_scheme(fn, arg, given, 'the header option is required');
+        END IF;
+    ELSIF entry.make = 'token' AND result.header IS NULL THEN
+        -- The generic HMAC's grammar, with its one option.
+        FOREACH option IN ARRAY (string_to_array(trimmed, ';'))[2:] LOOP
+            IF strpos(option, '=') = 0 THEN
+                PERFORM webhook._bad_scheme(fn, arg, given, format('option "%s" is not key=value', option));
+            END IF;
+            key := lower(btrim(split_part(option, '=', 1)));
+            value := substr(option, strpos(option, '=') + 1);
+            IF key = 'header' AND btrim(value) <> '' THEN
+                result.header := btrim(value);
             ELSE
                 PERFORM webhook._bad_scheme(fn, arg, given, format('unknown option "%s"', key));
             END IF;
@@ -611,6 +630,16 @@ BEGIN
         r.signed_at := ts::bigint / 1000;
         r.prefixes := ARRAY[convert_to(ts || '.', 'UTF8')];
         RETURN r;
+    WHEN 'token' THEN
+        -- The token as the key of an HMAC of a fixed message, which a
+        -- registered secret's MAC equals exactly when the token is the
+        -- secret (src/schemes/token.rs).
+        IF NOT h ? lower(s.header) THEN r.reason := 'missing_header'; RETURN r; END IF;
+        sig := h ->> lower(s.header);
+        IF sig IS NULL OR sig = '' OR octet_length(sig) > 1024 THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.prefixes := ARRAY[convert_to(E'pg_webhook_inbox shared token\n', 'UTF8')];
+        digest := webhook._hmac(r.prefixes[1], convert_to(sig, 'UTF8'), 'sha256');
+        r.body_signed := false;
     WHEN 'zendesk' THEN
         IF NOT h ? 'x-zendesk-webhook-signature' THEN r.reason := 'missing_header'; RETURN r; END IF;
         digest := webhook._base64(h ->> 'x-zendesk-webhook-signature', 32);

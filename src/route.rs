@@ -8,7 +8,8 @@
 //!
 //! 1. the **entity key**, for a provider registered with ordering, so that
 //!    one entity's watermark and FIFO line live in one database;
-//! 2. else the **event id, where the scheme signs it**;
+//! 2. else the **event id, where the scheme signs it**, or where it signs
+//!    nothing at all (a shared token: its holder may send any id anyway);
 //! 3. else the **SHA-256 of the signed bytes**, so that a replay of them
 //!    under a fresh unsigned id lands where the first delivery did and
 //!    meets its binding (`receive`'s bindings).
@@ -97,6 +98,9 @@ fn signed_key(
     }
     match crate::sources::extract(registration.event_id_from, &headers, &covered, &document) {
         Some(id) if id.signed => Some(RouteKey::Event(id.value)),
+        // Nothing is signed (a shared token): the id as sent is all there
+        // is, and routing by it keeps each event's retries on one slot.
+        Some(id) if registration.scheme.signs_nothing() => Some(RouteKey::Event(id.value)),
         _ => Some(RouteKey::Signed(covered.signed_digest(body))),
     }
 }

@@ -110,6 +110,23 @@ pub fn verify(algorithm: Algorithm, key: &[u8], message: &[u8], tag: &[u8]) -> b
 /// milliseconds of SHA-256 even in a debug build.
 const CHUNK_BYTES: usize = 64 * 1024;
 
+/// HMAC-SHA256 of the concatenated `parts` under `key`, hashed in slices
+/// so that a large body can be cancelled part way.
+pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    // HMAC accepts keys of any length, so new_from_slice cannot fail; an
+    // empty tag would match nothing.
+    let Ok(mut mac) = <Hmac<sha2::Sha256> as Mac>::new_from_slice(key) else {
+        return Vec::new();
+    };
+    for part in parts {
+        for chunk in part.chunks(CHUNK_BYTES) {
+            crate::input::check_for_interrupts();
+            mac.update(chunk);
+        }
+    }
+    mac.finalize().into_bytes().to_vec()
+}
+
 /// Whether any of `tags` is the HMAC of the concatenated `parts` under
 /// `key`. The MAC is computed once; each comparison is the `hmac` crate's
 /// constant-time `verify_slice` on a copy of it.

@@ -353,8 +353,10 @@ const TYPE_UNSIGNED: &[&str] = &[
     "woocommerce",
     "bitbucket",
     "lemonsqueezy",
+    "gitlab",
+    "token",
 ];
-const BODY_UNVOUCHED: &[&str] = &["paypal", "twilio", "mailgun"];
+const BODY_UNVOUCHED: &[&str] = &["paypal", "twilio", "mailgun", "gitlab", "token"];
 
 #[test]
 fn a_filter_never_reads_what_the_signature_does_not_cover_for_any_scheme() {
@@ -372,6 +374,7 @@ fn a_filter_never_reads_what_the_signature_does_not_cover_for_any_scheme() {
         let registered = match scheme.as_str() {
             "paypal" => "paypal;webhook_id=WH-FILTERS".to_string(),
             "hmac" => "hmac;header=X-Signature".to_string(),
+            "token" => "token;header=X-Token".to_string(),
             other => other.to_string(),
         };
         admin

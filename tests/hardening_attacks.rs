@@ -15,6 +15,7 @@ const DB: &str = "pgwi_attacks";
 const GITHUB_SECRET: &str = "attack-test-github";
 const SHOPIFY_SECRET: &str = "shpss_attack_test";
 const GENERIC_SECRET: &str = "attack-test-generic";
+const GITLAB_TOKEN: &str = "attack-test-gitlab-token";
 const STANDARD_SECRET: &str = "whsec_YXR0YWNrLXRlc3Qtc3RhbmRhcmQta2V5";
 const MAILGUN_KEY: &str = "attack-test-mailgun";
 
@@ -834,6 +835,71 @@ fn forgeries_cannot_fill_the_archive_nor_keep_credentials() {
         (kept, size as usize, digested, leaked),
         (4096, body.len(), true, false)
     );
+    attack.finish();
+}
+
+/// A shared token is the secret itself: no token a sender sends, genuine
+/// or forged, is archived or stored as a signature. It signs nothing, so
+/// the id is all there is: another body under it is the same event, the
+/// same body under another id another event.
+#[test]
+fn a_shared_token_is_never_archived_and_binds_its_body() {
+    let _turn = one_at_a_time();
+    let mut admin = setup();
+    admin
+        .execute(
+            "SELECT webhook_register_provider('gitlab', secret => $1)",
+            &[&GITLAB_TOKEN],
+        )
+        .unwrap();
+    let body = br#"{"object_kind":"push","ref":"refs/heads/main"}"#;
+    let headers = |token: &str, key: &str| {
+        serde_json::json!({ "X-Gitlab-Token": token, "X-Gitlab-Event": "Push Hook",
+                            "Idempotency-Key": key })
+    };
+    let mut attack = Attack::start("shared token: kept out of the archive, body bound to its id");
+    let genuine = answered(&mut admin, "gitlab", &headers(GITLAB_TOKEN, "gl-1"), body).unwrap();
+    assert!((200..300).contains(&genuine.1), "{genuine:?}");
+    assert_eq!(genuine.3.as_deref(), Some("gl-1"));
+    let again = answered(&mut admin, "gitlab", &headers(GITLAB_TOKEN, "gl-1"), body).unwrap();
+    assert_eq!(again.0, "duplicate");
+    let other = br#"{"object_kind":"push","ref":"refs/heads/other"}"#;
+    let same_id = answered(&mut admin, "gitlab", &headers(GITLAB_TOKEN, "gl-1"), other).unwrap();
+    assert_eq!(same_id.0, "duplicate");
+    let new_id = answered(&mut admin, "gitlab", &headers(GITLAB_TOKEN, "gl-5"), body).unwrap();
+    assert!(
+        (200..300).contains(&new_id.1) && new_id.0 != "duplicate",
+        "{new_id:?}"
+    );
+    for (token, key, reason) in [
+        ("attack-test-gitlab-tokeN", "gl-2", "bad_signature"),
+        ("", "gl-3", "malformed_header"),
+        (&"t".repeat(1025) as &str, "gl-4", "malformed_header"),
+    ] {
+        let answer = attack.attempt(
+            || answered(&mut admin, "gitlab", &headers(token, key), body).unwrap(),
+            |(status, ..)| status != "rejected",
+        );
+        assert_eq!((answer.1, answer.2.as_str()), (401, reason), "{key}");
+    }
+    let leaked: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM webhook.delivery_log
+              WHERE provider = 'gitlab'
+                AND (headers::text LIKE '%attack-test-gitlab-tok%' OR signature IS NOT NULL
+                     OR headers->>'X-Gitlab-Token' IS DISTINCT FROM '[redacted]')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let logged: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM webhook.delivery_log WHERE provider = 'gitlab'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!((leaked, logged >= 5), (0, true), "{logged} logged");
     attack.finish();
 }
 

@@ -1,5 +1,6 @@
 //! Request headers as they are archived: the values of the headers named
-//! in `webhook.redact_headers` replaced, and none at all past
+//! in `webhook.redact_headers`, and of the one whose value is the secret
+//! (a shared token's), replaced; none at all past
 //! `MAX_ARCHIVED_HEADER_BYTES`.
 
 use super::FUNCTION;
@@ -10,8 +11,13 @@ use crate::jsonb::{self, RawJsonb};
 /// headers are a few kilobytes); beyond it the row keeps none.
 const MAX_ARCHIVED_HEADER_BYTES: usize = 64 * 1024;
 
-/// `raw` as archived; `json`: the same headers, parsed.
-pub fn archived(raw: RawJsonb, json: &serde_json::Value) -> Result<Option<RawJsonb>> {
+/// `raw` as archived; `json`: the same headers, parsed; `secret`: the
+/// header the scheme reads the secret itself from, if any.
+pub fn archived(
+    raw: RawJsonb,
+    json: &serde_json::Value,
+    secret: Option<&str>,
+) -> Result<Option<RawJsonb>> {
     if raw.size() > MAX_ARCHIVED_HEADER_BYTES {
         return Ok(None);
     }
@@ -19,7 +25,10 @@ pub fn archived(raw: RawJsonb, json: &serde_json::Value) -> Result<Option<RawJso
         return Ok(Some(raw));
     };
     let redact = crate::gucs::redacted_headers();
-    let is_secret = |name: &str| redact.iter().any(|r| r.eq_ignore_ascii_case(name));
+    let is_secret = |name: &str| {
+        redact.iter().any(|r| r.eq_ignore_ascii_case(name))
+            || secret.is_some_and(|s| s.eq_ignore_ascii_case(name))
+    };
     if !object.keys().any(|name| is_secret(name)) {
         return Ok(Some(raw));
     }

@@ -157,7 +157,7 @@ fn flow(
         Ok(h) => h,
         Err(reason) => return reject(client, &request, 401, reason.as_str(), None),
     };
-    request.headers = headers::archived(headers, &headers_json)?;
+    request.headers = headers::archived(headers, &headers_json, provider.scheme.secret_header())?;
 
     // Verify.
     let secrets: Vec<Option<&str>> = provider.secrets.iter().map(Option::as_deref).collect();
@@ -245,9 +245,10 @@ fn flow(
 
     // Bind the signed bytes to the one delivery they may vouch for, where
     // the signature does not cover its id or its body; refuse them with
-    // any other.
+    // any other. A scheme that signs nothing (a shared token) has no bytes
+    // to bind: its id is what the token's holder says.
     let unvouched_body = authentic.unvouched_body_digest(body);
-    if !event_id.signed || unvouched_body.is_some() {
+    if !provider.scheme.signs_nothing() && (!event_id.signed || unvouched_body.is_some()) {
         let signed = authentic.signed_digest(body);
         let vouched = bindings::Vouched {
             event_id: &event_id.value,

@@ -129,6 +129,8 @@ pub enum Make {
     PayPal,
     /// The generic HMAC, with its options (`hmac;header=…`).
     Hmac,
+    /// A shared token in a header, with its option (`token;header=…`).
+    Token,
     /// A provider verified exactly as another scheme: that scheme's
     /// registered name (`standard`, or the generic `hmac;header=…` it is).
     VerifiedAs(&'static str),
@@ -274,6 +276,7 @@ fn entry(fields: &[(&'static str, &'static str)]) -> Result<Entry, String> {
         (Some(scheme), _) => Make::VerifiedAs(scheme),
         (None, "paypal") => Make::PayPal,
         (None, "hmac") => Make::Hmac,
+        (None, "token") => Make::Token,
         (None, other) => Make::Plain(
             Kind::named(other).ok_or(format!("{other}: a scheme of its own no code verifies"))?,
         ),
@@ -330,6 +333,7 @@ pub fn known() -> String {
         .iter()
         .map(|entry| match (entry.name, entry.aliases) {
             ("hmac", _) => "hmac;header=<name>[;algorithm=…][;encoding=…][;prefix=…]".to_string(),
+            ("token", _) => "token;header=<name>".to_string(),
             (name, []) => name.to_string(),
             (name, aliases) => format!("{name} (aliases {})", aliases.join(", ")),
         })

@@ -164,6 +164,12 @@ impl Sender {
         self.entry.name
     }
 
+    /// Whether its scheme signs nothing (a shared token's).
+    pub fn signs_nothing(&self) -> bool {
+        super::Scheme::parse("t", "scheme", &self.registration().scheme)
+            .is_ok_and(|scheme| scheme.signs_nothing())
+    }
+
     pub fn registration(&self) -> Registration {
         let (scheme, secret) = match self.name() {
             "standard" => (self.name().to_string(), STANDARD_SECRET.to_string()),
@@ -192,12 +198,13 @@ impl Sender {
                 "hmac;header=X-Signature;prefix=sha256=".into(),
                 SECRET.into(),
             ),
+            "token" => ("token;header=X-Token".into(), SECRET.into()),
             other => (other.to_string(), SECRET.to_string()),
         };
         let (event_id_from, event_type_from) = match self.name() {
             "zoom" => (Some("body:payload.object.uuid"), None),
             "calendly" => (Some("body:payload.uri"), None),
-            "hmac" => (Some("header:X-Event-Id"), Some("body:type")),
+            "hmac" | "token" => (Some("header:X-Event-Id"), Some("body:type")),
             _ => (None, None),
         };
         Registration {
@@ -273,7 +280,8 @@ impl Sender {
             }
             "zendesk" => json!({"type": kind, "id": id, "account_id": 123456,
                                 "subject": "zen:user:1", "time": rfc3339(at), "detail": {"id": "1"}}),
-            "hmac" => json!({"type": kind}),
+            "gitlab" => json!({"object_kind": "push", "ref": id, "project": {"id": 15}}),
+            "hmac" | "token" => json!({"type": kind}),
             other => unsent(other),
         };
         value.to_string().into_bytes()
@@ -417,6 +425,12 @@ impl Sender {
                         "X-Zendesk-Webhook-Signature-Timestamp": sent,
                         "X-Zendesk-Webhook-Invocation-Id": format!("inv-{id}") })
             }
+            "gitlab" => json!({
+                "X-Gitlab-Token": SECRET, "X-Gitlab-Event": kind, "Idempotency-Key": id,
+                "X-Gitlab-Event-UUID": format!("uuid-{id}"),
+                "X-Gitlab-Instance": "https://gitlab.example.com",
+            }),
+            "token" => json!({ "X-Event-Id": id, "X-Token": SECRET }),
             "hmac" => json!({
                 "X-Event-Id": id,
                 "X-Signature": format!("sha256={}", hex::encode(hmac_sha256(key, &[&body]))),
@@ -809,18 +823,22 @@ impl Sender {
     /// tampered signature, a stale timestamp, the same delivery again.
     pub fn changes(&self, genuine: &Delivery, now: i64) -> Vec<(&'static str, Delivery)> {
         let names = self.identity_headers();
-        let mut changes = vec![
-            (
-                "another body under the same signature",
-                self.other_body(genuine, "evt-forged", "thing.refunded", now),
-            ),
-            ("other id and type headers", other_headers(genuine, &names)),
+        let mut changes = vec![(
+            "another body under the same signature",
+            self.other_body(genuine, "evt-forged", "thing.refunded", now),
+        )];
+        // Where nothing is signed (a shared token), whoever holds the token
+        // sends what ids it likes: another id is another event, by design.
+        if !self.signs_nothing() {
+            changes.push(("other id and type headers", other_headers(genuine, &names)));
+        }
+        changes.extend([
             (
                 "a tampered signature",
                 self.tampered(self.deliver("evt-tampered", "thing.created", now)),
             ),
             ("the same delivery again", genuine.clone()),
-        ];
+        ]);
         if let Some(moved) = self.other_family(genuine, &names) {
             changes.push(("the signature in another header family", moved));
         }
@@ -907,7 +925,11 @@ impl Sender {
         }
         let scheme = super::Scheme::parse("t", "scheme", &self.registration().scheme).unwrap();
         let object = delivery.headers.as_object_mut().unwrap();
-        for header in scheme.signature_headers() {
+        for header in scheme
+            .signature_headers()
+            .into_iter()
+            .chain(scheme.secret_header())
+        {
             for (key, value) in object.iter_mut() {
                 if key.eq_ignore_ascii_case(header) {
                     *value = Value::from(flip(value.as_str().unwrap()));

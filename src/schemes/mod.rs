@@ -32,6 +32,7 @@ mod slack;
 mod square;
 mod standard;
 mod stripe;
+mod token;
 mod twilio;
 mod twitch;
 mod workos;
@@ -280,6 +281,8 @@ pub enum Scheme {
     /// its own event id and type sources (`catalog::Make::VerifiedAs`).
     Preset(&'static str, Box<Scheme>),
     Hmac(GenericHmac),
+    /// A shared token in a header (`token;header=…`).
+    Token(token::SharedToken),
 }
 
 impl Scheme {
@@ -298,7 +301,7 @@ impl Scheme {
             known: catalog::known(),
         };
         let entry = catalog::lookup(name).ok_or_else(unknown)?;
-        let takes_options = matches!(entry.make, Make::PayPal | Make::Hmac);
+        let takes_options = matches!(entry.make, Make::PayPal | Make::Hmac | Make::Token);
         if name.contains(';') && !takes_options {
             return Err(WebhookError::BadSchemeOption {
                 function,
@@ -311,6 +314,7 @@ impl Scheme {
             Make::Plain(kind) => Ok(Scheme::Plain(kind)),
             Make::PayPal => paypal::parse(function, arg, name.trim()),
             Make::Hmac => GenericHmac::parse(function, arg, name.trim()).map(Scheme::Hmac),
+            Make::Token => token::SharedToken::parse(function, arg, name.trim()).map(Scheme::Token),
             Make::VerifiedAs(spec) => Scheme::parse(function, arg, spec)
                 .map(|inner| Scheme::Preset(entry.name, Box::new(inner))),
         }
@@ -323,7 +327,9 @@ impl Scheme {
             .iter()
             .find(|entry| match (self, entry.make) {
                 (Scheme::Plain(kind), Make::Plain(made)) => *kind == made,
-                (Scheme::PayPal { .. }, Make::PayPal) | (Scheme::Hmac(_), Make::Hmac) => true,
+                (Scheme::PayPal { .. }, Make::PayPal)
+                | (Scheme::Hmac(_), Make::Hmac)
+                | (Scheme::Token(_), Make::Token) => true,
                 (Scheme::Preset(name, _), Make::VerifiedAs(_)) => entry.name == *name,
                 _ => false,
             })
@@ -365,6 +371,7 @@ impl Scheme {
             Scheme::Plain(Kind::Zendesk) => zendesk::read(headers),
             Scheme::Preset(_, inner) => inner.read(request),
             Scheme::Hmac(generic) => generic.read(headers),
+            Scheme::Token(token) => token.read(headers),
         }
     }
 
@@ -394,6 +401,24 @@ impl Scheme {
             Scheme::Plain(Kind::Zendesk) => vec![zendesk::SIGNATURE],
             Scheme::Preset(_, inner) => inner.signature_headers(),
             Scheme::Hmac(generic) => vec![generic.header()],
+            // The token is the secret: never archived as the signature.
+            Scheme::Token(_) => vec![],
+        }
+    }
+
+    /// Whether the scheme signs nothing of a request (the shared token):
+    /// no signed bytes to bind an id to or route by, the id is as sent.
+    pub fn signs_nothing(&self) -> bool {
+        self.secret_header().is_some()
+    }
+
+    /// A header whose value is the secret itself (the shared token's):
+    /// never archived, whatever `webhook.redact_headers` says.
+    pub fn secret_header(&self) -> Option<&str> {
+        match self {
+            Scheme::Token(token) => Some(token.header()),
+            Scheme::Preset(_, inner) => inner.secret_header(),
+            _ => None,
         }
     }
 
