@@ -93,6 +93,7 @@ RETURN CASE (s).kind
     WHEN 'shopify' THEN '{x-shopify-hmac-sha256,shopify-hmac-sha256}'
     WHEN 'slack' THEN '{x-slack-signature}'
     WHEN 'discord' THEN '{x-signature-ed25519}'
+    WHEN 'telnyx' THEN '{telnyx-signature-ed25519}'
     WHEN 'sendgrid' THEN '{x-twilio-email-event-webhook-signature}'
     WHEN 'paypal' THEN '{paypal-transmission-sig}'
     WHEN 'twilio' THEN '{x-twilio-signature}'

@@ -245,8 +245,9 @@ BEGIN
                 k := ROW('hmac', raw, NULL, NULL);
             END IF;
         END IF;
-    WHEN 'discord' THEN
-        raw := webhook._hex(btrim(secret, E' \t\n\r\f\u000b'), 32);
+    WHEN 'discord', 'telnyx' THEN
+        raw := CASE s.kind WHEN 'discord' THEN webhook._hex(btrim(secret, E' \t\n\r\f\u000b'), 32)
+                           ELSE webhook._base64(btrim(secret, E' \t\n\r\f\u000b'), 32) END;
         point := webhook._ed25519_point(raw);
         IF point IS NOT NULL THEN
             k := ROW('ed25519', raw, point, NULL);
@@ -830,6 +831,18 @@ BEGIN
         r.signed_at := webhook._unix_seconds(ts);
         r.covered := ARRAY['x-signature-timestamp'];
         RETURN r;
+    WHEN 'telnyx' THEN
+        IF NOT h ? 'telnyx-signature-ed25519' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := webhook._base64(h ->> 'telnyx-signature-ed25519', 64);
+        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF NOT h ? 'telnyx-timestamp' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        ts := h ->> 'telnyx-timestamp';
+        IF webhook._unix_seconds(ts) IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        r.candidates := ARRAY['\x01'::bytea || digest];
+        r.prefixes := ARRAY[convert_to(ts || '|', 'UTF8')];
+        r.signed_at := webhook._unix_seconds(ts);
+        r.covered := ARRAY['telnyx-timestamp'];
+        RETURN r;
     WHEN 'sendgrid' THEN
         FOREACH entry IN ARRAY ARRAY['x-twilio-email-event-webhook-signature', 'x-twilio-email-event-webhook-timestamp'] LOOP
             IF NOT h ? entry THEN r.reason := 'missing_header'; RETURN r; END IF;
@@ -997,7 +1010,7 @@ BEGIN
     -- once PayPal's certificates are narrowed to the one named.
     IF public_keys > 0
        AND (SELECT count(*) FROM unnest(signed.candidates) c
-             WHERE s.kind IN ('discord', 'sendgrid', 'paypal') OR octet_length(c) = 65 AND get_byte(c, 0) = 1)
+             WHERE s.kind IN ('discord', 'telnyx', 'sendgrid', 'paypal') OR octet_length(c) = 65 AND get_byte(c, 0) = 1)
            * public_keys * greatest(cardinality(signed.prefixes), 1) > 16 THEN
         v.reason := 'malformed_header';
         RETURN v;
@@ -1155,6 +1168,7 @@ BEGIN
     RETURN CASE s.kind
         WHEN 'standard' THEN 'a Standard Webhooks key is whsec_ + base64 of the secret (or v1,whsec_…, as Supabase shows it), or whpk_ + base64 of a 32-byte Ed25519 public key'
         WHEN 'discord' THEN 'a Discord key is the application''s public key, 64 hex digits'
+        WHEN 'telnyx' THEN 'a Telnyx key is the account''s public key as Mission Control shows it, base64 of its 32 bytes'
         WHEN 'sendgrid' THEN 'a SendGrid key is the verification key it shows (base64 of a DER P-256 public key), or that key in PEM'
         WHEN 'paypal' THEN 'a PayPal key is the certificate''s URL (as PAYPAL-CERT-URL names it) on the first line, then the PEM certificate'
         ELSE 'not a key for this scheme'

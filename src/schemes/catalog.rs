@@ -157,6 +157,7 @@ pub enum Kind {
     Calendly,
     WorkOs,
     Zendesk,
+    Telnyx,
 }
 
 /// What a provider's request bodies are, as `webhook_receive` reads them.
@@ -199,6 +200,7 @@ impl Kind {
             "calendly" => Kind::Calendly,
             "workos" => Kind::WorkOs,
             "zendesk" => Kind::Zendesk,
+            "telnyx" => Kind::Telnyx,
             _ => return None,
         })
     }
@@ -461,7 +463,7 @@ mod tests {
             .iter()
             .filter(|e| matches!(e.make, Make::Plain(_)))
             .count();
-        assert_eq!(plain, 18, "every Kind has its entry");
+        assert_eq!(plain, 19, "every Kind has its entry");
         for (broken, why) in [
             ("scheme stripe\nbody event\n", "body_covered"),
             (

@@ -172,13 +172,15 @@ impl Sender {
 
     pub fn registration(&self) -> Registration {
         let (scheme, secret) = match self.name() {
-            "standard" => (self.name().to_string(), STANDARD_SECRET.to_string()),
+            "standard" | "replicate" => (self.name().to_string(), STANDARD_SECRET.to_string()),
             // As Supabase's dashboard shows it.
             "supabase" => (self.name().to_string(), format!("v1,{STANDARD_SECRET}")),
             "discord" => (
                 "discord".into(),
                 hex::encode(ed25519().verifying_key().to_bytes()),
             ),
+            // As Mission Control shows it.
+            "telnyx" => ("telnyx".into(), b64(&ed25519().verifying_key().to_bytes())),
             "sendgrid" => {
                 // SubjectPublicKeyInfo of a P-256 key: the algorithm and
                 // curve identifiers, then the uncompressed point.
@@ -235,11 +237,16 @@ impl Sender {
             }
             "github" | "shopify" | "woocommerce" => json!({"action": "opened", "ref": id}),
             "standard" | "supabase" => json!({"type": kind, "timestamp": rfc3339(at), "data": {}}),
+            "replicate" => json!({"id": "pred_1", "status": kind, "output": null,
+                                  "created_at": rfc3339(at)}),
             "paddle" => json!({"event_id": id, "event_type": kind,
                                "occurred_at": rfc3339(at), "data": {"id": "sub_1"}}),
             "slack" => json!({"event_id": id, "event": {"type": kind}, "event_time": at}),
             "typeform" => json!({"event_id": id, "event_type": kind}),
             "discord" => json!({"id": id, "type": 2, "data": {"name": kind}}),
+            "telnyx" => json!({"data": {"event_type": kind, "id": id, "occurred_at": rfc3339(at),
+                                        "payload": {"id": "msg_1"}, "record_type": "event"},
+                               "meta": {"attempt": 1}}),
             "sendgrid" => json!([{"sg_event_id": id, "event": kind, "email": "a@example.com"}]),
             "paypal" => json!({"id": id, "event_type": kind, "create_time": rfc3339(at),
                                "resource": {"id": "5O190127TN364715T"}, "filler": ""}),
@@ -316,7 +323,7 @@ impl Sender {
                 "X-WC-Webhook-Delivery-ID": id, "X-WC-Webhook-Topic": kind,
                 "X-WC-Webhook-Signature": b64(&hmac_sha256(key, &[&body])),
             }),
-            "standard" | "supabase" => {
+            "standard" | "supabase" | "replicate" => {
                 let sig = b64(&hmac_sha256(
                     STANDARD_KEY,
                     &[format!("{id}.{ts}.").as_bytes(), &body],
@@ -343,6 +350,11 @@ impl Sender {
                 use ed25519_dalek::Signer;
                 let sig = ed25519().sign(&[ts.as_bytes(), &body].concat());
                 json!({ "X-Signature-Ed25519": hex::encode(sig.to_bytes()), "X-Signature-Timestamp": ts })
+            }
+            "telnyx" => {
+                use ed25519_dalek::Signer;
+                let sig = ed25519().sign(&[ts.as_bytes(), b"|", &body].concat());
+                json!({ "telnyx-signature-ed25519": b64(&sig.to_bytes()), "telnyx-timestamp": ts })
             }
             "sendgrid" => {
                 use p256::ecdsa::signature::Signer;
@@ -1080,7 +1092,7 @@ mod tests {
                     "event_type_from": registration.event_type_from,
                     "tolerance": sender.tolerance(),
                     // Signed with a private key, not a shared secret.
-                    "public_key": matches!(sender.name(), "discord" | "sendgrid" | "paypal"),
+                    "public_key": matches!(sender.name(), "discord" | "telnyx" | "sendgrid" | "paypal"),
                     "at": at,
                     "change": change,
                     "headers": delivery.headers,

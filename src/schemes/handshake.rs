@@ -49,7 +49,10 @@ pub fn recognise(scheme: &Scheme, body: &Value, hmac_key: Option<&[u8]>) -> Opti
         // Zoom: the plain token, and its HMAC-SHA256 under the secret token.
         Scheme::Plain(Kind::Zoom) if body.get("event")?.as_str()? == "endpoint.url_validation" => {
             let plain = text(body.get("payload")?.get("plainToken")?)?;
-            let encrypted = hex::encode(hmac_sha256(hmac_key?, plain.as_bytes()));
+            let encrypted = hex::encode(crate::signature::hmac_sha256(
+                hmac_key?,
+                &[plain.as_bytes()],
+            ));
             Some(Handshake {
                 kind: "endpoint.url_validation",
                 response: json!({ "plainToken": plain, "encryptedToken": encrypted }).to_string(),
@@ -88,11 +91,4 @@ pub fn recognise(scheme: &Scheme, body: &Value, hmac_key: Option<&[u8]>) -> Opti
         Scheme::Preset(_, inner) => recognise(inner, body, hmac_key),
         _ => None,
     }
-}
-
-fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
-    use hmac::{Hmac, Mac};
-    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key");
-    mac.update(message);
-    mac.finalize().into_bytes().to_vec()
 }

@@ -32,6 +32,7 @@ mod slack;
 mod square;
 mod standard;
 mod stripe;
+mod telnyx;
 mod token;
 mod twilio;
 mod twitch;
@@ -369,6 +370,7 @@ impl Scheme {
             Scheme::Plain(Kind::Calendly) => calendly::read(headers),
             Scheme::Plain(Kind::WorkOs) => workos::read(headers),
             Scheme::Plain(Kind::Zendesk) => zendesk::read(headers),
+            Scheme::Plain(Kind::Telnyx) => telnyx::read(headers),
             Scheme::Preset(_, inner) => inner.read(request),
             Scheme::Hmac(generic) => generic.read(headers),
             Scheme::Token(token) => token.read(headers),
@@ -399,6 +401,7 @@ impl Scheme {
             Scheme::Plain(Kind::Calendly) => vec!["Calendly-Webhook-Signature"],
             Scheme::Plain(Kind::WorkOs) => vec![workos::SIGNATURE],
             Scheme::Plain(Kind::Zendesk) => vec![zendesk::SIGNATURE],
+            Scheme::Plain(Kind::Telnyx) => vec![telnyx::SIGNATURE],
             Scheme::Preset(_, inner) => inner.signature_headers(),
             Scheme::Hmac(generic) => vec![generic.header()],
             // The token is the secret: never archived as the signature.
@@ -428,6 +431,7 @@ impl Scheme {
         match self {
             Scheme::Plain(Kind::Standard) => standard::key(secret),
             Scheme::Plain(Kind::Discord) => discord::key(secret),
+            Scheme::Plain(Kind::Telnyx) => telnyx::key(secret),
             Scheme::Plain(Kind::SendGrid) => keys::p256_public_key(secret).map(Registered::from),
             Scheme::PayPal { .. } => paypal::key(secret),
             Scheme::Preset(_, inner) => inner.key(secret),
@@ -450,6 +454,9 @@ impl Scheme {
                 "a Standard Webhooks key is whsec_ + base64 of the secret (or v1,whsec_…, as Supabase shows it), or whpk_ + base64 of a 32-byte Ed25519 public key"
             }
             Scheme::Plain(Kind::Discord) => "a Discord key is the application's public key, 64 hex digits",
+            Scheme::Plain(Kind::Telnyx) => {
+                "a Telnyx key is the account's public key as Mission Control shows it, base64 of its 32 bytes"
+            }
             Scheme::Plain(Kind::SendGrid) => {
                 "a SendGrid key is the verification key it shows (base64 of a DER P-256 public key), or that key in PEM"
             }

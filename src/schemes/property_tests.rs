@@ -34,6 +34,7 @@ fn all_schemes() -> Vec<Scheme> {
         Scheme::Plain(Kind::Calendly),
         Scheme::Plain(Kind::WorkOs),
         Scheme::Plain(Kind::Zendesk),
+        Scheme::Plain(Kind::Telnyx),
         Scheme::parse("t", "scheme", "hmac;header=X-Signature;prefix=sha256=").unwrap(),
         Scheme::parse(
             "t",
@@ -86,6 +87,8 @@ fn header_name() -> impl Strategy<Value = String> {
         Just("WorkOS-Signature".to_string()),
         Just("X-Zendesk-Webhook-Signature".to_string()),
         Just("X-Zendesk-Webhook-Signature-Timestamp".to_string()),
+        Just("telnyx-signature-ed25519".to_string()),
+        Just("telnyx-timestamp".to_string()),
         Just("X-Signature".to_string()),
         Just("X-Sig".to_string()),
         "[A-Za-z-]{1,20}",
