@@ -324,7 +324,8 @@ mod tests {
             }
         }
         // Slack's five, Zoom's, Twitch's two, Discord's, Twilio's three,
-        // Shopify's two and Supabase's five, in both modes.
-        assert_eq!(kinds, 2 * 19);
+        // Shopify's two, Supabase's five and SNS's confirmation, in both
+        // modes.
+        assert_eq!(kinds, 2 * 20);
     }
 }

@@ -94,6 +94,7 @@ RETURN CASE (s).kind
     WHEN 'slack' THEN '{x-slack-signature}'
     WHEN 'discord' THEN '{x-signature-ed25519}'
     WHEN 'telnyx' THEN '{telnyx-signature-ed25519}'
+    WHEN 'aws_sns' THEN '{}'
     WHEN 'sendgrid' THEN '{x-twilio-email-event-webhook-signature}'
     WHEN 'paypal' THEN '{paypal-transmission-sig}'
     WHEN 'twilio' THEN '{x-twilio-signature}'
@@ -276,6 +277,13 @@ BEGIN
         END IF;
     ELSIF (s).kind = 'twitch' AND document ? 'subscription' AND NOT document ? 'event' THEN
         RETURN ROW('revocation', '', 'text/plain')::webhook._handshake;
+    ELSIF (s).kind = 'aws_sns' AND document ->> 'Type' IN ('SubscriptionConfirmation', 'UnsubscribeConfirmation')
+          AND jsonb_typeof(document -> 'Type') = 'string' THEN
+        -- Confirmed by visiting its SubscribeURL, which the database does
+        -- not do: archived, answered 200 (src/schemes/handshake.rs).
+        RETURN ROW(CASE document ->> 'Type' WHEN 'SubscriptionConfirmation' THEN 'subscription_confirmation'
+                                            ELSE 'unsubscribe_confirmation' END,
+                   '', 'text/plain')::webhook._handshake;
     ELSIF (s).kind = 'discord' AND jsonb_typeof(document -> 'type') = 'number' AND document ->> 'type' = '1' THEN
         -- A PING (type 1, an integer) is answered with a PONG.
         RETURN ROW('ping', '{"type":1}', 'application/json')::webhook._handshake;

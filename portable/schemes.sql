@@ -257,7 +257,7 @@ BEGIN
         IF k.nums IS NULL THEN
             k := NULL;
         END IF;
-    WHEN 'paypal' THEN
+    WHEN 'paypal', 'aws_sns' THEN
         -- The certificate's URL on the first line, then its PEM.
         start := strpos(secret, '-----BEGIN');
         name := CASE WHEN start > 0 THEN btrim(left(secret, start - 1), E' \t\n\r\f\u000b') END;
@@ -819,29 +819,22 @@ BEGIN
         SELECT array_agg(convert_to(u.form, 'UTF8') || fields ORDER BY u.n) INTO r.prefixes
           FROM unnest(webhook._url_forms(url)) WITH ORDINALITY AS u(form, n);
         r.body_signed := false;
-    WHEN 'discord' THEN
-        IF NOT h ? 'x-signature-ed25519' THEN r.reason := 'missing_header'; RETURN r; END IF;
-        digest := webhook._hex(h ->> 'x-signature-ed25519', 64);
+    WHEN 'discord', 'telnyx' THEN
+        -- Ed25519 over the timestamp as sent and the body: Discord's in
+        -- hex, Telnyx's in base64 with a '|' between (src/schemes/discord.rs,
+        -- telnyx.rs).
+        sig := CASE s.kind WHEN 'discord' THEN 'x-signature-ed25519' ELSE 'telnyx-signature-ed25519' END;
+        family := CASE s.kind WHEN 'discord' THEN 'x-signature-timestamp' ELSE 'telnyx-timestamp' END;
+        IF NOT h ? sig THEN r.reason := 'missing_header'; RETURN r; END IF;
+        digest := CASE s.kind WHEN 'discord' THEN webhook._hex(h ->> sig, 64) ELSE webhook._base64(h ->> sig, 64) END;
         IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
-        IF NOT h ? 'x-signature-timestamp' THEN r.reason := 'missing_header'; RETURN r; END IF;
-        ts := h ->> 'x-signature-timestamp';
+        IF NOT h ? family THEN r.reason := 'missing_header'; RETURN r; END IF;
+        ts := h ->> family;
         IF webhook._unix_seconds(ts) IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
         r.candidates := ARRAY['\x01'::bytea || digest];
-        r.prefixes := ARRAY[convert_to(ts, 'UTF8')];
+        r.prefixes := ARRAY[convert_to(ts || CASE s.kind WHEN 'telnyx' THEN '|' ELSE '' END, 'UTF8')];
         r.signed_at := webhook._unix_seconds(ts);
-        r.covered := ARRAY['x-signature-timestamp'];
-        RETURN r;
-    WHEN 'telnyx' THEN
-        IF NOT h ? 'telnyx-signature-ed25519' THEN r.reason := 'missing_header'; RETURN r; END IF;
-        digest := webhook._base64(h ->> 'telnyx-signature-ed25519', 64);
-        IF digest IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
-        IF NOT h ? 'telnyx-timestamp' THEN r.reason := 'missing_header'; RETURN r; END IF;
-        ts := h ->> 'telnyx-timestamp';
-        IF webhook._unix_seconds(ts) IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
-        r.candidates := ARRAY['\x01'::bytea || digest];
-        r.prefixes := ARRAY[convert_to(ts || '|', 'UTF8')];
-        r.signed_at := webhook._unix_seconds(ts);
-        r.covered := ARRAY['telnyx-timestamp'];
+        r.covered := ARRAY[family];
         RETURN r;
     WHEN 'sendgrid' THEN
         FOREACH entry IN ARRAY ARRAY['x-twilio-email-event-webhook-signature', 'x-twilio-email-event-webhook-timestamp'] LOOP
@@ -881,6 +874,38 @@ BEGIN
         r.signed_at := webhook._rfc3339(ts);
         r.covered := ARRAY['paypal-transmission-id', 'paypal-transmission-time'];
         r.key_name := h ->> 'paypal-cert-url';
+        RETURN r;
+    WHEN 'aws_sns' THEN
+        -- The signature in the body, RSA-SHA256 over a canonical string of
+        -- its fields, version 2 only (src/schemes/sns.rs).
+        doc := webhook._json_or_null(body);
+        IF doc IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF jsonb_typeof(doc) <> 'object' THEN r.reason := 'missing_header'; RETURN r; END IF;
+        FOREACH entry IN ARRAY ARRAY['Type', 'SignatureVersion', 'Signature', 'SigningCertURL'] LOOP
+            IF NOT doc ? entry THEN r.reason := 'missing_header'; RETURN r; END IF;
+            IF jsonb_typeof(doc -> entry) <> 'string' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+            IF entry = 'Type' AND doc ->> 'Type' NOT IN ('Notification', 'SubscriptionConfirmation', 'UnsubscribeConfirmation')
+               OR entry = 'SignatureVersion' AND doc ->> 'SignatureVersion' <> '2' THEN
+                r.reason := 'malformed_header'; RETURN r;
+            END IF;
+        END LOOP;
+        sig := doc ->> 'Signature';
+        IF length(sig) > 700 OR doc ->> 'SigningCertURL' = '' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        digest := webhook._base64_any(sig);
+        IF digest IS NULL OR digest = '\x' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        ts := '';
+        FOREACH entry IN ARRAY CASE doc ->> 'Type'
+                                   WHEN 'Notification' THEN ARRAY['Message', 'MessageId', 'Subject', 'Timestamp', 'TopicArn', 'Type']
+                                   ELSE ARRAY['Message', 'MessageId', 'SubscribeURL', 'Timestamp', 'Token', 'TopicArn', 'Type'] END LOOP
+            CONTINUE WHEN entry = 'Subject' AND coalesce(jsonb_typeof(doc -> 'Subject'), 'null') = 'null';
+            IF NOT doc ? entry THEN r.reason := 'missing_header'; RETURN r; END IF;
+            IF jsonb_typeof(doc -> entry) <> 'string' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+            ts := ts || entry || E'\n' || (doc ->> entry) || E'\n';
+        END LOOP;
+        r.candidates := ARRAY['\x03'::bytea || digest];
+        r.prefixes := ARRAY[convert_to(ts, 'UTF8')];
+        r.body_signed := false;
+        r.key_name := doc ->> 'SigningCertURL';
         RETURN r;
     ELSE
         -- The generic HMAC of the body in one header.
@@ -1010,7 +1035,7 @@ BEGIN
     -- once PayPal's certificates are narrowed to the one named.
     IF public_keys > 0
        AND (SELECT count(*) FROM unnest(signed.candidates) c
-             WHERE s.kind IN ('discord', 'telnyx', 'sendgrid', 'paypal') OR octet_length(c) = 65 AND get_byte(c, 0) = 1)
+             WHERE s.kind IN ('discord', 'telnyx', 'sendgrid', 'paypal', 'aws_sns') OR octet_length(c) = 65 AND get_byte(c, 0) = 1)
            * public_keys * greatest(cardinality(signed.prefixes), 1) > 16 THEN
         v.reason := 'malformed_header';
         RETURN v;
@@ -1171,6 +1196,7 @@ BEGIN
         WHEN 'telnyx' THEN 'a Telnyx key is the account''s public key as Mission Control shows it, base64 of its 32 bytes'
         WHEN 'sendgrid' THEN 'a SendGrid key is the verification key it shows (base64 of a DER P-256 public key), or that key in PEM'
         WHEN 'paypal' THEN 'a PayPal key is the certificate''s URL (as PAYPAL-CERT-URL names it) on the first line, then the PEM certificate'
+        WHEN 'aws_sns' THEN 'an SNS key is the signing certificate''s URL (as SigningCertURL names it) on the first line, then the PEM certificate'
         ELSE 'not a key for this scheme'
     END;
 END

@@ -355,8 +355,9 @@ const TYPE_UNSIGNED: &[&str] = &[
     "lemonsqueezy",
     "gitlab",
     "token",
+    "aws_sns",
 ];
-const BODY_UNVOUCHED: &[&str] = &["paypal", "twilio", "mailgun", "gitlab", "token"];
+const BODY_UNVOUCHED: &[&str] = &["paypal", "twilio", "mailgun", "gitlab", "token", "aws_sns"];
 
 #[test]
 fn a_filter_never_reads_what_the_signature_does_not_cover_for_any_scheme() {

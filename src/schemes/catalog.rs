@@ -158,6 +158,7 @@ pub enum Kind {
     WorkOs,
     Zendesk,
     Telnyx,
+    Sns,
 }
 
 /// What a provider's request bodies are, as `webhook_receive` reads them.
@@ -201,6 +202,7 @@ impl Kind {
             "workos" => Kind::WorkOs,
             "zendesk" => Kind::Zendesk,
             "telnyx" => Kind::Telnyx,
+            "aws_sns" => Kind::Sns,
             _ => return None,
         })
     }
@@ -463,7 +465,7 @@ mod tests {
             .iter()
             .filter(|e| matches!(e.make, Make::Plain(_)))
             .count();
-        assert_eq!(plain, 19, "every Kind has its entry");
+        assert_eq!(plain, 20, "every Kind has its entry");
         for (broken, why) in [
             ("scheme stripe\nbody event\n", "body_covered"),
             (

@@ -35,6 +35,9 @@ fn public_url(scheme: &'static str) -> &'static str {
 /// PayPal's certificate, under the URL its deliveries name.
 const PAYPAL_CERT_URL: &str = "https://api.paypal.com/v1/notifications/certs/CERT-test-signer";
 const PAYPAL_WEBHOOK_ID: &str = "WH-TEST-1";
+const SNS_CERT_URL: &str =
+    "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-test-signer.pem";
+const SNS_TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:orders";
 
 /// How a provider of the scheme is registered for the matrix.
 pub struct Registration {
@@ -91,6 +94,55 @@ fn ed25519() -> ed25519_dalek::SigningKey {
 
 fn p256() -> p256::ecdsa::SigningKey {
     p256::ecdsa::SigningKey::from_bytes(&[11u8; 32].into()).expect("a valid scalar")
+}
+
+/// An SNS message of `kind`, signed (version 2) as SNS signs it: RSA-SHA256
+/// over its canonical fields, by the test signer under `SNS_CERT_URL`.
+/// `extra`: the fields a confirmation adds (Token, SubscribeURL).
+fn sns_message(kind: &str, id: &str, topic: &str, at: i64, extra: &[(&str, &str)]) -> Vec<u8> {
+    use rsa::signature::{SignatureEncoding, Signer};
+    let mut fields = serde_json::Map::new();
+    for (name, value) in [
+        ("Type", kind),
+        ("MessageId", id),
+        ("TopicArn", topic),
+        ("Message", "{\"order\":\"ord_1\",\"state\":\"paid\"}"),
+        ("Timestamp", &rfc3339(at)),
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    {
+        fields.insert(name.to_string(), Value::from(value));
+    }
+    let order: &[&str] = if kind == "Notification" {
+        &[
+            "Message",
+            "MessageId",
+            "Subject",
+            "Timestamp",
+            "TopicArn",
+            "Type",
+        ]
+    } else {
+        &[
+            "Message",
+            "MessageId",
+            "SubscribeURL",
+            "Timestamp",
+            "Token",
+            "TopicArn",
+            "Type",
+        ]
+    };
+    let canonical: String = order
+        .iter()
+        .filter_map(|name| Some(format!("{name}\n{}\n", fields.get(*name)?.as_str()?)))
+        .collect();
+    let signature = rsa_signer().sign(canonical.as_bytes()).to_bytes();
+    fields.insert("SignatureVersion".into(), json!("2"));
+    fields.insert("Signature".into(), json!(b64(&signature)));
+    fields.insert("SigningCertURL".into(), json!(SNS_CERT_URL));
+    Value::Object(fields).to_string().into_bytes()
 }
 
 fn rsa_signer() -> rsa::pkcs1v15::SigningKey<sha2::Sha256> {
@@ -179,6 +231,14 @@ impl Sender {
                 "discord".into(),
                 hex::encode(ed25519().verifying_key().to_bytes()),
             ),
+            // The same test signer as PayPal's, under SNS's URL.
+            "aws_sns" => (
+                "aws_sns".into(),
+                format!(
+                    "{SNS_CERT_URL}\n{}",
+                    include_str!("testdata/paypal-test-signer.pem")
+                ),
+            ),
             // As Mission Control shows it.
             "telnyx" => ("telnyx".into(), b64(&ed25519().verifying_key().to_bytes())),
             "sendgrid" => {
@@ -251,6 +311,10 @@ impl Sender {
             "paypal" => json!({"id": id, "event_type": kind, "create_time": rfc3339(at),
                                "resource": {"id": "5O190127TN364715T"}, "filler": ""}),
             "twilio" => return format!("MessageSid=SM{id}&MessageStatus={kind}").into_bytes(),
+            // Signed inside the body: the event's kind is its topic's.
+            "aws_sns" => {
+                return sns_message("Notification", id, &format!("{SNS_TOPIC}-{kind}"), at, &[])
+            }
             "square" => json!({"event_id": id, "type": kind, "created_at": rfc3339(at),
                                "data": {"id": "sq_1"}}),
             "zoom" => json!({"event": kind, "event_ts": at * 1000,
@@ -391,7 +455,7 @@ impl Sender {
                         "Twitch-Eventsub-Message-Type": "notification" })
             }
             // Signed inside the body.
-            "mailgun" => json!({}),
+            "mailgun" | "aws_sns" => json!({}),
             "linear" => json!({
                 "Linear-Delivery": id,
                 "Linear-Signature": hex::encode(hmac_sha256(key, &[&body])),
@@ -467,6 +531,13 @@ impl Sender {
                 let template = value.to_string().into_bytes();
                 forge_crc32(&template, b"\"filler\":\"", target)
             }
+            // Only the canonical fields are signed: the others are anyone's.
+            "aws_sns" => {
+                let mut value: Value = serde_json::from_slice(&genuine.body).unwrap();
+                value["UnsubscribeURL"] = json!("https://attacker.example/unsubscribe");
+                value["MessageAttributes"] = json!({"kind": {"Type": "String", "Value": kind}});
+                value.to_string().into_bytes()
+            }
             // The signature object is not bound to the event it rides with.
             "mailgun" => {
                 let mut value: Value = serde_json::from_slice(&genuine.body).unwrap();
@@ -523,7 +594,7 @@ fn form_value(text: &str) -> String {
 impl Sender {
     /// Every other kind of request the scheme's provider sends, signed at
     /// `at`: endpoint checks (Slack's URL verification and SSL check,
-    /// Zoom, Twitch, Discord), Slack's slash commands and interactions,
+    /// Zoom, Twitch, Discord, SNS), Slack's slash commands and interactions,
     /// Twilio's callbacks without an idempotency token or signed with a
     /// shared key, Shopify's Events
     /// deliveries and deliveries without an event id, Supabase Auth's
@@ -722,6 +793,27 @@ impl Sender {
                     handshake("a revocation", revocation, "revocation"),
                 ]
             }
+            "aws_sns" => vec![handshake(
+                "a subscription's confirmation",
+                Delivery {
+                    headers: json!({}),
+                    body: sns_message(
+                        "SubscriptionConfirmation",
+                        "sub-confirm-1",
+                        SNS_TOPIC,
+                        at,
+                        &[
+                            ("Token", "2336412f37fb687f5d51e6e2425c464de12884"),
+                            (
+                                "SubscribeURL",
+                                "https://sns.eu-west-1.amazonaws.com/?Action=ConfirmSubscription&Token=2336412f",
+                            ),
+                        ],
+                    ),
+                    url: None,
+                },
+                "subscription_confirmation",
+            )],
             "discord" => vec![handshake(
                 "a PING",
                 signed(json!({"id": "1110000000000000001", "type": 1,
@@ -935,6 +1027,13 @@ impl Sender {
             delivery.body = body.to_string().into_bytes();
             return delivery;
         }
+        if self.name() == "aws_sns" {
+            let mut body: Value = serde_json::from_slice(&delivery.body).unwrap();
+            let sig = body["Signature"].as_str().unwrap().to_string();
+            body["Signature"] = Value::from(flip(&sig));
+            delivery.body = body.to_string().into_bytes();
+            return delivery;
+        }
         let scheme = super::Scheme::parse("t", "scheme", &self.registration().scheme).unwrap();
         let object = delivery.headers.as_object_mut().unwrap();
         for header in scheme
@@ -1092,7 +1191,7 @@ mod tests {
                     "event_type_from": registration.event_type_from,
                     "tolerance": sender.tolerance(),
                     // Signed with a private key, not a shared secret.
-                    "public_key": matches!(sender.name(), "discord" | "telnyx" | "sendgrid" | "paypal"),
+                    "public_key": matches!(sender.name(), "discord" | "telnyx" | "sendgrid" | "paypal" | "aws_sns"),
                     "at": at,
                     "change": change,
                     "headers": delivery.headers,

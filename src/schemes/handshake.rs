@@ -82,6 +82,28 @@ pub fn recognise(scheme: &Scheme, body: &Value, hmac_key: Option<&[u8]>) -> Opti
                 content_type: "text/plain",
             })
         }
+        // SNS: a subscription's confirmation, or its unsubscription's,
+        // carries no event. It is confirmed by visiting its SubscribeURL
+        // (in the archived body), which the database does not do: archived
+        // and answered 200.
+        Scheme::Plain(Kind::Sns)
+            if matches!(
+                body.get("Type").and_then(Value::as_str),
+                Some("SubscriptionConfirmation" | "UnsubscribeConfirmation")
+            ) =>
+        {
+            Some(Handshake {
+                kind: if body.get("Type").and_then(Value::as_str)
+                    == Some("SubscriptionConfirmation")
+                {
+                    "subscription_confirmation"
+                } else {
+                    "unsubscribe_confirmation"
+                },
+                response: String::new(),
+                content_type: "text/plain",
+            })
+        }
         // Discord: a PING (type 1) is answered with a PONG.
         Scheme::Plain(Kind::Discord) if body.get("type")?.as_i64()? == 1 => Some(Handshake {
             kind: "ping",

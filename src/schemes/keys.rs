@@ -144,6 +144,21 @@ pub fn rsa_certificate(pem: &str) -> Option<Key> {
     Some(Key::Rsa(rsa::pkcs1v15::VerifyingKey::new(key)))
 }
 
+/// A certificate registered under the URL deliveries name it by (PayPal's
+/// `PAYPAL-CERT-URL`, SNS's `SigningCertURL`): the URL on the first line,
+/// then the PEM certificate.
+pub fn certificate_under_url(secret: &str) -> Option<Registered> {
+    let start = secret.find("-----BEGIN")?;
+    let name = secret[..start].trim();
+    if name.is_empty() {
+        return None;
+    }
+    rsa_certificate(&secret[start..]).map(|key| Registered {
+        key,
+        name: Some(name.to_string()),
+    })
+}
+
 /// The DER inside `-----BEGIN <label>-----` armour, or bare base64.
 fn pem_or_base64(text: &str, label: &str) -> Option<Vec<u8>> {
     let text = text.trim();

@@ -29,6 +29,7 @@ mod paypal;
 mod sendgrid;
 mod shopify;
 mod slack;
+mod sns;
 mod square;
 mod standard;
 mod stripe;
@@ -371,6 +372,7 @@ impl Scheme {
             Scheme::Plain(Kind::WorkOs) => workos::read(headers),
             Scheme::Plain(Kind::Zendesk) => zendesk::read(headers),
             Scheme::Plain(Kind::Telnyx) => telnyx::read(headers),
+            Scheme::Plain(Kind::Sns) => sns::read(request),
             Scheme::Preset(_, inner) => inner.read(request),
             Scheme::Hmac(generic) => generic.read(headers),
             Scheme::Token(token) => token.read(headers),
@@ -402,6 +404,8 @@ impl Scheme {
             Scheme::Plain(Kind::WorkOs) => vec![workos::SIGNATURE],
             Scheme::Plain(Kind::Zendesk) => vec![zendesk::SIGNATURE],
             Scheme::Plain(Kind::Telnyx) => vec![telnyx::SIGNATURE],
+            // In the body.
+            Scheme::Plain(Kind::Sns) => vec![],
             Scheme::Preset(_, inner) => inner.signature_headers(),
             Scheme::Hmac(generic) => vec![generic.header()],
             // The token is the secret: never archived as the signature.
@@ -433,7 +437,7 @@ impl Scheme {
             Scheme::Plain(Kind::Discord) => discord::key(secret),
             Scheme::Plain(Kind::Telnyx) => telnyx::key(secret),
             Scheme::Plain(Kind::SendGrid) => keys::p256_public_key(secret).map(Registered::from),
-            Scheme::PayPal { .. } => paypal::key(secret),
+            Scheme::PayPal { .. } | Scheme::Plain(Kind::Sns) => keys::certificate_under_url(secret),
             Scheme::Preset(_, inner) => inner.key(secret),
             // Stripe's whsec_… string, GitHub's and Slack's secrets, Paddle's
             // pdl_ntfset_… key, Shopify's client secret, Twilio's auth
@@ -462,6 +466,9 @@ impl Scheme {
             }
             Scheme::PayPal { .. } => {
                 "a PayPal key is the certificate's URL (as PAYPAL-CERT-URL names it) on the first line, then the PEM certificate"
+            }
+            Scheme::Plain(Kind::Sns) => {
+                "an SNS key is the signing certificate's URL (as SigningCertURL names it) on the first line, then the PEM certificate"
             }
             Scheme::Preset(_, inner) => return inner.key_problem(secret),
             _ => "not a key for this scheme",

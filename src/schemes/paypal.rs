@@ -14,7 +14,7 @@
 //! first time they are seen (the event id is treated as unsigned), so a
 //! body forged to the same CRC cannot be replayed as another event.
 
-use super::keys::{self, Candidate, Method, Registered};
+use super::keys::{Candidate, Method};
 use super::{Headers, Reason, Request, Scheme, Signed};
 use crate::errors::WebhookError;
 use crate::signature::decode_base64_any;
@@ -98,17 +98,4 @@ fn crc32(body: &[u8]) -> u32 {
         hasher.update(chunk);
     }
     hasher.finalize()
-}
-
-/// `<certificate URL>` on the first line, then the PEM certificate.
-pub fn key(secret: &str) -> Option<Registered> {
-    let start = secret.find("-----BEGIN")?;
-    let name = secret[..start].trim();
-    if name.is_empty() {
-        return None;
-    }
-    keys::rsa_certificate(&secret[start..]).map(|key| Registered {
-        key,
-        name: Some(name.to_string()),
-    })
 }

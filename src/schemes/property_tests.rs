@@ -35,6 +35,7 @@ fn all_schemes() -> Vec<Scheme> {
         Scheme::Plain(Kind::WorkOs),
         Scheme::Plain(Kind::Zendesk),
         Scheme::Plain(Kind::Telnyx),
+        Scheme::Plain(Kind::Sns),
         Scheme::parse("t", "scheme", "hmac;header=X-Signature;prefix=sha256=").unwrap(),
         Scheme::parse(
             "t",
