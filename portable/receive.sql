@@ -95,6 +95,7 @@ RETURN CASE (s).kind
     WHEN 'discord' THEN '{x-signature-ed25519}'
     WHEN 'telnyx' THEN '{telnyx-signature-ed25519}'
     WHEN 'aws_sns' THEN '{}'
+    WHEN 'adyen' THEN '{}'
     WHEN 'sendgrid' THEN '{x-twilio-email-event-webhook-signature}'
     WHEN 'paypal' THEN '{paypal-transmission-sig}'
     WHEN 'twilio' THEN '{x-twilio-signature}'

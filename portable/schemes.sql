@@ -201,6 +201,8 @@ CREATE FUNCTION webhook._hmac_key(s webhook._scheme, secret text) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT CASE
+        -- Adyen's key is the hex the Customer Area shows (src/schemes/adyen.rs).
+        WHEN (s).kind = 'adyen' THEN CASE WHEN secret ~ '^([0-9a-fA-F]{2})+$' THEN decode(secret, 'hex') END
         WHEN (s).kind <> 'standard' THEN convert_to(secret, 'UTF8')
         WHEN secret LIKE 'whsec\_%' THEN nullif(webhook._base64_any(substr(secret, 7)), '\x'::bytea)
         WHEN secret LIKE 'v1,whsec\_%' THEN nullif(webhook._base64_any(substr(secret, 10)), '\x'::bytea)
@@ -256,6 +258,11 @@ BEGIN
         k := ROW('p256', NULL, webhook._p256_key(webhook._pem_or_base64(secret, 'PUBLIC KEY')), NULL);
         IF k.nums IS NULL THEN
             k := NULL;
+        END IF;
+    WHEN 'adyen' THEN
+        raw := webhook._hmac_key(s, secret);
+        IF raw IS NOT NULL THEN
+            k := ROW('hmac', raw, NULL, NULL);
         END IF;
     WHEN 'paypal', 'aws_sns' THEN
         -- The certificate's URL on the first line, then its PEM.
@@ -875,6 +882,49 @@ BEGIN
         r.covered := ARRAY['paypal-transmission-id', 'paypal-transmission-time'];
         r.key_name := h ->> 'paypal-cert-url';
         RETURN r;
+    WHEN 'adyen' THEN
+        -- The item's signature in the body, over eight of its fields
+        -- joined by ':' (src/schemes/adyen.rs).
+        doc := webhook._json_or_null(body);
+        IF doc IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF (jsonb_typeof(doc) = 'object' AND doc ? 'notificationItems') IS NOT TRUE THEN
+            r.reason := 'missing_header'; RETURN r;
+        END IF;
+        IF jsonb_typeof(doc -> 'notificationItems') <> 'array' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF jsonb_array_length(doc -> 'notificationItems') <> 1 THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        doc := doc #> '{notificationItems,0}';
+        IF (jsonb_typeof(doc) = 'object' AND doc ? 'NotificationRequestItem') IS NOT TRUE THEN
+            r.reason := 'missing_header'; RETURN r;
+        END IF;
+        doc := doc -> 'NotificationRequestItem';
+        IF jsonb_typeof(doc) <> 'object' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        IF (jsonb_typeof(doc -> 'additionalData') = 'object' AND doc -> 'additionalData' ? 'hmacSignature') IS NOT TRUE THEN
+            r.reason := 'missing_header'; RETURN r;
+        END IF;
+        IF jsonb_typeof(doc #> '{additionalData,hmacSignature}') <> 'string' THEN r.reason := 'malformed_header'; RETURN r; END IF;
+        digest := webhook._base64(doc #>> '{additionalData,hmacSignature}', 32);
+        IF digest IS NULL OR jsonb_typeof(doc -> 'amount') IS DISTINCT FROM 'object' THEN
+            r.reason := 'malformed_header'; RETURN r;
+        END IF;
+        ts := NULL;
+        FOREACH entry IN ARRAY ARRAY['pspReference', 'originalReference', 'merchantAccountCode', 'merchantReference',
+                                      'amount,value', 'amount,currency', 'eventCode', 'success'] LOOP
+            -- A number as its digits, a boolean as true or false, nothing as
+            -- empty; anything else is no field Adyen signs.
+            method := CASE coalesce(jsonb_typeof(doc #> string_to_array(entry, ',')), 'null')
+                          WHEN 'null' THEN ''
+                          WHEN 'string' THEN doc #>> string_to_array(entry, ',')
+                          WHEN 'boolean' THEN doc #>> string_to_array(entry, ',')
+                          WHEN 'number' THEN CASE WHEN (doc #>> string_to_array(entry, ',')) ~ '^-?[0-9]+$'
+                                                  THEN doc #>> string_to_array(entry, ',') END
+                      END;
+            IF method IS NULL THEN r.reason := 'malformed_header'; RETURN r; END IF;
+            ts := CASE WHEN ts IS NULL THEN method ELSE ts || ':' || method END;
+        END LOOP;
+        r.candidates := ARRAY[digest];
+        r.prefixes := ARRAY[convert_to(ts, 'UTF8')];
+        r.body_signed := false;
+        RETURN r;
     WHEN 'aws_sns' THEN
         -- The signature in the body, RSA-SHA256 over a canonical string of
         -- its fields, version 2 only (src/schemes/sns.rs).
@@ -1196,6 +1246,7 @@ BEGIN
         WHEN 'telnyx' THEN 'a Telnyx key is the account''s public key as Mission Control shows it, base64 of its 32 bytes'
         WHEN 'sendgrid' THEN 'a SendGrid key is the verification key it shows (base64 of a DER P-256 public key), or that key in PEM'
         WHEN 'paypal' THEN 'a PayPal key is the certificate''s URL (as PAYPAL-CERT-URL names it) on the first line, then the PEM certificate'
+        WHEN 'adyen' THEN 'an Adyen key is the HMAC key the Customer Area shows, in hex'
         WHEN 'aws_sns' THEN 'an SNS key is the signing certificate''s URL (as SigningCertURL names it) on the first line, then the PEM certificate'
         ELSE 'not a key for this scheme'
     END;

@@ -356,8 +356,11 @@ const TYPE_UNSIGNED: &[&str] = &[
     "gitlab",
     "token",
     "aws_sns",
+    "adyen",
 ];
-const BODY_UNVOUCHED: &[&str] = &["paypal", "twilio", "mailgun", "gitlab", "token", "aws_sns"];
+const BODY_UNVOUCHED: &[&str] = &[
+    "paypal", "twilio", "mailgun", "gitlab", "token", "aws_sns", "adyen",
+];
 
 #[test]
 fn a_filter_never_reads_what_the_signature_does_not_cover_for_any_scheme() {

@@ -159,6 +159,7 @@ pub enum Kind {
     Zendesk,
     Telnyx,
     Sns,
+    Adyen,
 }
 
 /// What a provider's request bodies are, as `webhook_receive` reads them.
@@ -203,6 +204,7 @@ impl Kind {
             "zendesk" => Kind::Zendesk,
             "telnyx" => Kind::Telnyx,
             "aws_sns" => Kind::Sns,
+            "adyen" => Kind::Adyen,
             _ => return None,
         })
     }
@@ -465,7 +467,7 @@ mod tests {
             .iter()
             .filter(|e| matches!(e.make, Make::Plain(_)))
             .count();
-        assert_eq!(plain, 20, "every Kind has its entry");
+        assert_eq!(plain, 21, "every Kind has its entry");
         for (broken, why) in [
             ("scheme stripe\nbody event\n", "body_covered"),
             (

@@ -38,6 +38,8 @@ const PAYPAL_WEBHOOK_ID: &str = "WH-TEST-1";
 const SNS_CERT_URL: &str =
     "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-test-signer.pem";
 const SNS_TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:orders";
+/// An Adyen HMAC key as the Customer Area shows it: hex.
+const ADYEN_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 
 /// How a provider of the scheme is registered for the matrix.
 pub struct Registration {
@@ -94,6 +96,32 @@ fn ed25519() -> ed25519_dalek::SigningKey {
 
 fn p256() -> p256::ecdsa::SigningKey {
     p256::ecdsa::SigningKey::from_bytes(&[11u8; 32].into()).expect("a valid scalar")
+}
+
+/// An Adyen notification of one item, event `psp` of type `kind`, signed
+/// as Adyen signs it: HMAC-SHA256 under the hex key, over eight fields
+/// joined by ':'.
+fn adyen_notification(psp: &str, kind: &str, at: i64, account: &str, reference: &str) -> Vec<u8> {
+    let signed = format!("{psp}::{account}:{reference}:1000:EUR:{kind}:true");
+    let key = hex::decode(ADYEN_KEY).unwrap();
+    let signature = b64(&hmac_sha256(&key, &[signed.as_bytes()]));
+    json!({"live": "false", "notificationItems": [{"NotificationRequestItem": {
+        "additionalData": {"hmacSignature": signature},
+        "amount": {"currency": "EUR", "value": 1000},
+        "eventCode": kind, "eventDate": rfc3339(at),
+        "merchantAccountCode": account, "merchantReference": reference,
+        "originalReference": "", "pspReference": psp, "success": "true",
+    }}]})
+    .to_string()
+    .into_bytes()
+}
+
+/// The psp reference and event code of a genuine Adyen delivery.
+fn adyen_item(genuine: &Delivery) -> (String, String) {
+    let body: Value = serde_json::from_slice(&genuine.body).unwrap();
+    let item = &body["notificationItems"][0]["NotificationRequestItem"];
+    let text = |name: &str| item[name].as_str().unwrap().to_string();
+    (text("pspReference"), text("eventCode"))
 }
 
 /// An SNS message of `kind`, signed (version 2) as SNS signs it: RSA-SHA256
@@ -231,6 +259,7 @@ impl Sender {
                 "discord".into(),
                 hex::encode(ed25519().verifying_key().to_bytes()),
             ),
+            "adyen" => ("adyen".into(), ADYEN_KEY.into()),
             // The same test signer as PayPal's, under SNS's URL.
             "aws_sns" => (
                 "aws_sns".into(),
@@ -311,6 +340,11 @@ impl Sender {
             "paypal" => json!({"id": id, "event_type": kind, "create_time": rfc3339(at),
                                "resource": {"id": "5O190127TN364715T"}, "filler": ""}),
             "twilio" => return format!("MessageSid=SM{id}&MessageStatus={kind}").into_bytes(),
+            // Signed inside the body, its id a psp reference; a ':' in the
+            // merchant reference, as merchants' references may have.
+            "adyen" => {
+                return adyen_notification(id, kind, at, "TestMerchant", &format!("order:{id}"))
+            }
             // Signed inside the body: the event's kind is its topic's.
             "aws_sns" => {
                 return sns_message("Notification", id, &format!("{SNS_TOPIC}-{kind}"), at, &[])
@@ -455,7 +489,7 @@ impl Sender {
                         "Twitch-Eventsub-Message-Type": "notification" })
             }
             // Signed inside the body.
-            "mailgun" | "aws_sns" => json!({}),
+            "mailgun" | "aws_sns" | "adyen" => json!({}),
             "linear" => json!({
                 "Linear-Delivery": id,
                 "Linear-Signature": hex::encode(hmac_sha256(key, &[&body])),
@@ -530,6 +564,12 @@ impl Sender {
                 value["filler"] = json!("a".repeat(FILLER));
                 let template = value.to_string().into_bytes();
                 forge_crc32(&template, b"\"filler\":\"", target)
+            }
+            // The fields are joined by ':' unescaped: move the one in the
+            // merchant reference into the merchant account.
+            "adyen" => {
+                let (psp, code) = adyen_item(genuine);
+                adyen_notification(&psp, &code, at, "TestMerchant:order", &psp)
             }
             // Only the canonical fields are signed: the others are anyone's.
             "aws_sns" => {
@@ -1027,10 +1067,23 @@ impl Sender {
             delivery.body = body.to_string().into_bytes();
             return delivery;
         }
-        if self.name() == "aws_sns" {
+        // Signed inside the body: the signature's place in it.
+        let inside: Option<&[&str]> = match self.name() {
+            "aws_sns" => Some(&["Signature"]),
+            "adyen" => Some(&[
+                "notificationItems",
+                "0",
+                "NotificationRequestItem",
+                "additionalData",
+                "hmacSignature",
+            ]),
+            _ => None,
+        };
+        if let Some(path) = inside {
             let mut body: Value = serde_json::from_slice(&delivery.body).unwrap();
-            let sig = body["Signature"].as_str().unwrap().to_string();
-            body["Signature"] = Value::from(flip(&sig));
+            let pointer = format!("/{}", path.join("/"));
+            let at = body.pointer_mut(&pointer).unwrap();
+            *at = Value::from(flip(at.as_str().unwrap()));
             delivery.body = body.to_string().into_bytes();
             return delivery;
         }

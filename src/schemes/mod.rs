@@ -11,6 +11,7 @@
 //! Everything below `verify` is plain Rust over plain data, so the parsers
 //! are property-tested without a server.
 
+mod adyen;
 mod calendly;
 pub mod catalog;
 mod discord;
@@ -373,6 +374,7 @@ impl Scheme {
             Scheme::Plain(Kind::Zendesk) => zendesk::read(headers),
             Scheme::Plain(Kind::Telnyx) => telnyx::read(headers),
             Scheme::Plain(Kind::Sns) => sns::read(request),
+            Scheme::Plain(Kind::Adyen) => adyen::read(request),
             Scheme::Preset(_, inner) => inner.read(request),
             Scheme::Hmac(generic) => generic.read(headers),
             Scheme::Token(token) => token.read(headers),
@@ -405,7 +407,7 @@ impl Scheme {
             Scheme::Plain(Kind::Zendesk) => vec![zendesk::SIGNATURE],
             Scheme::Plain(Kind::Telnyx) => vec![telnyx::SIGNATURE],
             // In the body.
-            Scheme::Plain(Kind::Sns) => vec![],
+            Scheme::Plain(Kind::Sns | Kind::Adyen) => vec![],
             Scheme::Preset(_, inner) => inner.signature_headers(),
             Scheme::Hmac(generic) => vec![generic.header()],
             // The token is the secret: never archived as the signature.
@@ -438,6 +440,7 @@ impl Scheme {
             Scheme::Plain(Kind::Telnyx) => telnyx::key(secret),
             Scheme::Plain(Kind::SendGrid) => keys::p256_public_key(secret).map(Registered::from),
             Scheme::PayPal { .. } | Scheme::Plain(Kind::Sns) => keys::certificate_under_url(secret),
+            Scheme::Plain(Kind::Adyen) => adyen::key(secret).map(|key| Key::Hmac(key).into()),
             Scheme::Preset(_, inner) => inner.key(secret),
             // Stripe's whsec_… string, GitHub's and Slack's secrets, Paddle's
             // pdl_ntfset_… key, Shopify's client secret, Twilio's auth
@@ -466,6 +469,9 @@ impl Scheme {
             }
             Scheme::PayPal { .. } => {
                 "a PayPal key is the certificate's URL (as PAYPAL-CERT-URL names it) on the first line, then the PEM certificate"
+            }
+            Scheme::Plain(Kind::Adyen) => {
+                "an Adyen key is the HMAC key the Customer Area shows, in hex"
             }
             Scheme::Plain(Kind::Sns) => {
                 "an SNS key is the signing certificate's URL (as SigningCertURL names it) on the first line, then the PEM certificate"

@@ -36,6 +36,7 @@ fn all_schemes() -> Vec<Scheme> {
         Scheme::Plain(Kind::Zendesk),
         Scheme::Plain(Kind::Telnyx),
         Scheme::Plain(Kind::Sns),
+        Scheme::Plain(Kind::Adyen),
         Scheme::parse("t", "scheme", "hmac;header=X-Signature;prefix=sha256=").unwrap(),
         Scheme::parse(
             "t",

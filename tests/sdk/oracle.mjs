@@ -24,6 +24,7 @@ import sendgrid from '@sendgrid/eventwebhook';
 import { verifyKey as discordVerifyKey } from 'discord-interactions';
 import Razorpay from 'razorpay';
 import { WorkOS } from '@workos-inc/node';
+import adyen from '@adyen/api-library';
 
 const now = () => Math.floor(Date.now() / 1000);
 const hmac = (algorithm, key, text) => crypto.createHmac(algorithm, key).update(text).digest();
@@ -281,6 +282,40 @@ const EVENT = '{"id":"evt_1","object":"event","type":"invoice.paid","created":17
     'two v1, the second genuine': d(`t=${t}, v1=${sig(t, body, secret())}, v1=${sig(t)}`),
     'no timestamp': d(`v1=${sig(t)}`),
     'no signature header': { headers: {}, body, secret: key },
+  });
+}
+
+// Adyen: each notification item's additionalData.hmacSignature, base64
+// HMAC-SHA256 of eight of its fields joined by ':', keyed with the hex key
+// decoded; judged by @adyen/api-library's HmacValidator on the first item.
+{
+  const key = crypto.randomBytes(32).toString('hex').toUpperCase();
+  const fields = (i) => [i.pspReference, i.originalReference, i.merchantAccountCode, i.merchantReference,
+                         i.amount?.value, i.amount?.currency, i.eventCode, i.success].join(':');
+  const sign = (i, k = key) => b64(hmac('sha256', Buffer.from(k, 'hex'), fields(i)));
+  const item = (changes = {}) => ({ additionalData: {}, amount: { currency: 'EUR', value: 1000 }, eventCode: 'AUTHORISATION',
+                                    eventDate: '2026-01-01T00:00:00+01:00', merchantAccountCode: 'TestMerchant',
+                                    merchantReference: 'order:1', originalReference: '', pspReference: 'PSP' + crypto.randomInt(1e9),
+                                    success: 'true', ...changes });
+  const signed = (i, k = key) => ({ ...i, additionalData: { hmacSignature: sign(i, k) } });
+  const body = (...items) => JSON.stringify({ live: 'false', notificationItems: items.map((i) => ({ NotificationRequestItem: i })) });
+  const d = (b, k = key) => ({ headers: {}, body: b, secret: k });
+  const genuine = signed(item());
+  const validator = new adyen.hmacValidator();
+  await scheme('adyen', '@adyen/api-library 32.1.0', (x) => validator.validateHMAC(JSON.parse(x.body).notificationItems[0].NotificationRequestItem, x.secret), {
+    'genuine': d(body(genuine)),
+    'the key in lower-case hex': d(body(genuine), key.toLowerCase()),
+    'another key': d(body(genuine), crypto.randomBytes(32).toString('hex')),
+    'the amount changed': d(body({ ...genuine, amount: { currency: 'EUR', value: 1 } })),
+    'the event code changed': d(body({ ...genuine, eventCode: 'REFUND' })),
+    'success changed': d(body({ ...genuine, success: 'false' })),
+    'an unsigned field changed': d(body({ ...genuine, eventDate: '2027-01-01T00:00:00+01:00' })),
+    "a ':' moved between two fields": d(body({ ...genuine, merchantAccountCode: 'TestMerchant:order', merchantReference: '1' })),
+    'success as a boolean': d(body(signed(item({ success: true })))),
+    'the amount as a string': d(body(signed(item({ amount: { currency: 'EUR', value: '1000' } })))),
+    'the signature without padding': d(body({ ...genuine, additionalData: { hmacSignature: genuine.additionalData.hmacSignature.replace(/=+$/, '') } })),
+    'no signature': d(body(item())),
+    'two items, both genuine': d(body(genuine, signed(item()))),
   });
 }
 
