@@ -201,7 +201,9 @@ CREATE FUNCTION webhook._hmac_key(s webhook._scheme, secret text) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT CASE
-        -- Adyen's key is the hex the Customer Area shows (src/schemes/adyen.rs).
+        -- Polar's is its secret's own bytes; Adyen's the hex the Customer
+        -- Area shows (src/schemes/mod.rs, Scheme::key).
+        WHEN (s).name = 'polar' THEN convert_to(secret, 'UTF8')
         WHEN (s).kind = 'adyen' THEN CASE WHEN secret ~ '^([0-9a-fA-F]{2})+$' THEN decode(secret, 'hex') END
         WHEN (s).kind <> 'standard' THEN convert_to(secret, 'UTF8')
         WHEN secret LIKE 'whsec\_%' THEN nullif(webhook._base64_any(substr(secret, 7)), '\x'::bytea)
@@ -235,7 +237,7 @@ DECLARE
 BEGIN
     CASE s.kind
     WHEN 'standard' THEN
-        IF secret LIKE 'whpk\_%' THEN
+        IF secret LIKE 'whpk\_%' AND s.name <> 'polar' THEN
             raw := webhook._base64_any(substr(secret, 6));
             point := CASE WHEN octet_length(raw) = 32 THEN webhook._ed25519_point(raw) END;
             IF point IS NOT NULL THEN

@@ -38,6 +38,8 @@ const PAYPAL_WEBHOOK_ID: &str = "WH-TEST-1";
 const SNS_CERT_URL: &str =
     "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-test-signer.pem";
 const SNS_TOPIC: &str = "arn:aws:sns:eu-west-1:123456789012:orders";
+/// A Polar webhook secret as Polar shows it.
+const POLAR_SECRET: &str = "polar_whs_nE5u9vS7wQ2kz8RfT1aLmY4c";
 /// An Adyen HMAC key as the Customer Area shows it: hex.
 const ADYEN_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 
@@ -260,6 +262,7 @@ impl Sender {
                 hex::encode(ed25519().verifying_key().to_bytes()),
             ),
             "adyen" => ("adyen".into(), ADYEN_KEY.into()),
+            "polar" => ("polar".into(), POLAR_SECRET.into()),
             // The same test signer as PayPal's, under SNS's URL.
             "aws_sns" => (
                 "aws_sns".into(),
@@ -326,6 +329,7 @@ impl Sender {
             }
             "github" | "shopify" | "woocommerce" => json!({"action": "opened", "ref": id}),
             "standard" | "supabase" => json!({"type": kind, "timestamp": rfc3339(at), "data": {}}),
+            "polar" => json!({"type": kind, "timestamp": rfc3339(at), "data": {"id": "sub_1"}}),
             "replicate" => json!({"id": "pred_1", "status": kind, "output": null,
                                   "created_at": rfc3339(at)}),
             "paddle" => json!({"event_id": id, "event_type": kind,
@@ -421,9 +425,14 @@ impl Sender {
                 "X-WC-Webhook-Delivery-ID": id, "X-WC-Webhook-Topic": kind,
                 "X-WC-Webhook-Signature": b64(&hmac_sha256(key, &[&body])),
             }),
-            "standard" | "supabase" | "replicate" => {
+            "standard" | "supabase" | "replicate" | "polar" => {
+                let key = if self.name() == "polar" {
+                    POLAR_SECRET.as_bytes()
+                } else {
+                    STANDARD_KEY
+                };
                 let sig = b64(&hmac_sha256(
-                    STANDARD_KEY,
+                    key,
                     &[format!("{id}.{ts}.").as_bytes(), &body],
                 ));
                 json!({ "webhook-id": id, "webhook-timestamp": ts,

@@ -441,6 +441,8 @@ impl Scheme {
             Scheme::Plain(Kind::SendGrid) => keys::p256_public_key(secret).map(Registered::from),
             Scheme::PayPal { .. } | Scheme::Plain(Kind::Sns) => keys::certificate_under_url(secret),
             Scheme::Plain(Kind::Adyen) => adyen::key(secret).map(|key| Key::Hmac(key).into()),
+            // Standard Webhooks keyed with the secret's own bytes.
+            Scheme::Preset("polar", _) => Some(Key::Hmac(secret.as_bytes().to_vec()).into()),
             Scheme::Preset(_, inner) => inner.key(secret),
             // Stripe's whsec_… string, GitHub's and Slack's secrets, Paddle's
             // pdl_ntfset_… key, Shopify's client secret, Twilio's auth

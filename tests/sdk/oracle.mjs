@@ -25,6 +25,7 @@ import { verifyKey as discordVerifyKey } from 'discord-interactions';
 import Razorpay from 'razorpay';
 import { WorkOS } from '@workos-inc/node';
 import adyen from '@adyen/api-library';
+import { validateEvent as polarValidateEvent, WebhookVerificationError as PolarVerificationError } from '@polar-sh/sdk/webhooks';
 
 const now = () => Math.floor(Date.now() / 1000);
 const hmac = (algorithm, key, text) => crypto.createHmac(algorithm, key).update(text).digest();
@@ -316,6 +317,37 @@ const EVENT = '{"id":"evt_1","object":"event","type":"invoice.paid","created":17
     'the signature without padding': d(body({ ...genuine, additionalData: { hmacSignature: genuine.additionalData.hmacSignature.replace(/=+$/, '') } })),
     'no signature': d(body(item())),
     'two items, both genuine': d(body(genuine, signed(item()))),
+  });
+}
+
+// Polar: Standard Webhooks keyed with the secret's own bytes; judged by
+// @polar-sh/sdk's validateEvent, whose refusal of a signature is a
+// WebhookVerificationError (an event it verified but cannot parse into its
+// own types is still verified).
+{
+  const key = 'polar_whs_' + crypto.randomBytes(18).toString('base64url');
+  const body = '{"type":"subscription.updated","timestamp":"2026-01-01T00:00:00Z","data":{"id":"sub_1"}}';
+  const sig = (id, ts, b = body, k = key) => 'v1,' + b64(hmac('sha256', Buffer.from(k), `${id}.${ts}.${b}`));
+  const id = 'msg_' + crypto.randomBytes(8).toString('hex');
+  const t = now();
+  const h = (i = id, ts = t, s = sig(id, t)) => ({ 'webhook-id': i, 'webhook-timestamp': String(ts), 'webhook-signature': s });
+  const d = (headers, b = body, k = key) => ({ headers, body: b, secret: k });
+  const other = 'polar_whs_' + crypto.randomBytes(18).toString('base64url');
+  await scheme('polar', '@polar-sh/sdk 0.49.0', (x) => {
+    try {
+      polarValidateEvent(x.body, x.headers, x.secret);
+      return true;
+    } catch (e) {
+      return !(e instanceof PolarVerificationError);
+    }
+  }, {
+    'genuine': d(h()),
+    'body changed': d(h(), body.replace('sub_1', 'sub_2')),
+    'another secret': d(h(), body, other),
+    'the id changed': d(h('msg_other')),
+    'two signatures, the second genuine': d(h(id, t, sig(id, t, body, other) + ' ' + sig(id, t))),
+    'signed ten minutes ago': d(h(id, t - 600, sig(id, t - 600))),
+    'signed a minute ago': d(h(id, t - 60, sig(id, t - 60))),
   });
 }
 
