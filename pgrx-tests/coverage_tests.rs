@@ -324,8 +324,8 @@ mod tests {
             }
         }
         // Slack's five, Zoom's, Twitch's two, Discord's, Twilio's three,
-        // Shopify's two, Supabase's five and SNS's confirmation, in both
-        // modes.
-        assert_eq!(kinds, 2 * 20);
+        // Shopify's two, Supabase's five, SNS's confirmation and Okta's
+        // verification, in both modes.
+        assert_eq!(kinds, 2 * 21);
     }
 }

@@ -474,12 +474,21 @@ BEGIN
         PERFORM webhook._secret_used(provider, verified_by);
     END IF;
 
-    -- Read.
-    document := webhook._document(p.scheme, body);
-    IF document IS NULL THEN
-        RETURN webhook._reject(provider, body, signature, archived, 'malformed_body', 400);
+    -- An endpoint check in the headers alone (Okta's, a GET with no
+    -- body): answered before the body is read, archived with an empty
+    -- payload (src/schemes/handshake.rs, recognise_headers).
+    IF (p.scheme).name = 'okta' AND coalesce(h ->> 'x-okta-verification-challenge', '') <> '' THEN
+        handshake := ROW('verification', '{"verification":' || to_json(h ->> 'x-okta-verification-challenge') || '}',
+                         'application/json')::webhook._handshake;
+        document := '{}';
+    ELSE
+        -- Read.
+        document := webhook._document(p.scheme, body);
+        IF document IS NULL THEN
+            RETURN webhook._reject(provider, body, signature, archived, 'malformed_body', 400);
+        END IF;
+        handshake := webhook._handshake(p.scheme, document, webhook._hmac_key(p.scheme, p.secrets[verdict.secret]));
     END IF;
-    handshake := webhook._handshake(p.scheme, document, webhook._hmac_key(p.scheme, p.secrets[verdict.secret]));
     IF handshake IS NOT NULL THEN
         id := webhook._new_id();
         INSERT INTO webhook.delivery_log

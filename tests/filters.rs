@@ -357,9 +357,10 @@ const TYPE_UNSIGNED: &[&str] = &[
     "token",
     "aws_sns",
     "adyen",
+    "okta",
 ];
 const BODY_UNVOUCHED: &[&str] = &[
-    "paypal", "twilio", "mailgun", "gitlab", "token", "aws_sns", "adyen",
+    "paypal", "twilio", "mailgun", "gitlab", "token", "aws_sns", "adyen", "okta",
 ];
 
 #[test]

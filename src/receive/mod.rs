@@ -178,6 +178,15 @@ fn flow(
     };
     request.verified_by = secrets::used(client, name, &provider, authentic.secret)?;
 
+    // An endpoint check in the headers alone (Okta's, a GET with no body):
+    // answered before the body is read, archived with an empty payload.
+    if let Some(handshake) =
+        crate::schemes::handshake::recognise_headers(&provider.scheme, &parsed_headers)
+    {
+        let payload = jsonb::from_text(FUNCTION, "body", "{}")?;
+        return handshakes::answer(client, &request, payload, handshake);
+    }
+
     // Read: parsed once, serde's document for the ids, jsonb for storing.
     let Some((body_text, body_json)) = crate::sources::document(&provider.scheme, body) else {
         return reject(client, &request, 400, "malformed_body", None);

@@ -293,6 +293,8 @@ impl Sender {
                 SECRET.into(),
             ),
             "token" => ("token;header=X-Token".into(), SECRET.into()),
+            // The value the admin set for the hook's Authorization header.
+            "okta" => ("okta".into(), format!("Bearer {SECRET}")),
             other => (other.to_string(), SECRET.to_string()),
         };
         let (event_id_from, event_type_from) = match self.name() {
@@ -390,6 +392,9 @@ impl Sender {
             "zendesk" => json!({"type": kind, "id": id, "account_id": 123456,
                                 "subject": "zen:user:1", "time": rfc3339(at), "detail": {"id": "1"}}),
             "gitlab" => json!({"object_kind": "push", "ref": id, "project": {"id": 15}}),
+            "okta" => json!({"eventType": "com.okta.event_hook", "eventTypeVersion": "1.0",
+                             "eventId": id, "eventTime": rfc3339(at),
+                             "data": {"events": [{"uuid": format!("uuid-{id}"), "eventType": kind}]}}),
             "hmac" | "token" => json!({"type": kind}),
             other => unsent(other),
         };
@@ -550,6 +555,7 @@ impl Sender {
                 "X-Gitlab-Instance": "https://gitlab.example.com",
             }),
             "token" => json!({ "X-Event-Id": id, "X-Token": SECRET }),
+            "okta" => json!({ "Authorization": format!("Bearer {SECRET}") }),
             "hmac" => json!({
                 "X-Event-Id": id,
                 "X-Signature": format!("sha256={}", hex::encode(hmac_sha256(key, &[&body]))),
@@ -579,6 +585,14 @@ impl Sender {
             "adyen" => {
                 let (psp, code) = adyen_item(genuine);
                 adyen_notification(&psp, &code, at, "TestMerchant:order", &psp)
+            }
+            // Nothing is signed and the id is in the body: the other body
+            // keeps it (under another id it is another event, by design).
+            "okta" => {
+                let mut value: Value = serde_json::from_slice(&genuine.body).unwrap();
+                value["data"]["events"][0]["eventType"] = json!(kind);
+                value["eventTime"] = json!(rfc3339(at));
+                value.to_string().into_bytes()
             }
             // Only the canonical fields are signed: the others are anyone's.
             "aws_sns" => {
@@ -842,6 +856,17 @@ impl Sender {
                     handshake("a revocation", revocation, "revocation"),
                 ]
             }
+            // The hook's one-time verification: a GET with no body.
+            "okta" => vec![handshake(
+                "a verification",
+                Delivery {
+                    headers: json!({ "Authorization": format!("Bearer {SECRET}"),
+                                     "X-Okta-Verification-Challenge": "X1rG9vlUQ7lsWb6Rn6H4" }),
+                    body: Vec::new(),
+                    url: None,
+                },
+                "verification",
+            )],
             "aws_sns" => vec![handshake(
                 "a subscription's confirmation",
                 Delivery {

@@ -7,7 +7,7 @@
 //! body: a header the signature does not cover must not turn an event
 //! into a handshake, or a handshake into an event.
 
-use super::{Kind, Scheme};
+use super::{Headers, Kind, Scheme};
 use serde_json::{json, Value};
 
 pub struct Handshake {
@@ -111,6 +111,28 @@ pub fn recognise(scheme: &Scheme, body: &Value, hmac_key: Option<&[u8]>) -> Opti
             content_type: JSON,
         }),
         Scheme::Preset(_, inner) => recognise(inner, body, hmac_key),
+        _ => None,
+    }
+}
+
+/// An endpoint check that comes in a request's headers alone, recognised
+/// before its body is read: Okta's one-time verification, a GET with no
+/// body, answered with the challenge it sends. A shared token's scheme
+/// signs nothing, so its headers are as much the sender's as anything the
+/// request holds: the token verified them all.
+pub fn recognise_headers(scheme: &Scheme, headers: &Headers<'_>) -> Option<Handshake> {
+    match scheme {
+        Scheme::Preset("okta", _) => {
+            let challenge = headers
+                .get("X-Okta-Verification-Challenge")
+                .ok()
+                .filter(|challenge| !challenge.is_empty())?;
+            Some(Handshake {
+                kind: "verification",
+                response: json!({ "verification": challenge }).to_string(),
+                content_type: JSON,
+            })
+        }
         _ => None,
     }
 }
