@@ -617,7 +617,7 @@ fn hostile_inputs_are_refused_or_answered_at_once() {
     assert!(answer.is_ok() && started.elapsed() < bound, "{answer:?}");
     // A flood of those fills nothing: their headers are not archived.
     assert_eq!(
-        count(&mut admin, "SELECT count(*) FROM webhook.delivery_log WHERE headers IS NOT NULL AND reject_reason = 'malformed_header'"),
+        count(&mut admin, "SELECT count(*) FROM webhook.delivery_log WHERE provider = 'github' AND headers IS NOT NULL AND reject_reason = 'malformed_header'"),
         0
     );
     attack.finish();
@@ -843,12 +843,14 @@ fn forgeries_cannot_fill_the_archive_nor_keep_credentials() {
 /// the id is all there is: another body under it is the same event, the
 /// same body under another id another event.
 #[test]
-fn a_shared_token_is_never_archived_and_binds_its_body() {
+fn a_shared_token_is_never_archived_and_its_id_is_all_there_is() {
     let _turn = one_at_a_time();
     let mut admin = setup();
     admin
         .execute(
-            "SELECT webhook_register_provider('gitlab', secret => $1)",
+            // Queued: a redelivery is then a duplicate at once, where a
+            // claim would be in progress until completed.
+            "SELECT webhook_register_provider('gitlab', secret => $1, inbox => true)",
             &[&GITLAB_TOKEN],
         )
         .unwrap();
@@ -857,7 +859,7 @@ fn a_shared_token_is_never_archived_and_binds_its_body() {
         serde_json::json!({ "X-Gitlab-Token": token, "X-Gitlab-Event": "Push Hook",
                             "Idempotency-Key": key })
     };
-    let mut attack = Attack::start("shared token: kept out of the archive, body bound to its id");
+    let mut attack = Attack::start("shared token: kept out of the archive, its id all there is");
     let genuine = answered(&mut admin, "gitlab", &headers(GITLAB_TOKEN, "gl-1"), body).unwrap();
     assert!((200..300).contains(&genuine.1), "{genuine:?}");
     assert_eq!(genuine.3.as_deref(), Some("gl-1"));
