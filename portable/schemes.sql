@@ -143,7 +143,8 @@ BEGIN
         IF result.webhook_id IS NULL THEN
             PERFORM webhook._bad_scheme(fn, arg, given, 'PayPal signs with the webhook''s id: write the scheme as paypal;webhook_id=<id>');
         END IF;
-    ELSIF entry.make = 'hmac' AND result.header IS NULL THEN
+    ELSIF entry.make IN ('hmac', 'token') AND result.header IS NULL THEN
+        -- One grammar for both; a shared token takes the header alone.
         FOREACH option IN ARRAY (string_to_array(trimmed, ';'))[2:] LOOP
             IF strpos(option, '=') = 0 THEN
                 PERFORM webhook._bad_scheme(fn, arg, given, format('option "%s" is not key=value', option));
@@ -152,6 +153,8 @@ BEGIN
             value := substr(option, strpos(option, '=') + 1);
             IF key = 'header' AND btrim(value) <> '' THEN
                 result.header := btrim(value);
+            ELSIF entry.make = 'token' THEN
+                PERFORM webhook._bad_scheme(fn, arg, given, format('unknown option "%s"', key));
             ELSIF key = 'algorithm' THEN
                 IF webhook._algorithm(btrim(value)) IS NULL THEN
                     PERFORM webhook._bad_scheme(fn, arg, given, format('unknown algorithm "%s"', value));
@@ -164,23 +167,6 @@ BEGIN
                 result.base64 := lower(btrim(value)) = 'base64';
             ELSIF key = 'prefix' THEN
                 result.prefix := value;
-            ELSE
-                PERFORM webhook._bad_scheme(fn, arg, given, format('unknown option "%s"', key));
-            END IF;
-        END LOOP;
-        IF result.header IS NULL THEN
-            PERFORM webhook._bad_scheme(fn, arg, given, 'the header option is required');
-        END IF;
-    ELSIF entry.make = 'token' AND result.header IS NULL THEN
-        -- The generic HMAC's grammar, with its one option.
-        FOREACH option IN ARRAY (string_to_array(trimmed, ';'))[2:] LOOP
-            IF strpos(option, '=') = 0 THEN
-                PERFORM webhook._bad_scheme(fn, arg, given, format('option "%s" is not key=value', option));
-            END IF;
-            key := lower(btrim(split_part(option, '=', 1)));
-            value := substr(option, strpos(option, '=') + 1);
-            IF key = 'header' AND btrim(value) <> '' THEN
-                result.header := btrim(value);
             ELSE
                 PERFORM webhook._bad_scheme(fn, arg, given, format('unknown option "%s"', key));
             END IF;

@@ -19,6 +19,19 @@ pub struct GenericHmac {
     prefix: String,
 }
 
+/// The options of a `name;key=value;…` scheme string, in order: each key
+/// trimmed and lower-cased, its value as written; for one that is not
+/// key=value, what to say of it. The generic HMAC's grammar, which the
+/// shared token's shares.
+pub(super) fn options(spec: &str) -> impl Iterator<Item = Result<(String, &str), String>> {
+    spec.split(';').skip(1).map(|option| {
+        option
+            .split_once('=')
+            .map(|(key, value)| (key.trim().to_ascii_lowercase(), value))
+            .ok_or_else(|| format!("option \"{option}\" is not key=value"))
+    })
+}
+
 impl GenericHmac {
     pub fn parse(
         function: &'static str,
@@ -35,11 +48,9 @@ impl GenericHmac {
         let mut algorithm = Algorithm::Sha256;
         let mut base64 = false;
         let mut prefix = String::new();
-        for option in spec.split(';').skip(1) {
-            let (key, value) = option
-                .split_once('=')
-                .ok_or_else(|| bad(format!("option \"{option}\" is not key=value")))?;
-            match key.trim().to_ascii_lowercase().as_str() {
+        for option in options(spec) {
+            let (key, value) = option.map_err(bad)?;
+            match key.as_str() {
                 "header" if !value.trim().is_empty() => header = Some(value.trim().to_string()),
                 "algorithm" => {
                     algorithm = Algorithm::parse(value.trim())

@@ -42,11 +42,9 @@ impl SharedToken {
             detail,
         };
         let mut header = None;
-        for option in spec.split(';').skip(1) {
-            let (key, value) = option
-                .split_once('=')
-                .ok_or_else(|| bad(format!("option \"{option}\" is not key=value")))?;
-            match key.trim().to_ascii_lowercase().as_str() {
+        for option in super::generic::options(spec) {
+            let (key, value) = option.map_err(bad)?;
+            match key.as_str() {
                 "header" if !value.trim().is_empty() => header = Some(value.trim().to_string()),
                 other => return Err(bad(format!("unknown option \"{other}\""))),
             }
